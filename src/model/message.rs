@@ -1,0 +1,408 @@
+//! Messages of an agent thread: the immutable input every plan refers to.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Who said a message. Providers reject unknown roles, so the set is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Instructions from the platform.
+    System,
+    /// Instructions from the application developer (OpenAI's newer system role).
+    Developer,
+    /// The human (or the calling application) speaking.
+    User,
+    /// The model.
+    Assistant,
+    /// A tool result, always paired with an assistant tool call.
+    Tool,
+}
+
+impl Role {
+    /// The lower-case wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::Developer => "developer",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+
+    /// Parses a wire name; `None` for anything else so callers can name the field.
+    pub fn parse(s: &str) -> Option<Role> {
+        Some(match s {
+            "system" => Role::System,
+            "developer" => Role::Developer,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
+            _ => return None,
+        })
+    }
+}
+
+/// One part of a multi-part message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image by URL (or data URL); counted with a fixed estimate.
+    Image {
+        /// Where the image is.
+        url: String,
+    },
+}
+
+/// Message content: a plain string, or a list of parts as providers accept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    /// The common case.
+    Text(String),
+    /// Multi-part content (text and images).
+    Parts(Vec<ContentPart>),
+}
+
+impl Default for Content {
+    fn default() -> Self {
+        Content::Text(String::new())
+    }
+}
+
+impl Content {
+    /// The text of the content; parts are joined by newlines, images omitted.
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Content::Text(s) => std::borrow::Cow::Borrowed(s),
+            Content::Parts(parts) => {
+                let texts: Vec<&str> = parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        ContentPart::Text { text } => Some(text.as_str()),
+                        ContentPart::Image { .. } => None,
+                    })
+                    .collect();
+                std::borrow::Cow::Owned(texts.join("\n"))
+            }
+        }
+    }
+
+    /// Number of image parts (each costs a fixed token estimate).
+    pub fn image_count(&self) -> usize {
+        match self {
+            Content::Text(_) => 0,
+            Content::Parts(parts) => parts
+                .iter()
+                .filter(|p| matches!(p, ContentPart::Image { .. }))
+                .count(),
+        }
+    }
+
+    /// True when there is neither text nor an image.
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Content::Text(s) => s.is_empty(),
+            Content::Parts(parts) => parts.is_empty(),
+        }
+    }
+
+    /// Byte length of the text (for size limits).
+    pub fn byte_len(&self) -> usize {
+        match self {
+            Content::Text(s) => s.len(),
+            Content::Parts(parts) => parts
+                .iter()
+                .map(|p| match p {
+                    ContentPart::Text { text } => text.len(),
+                    ContentPart::Image { url } => url.len(),
+                })
+                .sum(),
+        }
+    }
+}
+
+/// A tool call requested by the assistant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Provider-assigned call id that the result echoes.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments as a JSON value (OpenAI sends them as a JSON string; we parse it).
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+/// How a tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The tool did what was asked.
+    #[default]
+    Success,
+    /// The tool failed; failures are never cleared (the model needs the error).
+    Failure,
+    /// Some of the work was done.
+    Partial,
+}
+
+impl Outcome {
+    /// Wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Failure => "failure",
+            Outcome::Partial => "partial",
+        }
+    }
+}
+
+/// How safely a tool result can be removed from the prompt (seed 000).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Safe to clear entirely (listings, debug output).
+    Ephemeral,
+    /// Clear only down to its key fields (order ids, decisions).
+    Anchoring,
+    /// Clearable when the source is verifiably unchanged (re-running gives the same).
+    Replayable,
+    /// Must be kept or externalized (paid, rate-limited, time-sensitive).
+    NonReplayable,
+}
+
+impl Durability {
+    /// Wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Ephemeral => "ephemeral",
+            Durability::Anchoring => "anchoring",
+            Durability::Replayable => "replayable",
+            Durability::NonReplayable => "non_replayable",
+        }
+    }
+}
+
+/// What a replayable tool saw, so that drift can be detected before clearing.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct DeterminismMetadata {
+    /// Hash of the data read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
+    /// HTTP ETag of a remote resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    /// Modification time (Unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtime: Option<f64>,
+    /// API or schema version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+impl DeterminismMetadata {
+    /// True when nothing was captured (then drift cannot be ruled out).
+    pub fn is_empty(&self) -> bool {
+        self.content_hash.is_none()
+            && self.etag.is_none()
+            && self.mtime.is_none()
+            && self.version.is_none()
+    }
+
+    /// Whether the source drifted since `self` was captured. Fails safe: when no
+    /// comparable field exists the answer is "changed".
+    pub fn has_changed(&self, current: &DeterminismMetadata) -> bool {
+        if let (Some(a), Some(b)) = (&self.content_hash, &current.content_hash) {
+            return a != b;
+        }
+        if let (Some(a), Some(b)) = (&self.etag, &current.etag) {
+            return a != b;
+        }
+        if let (Some(a), Some(b)) = (self.mtime, current.mtime) {
+            return a != b;
+        }
+        if let (Some(a), Some(b)) = (&self.version, &current.version) {
+            return a != b;
+        }
+        true
+    }
+}
+
+/// Tool output: text, or structured JSON (kept structured so post-processing can
+/// pick fields instead of guessing from text).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ToolContent {
+    /// Plain text output.
+    Text(String),
+    /// Structured output.
+    Json(Value),
+}
+
+impl Default for ToolContent {
+    fn default() -> Self {
+        ToolContent::Text(String::new())
+    }
+}
+
+impl ToolContent {
+    /// The content as the text a provider receives (JSON compact-serialized).
+    pub fn to_text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            ToolContent::Text(s) => std::borrow::Cow::Borrowed(s),
+            ToolContent::Json(v) => std::borrow::Cow::Owned(v.to_string()),
+        }
+    }
+}
+
+/// The structured envelope around every tool result (seed 000): without it a
+/// cleared result would have nothing to keep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResultEnvelope {
+    /// Tool name (must match the call's name).
+    pub tool_name: String,
+    /// The call this result answers.
+    pub tool_call_id: String,
+    /// How the call ended.
+    #[serde(default)]
+    pub outcome: Outcome,
+    /// The output.
+    #[serde(default)]
+    pub content: ToolContent,
+    /// Fields that must survive any compaction (ids, totals, errors).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub key_fields: BTreeMap<String, Value>,
+    /// Durability; `None` means the policy's default for this tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<Durability>,
+    /// What a replayable tool saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub determinism: Option<DeterminismMetadata>,
+    /// RFC 3339 start time, informational.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// RFC 3339 completion time, informational.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+}
+
+/// Data classification of a message; gates who may read it back once externalized.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Sensitivity {
+    /// Anyone in the tenant.
+    Public,
+    /// Default.
+    #[default]
+    Internal,
+    /// Needs explicit permission to read back.
+    Confidential,
+    /// Highest; never auto-rehydrated.
+    Restricted,
+}
+
+impl Sensitivity {
+    /// Wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Sensitivity::Public => "public",
+            Sensitivity::Internal => "internal",
+            Sensitivity::Confidential => "confidential",
+            Sensitivity::Restricted => "restricted",
+        }
+    }
+}
+
+/// Per-message metadata that steers compaction.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct MessageMetadata {
+    /// Never removed, summarized or cleared (policies, acceptance criteria).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub protected: bool,
+    /// Human label shown in reports ("Security Policy").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Classification of the content.
+    #[serde(default)]
+    pub sensitivity: Sensitivity,
+    /// Where user-supplied content came from; rendered in `<user_context source=…>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// One entry of a thread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Unique within the thread; plans refer to messages only by id.
+    pub id: String,
+    /// Who said it.
+    pub role: Role,
+    /// The text or parts. Empty for tool messages (their content is in the envelope).
+    #[serde(default, skip_serializing_if = "Content::is_empty")]
+    pub content: Content,
+    /// Tool calls made by an assistant message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// The result envelope of a tool message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_result: Option<ToolResultEnvelope>,
+    /// Turn number: non-decreasing through the thread; a user message usually opens a turn.
+    #[serde(default)]
+    pub turn: u32,
+    /// Compaction metadata.
+    #[serde(default, skip_serializing_if = "is_default_metadata")]
+    pub metadata: MessageMetadata,
+}
+
+fn is_default_metadata(m: &MessageMetadata) -> bool {
+    *m == MessageMetadata::default()
+}
+
+impl Message {
+    /// The text this message contributes to a prompt (tool results: envelope content).
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        match &self.tool_result {
+            Some(env) => env.content.to_text(),
+            None => self.content.text(),
+        }
+    }
+
+    /// Byte size of everything the message carries, for size limits.
+    pub fn byte_len(&self) -> usize {
+        let calls: usize = self
+            .tool_calls
+            .iter()
+            .map(|c| c.id.len() + c.name.len() + c.arguments.to_string().len())
+            .sum();
+        let result = self
+            .tool_result
+            .as_ref()
+            .map(|e| e.content.to_text().len())
+            .unwrap_or(0);
+        self.content.byte_len() + calls + result
+    }
+}
+
+/// A tool the model may call, as sent with the request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSchema {
+    /// Tool name.
+    pub name: String,
+    /// What it does.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// JSON Schema of its arguments.
+    #[serde(default)]
+    pub parameters: Value,
+}

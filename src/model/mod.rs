@@ -1,0 +1,21 @@
+//! The domain model: threads, messages, plans and summaries. Pure data, no I/O.
+
+mod message;
+mod plan;
+mod summary;
+mod thread;
+
+pub use message::{
+    Content, ContentPart, DeterminismMetadata, Durability, Message, MessageMetadata, Outcome, Role,
+    Sensitivity, ToolCall, ToolContent, ToolResultEnvelope, ToolSchema,
+};
+pub use plan::{
+    fingerprint, Action, ActionKind, ClearReason, ClearRecord, CompactionPlan, DropRecord,
+    DroppedSpanIndex, ExternalizationRecord, NormalizationWarning, PlanError, SpanReference,
+    SummarizationRecord, PLAN_FORMAT_VERSION,
+};
+pub use summary::{
+    ArtifactReference, Decision, OpenItem, Priority, StructuredSummary, ToolOutcome,
+    SUMMARY_RENDER_VERSION, SUMMARY_SCHEMA_VERSION,
+};
+pub use thread::{Thread, ThreadError, ThreadLimits};

@@ -1,0 +1,516 @@
+//! The compaction plan: pure data that says, per message id, what the renderer
+//! shows instead of the message. Plans never contain message content beyond
+//! summaries and placeholders, and never edit the thread.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+use super::message::{Role, Sensitivity};
+use super::summary::StructuredSummary;
+use super::thread::Thread;
+
+/// A run of messages, by explicit id list. Self-sufficient: it resolves without
+/// start/end arithmetic, so appending to the thread never shifts it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SpanReference {
+    /// Non-empty, in thread order.
+    pub message_ids: Vec<String>,
+    /// Turn of the first message (for display).
+    pub first_turn: u32,
+    /// Turn of the last message (for display).
+    pub last_turn: u32,
+}
+
+impl SpanReference {
+    /// Span over the given messages of `thread` (indices ascending).
+    pub fn of(thread: &Thread, indices: &[usize]) -> SpanReference {
+        let first = indices.first().map(|&i| thread.messages[i].turn).unwrap_or(0);
+        let last = indices.last().map(|&i| thread.messages[i].turn).unwrap_or(0);
+        SpanReference {
+            message_ids: indices.iter().map(|&i| thread.messages[i].id.clone()).collect(),
+            first_turn: first,
+            last_turn: last,
+        }
+    }
+
+    /// First id (where a replacement renders).
+    pub fn start_message_id(&self) -> &str {
+        self.message_ids.first().map(String::as_str).unwrap_or("")
+    }
+
+    /// Last id.
+    pub fn end_message_id(&self) -> &str {
+        self.message_ids.last().map(String::as_str).unwrap_or("")
+    }
+}
+
+/// Content moved to the artifact store; the prompt keeps a pointer and a summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExternalizationRecord {
+    /// What was moved.
+    pub span: SpanReference,
+    /// Where it is; assigned by the store when the write succeeded.
+    pub artifact_id: String,
+    /// What it held.
+    pub summary: StructuredSummary,
+    /// When the agent should read it back.
+    pub rehydrate_hint: String,
+    /// Highest sensitivity of the moved messages (gates rehydration).
+    pub sensitivity: Sensitivity,
+    /// SHA-256 of the stored content.
+    pub content_hash: String,
+    /// Tokens of the moved content.
+    pub content_tokens: u32,
+}
+
+/// Messages replaced by one summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummarizationRecord {
+    /// What was summarized.
+    pub span: SpanReference,
+    /// The summary.
+    pub summary: StructuredSummary,
+    /// Tokens of the rendered summary message.
+    pub summary_token_count: u32,
+}
+
+/// Why a message's content was replaced by a placeholder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClearReason {
+    /// Tool-result retention expired it (age or count).
+    Expired,
+    /// Durability rules allowed clearing it.
+    Durability,
+    /// Tool-output post-processing kept only its essentials.
+    Compressed,
+    /// A plugin strategy replaced it.
+    Plugin,
+}
+
+/// A message whose content renders as a placeholder; the message itself (and any
+/// tool pairing) stays.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClearRecord {
+    /// Exactly the cleared message(s).
+    pub span: SpanReference,
+    /// Fields kept from the original (tool name, outcome, key fields).
+    #[serde(default)]
+    pub preserved_fields: BTreeMap<String, Value>,
+    /// Why.
+    pub reason: ClearReason,
+    /// The exact text rendered in place of the content.
+    pub replacement: String,
+}
+
+/// A keyword index of dropped content, so recall can be added later without rework.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DroppedSpanIndex {
+    /// Most frequent content words.
+    pub keywords: Vec<String>,
+    /// One-line description.
+    pub summary: String,
+}
+
+/// Messages omitted from the prompt entirely (last resort).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DropRecord {
+    /// What was dropped.
+    pub span: SpanReference,
+    /// Why.
+    pub reason: String,
+    /// What was in it.
+    pub index: DroppedSpanIndex,
+}
+
+/// What the renderer does with one message. Order is precedence: a higher action
+/// wins when a message appears in two records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionKind {
+    /// Shown as is.
+    Include,
+    /// Content replaced by a placeholder.
+    Clear,
+    /// Replaced by a summary.
+    Summarize,
+    /// Replaced by a pointer and summary.
+    Externalize,
+    /// Omitted.
+    Drop,
+}
+
+/// A resolved action with the record it came from.
+#[derive(Debug, Clone, Copy)]
+pub enum Action<'a> {
+    /// Shown as is.
+    Include,
+    /// Content replaced by the record's placeholder.
+    Clear(&'a ClearRecord),
+    /// Replaced by the record's summary.
+    Summarize(&'a SummarizationRecord),
+    /// Replaced by the record's pointer.
+    Externalize(&'a ExternalizationRecord),
+    /// Omitted.
+    Drop(&'a DropRecord),
+}
+
+impl Action<'_> {
+    /// The kind, without the record.
+    pub fn kind(&self) -> ActionKind {
+        match self {
+            Action::Include => ActionKind::Include,
+            Action::Clear(_) => ActionKind::Clear,
+            Action::Summarize(_) => ActionKind::Summarize,
+            Action::Externalize(_) => ActionKind::Externalize,
+            Action::Drop(_) => ActionKind::Drop,
+        }
+    }
+}
+
+/// The compaction plan for one thread.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct CompactionPlan {
+    /// The thread it applies to.
+    pub thread_id: String,
+    /// Store version (0 until committed).
+    #[serde(default)]
+    pub version: u64,
+    /// Fingerprint of (thread content, policy, versions) that produced it.
+    #[serde(default)]
+    pub fingerprint: String,
+    /// Externalized spans.
+    #[serde(default)]
+    pub externalizations: Vec<ExternalizationRecord>,
+    /// Summarized spans.
+    #[serde(default)]
+    pub summarizations: Vec<SummarizationRecord>,
+    /// Cleared messages.
+    #[serde(default)]
+    pub clearings: Vec<ClearRecord>,
+    /// Dropped spans.
+    #[serde(default)]
+    pub drops: Vec<DropRecord>,
+    /// Tokens of the request rendered without the plan.
+    #[serde(default)]
+    pub original_token_count: u32,
+    /// Tokens of the request rendered with the plan.
+    #[serde(default)]
+    pub compacted_token_count: u32,
+}
+
+/// A message id claimed by two records; the higher precedence won.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NormalizationWarning {
+    /// The message.
+    pub message_id: String,
+    /// The action that lost.
+    pub dropped: ActionKind,
+    /// The action that won.
+    pub kept: ActionKind,
+}
+
+impl std::fmt::Display for NormalizationWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "message {} is in both {:?} and {:?}; {:?} takes precedence",
+            self.message_id, self.dropped, self.kept, self.kept
+        )
+    }
+}
+
+/// A plan that does not fit its thread.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PlanError {
+    /// A record with no messages.
+    #[error("plan.{list}[{record}].span.message_ids must not be empty")]
+    EmptySpan {
+        /// Record list.
+        list: &'static str,
+        /// Record index.
+        record: usize,
+    },
+    /// An id not in the thread.
+    #[error("plan.{list}[{record}].span references unknown message {id:?}")]
+    UnknownMessage {
+        /// Record list.
+        list: &'static str,
+        /// Record index.
+        record: usize,
+        /// The id.
+        id: String,
+    },
+    /// Ids out of thread order.
+    #[error("plan.{list}[{record}].span.message_ids are not in thread order")]
+    OutOfOrder {
+        /// Record list.
+        list: &'static str,
+        /// Record index.
+        record: usize,
+    },
+    /// A span that would orphan a tool call or result.
+    #[error("plan.{list}[{record}].span splits the tool call {call_id:?} from its result")]
+    SplitsToolPair {
+        /// Record list.
+        list: &'static str,
+        /// Record index.
+        record: usize,
+        /// The call id.
+        call_id: String,
+    },
+    /// A protected message in a record.
+    #[error("plan.{list}[{record}].span includes protected message {id:?}")]
+    Protected {
+        /// Record list.
+        list: &'static str,
+        /// Record index.
+        record: usize,
+        /// The id.
+        id: String,
+    },
+    /// A record for another thread.
+    #[error("plan.thread_id {got:?} does not match thread.id {expected:?}")]
+    WrongThread {
+        /// The thread's id.
+        expected: String,
+        /// The plan's.
+        got: String,
+    },
+}
+
+impl CompactionPlan {
+    /// An empty plan for `thread_id`.
+    pub fn new(thread_id: impl Into<String>) -> Self {
+        CompactionPlan {
+            thread_id: thread_id.into(),
+            ..Default::default()
+        }
+    }
+
+    /// True when the plan changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.externalizations.is_empty()
+            && self.summarizations.is_empty()
+            && self.clearings.is_empty()
+            && self.drops.is_empty()
+    }
+
+    /// Resolves every message id to its action. Records are applied lowest
+    /// precedence first so a higher one overwrites; within one kind the first
+    /// record wins (normalization removes such duplicates anyway).
+    pub fn actions(&self) -> HashMap<&str, Action<'_>> {
+        let mut map: HashMap<&str, Action<'_>> = HashMap::new();
+        fn put<'a>(map: &mut HashMap<&'a str, Action<'a>>, ids: &'a [String], a: Action<'a>) {
+            for id in ids {
+                match map.get(id.as_str()) {
+                    Some(prev) if prev.kind() >= a.kind() => {}
+                    _ => {
+                        map.insert(id, a);
+                    }
+                }
+            }
+        }
+        for r in &self.clearings {
+            put(&mut map, &r.span.message_ids, Action::Clear(r));
+        }
+        for r in &self.summarizations {
+            put(&mut map, &r.span.message_ids, Action::Summarize(r));
+        }
+        for r in &self.externalizations {
+            put(&mut map, &r.span.message_ids, Action::Externalize(r));
+        }
+        for r in &self.drops {
+            put(&mut map, &r.span.message_ids, Action::Drop(r));
+        }
+        map
+    }
+
+    /// Makes every message id appear in at most one record: the highest
+    /// precedence (Drop > Externalize > Summarize > Clear) keeps it, the others
+    /// lose it, records left empty disappear. Returns one warning per removal.
+    /// Idempotent: a normalized plan normalizes to itself with no warnings.
+    pub fn normalize(&mut self) -> Vec<NormalizationWarning> {
+        let mut owner: HashMap<String, ActionKind> = HashMap::new();
+        let mut warnings = Vec::new();
+        // Claim ids from the highest precedence down; the first claim wins.
+        fn claim(
+            owner: &mut HashMap<String, ActionKind>,
+            warnings: &mut Vec<NormalizationWarning>,
+            span: &mut SpanReference,
+            kind: ActionKind,
+        ) {
+            span.message_ids.retain(|id| match owner.get(id) {
+                Some(&kept) => {
+                    warnings.push(NormalizationWarning {
+                        message_id: id.clone(),
+                        dropped: kind,
+                        kept,
+                    });
+                    false
+                }
+                None => {
+                    owner.insert(id.clone(), kind);
+                    true
+                }
+            });
+        }
+        for r in &mut self.drops {
+            claim(&mut owner, &mut warnings, &mut r.span, ActionKind::Drop);
+        }
+        for r in &mut self.externalizations {
+            claim(&mut owner, &mut warnings, &mut r.span, ActionKind::Externalize);
+        }
+        for r in &mut self.summarizations {
+            claim(&mut owner, &mut warnings, &mut r.span, ActionKind::Summarize);
+        }
+        for r in &mut self.clearings {
+            claim(&mut owner, &mut warnings, &mut r.span, ActionKind::Clear);
+        }
+        self.drops.retain(|r| !r.span.message_ids.is_empty());
+        self.externalizations.retain(|r| !r.span.message_ids.is_empty());
+        self.summarizations.retain(|r| !r.span.message_ids.is_empty());
+        self.clearings.retain(|r| !r.span.message_ids.is_empty());
+        warnings
+    }
+
+    /// Checks that the plan can be rendered against `thread` without breaking an
+    /// invariant: known ids in thread order, protected messages untouched, and no
+    /// span that separates a tool call from its result. Clears are exempt from
+    /// the pairing rule because a cleared message keeps its role and call id.
+    pub fn validate_against(&self, thread: &Thread) -> Result<(), PlanError> {
+        if self.thread_id != thread.id {
+            return Err(PlanError::WrongThread {
+                expected: thread.id.clone(),
+                got: self.thread_id.clone(),
+            });
+        }
+        let pos: HashMap<&str, usize> = thread
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.id.as_str(), i))
+            .collect();
+        let check = |list: &'static str,
+                     record: usize,
+                     span: &SpanReference,
+                     removes_pairs: bool|
+         -> Result<(), PlanError> {
+            if span.message_ids.is_empty() {
+                return Err(PlanError::EmptySpan { list, record });
+            }
+            let mut last: Option<usize> = None;
+            let mut members: HashSet<usize> = HashSet::with_capacity(span.message_ids.len());
+            for id in &span.message_ids {
+                let Some(&i) = pos.get(id.as_str()) else {
+                    return Err(PlanError::UnknownMessage {
+                        list,
+                        record,
+                        id: id.clone(),
+                    });
+                };
+                if last.is_some_and(|l| l >= i) {
+                    return Err(PlanError::OutOfOrder { list, record });
+                }
+                last = Some(i);
+                members.insert(i);
+                if thread.messages[i].metadata.protected {
+                    return Err(PlanError::Protected {
+                        list,
+                        record,
+                        id: id.clone(),
+                    });
+                }
+            }
+            if removes_pairs {
+                check_pairs(thread, &members).map_err(|call_id| PlanError::SplitsToolPair {
+                    list,
+                    record,
+                    call_id,
+                })?;
+            }
+            Ok(())
+        };
+        for (i, r) in self.drops.iter().enumerate() {
+            check("drops", i, &r.span, true)?;
+        }
+        for (i, r) in self.externalizations.iter().enumerate() {
+            // A single externalized tool message keeps its role and call id.
+            let single_tool = r.span.message_ids.len() == 1
+                && pos
+                    .get(r.span.message_ids[0].as_str())
+                    .is_some_and(|&p| thread.messages[p].role == Role::Tool);
+            check("externalizations", i, &r.span, !single_tool)?;
+        }
+        for (i, r) in self.summarizations.iter().enumerate() {
+            check("summarizations", i, &r.span, true)?;
+        }
+        for (i, r) in self.clearings.iter().enumerate() {
+            check("clearings", i, &r.span, false)?;
+        }
+        Ok(())
+    }
+}
+
+/// For a set of message indices that will be replaced or removed, returns the
+/// id of a tool call whose call and results are not all inside the set.
+fn check_pairs(thread: &Thread, members: &HashSet<usize>) -> Result<(), String> {
+    for &i in members {
+        let m = &thread.messages[i];
+        for call in &m.tool_calls {
+            let answered_inside = thread.messages.iter().enumerate().any(|(j, r)| {
+                members.contains(&j)
+                    && r.tool_result
+                        .as_ref()
+                        .is_some_and(|e| e.tool_call_id == call.id)
+            });
+            if !answered_inside {
+                return Err(call.id.clone());
+            }
+        }
+        if let Some(env) = &m.tool_result {
+            let call_inside = members.iter().any(|&j| {
+                thread.messages[j]
+                    .tool_calls
+                    .iter()
+                    .any(|c| c.id == env.tool_call_id)
+            });
+            if !call_inside {
+                return Err(env.tool_call_id.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Versions that change what a plan would be; part of every fingerprint.
+pub const PLAN_FORMAT_VERSION: &str = "plan-v1";
+
+/// A stable fingerprint of everything that determines a plan: the thread's
+/// content, the policy, and the versions of the summary schema and plan format.
+/// Identical inputs give an identical fingerprint, which makes Compact idempotent.
+pub fn fingerprint(thread: &Thread, policy: &impl Serialize, extra: &[&str]) -> String {
+    let mut h = Sha256::new();
+    h.update(PLAN_FORMAT_VERSION.as_bytes());
+    h.update([0]);
+    h.update(super::summary::SUMMARY_SCHEMA_VERSION.as_bytes());
+    h.update([0]);
+    // serde_json writes struct fields in declaration order and maps as BTreeMap
+    // (sorted), so this encoding is canonical for our types.
+    if let Ok(bytes) = serde_json::to_vec(thread) {
+        h.update(&bytes);
+    }
+    h.update([0]);
+    if let Ok(bytes) = serde_json::to_vec(policy) {
+        h.update(&bytes);
+    }
+    for e in extra {
+        h.update([0]);
+        h.update(e.as_bytes());
+    }
+    hex::encode(h.finalize())
+}

@@ -1,0 +1,198 @@
+//! Structured summaries. Plain-text summaries drift over repeated cycles (lost
+//! constraints, merged entities); sections that merge field by field do not.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::message::Outcome;
+use super::plan::SpanReference;
+
+/// Bump when the fields of [`StructuredSummary`] change: it is part of every
+/// summary cache key, so stale cached summaries are never reused.
+pub const SUMMARY_SCHEMA_VERSION: &str = "v1";
+/// Bump when [`StructuredSummary::render_as_message`] output changes.
+pub const SUMMARY_RENDER_VERSION: &str = "v1";
+
+/// A decision taken in the conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// What was decided.
+    pub decision: String,
+    /// Why, when stated.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub rationale: String,
+    /// Turn it was taken in.
+    pub turn: u32,
+}
+
+/// Priority of an open item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    /// Blocks progress.
+    High,
+    /// Default.
+    Medium,
+    /// Nice to have.
+    Low,
+}
+
+/// Something unresolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenItem {
+    /// What is open.
+    pub description: String,
+    /// Where it came from.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub context: String,
+    /// How urgent.
+    pub priority: Priority,
+}
+
+/// A pointer to externalized content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactReference {
+    /// The artifact id.
+    pub artifact_id: String,
+    /// What it holds.
+    pub description: String,
+    /// When the agent should read it back.
+    pub rehydrate_hint: String,
+}
+
+/// What a tool call achieved, kept when its output is gone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutcome {
+    /// Tool name.
+    pub tool_name: String,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Ids and values that must survive.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub key_fields: BTreeMap<String, Value>,
+    /// The error, for failures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+}
+
+/// A summary in sections, rendered deterministically.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StructuredSummary {
+    /// The messages it covers.
+    pub span: SpanReference,
+    /// Stable information: user preferences, constraints, requirements.
+    #[serde(default)]
+    pub facts: Vec<String>,
+    /// Decisions with rationale.
+    #[serde(default)]
+    pub decisions: Vec<Decision>,
+    /// Unresolved items.
+    #[serde(default)]
+    pub open_items: Vec<OpenItem>,
+    /// Externalized content referenced by the span.
+    #[serde(default)]
+    pub artifacts: Vec<ArtifactReference>,
+    /// Tool calls and what they returned.
+    #[serde(default)]
+    pub tool_outcomes: Vec<ToolOutcome>,
+    /// What the agent is doing now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_task: Option<String>,
+    /// The agent's plan, step by step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub current_plan: Vec<String>,
+}
+
+impl StructuredSummary {
+    /// An empty summary of `span`.
+    pub fn empty(span: SpanReference) -> Self {
+        StructuredSummary {
+            span,
+            facts: Vec::new(),
+            decisions: Vec::new(),
+            open_items: Vec::new(),
+            artifacts: Vec::new(),
+            tool_outcomes: Vec::new(),
+            current_task: None,
+            current_plan: Vec::new(),
+        }
+    }
+
+    /// Renders the summary body. Section order and formatting are fixed so the
+    /// same summary always produces the same bytes (golden prompts, cache prefixes).
+    pub fn render_as_message(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "[Summary {SUMMARY_RENDER_VERSION}]");
+        if let Some(task) = &self.current_task {
+            let _ = writeln!(out, "Current task: {task}");
+        }
+        if !self.facts.is_empty() {
+            out.push_str("Facts and constraints:\n");
+            for f in &self.facts {
+                let _ = writeln!(out, "- {f}");
+            }
+        }
+        if !self.decisions.is_empty() {
+            out.push_str("Decisions:\n");
+            for d in &self.decisions {
+                if d.rationale.is_empty() {
+                    let _ = writeln!(out, "- (turn {}) {}", d.turn, d.decision);
+                } else {
+                    let _ = writeln!(out, "- (turn {}) {} — because {}", d.turn, d.decision, d.rationale);
+                }
+            }
+        }
+        if !self.open_items.is_empty() {
+            out.push_str("Open items:\n");
+            for o in &self.open_items {
+                let p = match o.priority {
+                    Priority::High => "high",
+                    Priority::Medium => "medium",
+                    Priority::Low => "low",
+                };
+                if o.context.is_empty() {
+                    let _ = writeln!(out, "- [{p}] {}", o.description);
+                } else {
+                    let _ = writeln!(out, "- [{p}] {} ({})", o.description, o.context);
+                }
+            }
+        }
+        if !self.tool_outcomes.is_empty() {
+            out.push_str("Tool outcomes:\n");
+            for t in &self.tool_outcomes {
+                let _ = write!(out, "- {}: {}", t.tool_name, t.outcome.as_str());
+                if !t.key_fields.is_empty() {
+                    let fields = serde_json::to_string(&t.key_fields).unwrap_or_default();
+                    let _ = write!(out, " {fields}");
+                }
+                if let Some(e) = &t.error_message {
+                    let _ = write!(out, " error: {e}");
+                }
+                out.push('\n');
+            }
+        }
+        if !self.artifacts.is_empty() {
+            out.push_str("Artifacts:\n");
+            for a in &self.artifacts {
+                let _ = writeln!(
+                    out,
+                    "- {}: {} ({})",
+                    a.artifact_id, a.description, a.rehydrate_hint
+                );
+            }
+        }
+        if !self.current_plan.is_empty() {
+            out.push_str("Plan:\n");
+            for (i, step) in self.current_plan.iter().enumerate() {
+                let _ = writeln!(out, "{}. {step}", i + 1);
+            }
+        }
+        while out.ends_with('\n') {
+            out.pop();
+        }
+        out
+    }
+}

@@ -1,0 +1,71 @@
+//! The neutral request: what the renderer produces before a provider format is chosen.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Content, Role, ToolCall, ToolSchema};
+
+/// Where a rendered message came from, so reports and provider adapters can
+/// tell thread content from synthetic content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// A thread message, unchanged.
+    Verbatim,
+    /// A thread message whose content is a placeholder.
+    Cleared,
+    /// A summary standing for a span.
+    Summary,
+    /// A pointer to externalized content.
+    Externalized,
+    /// Artifact content injected for this turn only; never part of the thread.
+    Rehydrated,
+}
+
+/// One message of a rendered request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RenderedMessage {
+    /// Role as sent.
+    pub role: Role,
+    /// Content as sent.
+    pub content: Content,
+    /// Assistant tool calls.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For role tool: the call this answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// For role tool: the tool's name (Anthropic and logs want it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    /// True when the tool result is an error (Anthropic's `is_error`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+    /// Thread message id (first of the span for summaries), or the artifact id
+    /// for rehydrated content.
+    pub source_id: String,
+    /// What produced it.
+    pub origin: Origin,
+}
+
+/// A complete request in neutral form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// System prompt, sent first (OpenAI) or separately (Anthropic).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// Conversation messages.
+    pub messages: Vec<RenderedMessage>,
+    /// Tool schemas.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolSchema>,
+}
+
+/// Provider-specific settings for the OpenAI and Anthropic payloads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderOptions {
+    /// Model name written into the payload.
+    pub model: String,
+    /// `max_tokens` for the response (required by Anthropic; optional for OpenAI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
+}
