@@ -5,3 +5,5 @@
 
 pub mod model;
 pub mod render;
+pub mod summarize;
+pub mod tokens;

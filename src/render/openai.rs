@@ -1,0 +1,1 @@
+//! OpenAI Chat Completions request body.

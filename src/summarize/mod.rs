@@ -1,0 +1,1 @@
+//! Summaries: the Summarizer trait, the extractive summarizer, tool-output post-processing.

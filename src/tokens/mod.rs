@@ -1,0 +1,1 @@
+//! Token counting: exact OpenAI encodings, an estimator, and the ledger cache.
