@@ -1,10 +1,12 @@
 //! The domain model: threads, messages, plans and summaries. Pure data, no I/O.
 
+mod import;
 mod message;
 mod plan;
 mod summary;
 mod thread;
 
+pub use import::{thread_from_json, ImportError, InputFormat, ThreadInput};
 pub use message::{
     Content, ContentPart, DeterminismMetadata, Durability, Message, MessageMetadata, Outcome, Role,
     Sensitivity, ToolCall, ToolContent, ToolResultEnvelope, ToolSchema,

@@ -28,10 +28,19 @@ pub struct SpanReference {
 impl SpanReference {
     /// Span over the given messages of `thread` (indices ascending).
     pub fn of(thread: &Thread, indices: &[usize]) -> SpanReference {
-        let first = indices.first().map(|&i| thread.messages[i].turn).unwrap_or(0);
-        let last = indices.last().map(|&i| thread.messages[i].turn).unwrap_or(0);
+        let first = indices
+            .first()
+            .map(|&i| thread.messages[i].turn)
+            .unwrap_or(0);
+        let last = indices
+            .last()
+            .map(|&i| thread.messages[i].turn)
+            .unwrap_or(0);
         SpanReference {
-            message_ids: indices.iter().map(|&i| thread.messages[i].id.clone()).collect(),
+            message_ids: indices
+                .iter()
+                .map(|&i| thread.messages[i].id.clone())
+                .collect(),
             first_turn: first,
             last_turn: last,
         }
@@ -363,17 +372,29 @@ impl CompactionPlan {
             claim(&mut owner, &mut warnings, &mut r.span, ActionKind::Drop);
         }
         for r in &mut self.externalizations {
-            claim(&mut owner, &mut warnings, &mut r.span, ActionKind::Externalize);
+            claim(
+                &mut owner,
+                &mut warnings,
+                &mut r.span,
+                ActionKind::Externalize,
+            );
         }
         for r in &mut self.summarizations {
-            claim(&mut owner, &mut warnings, &mut r.span, ActionKind::Summarize);
+            claim(
+                &mut owner,
+                &mut warnings,
+                &mut r.span,
+                ActionKind::Summarize,
+            );
         }
         for r in &mut self.clearings {
             claim(&mut owner, &mut warnings, &mut r.span, ActionKind::Clear);
         }
         self.drops.retain(|r| !r.span.message_ids.is_empty());
-        self.externalizations.retain(|r| !r.span.message_ids.is_empty());
-        self.summarizations.retain(|r| !r.span.message_ids.is_empty());
+        self.externalizations
+            .retain(|r| !r.span.message_ids.is_empty());
+        self.summarizations
+            .retain(|r| !r.span.message_ids.is_empty());
         self.clearings.retain(|r| !r.span.message_ids.is_empty());
         warnings
     }

@@ -141,7 +141,11 @@ impl StructuredSummary {
                 if d.rationale.is_empty() {
                     let _ = writeln!(out, "- (turn {}) {}", d.turn, d.decision);
                 } else {
-                    let _ = writeln!(out, "- (turn {}) {} — because {}", d.turn, d.decision, d.rationale);
+                    let _ = writeln!(
+                        out,
+                        "- (turn {}) {} — because {}",
+                        d.turn, d.decision, d.rationale
+                    );
                 }
             }
         }

@@ -79,7 +79,9 @@ pub enum ThreadError {
         id: String,
     },
     /// A role name the API does not know (raised by converters).
-    #[error("messages[{index}].role {role:?} is not one of system, developer, user, assistant, tool")]
+    #[error(
+        "messages[{index}].role {role:?} is not one of system, developer, user, assistant, tool"
+    )]
     UnknownRole {
         /// Message index.
         index: usize,
@@ -196,7 +198,8 @@ impl ThreadError {
             ThreadError::OversizeContent { index, .. } => {
                 format!("thread.messages[{index}].content")
             }
-            ThreadError::MissingToolResult { index } | ThreadError::UnexpectedToolResult { index } => {
+            ThreadError::MissingToolResult { index }
+            | ThreadError::UnexpectedToolResult { index } => {
                 format!("thread.messages[{index}].tool_result")
             }
             ThreadError::UnexpectedToolCalls { index } => {

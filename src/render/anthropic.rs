@@ -1,1 +1,647 @@
 //! Anthropic Messages request body.
+//!
+//! The Messages API is stricter than Chat Completions: only `user` and
+//! `assistant` roles, strict alternation starting with `user`, tool results as
+//! blocks of the *next* user message, and no blank text anywhere. The neutral
+//! [`Request`] is adapted without dropping any content:
+//!
+//! 1. **System.** `req.system` and every *leading* `system`/`developer` message
+//!    (before the first other message) go, in order, into the top-level
+//!    `system` string, joined by a blank line (`"\n\n"`). Blank pieces are
+//!    skipped; `system` is omitted when nothing is left.
+//! 2. **Later system/developer messages** become user-side text: the first
+//!    text block is prefixed with `"[system] "` or `"[developer] "` (or a text
+//!    block `"[system]"`/`"[developer]"` is put before a leading image). They
+//!    merge with neighbouring user messages like any user content.
+//! 3. **Tool calls** become `tool_use` blocks after the message's other blocks;
+//!    `input` is the arguments object, `{}` for null, and `{"value": v}` for any
+//!    other non-object value (the API requires an object).
+//! 4. **Tool messages** become `tool_result` blocks (`is_error: true` only when
+//!    the result is an error) in a user message.
+//! 5. **Merging.** Consecutive messages that map to the same role become one
+//!    message. In a user message all `tool_result` blocks come first (the API
+//!    requires the results to open the message that follows the `tool_use`),
+//!    then the other blocks in order; in an assistant message all `tool_use`
+//!    blocks come last.
+//! 6. **First turn.** If the conversation would start with `assistant` (e.g. a
+//!    summary, which compactd renders as assistant) or be empty, a user message
+//!    with the text `"(continuing conversation)"` is inserted first.
+//! 7. **Blank text.** Text blocks that are empty or whitespace-only are not
+//!    sent (the API rejects them). A message left without blocks gets the text
+//!    block `"(empty)"`; a blank tool result gets the content `"(empty)"`.
+//! 8. **Final assistant turn.** If the last message is `assistant` (a
+//!    prefill), trailing whitespace of its last text block is trimmed (the API
+//!    rejects a final assistant turn ending in whitespace).
+//! 9. **Images.** Only user-side content (user, later system/developer, tool
+//!    results) may hold images: `https:`-style URLs become
+//!    `{"type":"url","url":..}` sources, `data:<media type>;base64,<data>`
+//!    URLs become base64 sources. Images elsewhere (assistant, system) and
+//!    data URLs that are not base64 are sent as the text `"[image: {url}]"`.
+//! 10. `max_tokens` is `opts.max_output_tokens`, or 4096 when unset (required).
+//!
+//! Output is a `serde_json::Value` whose maps are BTreeMaps, so the serialized
+//! body is byte-identical for identical input.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Map, Value};
+
+use super::{ProviderOptions, RenderedMessage, Request};
+use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
+
+/// `max_tokens` when the caller sets none; the API requires the field.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// Text of the user message inserted when the conversation would start with
+/// the assistant (or be empty).
+pub const CONTINUATION_TEXT: &str = "(continuing conversation)";
+/// Text standing in for a message (or tool result) that would otherwise be empty.
+pub const EMPTY_TEXT: &str = "(empty)";
+
+/// Anthropic Messages request body: {"model","max_tokens","system"?, "messages":[...], "tools"?: [{name, description, input_schema}]}.
+pub fn to_anthropic(req: &Request, opts: &ProviderOptions) -> Value {
+    let mut system: Vec<String> = Vec::new();
+    if let Some(s) = req.system.as_deref().filter(|s| !is_blank(s)) {
+        system.push(s.to_string());
+    }
+    let lead = req
+        .messages
+        .iter()
+        .take_while(|m| matches!(m.role, Role::System | Role::Developer))
+        .count();
+    for m in &req.messages[..lead] {
+        let text = flat_text(&m.content);
+        if !is_blank(&text) {
+            system.push(text);
+        }
+    }
+
+    // (is_assistant, blocks) per output message, merged as we go.
+    let mut turns: Vec<(bool, Vec<Value>)> = Vec::new();
+    for m in &req.messages[lead..] {
+        let (assistant, blocks) = blocks(m);
+        match turns.last_mut() {
+            Some((last, existing)) if *last == assistant => existing.extend(blocks),
+            _ => turns.push((assistant, blocks)),
+        }
+    }
+    if turns.first().is_none_or(|(assistant, _)| *assistant) {
+        turns.insert(0, (false, vec![text_block(CONTINUATION_TEXT)]));
+    }
+    let last = turns.len() - 1;
+    let messages: Vec<Value> = turns
+        .into_iter()
+        .enumerate()
+        .map(|(i, (assistant, mut blocks))| {
+            // Stable partition: results open a user turn, calls close an assistant turn.
+            let key = |b: &Value| {
+                let t = b["type"].as_str();
+                if assistant {
+                    t == Some("tool_use")
+                } else {
+                    t != Some("tool_result")
+                }
+            };
+            blocks.sort_by_key(key);
+            if blocks.is_empty() {
+                blocks.push(text_block(EMPTY_TEXT));
+            }
+            if assistant && i == last {
+                trim_final_text(&mut blocks);
+            }
+            let role = if assistant { "assistant" } else { "user" };
+            json!({"role": role, "content": blocks})
+        })
+        .collect();
+
+    let mut body = Map::new();
+    body.insert("model".into(), Value::String(opts.model.clone()));
+    body.insert(
+        "max_tokens".into(),
+        json!(opts.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
+    );
+    if !system.is_empty() {
+        body.insert("system".into(), Value::String(system.join("\n\n")));
+    }
+    body.insert("messages".into(), Value::Array(messages));
+    if !req.tools.is_empty() {
+        body.insert(
+            "tools".into(),
+            Value::Array(req.tools.iter().map(tool).collect()),
+        );
+    }
+    Value::Object(body)
+}
+
+fn is_blank(s: &str) -> bool {
+    s.trim().is_empty()
+}
+
+fn text_block(text: &str) -> Value {
+    json!({"type": "text", "text": text})
+}
+
+fn image_as_text(url: &str) -> String {
+    format!("[image: {url}]")
+}
+
+/// Content as one string, for the system prompt (which takes no images).
+fn flat_text(c: &Content) -> String {
+    match c {
+        Content::Text(s) => s.clone(),
+        Content::Parts(parts) => parts
+            .iter()
+            .map(|p| match p {
+                ContentPart::Text { text } => text.clone(),
+                ContentPart::Image { url } => image_as_text(url),
+            })
+            .filter(|s| !is_blank(s))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
+/// Content blocks without blank text. Images become image blocks only where
+/// the API accepts them (user side).
+fn content_blocks(c: &Content, images_allowed: bool) -> Vec<Value> {
+    match c {
+        Content::Text(s) if is_blank(s) => Vec::new(),
+        Content::Text(s) => vec![text_block(s)],
+        Content::Parts(parts) => parts
+            .iter()
+            .filter_map(|p| match p {
+                ContentPart::Text { text } if is_blank(text) => None,
+                ContentPart::Text { text } => Some(text_block(text)),
+                ContentPart::Image { url } => Some(match image_source(url) {
+                    Some(source) if images_allowed => json!({"type": "image", "source": source}),
+                    _ => text_block(&image_as_text(url)),
+                }),
+            })
+            .collect(),
+    }
+}
+
+/// `data:<media type>[;params];base64,<data>` → base64 source; other
+/// `data:` URLs have no Anthropic form (`None`); anything else is a URL source.
+fn image_source(url: &str) -> Option<Value> {
+    let Some(rest) = url.strip_prefix("data:") else {
+        return Some(json!({"type": "url", "url": url}));
+    };
+    let (meta, data) = rest.split_once(',')?;
+    let mut params = meta.split(';');
+    let media_type = params.next().unwrap_or_default();
+    if media_type.is_empty() || !params.any(|p| p == "base64") {
+        return None;
+    }
+    Some(json!({"type": "base64", "media_type": media_type, "data": data}))
+}
+
+/// One neutral message as (is_assistant, blocks).
+fn blocks(m: &RenderedMessage) -> (bool, Vec<Value>) {
+    match m.role {
+        Role::User => (false, content_blocks(&m.content, true)),
+        Role::System | Role::Developer => {
+            let mut blocks = content_blocks(&m.content, true);
+            let label = format!("[{}]", m.role.as_str());
+            match blocks.first_mut() {
+                Some(Value::Object(first)) if first["type"] == "text" => {
+                    let text = first["text"].as_str().unwrap_or_default();
+                    let prefixed = format!("{label} {text}");
+                    first.insert("text".into(), Value::String(prefixed));
+                }
+                Some(_) => blocks.insert(0, text_block(&label)),
+                None => {}
+            }
+            (false, blocks)
+        }
+        Role::Assistant => {
+            let mut blocks = content_blocks(&m.content, false);
+            blocks.extend(m.tool_calls.iter().map(tool_use));
+            (true, blocks)
+        }
+        Role::Tool => (false, vec![tool_result(m)]),
+    }
+}
+
+fn tool_use(c: &ToolCall) -> Value {
+    let input = match &c.arguments {
+        Value::Object(_) => c.arguments.clone(),
+        Value::Null => json!({}),
+        other => json!({"value": other}),
+    };
+    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input})
+}
+
+fn tool_result(m: &RenderedMessage) -> Value {
+    let content = match &m.content {
+        Content::Text(s) if !is_blank(s) => Value::String(s.clone()),
+        Content::Parts(_) => {
+            let blocks = content_blocks(&m.content, true);
+            if blocks.is_empty() {
+                Value::String(EMPTY_TEXT.into())
+            } else {
+                Value::Array(blocks)
+            }
+        }
+        Content::Text(_) => Value::String(EMPTY_TEXT.into()),
+    };
+    let mut block = Map::new();
+    block.insert("type".into(), json!("tool_result"));
+    // A missing id stays visible (empty) so `check_structure` names it.
+    block.insert(
+        "tool_use_id".into(),
+        Value::String(m.tool_call_id.clone().unwrap_or_default()),
+    );
+    block.insert("content".into(), content);
+    if m.is_error {
+        block.insert("is_error".into(), Value::Bool(true));
+    }
+    Value::Object(block)
+}
+
+fn trim_final_text(blocks: &mut [Value]) {
+    if let Some(Value::Object(last)) = blocks.last_mut() {
+        if last["type"] == "text" {
+            if let Some(text) = last["text"].as_str() {
+                let trimmed = text.trim_end().to_string();
+                last.insert("text".into(), Value::String(trimmed));
+            }
+        }
+    }
+}
+
+fn tool(t: &ToolSchema) -> Value {
+    let schema = if t.parameters.is_object() {
+        t.parameters.clone()
+    } else {
+        // input_schema is required; a tool without parameters takes an empty object.
+        json!({"type": "object", "properties": {}})
+    };
+    let mut out = Map::new();
+    out.insert("name".into(), Value::String(t.name.clone()));
+    if !t.description.is_empty() {
+        out.insert("description".into(), Value::String(t.description.clone()));
+    }
+    out.insert("input_schema".into(), schema);
+    Value::Object(out)
+}
+
+/// Checks an Anthropic body: first message role user, roles strictly alternate user/assistant, every tool_use id answered by a tool_result block in the immediately following user message (tool_result blocks first in that message), no tool_result without a tool_use in the immediately preceding assistant message, no empty content.
+///
+/// Also checks what the API rejects besides: a missing `max_tokens`, blank
+/// text blocks or system prompt, and a final assistant turn ending in whitespace.
+pub fn check_structure(body: &Value) -> Result<(), String> {
+    if !body.get("max_tokens").is_some_and(Value::is_u64) {
+        return Err("body has no integer \"max_tokens\"".into());
+    }
+    match body.get("system") {
+        None => {}
+        Some(Value::String(s)) if !is_blank(s) => {}
+        Some(Value::Array(a)) if !a.is_empty() => {}
+        Some(_) => return Err("\"system\" is empty or not a string".into()),
+    }
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or("body has no \"messages\" array")?;
+    if messages.is_empty() {
+        return Err("\"messages\" is empty".into());
+    }
+    // tool_use ids of the previous assistant message, still to be answered.
+    let mut open: BTreeSet<String> = BTreeSet::new();
+    let mut seen_ids: BTreeSet<String> = BTreeSet::new();
+    let mut previous: Option<&str> = None;
+    for (i, m) in messages.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
+        match (previous, role) {
+            (None, "user") => {}
+            (None, r) => {
+                return Err(format!(
+                    "messages[0] has role {r:?}; the first must be user"
+                ))
+            }
+            (Some(p), r) if (r == "user" || r == "assistant") && r != p => {}
+            (Some(_), r) => {
+                return Err(format!(
+                    "messages[{i}] has role {r:?}; roles must alternate user/assistant"
+                ))
+            }
+        }
+        previous = Some(role);
+        let blocks = content_as_blocks(m.get("content"), i)?;
+        let mut answered: BTreeSet<String> = BTreeSet::new();
+        let mut past_results = false;
+        for (j, b) in blocks.iter().enumerate() {
+            let kind = b.get("type").and_then(Value::as_str).unwrap_or_default();
+            match kind {
+                "text" => {
+                    let text = b.get("text").and_then(Value::as_str).unwrap_or_default();
+                    if is_blank(text) {
+                        return Err(format!("messages[{i}].content[{j}] is a blank text block"));
+                    }
+                }
+                "tool_use" if role == "assistant" => {
+                    let id = b.get("id").and_then(Value::as_str).unwrap_or_default();
+                    if id.is_empty() {
+                        return Err(format!("messages[{i}].content[{j}] tool_use has no id"));
+                    }
+                    if !b.get("input").is_some_and(Value::is_object) {
+                        return Err(format!("messages[{i}].content[{j}].input is not an object"));
+                    }
+                    if !seen_ids.insert(id.to_string()) {
+                        return Err(format!(
+                            "messages[{i}].content[{j}] repeats tool_use id {id:?}"
+                        ));
+                    }
+                }
+                "tool_result" if role == "user" => {
+                    if past_results {
+                        return Err(format!(
+                            "messages[{i}].content[{j}] is a tool_result after other blocks; tool_result blocks must come first"
+                        ));
+                    }
+                    let id = b
+                        .get("tool_use_id")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    if !open.contains(id) {
+                        return Err(format!(
+                            "messages[{i}].content[{j}] is a tool_result for {id:?} with no tool_use in the preceding assistant message"
+                        ));
+                    }
+                    if !answered.insert(id.to_string()) {
+                        return Err(format!("messages[{i}].content[{j}] answers {id:?} twice"));
+                    }
+                    if let Some(c) = b.get("content") {
+                        content_as_blocks(Some(c), i)?;
+                    }
+                }
+                "tool_use" | "tool_result" => {
+                    return Err(format!(
+                        "messages[{i}].content[{j}] is a {kind} block in a {role} message"
+                    ))
+                }
+                _ => {}
+            }
+            if kind != "tool_result" {
+                past_results = true;
+            }
+        }
+        if role == "user" {
+            if let Some(id) = open.iter().find(|id| !answered.contains(*id)) {
+                return Err(format!(
+                    "tool_use {id:?} of messages[{}] has no tool_result in messages[{i}]",
+                    i - 1
+                ));
+            }
+            open.clear();
+        } else {
+            open = blocks
+                .iter()
+                .filter(|b| b["type"] == "tool_use")
+                .filter_map(|b| b["id"].as_str().map(str::to_string))
+                .collect();
+            if i == messages.len() - 1 {
+                if let Some(id) = open.iter().next() {
+                    return Err(format!(
+                        "tool_use {id:?} of messages[{i}] is never answered"
+                    ));
+                }
+                let ends_in_space = blocks
+                    .last()
+                    .and_then(|b| b["text"].as_str())
+                    .is_some_and(|t| t.ends_with(char::is_whitespace));
+                if ends_in_space {
+                    return Err(format!(
+                        "messages[{i}] is a final assistant turn ending in whitespace"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A `content` value as blocks; a string counts as one text block.
+fn content_as_blocks(content: Option<&Value>, i: usize) -> Result<Vec<Value>, String> {
+    match content {
+        Some(Value::String(s)) if !is_blank(s) => Ok(vec![text_block(s)]),
+        Some(Value::Array(a)) if !a.is_empty() => Ok(a.clone()),
+        _ => Err(format!("messages[{i}] has empty or missing content")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::render::openai::testgen::{self, calls, msg, opts, result, summary};
+    use crate::render::Origin;
+
+    #[test]
+    fn snapshots() {
+        for (name, req) in testgen::fixtures() {
+            let body = to_anthropic(&req, &opts());
+            check_structure(&body).unwrap_or_else(|e| panic!("{name}: {e}"));
+            insta::assert_json_snapshot!(name, body);
+        }
+    }
+
+    #[test]
+    fn deterministic_bytes() {
+        for (_, req) in testgen::fixtures() {
+            let a = serde_json::to_string(&to_anthropic(&req, &opts())).unwrap();
+            let b = serde_json::to_string(&to_anthropic(&req.clone(), &opts())).unwrap();
+            assert_eq!(a, b);
+        }
+    }
+
+    #[test]
+    fn max_tokens_default_and_override() {
+        let req = Request {
+            system: None,
+            messages: vec![msg(Role::User, "hi")],
+            tools: Vec::new(),
+        };
+        assert_eq!(to_anthropic(&req, &opts())["max_tokens"], json!(4096));
+        let o = ProviderOptions {
+            max_output_tokens: Some(100),
+            ..opts()
+        };
+        assert_eq!(to_anthropic(&req, &o)["max_tokens"], json!(100));
+    }
+
+    #[test]
+    fn empty_and_summary_first_get_a_user_turn() {
+        let empty = Request {
+            system: Some("  ".into()),
+            messages: Vec::new(),
+            tools: Vec::new(),
+        };
+        let body = to_anthropic(&empty, &opts());
+        assert!(body.get("system").is_none());
+        assert_eq!(body["messages"][0]["content"][0]["text"], CONTINUATION_TEXT);
+        check_structure(&body).unwrap();
+
+        let req = Request {
+            system: None,
+            messages: vec![msg(Role::Developer, "rules"), summary("sum")],
+            tools: Vec::new(),
+        };
+        let body = to_anthropic(&req, &opts());
+        assert_eq!(body["system"], "rules");
+        assert_eq!(body["messages"][0]["role"], "user");
+        assert_eq!(body["messages"][1]["content"][0]["text"], "sum");
+    }
+
+    #[test]
+    fn results_first_even_when_user_text_precedes_them() {
+        // A rehydrated user message rendered between a call and its result.
+        let req = Request {
+            system: None,
+            messages: vec![
+                msg(Role::User, "go"),
+                calls("", &[("c1", "f", json!(3))]),
+                RenderedMessage {
+                    origin: Origin::Rehydrated,
+                    ..msg(Role::User, "artifact text")
+                },
+                result("c1", "f", "  ", false),
+            ],
+            tools: Vec::new(),
+        };
+        let body = to_anthropic(&req, &opts());
+        check_structure(&body).unwrap();
+        assert_eq!(
+            body["messages"][1]["content"][0]["input"],
+            json!({"value": 3})
+        );
+        let user = &body["messages"][2]["content"];
+        assert_eq!(user[0]["type"], "tool_result");
+        assert_eq!(user[0]["content"], EMPTY_TEXT);
+        assert_eq!(user[1]["text"], "artifact text");
+    }
+
+    #[test]
+    fn image_sources() {
+        assert_eq!(
+            image_source("data:image/webp;charset=x;base64,AAAA"),
+            Some(json!({"type": "base64", "media_type": "image/webp", "data": "AAAA"}))
+        );
+        assert_eq!(image_source("data:image/svg+xml,<svg/>"), None);
+        assert_eq!(image_source("data:;base64,AAAA"), None);
+        assert_eq!(
+            image_source("https://x/y.png"),
+            Some(json!({"type": "url", "url": "https://x/y.png"}))
+        );
+    }
+
+    fn body(messages: Value) -> Value {
+        json!({"model": "m", "max_tokens": 10, "messages": messages})
+    }
+
+    fn use_block(id: &str) -> Value {
+        json!({"type": "tool_use", "id": id, "name": "f", "input": {}})
+    }
+
+    fn result_block(id: &str) -> Value {
+        json!({"type": "tool_result", "tool_use_id": id, "content": "ok"})
+    }
+
+    #[test]
+    fn rejects_orphan_tool_result() {
+        let err = check_structure(&body(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": [result_block("x")]},
+        ])))
+        .unwrap_err();
+        assert!(err.contains("no tool_use"), "{err}");
+    }
+
+    #[test]
+    fn rejects_unanswered_tool_use() {
+        let err = check_structure(&body(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [use_block("a"), use_block("b")]},
+            {"role": "user", "content": [result_block("a")]},
+        ])))
+        .unwrap_err();
+        assert!(err.contains("\"b\""), "{err}");
+        let err = check_structure(&body(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [use_block("a")]},
+        ])))
+        .unwrap_err();
+        assert!(err.contains("never answered"), "{err}");
+    }
+
+    #[test]
+    fn rejects_non_alternating_and_assistant_first() {
+        let err = check_structure(&body(json!([
+            {"role": "user", "content": "a"},
+            {"role": "user", "content": "b"},
+        ])))
+        .unwrap_err();
+        assert!(err.contains("alternate"), "{err}");
+        let err = check_structure(&body(json!([
+            {"role": "assistant", "content": "a"},
+        ])))
+        .unwrap_err();
+        assert!(err.contains("first must be user"), "{err}");
+        let err = check_structure(&body(json!([
+            {"role": "user", "content": "a"},
+            {"role": "system", "content": "b"},
+        ])))
+        .unwrap_err();
+        assert!(err.contains("alternate"), "{err}");
+    }
+
+    #[test]
+    fn rejects_results_after_text_and_blank_content() {
+        let err = check_structure(&body(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [use_block("a")]},
+            {"role": "user", "content": [{"type": "text", "text": "x"}, result_block("a")]},
+        ])))
+        .unwrap_err();
+        assert!(err.contains("must come first"), "{err}");
+        let err = check_structure(&body(json!([
+            {"role": "user", "content": [{"type": "text", "text": " "}]},
+        ])))
+        .unwrap_err();
+        assert!(err.contains("blank"), "{err}");
+        let err = check_structure(&body(json!([{"role": "user", "content": []}]))).unwrap_err();
+        assert!(err.contains("empty"), "{err}");
+        let err = check_structure(&body(json!([
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b "},
+        ])))
+        .unwrap_err();
+        assert!(err.contains("whitespace"), "{err}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn well_formed_requests_pass_and_keep_all_text(req in testgen::request()) {
+            let body = to_anthropic(&req, &opts());
+            prop_assert_eq!(check_structure(&body), Ok(()));
+            prop_assert_eq!(testgen::assert_no_loss(&req, &body), Ok(()));
+            // Every call and every result survives as exactly one block.
+            let blocks: Vec<&Value> = body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|m| m["content"].as_array().unwrap())
+                .collect();
+            let uses = blocks.iter().filter(|b| b["type"] == "tool_use").count();
+            let results = blocks.iter().filter(|b| b["type"] == "tool_result").count();
+            let calls: usize = req.messages.iter().map(|m| m.tool_calls.len()).sum();
+            let tools = req.messages.iter().filter(|m| m.role == Role::Tool).count();
+            prop_assert_eq!(uses, calls);
+            prop_assert_eq!(results, tools);
+        }
+    }
+}

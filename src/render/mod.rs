@@ -1,7 +1,16 @@
-//! Rendering: thread + plan → request. Pure and deterministic.
+//! Rendering: thread + plan → request (neutral form), then the provider
+//! payloads. Pure and deterministic.
 
 pub mod anthropic;
+mod count;
+
 pub mod openai;
+mod renderer;
 mod request;
 
+pub use count::{RequestCounter, RequestTokens};
+pub use renderer::{
+    externalization_text, render, render_message, summary_text, Rehydrated, RenderInput,
+    RenderOptions, RENDER_FORMAT_VERSION,
+};
 pub use request::{Origin, ProviderOptions, RenderedMessage, Request};

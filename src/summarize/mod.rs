@@ -1,1 +1,60 @@
 //! Summaries: the Summarizer trait, the extractive summarizer, tool-output post-processing.
+//!
+//! Everything here is pure (no I/O, no runtime) so the reducer can call it on the
+//! hot path and tests can pin its output byte for byte.
+
+pub mod extractive;
+mod text;
+pub mod tool_output;
+
+pub use extractive::{
+    fit_to_size, is_constraint, merge_summaries, ExtractiveSummarizer, EXTRACTIVE_ID,
+};
+pub use tool_output::{
+    compress_tool_output, CompressRules, Compressed, OutputKind, STRUCTURED_KEEP_TOKENS,
+};
+
+use crate::model::{Message, SpanReference, StructuredSummary};
+
+/// One summarization job: a span of the thread plus the summaries it replaces.
+#[derive(Debug, Clone)]
+pub struct SummaryRequest<'a> {
+    /// What the summary covers.
+    pub span: SpanReference,
+    /// The span's messages in thread order (may include tool calls and results).
+    pub messages: &'a [&'a Message],
+    /// Earlier summaries this one replaces (rolling re-summarization); their
+    /// content must be carried forward, or facts drift away over cycles.
+    pub prior: &'a [&'a StructuredSummary],
+    /// Cap on `render_as_message().len()` of the result, in bytes (which also
+    /// bounds chars, so a char-based caller is never exceeded).
+    pub max_chars: usize,
+}
+
+/// Why no summary was produced. The reducer falls back to cheaper strategies.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SummarizeError {
+    /// The backend declined to summarize (model refusal, policy).
+    #[error("summarizer refused: {0}")]
+    Refused(String),
+    /// Even the constraint facts alone do not fit `max_chars`; trimming further
+    /// would lose constraints, so the caller must raise the cap or split the span.
+    #[error("summary needs {needed} chars for its constraints alone; the cap is {max_chars}")]
+    TooLarge {
+        /// Rendered size of the smallest acceptable summary.
+        needed: usize,
+        /// The cap requested.
+        max_chars: usize,
+    },
+    /// The backend failed (network, bad response).
+    #[error("summarizer backend failed: {0}")]
+    Backend(String),
+}
+
+/// Turns a span (and the summaries it replaces) into one structured summary.
+pub trait Summarizer: Send + Sync {
+    /// Identifies the summarizer in cache keys ("extractive-v1", "gpt-4o-mini@prompt-v3").
+    fn id(&self) -> &str;
+    /// Summarizes `req`; the result renders within `req.max_chars`.
+    fn summarize(&self, req: &SummaryRequest<'_>) -> Result<StructuredSummary, SummarizeError>;
+}

@@ -1,0 +1,110 @@
+//! Clearing by durability (seed 000). EPHEMERAL results are cleared;
+//! ANCHORING ones keep their key fields and a one-line gist; REPLAYABLE ones
+//! are cleared only when their determinism metadata shows the source is
+//! unchanged (otherwise they are treated as NON_REPLAYABLE); NON_REPLAYABLE
+//! results and failures are never cleared.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::model::{ClearReason, Durability, Outcome, ToolResultEnvelope};
+
+use super::{CompactError, PipelineState, Projection, Reducer, TokenBudget};
+
+/// Clears tool results by durability, oldest first, until the target is met.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Clear;
+
+const GIST_CHARS: usize = 200;
+
+impl Reducer for Clear {
+    fn name(&self) -> &'static str {
+        "clear"
+    }
+
+    fn reduce(
+        &self,
+        p: &mut Projection<'_>,
+        budget: &TokenBudget,
+        state: &mut PipelineState<'_>,
+    ) -> Result<(), CompactError> {
+        for i in 0..p.len() {
+            if p.total() <= budget.target() {
+                break;
+            }
+            if p.is_locked(i) || !p.is_included(i) {
+                continue;
+            }
+            let Some(env) = &p.message(i).tool_result else {
+                continue;
+            };
+            if env.outcome == Outcome::Failure {
+                continue;
+            }
+            let durability = env
+                .durability
+                .unwrap_or_else(|| state.policy.durability_for(&env.tool_name));
+            let text = match durability {
+                Durability::NonReplayable => continue,
+                Durability::Ephemeral => placeholder(env, false),
+                Durability::Anchoring => placeholder(env, true),
+                Durability::Replayable => {
+                    if !state.replay_verified(p, i) {
+                        continue;
+                    }
+                    format!(
+                        "{}\n(cleared: the source is unchanged; call {} again with the same arguments to see it)",
+                        placeholder(env, false),
+                        env.tool_name
+                    )
+                }
+            };
+            let mut preserved: BTreeMap<String, Value> = BTreeMap::new();
+            preserved.insert("tool_name".into(), Value::String(env.tool_name.clone()));
+            preserved.insert("outcome".into(), Value::String(env.outcome.as_str().into()));
+            preserved.insert(
+                "durability".into(),
+                Value::String(durability.as_str().into()),
+            );
+            if !env.key_fields.is_empty() {
+                preserved.insert(
+                    "key_fields".into(),
+                    Value::Object(env.key_fields.clone().into_iter().collect()),
+                );
+            }
+            let before = p.cost(i);
+            p.clear(i, ClearReason::Durability, text, preserved);
+            if p.cost(i) >= before {
+                p.undo_last_clear(i);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `[tool: outcome]`, the key fields, and for anchoring results a one-line gist.
+fn placeholder(env: &ToolResultEnvelope, gist: bool) -> String {
+    let mut out = format!("[{}: {}]", env.tool_name, env.outcome.as_str());
+    if !env.key_fields.is_empty() {
+        out.push_str("\nKey data: ");
+        out.push_str(&serde_json::to_string(&env.key_fields).unwrap_or_default());
+    }
+    if gist {
+        let text = env.content.to_text();
+        let line = text
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .trim();
+        if !line.is_empty() {
+            let cut: String = line.chars().take(GIST_CHARS).collect();
+            out.push_str("\nGist: ");
+            out.push_str(&cut);
+            if cut.len() < line.len() {
+                out.push('…');
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,57 @@
+//! Tool-output post-processing (seed 004): keep the essentials of large
+//! search results, file reads, query results and API responses. Errors and
+//! small results are never touched; non-replayable results go to the
+//! artifact store instead, so nothing that cannot be fetched again is lost.
+
+use crate::model::{ClearReason, Durability};
+use crate::summarize::{compress_tool_output, CompressRules};
+
+use super::{CompactError, PipelineState, Projection, Reducer, TokenBudget};
+
+/// Compresses large tool outputs, oldest first, until the target is met.
+#[derive(Debug, Clone, Default)]
+pub struct Compress {
+    /// Thresholds of the post-processing rules.
+    pub rules: CompressRules,
+}
+
+impl Reducer for Compress {
+    fn name(&self) -> &'static str {
+        "compress"
+    }
+
+    fn reduce(
+        &self,
+        p: &mut Projection<'_>,
+        budget: &TokenBudget,
+        state: &mut PipelineState<'_>,
+    ) -> Result<(), CompactError> {
+        for i in 0..p.len() {
+            if p.total() <= budget.target() {
+                break;
+            }
+            if !state.tool_result_reducible(p, i) || !p.is_included(i) {
+                continue;
+            }
+            let m = p.message(i);
+            let Some(env) = &m.tool_result else { continue };
+            let durability = env
+                .durability
+                .unwrap_or_else(|| state.policy.durability_for(&env.tool_name));
+            if durability == Durability::NonReplayable {
+                continue;
+            }
+            let tokens = p.counter.text(&env.content.to_text()) as usize;
+            let args = state.call_arguments(&env.tool_call_id);
+            let Some(c) = compress_tool_output(env, args, tokens, &self.rules) else {
+                continue;
+            };
+            let before = p.cost(i);
+            p.clear(i, ClearReason::Compressed, c.text, c.preserved);
+            if p.cost(i) >= before {
+                p.undo_last_clear(i);
+            }
+        }
+        Ok(())
+    }
+}

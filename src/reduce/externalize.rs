@@ -1,0 +1,93 @@
+//! Externalization: content above the threshold moves to the artifact store;
+//! the prompt keeps a pointer and a summary, and the agent can read it back
+//! with `read_artifact`. The pipeline only proposes the write (a pending
+//! artifact); the caller writes it and binds the real id before the plan is
+//! committed, so a plan never points at an artifact that was not written.
+
+use crate::model::{Role, SpanReference};
+use crate::summarize::SummaryRequest;
+
+use super::{CompactError, PipelineState, Projection, Reducer, TokenBudget};
+
+/// Externalizes large messages, oldest first, until the target is met.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Externalize;
+
+impl Reducer for Externalize {
+    fn name(&self) -> &'static str {
+        "externalize"
+    }
+
+    fn reduce(
+        &self,
+        p: &mut Projection<'_>,
+        budget: &TokenBudget,
+        state: &mut PipelineState<'_>,
+    ) -> Result<(), CompactError> {
+        if state.skip_aggressive {
+            return Ok(());
+        }
+        let threshold = state.policy.externalize_threshold_tokens;
+        for i in 0..p.len() {
+            if p.total() <= budget.target() {
+                break;
+            }
+            let reducible = if p.is_tool_result(i) {
+                state.tool_result_reducible(p, i)
+            } else {
+                !p.is_locked(i)
+            };
+            if !reducible || !p.is_included(i) {
+                continue;
+            }
+            let m = p.message(i);
+            // Assistant messages with tool calls keep their calls verbatim.
+            if !m.tool_calls.is_empty() {
+                continue;
+            }
+            let content = m.text().into_owned();
+            let tokens = p.counter.text(&content);
+            if tokens <= threshold {
+                continue;
+            }
+            let span = SpanReference::of(p.thread, &[i]);
+            let msgs = [m];
+            let req = SummaryRequest {
+                span: span.clone(),
+                messages: &msgs,
+                prior: &[],
+                max_chars: state.summary_max_chars() / 2,
+            };
+            let summary = match state.summarizer.summarize(&req) {
+                Ok(s) => s,
+                Err(e) => {
+                    state.warn(format!(
+                        "externalize: summary of message {} failed ({e}); pointer has an empty summary",
+                        m.id
+                    ));
+                    crate::model::StructuredSummary::empty(span)
+                }
+            };
+            let hint = match (&m.tool_result, m.role) {
+                (Some(env), _) => {
+                    format!("read when you need the full output of {}", env.tool_name)
+                }
+                (None, Role::User) => format!(
+                    "read when you need the user's full message from turn {}",
+                    m.turn
+                ),
+                (None, role) => format!(
+                    "read when you need the full {} message from turn {}",
+                    role.as_str(),
+                    m.turn
+                ),
+            };
+            let before = p.cost(i);
+            p.externalize(i, summary, hint, content, tokens);
+            if p.cost(i) >= before {
+                p.undo_last_externalize(i);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,584 @@
+//! The reducer pipeline, cheap → expensive. Read top to bottom:
+//!
+//! 1. validate the thread, the policy and any previous plan;
+//! 2. count the request with the previous plan applied; below the trigger,
+//!    return that plan unchanged (a stable prefix is worth more than tokens);
+//! 3. partition: pinned messages, the recent tail and recent tool pairs are
+//!    off limits;
+//! 4. run the reducers in order — retention, compress, clear, externalize,
+//!    summarize, window — stopping as soon as the request is at the target;
+//! 5. if the request is still over the hard limit, shrink the tail and tool
+//!    pairs one step at a time (floor 1) and run them again; at the floor,
+//!    tool results in the tail may be compressed or externalized;
+//! 6. still over: `InsufficientBudget`, naming the numbers.
+//!
+//! The result is a normalized, validated plan plus the artifact writes it
+//! depends on. Nothing here does I/O.
+
+mod budget;
+mod clear;
+mod compress;
+mod externalize;
+mod partition;
+mod policy;
+mod projection;
+mod retention;
+mod summary;
+mod window;
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::model::{
+    fingerprint, CompactionPlan, DeterminismMetadata, PlanError, Thread, ThreadError, ThreadLimits,
+    ToolSchema,
+};
+use crate::render::{render, RenderInput, RequestCounter};
+use crate::summarize::Summarizer;
+use crate::tokens::{TokenCounter, TokenLedger};
+
+pub use budget::TokenBudget;
+pub use clear::Clear;
+pub use compress::Compress;
+pub use externalize::Externalize;
+pub use policy::{Enabled, Policy, PolicyError, ToolRetention};
+pub use projection::{PendingArtifact, Projection, Units, PENDING_ARTIFACT_PREFIX};
+pub use retention::Retention;
+pub use summary::Summarize;
+pub use window::Window;
+
+/// One step of the pipeline: shrinks the projection toward the budget.
+/// The budget is passed by reference so per-tier caps can be added to it
+/// without changing this signature.
+pub trait Reducer {
+    /// Name used in reports and traces.
+    fn name(&self) -> &'static str;
+    /// Shrinks `p`; stops early once `budget.target()` is met.
+    fn reduce(
+        &self,
+        p: &mut Projection<'_>,
+        budget: &TokenBudget,
+        state: &mut PipelineState<'_>,
+    ) -> Result<(), CompactError>;
+}
+
+/// What reducers share across one call.
+pub struct PipelineState<'a> {
+    /// The policy.
+    pub policy: &'a Policy,
+    /// Builds summaries.
+    pub summarizer: &'a dyn Summarizer,
+    /// Current determinism metadata by tool call id, from the caller.
+    pub observations: &'a BTreeMap<String, DeterminismMetadata>,
+    /// Rehydration happened this turn: skip externalize and drop (seed 000's
+    /// loop breaker).
+    pub skip_aggressive: bool,
+    /// Turn of the last message.
+    pub current_turn: u32,
+    /// Warnings for the report.
+    pub warnings: Vec<String>,
+    calls: HashMap<&'a str, (usize, &'a crate::model::ToolCall)>,
+}
+
+impl<'a> PipelineState<'a> {
+    fn new(
+        thread: &'a Thread,
+        policy: &'a Policy,
+        summarizer: &'a dyn Summarizer,
+        observations: &'a BTreeMap<String, DeterminismMetadata>,
+        skip_aggressive: bool,
+    ) -> Self {
+        let mut calls = HashMap::new();
+        for (i, m) in thread.messages.iter().enumerate() {
+            for c in &m.tool_calls {
+                calls.insert(c.id.as_str(), (i, c));
+            }
+        }
+        PipelineState {
+            policy,
+            summarizer,
+            observations,
+            skip_aggressive,
+            current_turn: thread.current_turn(),
+            warnings: Vec::new(),
+            calls,
+        }
+    }
+
+    /// Records a warning.
+    pub fn warn(&mut self, w: String) {
+        self.warnings.push(w);
+    }
+
+    /// Arguments of the call a result answers.
+    pub fn call_arguments(&self, call_id: &str) -> Option<&'a Value> {
+        self.calls.get(call_id).map(|(_, c)| &c.arguments)
+    }
+
+    /// Character cap handed to the summarizer (≈3 chars per token, erring small;
+    /// the pipeline counts the real tokens afterwards).
+    pub fn summary_max_chars(&self) -> usize {
+        self.policy.summary_max_tokens as usize * 3
+    }
+
+    /// Whether tool result `i` may be compressed or externalized this round.
+    pub fn tool_result_reducible(&self, p: &Projection<'_>, i: usize) -> bool {
+        !p.pinned[i] && (!p.kept[i] || p.tail_tool_results_reducible)
+    }
+
+    /// A replayable result may be cleared only when its source is verifiably
+    /// unchanged: the caller reports current metadata for the call, or a later
+    /// call of the same tool with the same arguments saw the same metadata.
+    pub fn replay_verified(&self, p: &Projection<'_>, i: usize) -> bool {
+        let Some(env) = &p.message(i).tool_result else {
+            return false;
+        };
+        let Some(seen) = env.determinism.as_ref().filter(|d| !d.is_empty()) else {
+            return false;
+        };
+        if let Some(now) = self.observations.get(&env.tool_call_id) {
+            return !seen.has_changed(now);
+        }
+        let args = self.call_arguments(&env.tool_call_id);
+        (i + 1..p.len()).any(|j| {
+            p.message(j).tool_result.as_ref().is_some_and(|later| {
+                later.tool_name == env.tool_name
+                    && self.call_arguments(&later.tool_call_id) == args
+                    && later
+                        .determinism
+                        .as_ref()
+                        .is_some_and(|d| !seen.has_changed(d))
+            })
+        })
+    }
+}
+
+/// Why compaction failed.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum CompactError {
+    /// The thread broke an invariant.
+    #[error(transparent)]
+    InvalidThread(#[from] ThreadError),
+    /// The policy is out of range.
+    #[error(transparent)]
+    InvalidPolicy(#[from] PolicyError),
+    /// The previous plan does not fit the thread.
+    #[error("previous plan: {0}")]
+    InvalidPlan(PlanError),
+    /// `max_input_tokens` was zero.
+    #[error("max_input_tokens must be at least 1")]
+    ZeroBudget,
+    /// Even with everything reducible reduced, the request does not fit.
+    #[error(
+        "insufficient budget: the request needs at least {required} tokens but the limit is {limit} \
+         (pinned {pinned}, recent tail {tail}, system+tools {fixed}); reduce protected content or raise max_input_tokens"
+    )]
+    InsufficientBudget {
+        /// Smallest request the pipeline reached.
+        required: u32,
+        /// The hard limit.
+        limit: u32,
+        /// Tokens of pinned messages.
+        pinned: u32,
+        /// Tokens of the kept tail at the floor.
+        tail: u32,
+        /// System prompt, tools and framing.
+        fixed: u32,
+    },
+    /// A pipeline invariant broke (a bug, reported rather than rendered).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// Inputs of one compaction.
+#[derive(Debug, Clone, Copy)]
+pub struct CompactRequest<'a> {
+    /// The thread.
+    pub thread: &'a Thread,
+    /// The policy.
+    pub policy: &'a Policy,
+    /// The model's input limit.
+    pub max_input_tokens: u32,
+    /// System prompt the request will carry.
+    pub system: Option<&'a str>,
+    /// Tool schemas the request will carry.
+    pub tools: &'a [ToolSchema],
+    /// The plan committed for this thread last turn, extended rather than replaced.
+    pub previous: Option<&'a CompactionPlan>,
+    /// Current determinism metadata by tool call id.
+    pub observations: &'a BTreeMap<String, DeterminismMetadata>,
+    /// Rehydration happened this turn.
+    pub skip_aggressive: bool,
+    /// Size limits on the thread.
+    pub limits: ThreadLimits,
+}
+
+/// Tokenizer, ledger and summarizer: what compaction needs besides its inputs.
+#[derive(Clone, Copy)]
+pub struct Engine<'a> {
+    /// Tokenizer for the target model.
+    pub counter: &'a dyn TokenCounter,
+    /// Per-text count cache.
+    pub ledger: &'a TokenLedger,
+    /// Summary builder.
+    pub summarizer: &'a dyn Summarizer,
+}
+
+/// Tokens freed by one reducer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReducerReport {
+    /// Reducer name.
+    pub name: String,
+    /// Tokens freed (over all rounds).
+    pub tokens_freed: u32,
+}
+
+/// The budget as resolved for this request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetReport {
+    /// The model's input limit.
+    pub max_input_tokens: u32,
+    /// Ceiling for the request without rehydrated content.
+    pub hard_limit: u32,
+    /// Compaction starts above this.
+    pub trigger: u32,
+    /// Compaction aims for this.
+    pub target: u32,
+    /// System prompt, tools and framing.
+    pub fixed_tokens: u32,
+}
+
+/// What compaction did, for the caller and the audit record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Request tokens with no plan.
+    pub tokens_before: u32,
+    /// Request tokens with the new plan (an upper bound until artifacts are bound).
+    pub tokens_after: u32,
+    /// The budget.
+    pub budget: BudgetReport,
+    /// Whether the trigger was crossed.
+    pub triggered: bool,
+    /// Keep counts that were finally used.
+    pub keep_recent_turns: u32,
+    /// Keep counts that were finally used.
+    pub keep_tool_io_pairs: u32,
+    /// Per reducer, in pipeline order.
+    pub per_reducer: Vec<ReducerReport>,
+    /// Normalization and fallback warnings.
+    pub warnings: Vec<String>,
+}
+
+/// A plan and the artifact writes it depends on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compaction {
+    /// The plan; its pending artifact ids must be bound before it is committed.
+    pub plan: CompactionPlan,
+    /// Content to write to the artifact store.
+    pub pending: Vec<PendingArtifact>,
+    /// What happened.
+    pub report: Report,
+}
+
+/// Builds the budget for a request.
+pub fn budget_for(
+    policy: &Policy,
+    max_input_tokens: u32,
+    counter: &RequestCounter<'_>,
+    system: Option<&str>,
+    tools: &[ToolSchema],
+) -> TokenBudget {
+    let (system_tokens, tool_tokens, framing_tokens) = counter.fixed(system, tools);
+    TokenBudget {
+        max_input_tokens,
+        trigger_ratio: policy.trigger_ratio,
+        target_ratio: policy.target_ratio,
+        safety_buffer: policy.safety_buffer_tokens,
+        response_reserve: policy.response_reserve_tokens,
+        rehydration_reserve: policy.rehydration_reserve_tokens,
+        injection_reserve: policy.injection_reserve_tokens,
+        system_tokens,
+        tool_tokens,
+        framing_tokens,
+    }
+}
+
+/// The default reducers, cheap → expensive, as enabled by the policy.
+pub fn default_reducers(policy: &Policy) -> Vec<Box<dyn Reducer>> {
+    let e = policy.enable;
+    let mut out: Vec<Box<dyn Reducer>> = Vec::new();
+    if e.retention {
+        out.push(Box::new(Retention));
+    }
+    if e.compress {
+        out.push(Box::new(Compress::default()));
+    }
+    if e.clear {
+        out.push(Box::new(Clear));
+    }
+    if e.externalize {
+        out.push(Box::new(Externalize));
+    }
+    if e.summarize {
+        out.push(Box::new(Summarize));
+    }
+    if e.drop {
+        out.push(Box::new(Window));
+    }
+    out
+}
+
+/// Runs the pipeline with the default reducers.
+pub fn compact(req: &CompactRequest<'_>, engine: &Engine<'_>) -> Result<Compaction, CompactError> {
+    compact_with(req, engine, &default_reducers(req.policy))
+}
+
+/// Runs the pipeline with the given reducers (plugins insert theirs by aggressiveness).
+pub fn compact_with(
+    req: &CompactRequest<'_>,
+    engine: &Engine<'_>,
+    reducers: &[Box<dyn Reducer>],
+) -> Result<Compaction, CompactError> {
+    let thread = req.thread;
+    let policy = req.policy;
+    thread.validate(&req.limits)?;
+    policy.validate()?;
+    if req.max_input_tokens == 0 {
+        return Err(CompactError::ZeroBudget);
+    }
+    let counter = RequestCounter::new(engine.counter, engine.ledger);
+    let budget = budget_for(
+        policy,
+        req.max_input_tokens,
+        &counter,
+        req.system,
+        req.tools,
+    );
+    let fixed = budget.fixed_tokens();
+    let pinned = partition::pinned(thread, policy);
+
+    let mut warnings = Vec::new();
+    let start = match req.previous {
+        Some(prev) => {
+            let mut prev = prev.clone();
+            warnings.extend(prev.normalize().iter().map(ToString::to_string));
+            prev.validate_against(thread)
+                .map_err(CompactError::InvalidPlan)?;
+            prev
+        }
+        None => CompactionPlan::new(thread.id.clone()),
+    };
+    let tokens_before = {
+        let p = Projection::new(
+            thread,
+            counter,
+            &policy.render,
+            CompactionPlan::new(thread.id.clone()),
+            pinned.clone(),
+            fixed,
+        );
+        p.total()
+    };
+    let mut p = Projection::new(thread, counter, &policy.render, start, pinned, fixed);
+    let mut state = PipelineState::new(
+        thread,
+        policy,
+        engine.summarizer,
+        req.observations,
+        req.skip_aggressive,
+    );
+    state.warnings = warnings;
+    let budget_report = BudgetReport {
+        max_input_tokens: budget.max_input_tokens,
+        hard_limit: budget.hard_limit(),
+        trigger: budget.trigger(),
+        target: budget.target(),
+        fixed_tokens: fixed,
+    };
+    let mut per_reducer: Vec<ReducerReport> = reducers
+        .iter()
+        .map(|r| ReducerReport {
+            name: r.name().to_string(),
+            tokens_freed: 0,
+        })
+        .collect();
+
+    let triggered = p.total() > budget.trigger();
+    let mut keep_turns = policy.keep_recent_turns;
+    let mut keep_pairs = policy.keep_tool_io_pairs;
+    if triggered {
+        // Dropping is the last resort: it runs only after the tail has been
+        // shrunk as far as it goes, or when the rest already fits the hard
+        // limit (then it trims toward the target without touching summaries).
+        let (window, rest): (Vec<usize>, Vec<usize>) =
+            (0..reducers.len()).partition(|&i| reducers[i].name() == "window");
+        let pairs_floor = keep_pairs.min(1);
+        let mut last_round = false;
+        loop {
+            partition::mark_kept(&mut p, keep_turns, keep_pairs);
+            p.tail_tool_results_reducible = last_round;
+            run(
+                &rest,
+                reducers,
+                &mut per_reducer,
+                &mut p,
+                &budget,
+                &mut state,
+            )?;
+            if p.total() <= budget.hard_limit() || last_round {
+                break;
+            }
+            if keep_turns > 1 || keep_pairs > pairs_floor {
+                keep_turns = keep_turns.saturating_sub(1).max(1);
+                keep_pairs = keep_pairs.saturating_sub(1).max(pairs_floor);
+            } else {
+                last_round = true;
+            }
+        }
+        run(
+            &window,
+            reducers,
+            &mut per_reducer,
+            &mut p,
+            &budget,
+            &mut state,
+        )?;
+        if p.total() > budget.hard_limit() {
+            let (pinned, tail) = p.locked_tokens();
+            return Err(CompactError::InsufficientBudget {
+                required: p.total(),
+                limit: budget.hard_limit(),
+                pinned,
+                tail,
+                fixed,
+            });
+        }
+        if p.total() > budget.target() {
+            state.warn(format!(
+                "target of {} tokens not reached ({} tokens); within the hard limit of {}",
+                budget.target(),
+                p.total(),
+                budget.hard_limit()
+            ));
+        }
+    } else if p.total() > budget.hard_limit() {
+        // The trigger is never above the hard limit, so this cannot happen.
+        return Err(CompactError::Internal(
+            "untriggered request over the hard limit".into(),
+        ));
+    }
+
+    window::index_drops(&mut p);
+    let tokens_after = p.total();
+    let mut plan = std::mem::take(&mut p.plan);
+    let mut pending = std::mem::take(&mut p.pending);
+    for w in plan.normalize() {
+        state.warn(w.to_string());
+    }
+    plan.validate_against(thread)
+        .map_err(|e| CompactError::Internal(format!("pipeline produced an invalid plan: {e}")))?;
+    // Only write what the final plan still references.
+    let referenced = referenced_artifacts(&plan);
+    pending.retain(|a| referenced.contains(&a.placeholder));
+    plan.original_token_count = tokens_before;
+    plan.compacted_token_count = tokens_after;
+    plan.fingerprint = fingerprint(
+        thread,
+        &(
+            policy,
+            req.max_input_tokens,
+            req.system,
+            req.tools,
+            engine.counter.name(),
+            engine.summarizer.id(),
+        ),
+        &[crate::render::RENDER_FORMAT_VERSION],
+    );
+    Ok(Compaction {
+        plan,
+        pending,
+        report: Report {
+            tokens_before,
+            tokens_after,
+            budget: budget_report,
+            triggered,
+            keep_recent_turns: keep_turns,
+            keep_tool_io_pairs: keep_pairs,
+            per_reducer,
+            warnings: state.warnings,
+        },
+    })
+}
+
+/// Runs the reducers at `which`, in order, until the target is met.
+fn run(
+    which: &[usize],
+    reducers: &[Box<dyn Reducer>],
+    reports: &mut [ReducerReport],
+    p: &mut Projection<'_>,
+    budget: &TokenBudget,
+    state: &mut PipelineState<'_>,
+) -> Result<(), CompactError> {
+    for &i in which {
+        if p.total() <= budget.target() {
+            break;
+        }
+        let before = p.total();
+        reducers[i].reduce(p, budget, state)?;
+        reports[i].tokens_freed += before.saturating_sub(p.total());
+    }
+    Ok(())
+}
+
+/// Every artifact id the plan refers to (pointers and summary artifact lists).
+pub fn referenced_artifacts(plan: &CompactionPlan) -> std::collections::BTreeSet<String> {
+    let mut ids: std::collections::BTreeSet<String> = plan
+        .externalizations
+        .iter()
+        .map(|r| r.artifact_id.clone())
+        .collect();
+    for s in &plan.summarizations {
+        ids.extend(s.summary.artifacts.iter().map(|a| a.artifact_id.clone()));
+    }
+    for e in &plan.externalizations {
+        ids.extend(e.summary.artifacts.iter().map(|a| a.artifact_id.clone()));
+    }
+    ids
+}
+
+/// Replaces pending artifact ids with the ids the store assigned. Call only
+/// after every write succeeded; then recount with [`count_rendered`].
+pub fn bind_artifacts(plan: &mut CompactionPlan, ids: &BTreeMap<String, String>) {
+    let swap = |id: &mut String| {
+        if let Some(real) = ids.get(id.as_str()) {
+            *id = real.clone();
+        }
+    };
+    for e in &mut plan.externalizations {
+        swap(&mut e.artifact_id);
+        e.summary
+            .artifacts
+            .iter_mut()
+            .for_each(|a| swap(&mut a.artifact_id));
+    }
+    for s in &mut plan.summarizations {
+        s.summary
+            .artifacts
+            .iter_mut()
+            .for_each(|a| swap(&mut a.artifact_id));
+    }
+}
+
+/// Exact tokens of the request rendered from `thread` and `plan`.
+pub fn count_rendered(
+    thread: &Thread,
+    plan: &CompactionPlan,
+    input: &RenderInput<'_>,
+    engine: &Engine<'_>,
+) -> crate::render::RequestTokens {
+    let request = render(thread, plan, input);
+    RequestCounter::new(engine.counter, engine.ledger).request(&request)
+}

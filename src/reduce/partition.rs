@@ -1,0 +1,59 @@
+//! Partition: which messages no reducer may touch this round. Pinned messages
+//! (protected flag, never-prune roles) are fixed for the whole call; the recent
+//! tail and the recent tool pairs shrink when the budget demands it.
+
+use super::policy::Policy;
+use super::projection::Projection;
+
+/// Pinned messages: never compacted in any round.
+pub fn pinned(thread: &crate::model::Thread, policy: &Policy) -> Vec<bool> {
+    thread
+        .messages
+        .iter()
+        .map(|m| m.metadata.protected || policy.roles_never_prune.contains(&m.role))
+        .collect()
+}
+
+/// Marks the last `keep_turns` turns and the last `keep_pairs` tool call
+/// groups as kept. The tail never starts inside a call/result group.
+pub fn mark_kept(p: &mut Projection<'_>, keep_turns: u32, keep_pairs: u32) {
+    let n = p.len();
+    let mut kept = vec![false; n];
+    if n > 0 && keep_turns > 0 {
+        // Turn number of the `keep_turns`-th distinct turn from the end.
+        let mut distinct = 0u32;
+        let mut cutoff = p.message(n - 1).turn;
+        let mut last_seen: Option<u32> = None;
+        for i in (0..n).rev() {
+            let t = p.message(i).turn;
+            if last_seen != Some(t) {
+                distinct += 1;
+                if distinct > keep_turns {
+                    break;
+                }
+                cutoff = t;
+                last_seen = Some(t);
+            }
+        }
+        let first = (0..n).find(|&i| p.message(i).turn >= cutoff).unwrap_or(n);
+        if first < n {
+            let start = p.units.ranges[p.units.unit_of[first]].0;
+            for k in kept.iter_mut().skip(start) {
+                *k = true;
+            }
+        }
+    }
+    let mut pairs = 0;
+    for &(s, e) in p.units.ranges.iter().rev() {
+        if pairs >= keep_pairs {
+            break;
+        }
+        if !p.message(s).tool_calls.is_empty() {
+            pairs += 1;
+            for k in kept.iter_mut().take(e + 1).skip(s) {
+                *k = true;
+            }
+        }
+    }
+    p.kept = kept;
+}

@@ -1,0 +1,199 @@
+//! The compaction policy: what each reducer may do. Serializable so that it
+//! can come from a config file or a request, and is part of the plan fingerprint.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Durability, Role};
+use crate::render::RenderOptions;
+
+/// Retention of one tool's results (seed 001): age- and count-based.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolRetention {
+    /// Keep full results for this many turns, then stub them.
+    pub keep_turns: Option<u32>,
+    /// Keep the last N results of this tool, stub older ones.
+    pub keep_last: Option<u32>,
+    /// Results are durable facts: never stubbed.
+    pub never_evict: bool,
+}
+
+/// The whole policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Policy {
+    /// Compaction starts above this fraction of the input limit.
+    pub trigger_ratio: f64,
+    /// And stops at this fraction (chunked compaction).
+    pub target_ratio: f64,
+    /// Safety margin in tokens.
+    pub safety_buffer_tokens: u32,
+    /// Response reserve in tokens.
+    pub response_reserve_tokens: u32,
+    /// Reserve for auto-rehydrated artifacts.
+    pub rehydration_reserve_tokens: u32,
+    /// Reserve for per-turn injected content.
+    pub injection_reserve_tokens: u32,
+    /// The most recent turns kept verbatim (shrunk toward 1 when needed).
+    pub keep_recent_turns: u32,
+    /// The most recent tool call/result groups kept verbatim (shrunk toward 1).
+    pub keep_tool_io_pairs: u32,
+    /// Roles that are never compacted.
+    pub roles_never_prune: Vec<Role>,
+    /// Tool-result retention for tools without their own entry.
+    pub retention_default: ToolRetention,
+    /// Per-tool retention.
+    pub retention: BTreeMap<String, ToolRetention>,
+    /// Durability for tools that do not declare one.
+    pub default_durability: Durability,
+    /// Per-tool durability overrides (the envelope's own value wins).
+    pub durability: BTreeMap<String, Durability>,
+    /// Content above this many tokens is externalized.
+    pub externalize_threshold_tokens: u32,
+    /// Source tokens per summarization chunk.
+    pub summary_chunk_tokens: u32,
+    /// Size cap of one rendered summary, in tokens.
+    pub summary_max_tokens: u32,
+    /// At most this many summary messages; older ones are rolled into one.
+    pub max_summaries: u32,
+    /// Reducers that may run.
+    pub enable: Enabled,
+    /// Rendering options (they change token counts, so they are policy).
+    pub render: RenderOptions,
+}
+
+/// Switches for each reducer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Enabled {
+    /// Tool-result retention.
+    pub retention: bool,
+    /// Tool-output post-processing.
+    pub compress: bool,
+    /// Durability-based clearing.
+    pub clear: bool,
+    /// Externalization to the artifact store.
+    pub externalize: bool,
+    /// Summarization.
+    pub summarize: bool,
+    /// Sliding window / drop.
+    pub drop: bool,
+}
+
+impl Default for Enabled {
+    fn default() -> Self {
+        Enabled {
+            retention: true,
+            compress: true,
+            clear: true,
+            externalize: true,
+            summarize: true,
+            drop: true,
+        }
+    }
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            trigger_ratio: 0.85,
+            target_ratio: 0.70,
+            safety_buffer_tokens: 500,
+            response_reserve_tokens: 0,
+            rehydration_reserve_tokens: 2000,
+            injection_reserve_tokens: 0,
+            keep_recent_turns: 6,
+            keep_tool_io_pairs: 4,
+            roles_never_prune: vec![Role::System, Role::Developer],
+            retention_default: ToolRetention {
+                keep_turns: Some(8),
+                keep_last: None,
+                never_evict: false,
+            },
+            retention: BTreeMap::new(),
+            default_durability: Durability::Anchoring,
+            durability: BTreeMap::new(),
+            externalize_threshold_tokens: 1000,
+            summary_chunk_tokens: 8000,
+            summary_max_tokens: 800,
+            max_summaries: 4,
+            enable: Enabled::default(),
+            render: RenderOptions::default(),
+        }
+    }
+}
+
+/// A policy value outside its valid range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} {reason}")]
+pub struct PolicyError {
+    /// Dotted field path ("policy.trigger_ratio").
+    pub field: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl Policy {
+    /// Checks ranges; errors give the field path.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        let err = |field: &str, reason: &str| {
+            Err(PolicyError {
+                field: format!("policy.{field}"),
+                reason: reason.to_string(),
+            })
+        };
+        if !(self.trigger_ratio > 0.0 && self.trigger_ratio <= 1.0) {
+            return err("trigger_ratio", "must be in (0.0, 1.0]");
+        }
+        if !(self.target_ratio > 0.0 && self.target_ratio <= self.trigger_ratio) {
+            return err("target_ratio", "must be in (0.0, trigger_ratio]");
+        }
+        if self.keep_recent_turns == 0 {
+            return err("keep_recent_turns", "must be at least 1");
+        }
+        if self.summary_chunk_tokens == 0 {
+            return err("summary_chunk_tokens", "must be at least 1");
+        }
+        if self.summary_max_tokens < 64 {
+            return err("summary_max_tokens", "must be at least 64");
+        }
+        if self.max_summaries == 0 {
+            return err("max_summaries", "must be at least 1");
+        }
+        if self.externalize_threshold_tokens == 0 {
+            return err("externalize_threshold_tokens", "must be at least 1");
+        }
+        for (tool, r) in std::iter::once(("*", &self.retention_default))
+            .chain(self.retention.iter().map(|(k, v)| (k.as_str(), v)))
+        {
+            if r.keep_last == Some(0) {
+                return Err(PolicyError {
+                    field: format!("policy.retention[{tool}].keep_last"),
+                    reason: "must be at least 1 (use never_evict or omit it)".into(),
+                });
+            }
+        }
+        if self.render.tool_result_max_chars == Some(0) {
+            return err("render.tool_result_max_chars", "must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// Retention rules for a tool.
+    pub fn retention_for(&self, tool: &str) -> ToolRetention {
+        self.retention
+            .get(tool)
+            .copied()
+            .unwrap_or(self.retention_default)
+    }
+
+    /// Durability of a tool's results when the envelope does not say.
+    pub fn durability_for(&self, tool: &str) -> Durability {
+        self.durability
+            .get(tool)
+            .copied()
+            .unwrap_or(self.default_durability)
+    }
+}

@@ -1,0 +1,95 @@
+//! Tool-result retention (seed 001): the fattest target and the first cut.
+//! Age-based (keep K turns) and count-based (keep the last N of this tool),
+//! per tool with a global default. An expired result is stubbed, never
+//! removed: the call stays paired and the model sees that it happened, so it
+//! does not re-issue it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value;
+
+use crate::model::{ClearReason, Durability, Outcome};
+
+use super::{PipelineState, Projection, Reducer, TokenBudget};
+use crate::reduce::CompactError;
+
+/// Stubs tool results past their retention.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Retention;
+
+impl Reducer for Retention {
+    fn name(&self) -> &'static str {
+        "retention"
+    }
+
+    fn reduce(
+        &self,
+        p: &mut Projection<'_>,
+        _budget: &TokenBudget,
+        state: &mut PipelineState<'_>,
+    ) -> Result<(), CompactError> {
+        let policy = state.policy;
+        // Rank of each result among its tool's results, counted from the newest.
+        let mut rank: HashMap<usize, u32> = HashMap::new();
+        let mut seen: HashMap<&str, u32> = HashMap::new();
+        for i in (0..p.len()).rev() {
+            if let Some(env) = &p.message(i).tool_result {
+                let c = seen.entry(env.tool_name.as_str()).or_insert(0);
+                rank.insert(i, *c);
+                *c += 1;
+            }
+        }
+        // Retention is a rule, not a search for tokens: when compaction runs it
+        // applies wholly, so what is expired stays expired on the next turn.
+        for i in 0..p.len() {
+            let m = p.message(i);
+            let Some(env) = &m.tool_result else { continue };
+            if p.is_locked(i) || !p.is_included(i) || env.outcome == Outcome::Failure {
+                continue;
+            }
+            let durability = env
+                .durability
+                .unwrap_or_else(|| policy.durability_for(&env.tool_name));
+            // Non-replayable results cannot be fetched again; they go to the
+            // artifact store instead of being stubbed.
+            if durability == Durability::NonReplayable {
+                continue;
+            }
+            let rule = policy.retention_for(&env.tool_name);
+            if rule.never_evict {
+                continue;
+            }
+            let age = state.current_turn.saturating_sub(m.turn);
+            let too_old = rule.keep_turns.is_some_and(|k| age >= k);
+            let too_many = rule
+                .keep_last
+                .is_some_and(|k| rank.get(&i).copied().unwrap_or(0) >= k);
+            if !(too_old || too_many) {
+                continue;
+            }
+            let mut preserved: BTreeMap<String, Value> = BTreeMap::new();
+            preserved.insert("tool_name".into(), Value::String(env.tool_name.clone()));
+            preserved.insert("outcome".into(), Value::String(env.outcome.as_str().into()));
+            let mut text = format!(
+                "[result expired] {}: {}",
+                env.tool_name,
+                env.outcome.as_str()
+            );
+            if !env.key_fields.is_empty() {
+                let fields = serde_json::to_string(&env.key_fields).unwrap_or_default();
+                text.push_str("\nKey data: ");
+                text.push_str(&fields);
+                preserved.insert(
+                    "key_fields".into(),
+                    Value::Object(env.key_fields.clone().into_iter().collect()),
+                );
+            }
+            let before = p.cost(i);
+            p.clear(i, ClearReason::Expired, text, preserved);
+            if p.cost(i) >= before {
+                p.undo_last_clear(i);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,126 @@
+//! Summarization: the only lossy, possibly model-calling reducer, so it runs
+//! after the free ones. It collapses the *oldest* span in chunks and never
+//! the tail: rewriting the middle of a prompt would invalidate the provider's
+//! prompt cache for everything after it. New chunks append new summary
+//! messages (the prefix before them stays byte-stable); when there are more
+//! than `max_summaries`, all of them roll into one, carrying every fact forward.
+
+use crate::model::{ArtifactReference, SpanReference, StructuredSummary};
+use crate::summarize::SummaryRequest;
+
+use super::{CompactError, PipelineState, Projection, Reducer, TokenBudget};
+
+/// Summarizes the oldest free spans, chunk by chunk, until the target is met.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Summarize;
+
+impl Reducer for Summarize {
+    fn name(&self) -> &'static str {
+        "summarize"
+    }
+
+    fn reduce(
+        &self,
+        p: &mut Projection<'_>,
+        budget: &TokenBudget,
+        state: &mut PipelineState<'_>,
+    ) -> Result<(), CompactError> {
+        let chunk_tokens = state.policy.summary_chunk_tokens;
+        let mut u = 0;
+        while u < p.units.ranges.len() && p.total() > budget.target() {
+            if !chunk_unit(p, u) {
+                u += 1;
+                continue;
+            }
+            // A chunk: consecutive free, unsummarized units up to the chunk size.
+            let mut indices = Vec::new();
+            let mut tokens = 0u32;
+            while u < p.units.ranges.len() && chunk_unit(p, u) && tokens < chunk_tokens {
+                let (s, e) = p.units.ranges[u];
+                for i in s..=e {
+                    tokens += p.cost(i);
+                    indices.push(i);
+                }
+                u += 1;
+            }
+            if !apply(p, state, &indices, tokens) {
+                return Ok(());
+            }
+            if p.plan.summarizations.len() as u32 > state.policy.max_summaries {
+                roll_up(p, state);
+            }
+        }
+        if p.total() > budget.target() && p.plan.summarizations.len() > 1 {
+            roll_up(p, state);
+        }
+        Ok(())
+    }
+}
+
+fn chunk_unit(p: &Projection<'_>, u: usize) -> bool {
+    let (s, e) = p.units.ranges[u];
+    p.unit_is_free(u) && (s..=e).all(|i| !p.is_summarized(i) && !p.is_dropped(i))
+}
+
+/// Summarizes `indices`; false when the summarizer failed (the pipeline then
+/// falls back to dropping, with a warning, as seed 002 prescribes).
+fn apply(
+    p: &mut Projection<'_>,
+    state: &mut PipelineState<'_>,
+    indices: &[usize],
+    tokens: u32,
+) -> bool {
+    let span = SpanReference::of(p.thread, indices);
+    let messages: Vec<&crate::model::Message> = indices.iter().map(|&i| p.message(i)).collect();
+    let (prior, externalized) = p.covering(indices);
+    let prior: Vec<&StructuredSummary> = prior.iter().map(|r| &r.summary).collect();
+    let artifacts: Vec<ArtifactReference> = externalized
+        .iter()
+        .map(|r| ArtifactReference {
+            artifact_id: r.artifact_id.clone(),
+            description: format!("content of message {}", r.span.start_message_id()),
+            rehydrate_hint: r.rehydrate_hint.clone(),
+        })
+        .collect();
+    let req = SummaryRequest {
+        span,
+        messages: &messages,
+        prior: &prior,
+        max_chars: state.summary_max_chars(),
+    };
+    let mut summary = match state.summarizer.summarize(&req) {
+        Ok(s) => s,
+        Err(e) => {
+            state.warn(format!("summarize: {e}; falling back to dropping"));
+            return false;
+        }
+    };
+    for a in artifacts {
+        if !summary
+            .artifacts
+            .iter()
+            .any(|x| x.artifact_id == a.artifact_id)
+        {
+            summary.artifacts.push(a);
+        }
+    }
+    let snapshot = (p.plan.clone(), p.total());
+    p.summarize(indices, summary);
+    if p.total() >= snapshot.1 {
+        // The summary is not smaller than what it replaces: keep the span verbatim.
+        p.restore(snapshot.0);
+        let _ = tokens;
+    }
+    true
+}
+
+/// Rolls every summary into one, oldest span first.
+fn roll_up(p: &mut Projection<'_>, state: &mut PipelineState<'_>) {
+    let mut indices: Vec<usize> = (0..p.len()).filter(|&i| p.is_summarized(i)).collect();
+    indices.sort_unstable();
+    if indices.is_empty() {
+        return;
+    }
+    let tokens = indices.iter().map(|&i| p.cost(i)).sum();
+    apply(p, state, &indices, tokens);
+}

@@ -1,0 +1,94 @@
+//! Sliding window / drop: the last resort. Drops the oldest free call groups
+//! and dialogue until the target is met; summaries are dropped only when the
+//! request would otherwise exceed the hard limit, because they carry the
+//! constraints. Every drop keeps a keyword index for later recall.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{CompactError, PipelineState, Projection, Reducer, TokenBudget};
+
+/// Drops the oldest free units.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Window;
+
+impl Reducer for Window {
+    fn name(&self) -> &'static str {
+        "window"
+    }
+
+    fn reduce(
+        &self,
+        p: &mut Projection<'_>,
+        budget: &TokenBudget,
+        state: &mut PipelineState<'_>,
+    ) -> Result<(), CompactError> {
+        if state.skip_aggressive {
+            return Ok(());
+        }
+        for u in 0..p.units.ranges.len() {
+            if p.total() <= budget.target() {
+                break;
+            }
+            if !p.unit_is_free(u) {
+                continue;
+            }
+            let (s, e) = p.units.ranges[u];
+            if (s..=e).all(|i| p.is_dropped(i)) {
+                continue;
+            }
+            let mut indices: BTreeSet<usize> = (s..=e).collect();
+            let summarized = (s..=e).any(|i| p.is_summarized(i));
+            if summarized && p.total() <= budget.hard_limit() {
+                continue;
+            }
+            for i in s..=e {
+                if let Some(span) = p.summary_span_of(i) {
+                    indices.extend(span);
+                }
+            }
+            let indices: Vec<usize> = indices.into_iter().collect();
+            p.drop_messages(&indices, "window");
+        }
+        Ok(())
+    }
+}
+
+/// Fills each drop record's keyword index from the dropped messages' text.
+pub fn index_drops(p: &mut Projection<'_>) {
+    let thread = p.thread;
+    for rec in &mut p.plan.drops {
+        let mut freq: BTreeMap<String, u32> = BTreeMap::new();
+        for id in &rec.span.message_ids {
+            if let Some(i) = thread.index_of(id) {
+                for w in words(&thread.messages[i].text()) {
+                    *freq.entry(w).or_insert(0) += 1;
+                }
+            }
+        }
+        let mut ranked: Vec<(String, u32)> = freq.into_iter().collect();
+        // Most frequent first; ties alphabetical, so the index is deterministic.
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        rec.index.keywords = ranked.into_iter().take(12).map(|(w, _)| w).collect();
+        rec.index.summary = format!(
+            "{} message(s) from turns {}-{} dropped",
+            rec.span.message_ids.len(),
+            rec.span.first_turn,
+            rec.span.last_turn
+        );
+    }
+}
+
+const STOPWORDS: &[&str] = &[
+    "about", "after", "again", "also", "because", "been", "before", "being", "could", "does",
+    "doing", "from", "have", "here", "into", "just", "like", "more", "most", "much", "only",
+    "other", "over", "same", "should", "some", "such", "than", "that", "their", "them", "then",
+    "there", "these", "they", "this", "those", "through", "very", "want", "were", "what", "when",
+    "where", "which", "while", "will", "with", "would", "your", "null", "true", "false",
+];
+
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric() && c != '_')
+        .filter(|w| w.chars().count() >= 4 && !w.chars().all(|c| c.is_ascii_digit()))
+        .map(str::to_lowercase)
+        .filter(|w| !STOPWORDS.contains(&w.as_str()))
+}

@@ -1,0 +1,111 @@
+//! Exact token accounting of a rendered request, by part. The pipeline counts
+//! each message with the same function, so its running total and the final
+//! count of the request agree by construction.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Content, ContentPart, ToolSchema};
+use crate::tokens::{count_tool_schemas, ChatOverhead, TokenCounter, TokenLedger};
+
+use super::request::{Origin, RenderedMessage, Request};
+
+/// Token counts of a request by part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RequestTokens {
+    /// System prompt, with its message framing.
+    pub system: u32,
+    /// Tool schemas.
+    pub tools: u32,
+    /// Thread-derived messages (verbatim, cleared, summaries, pointers).
+    pub messages: u32,
+    /// Rehydrated artifact content.
+    pub rehydrated: u32,
+    /// Reply priming.
+    pub framing: u32,
+    /// Everything.
+    pub total: u32,
+}
+
+/// Counts messages and requests with one tokenizer, through the ledger.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestCounter<'a> {
+    /// The tokenizer.
+    pub counter: &'a dyn TokenCounter,
+    /// The per-text cache.
+    pub ledger: &'a TokenLedger,
+    /// Chat framing overhead.
+    pub overhead: ChatOverhead,
+}
+
+impl<'a> RequestCounter<'a> {
+    /// A counter with OpenAI framing.
+    pub fn new(counter: &'a dyn TokenCounter, ledger: &'a TokenLedger) -> Self {
+        RequestCounter {
+            counter,
+            ledger,
+            overhead: ChatOverhead::openai(),
+        }
+    }
+
+    /// Tokens of a text, cached.
+    pub fn text(&self, text: &str) -> u32 {
+        self.ledger.count(self.counter, text)
+    }
+
+    /// Tokens of one rendered message including framing.
+    pub fn message(&self, m: &RenderedMessage) -> u32 {
+        let o = &self.overhead;
+        let mut n = o.per_message;
+        n += match &m.content {
+            Content::Text(t) => self.text(t),
+            Content::Parts(parts) => parts
+                .iter()
+                .map(|p| match p {
+                    ContentPart::Text { text } => self.text(text),
+                    ContentPart::Image { .. } => o.per_image,
+                })
+                .sum(),
+        };
+        for c in &m.tool_calls {
+            n += o.per_tool_call + self.text(&c.name) + self.text(&c.id);
+            n += self.text(&c.arguments.to_string());
+        }
+        if let Some(id) = &m.tool_call_id {
+            n += o.per_name + self.text(id);
+        }
+        n
+    }
+
+    /// Tokens of the parts that do not depend on the thread: the system prompt,
+    /// the tool schemas and the reply priming.
+    pub fn fixed(&self, system: Option<&str>, tools: &[ToolSchema]) -> (u32, u32, u32) {
+        let system = system.map_or(0, |s| self.overhead.per_message + self.text(s));
+        let tools = if tools.is_empty() {
+            0
+        } else {
+            count_tool_schemas(self.counter, tools)
+        };
+        (system, tools, self.overhead.reply_priming)
+    }
+
+    /// Tokens of a whole request, by part.
+    pub fn request(&self, r: &Request) -> RequestTokens {
+        let (system, tools, framing) = self.fixed(r.system.as_deref(), &r.tools);
+        let mut t = RequestTokens {
+            system,
+            tools,
+            framing,
+            ..Default::default()
+        };
+        for m in &r.messages {
+            let n = self.message(m);
+            if m.origin == Origin::Rehydrated {
+                t.rehydrated += n;
+            } else {
+                t.messages += n;
+            }
+        }
+        t.total = t.system + t.tools + t.messages + t.rehydrated + t.framing;
+        t
+    }
+}

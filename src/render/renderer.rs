@@ -1,0 +1,258 @@
+//! The renderer: `render(thread, plan, input) -> Request`. Pure and
+//! deterministic, so identical inputs give byte-identical prompts.
+//!
+//! Layout follows the cache-prefix rule: everything before the last user
+//! message is a stable function of the thread and plan; per-turn rehydrated
+//! content is placed right before the last user message so it never shifts the
+//! prefix of earlier turns.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{
+    Action, ClearRecord, CompactionPlan, Content, ContentPart, ExternalizationRecord, Message,
+    Role, SummarizationRecord, Thread, ToolSchema,
+};
+
+use super::request::{Origin, RenderedMessage, Request};
+
+/// Bump when any rendered text format below changes.
+pub const RENDER_FORMAT_VERSION: &str = "v1";
+
+/// Formatting choices that change the rendered bytes (and so the token counts).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RenderOptions {
+    /// Wrap user messages in `<user_context source="…">` so the model can tell
+    /// quoted or retrieved text from instructions (prompt-injection mitigation).
+    pub delimit_user_content: bool,
+    /// Cap tool-result text at this many characters, marking the cut `[truncated]`.
+    pub tool_result_max_chars: Option<usize>,
+}
+
+/// Artifact content injected for this turn only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rehydrated {
+    /// The artifact.
+    pub artifact_id: String,
+    /// Its (possibly truncated) content.
+    pub content: String,
+    /// Whether the content was cut to a token cap.
+    pub truncated: bool,
+}
+
+/// Everything besides the thread and plan that goes into a request.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderInput<'a> {
+    /// System prompt.
+    pub system: Option<&'a str>,
+    /// Tool schemas.
+    pub tools: &'a [ToolSchema],
+    /// Ephemeral artifact content for this turn.
+    pub rehydrated: &'a [Rehydrated],
+    /// Formatting options.
+    pub options: &'a RenderOptions,
+}
+
+/// Renders the request the model sees. The plan must have been validated
+/// against the thread (the pipeline's plans always are).
+pub fn render(thread: &Thread, plan: &CompactionPlan, input: &RenderInput<'_>) -> Request {
+    let actions = plan.actions();
+    let mut messages = Vec::with_capacity(thread.messages.len() + input.rehydrated.len());
+    for m in &thread.messages {
+        let action = actions
+            .get(m.id.as_str())
+            .copied()
+            .unwrap_or(Action::Include);
+        if let Some(rm) = render_message(m, action, input.options) {
+            messages.push(rm);
+        }
+    }
+    if !input.rehydrated.is_empty() {
+        // Before the last user message; at the end when there is none.
+        let at = messages
+            .iter()
+            .rposition(|m| m.role == Role::User && m.origin == Origin::Verbatim)
+            .unwrap_or(messages.len());
+        let injected = input.rehydrated.iter().map(render_rehydrated);
+        messages.splice(at..at, injected);
+    }
+    Request {
+        system: input.system.map(str::to_owned),
+        messages,
+        tools: input.tools.to_vec(),
+    }
+}
+
+/// Renders one thread message under its action; `None` when the message does
+/// not appear (dropped, or a non-first member of a summarized span).
+pub fn render_message(
+    m: &Message,
+    action: Action<'_>,
+    options: &RenderOptions,
+) -> Option<RenderedMessage> {
+    match action {
+        Action::Include => Some(render_verbatim(m, options)),
+        Action::Clear(r) => Some(render_cleared(m, r)),
+        Action::Drop(_) => None,
+        Action::Summarize(r) => (r.span.start_message_id() == m.id).then(|| render_summary(m, r)),
+        Action::Externalize(r) => {
+            (r.span.start_message_id() == m.id).then(|| render_externalized(m, r))
+        }
+    }
+}
+
+fn render_verbatim(m: &Message, options: &RenderOptions) -> RenderedMessage {
+    let content = match (&m.tool_result, m.role) {
+        (Some(env), _) => {
+            let text = env.content.to_text();
+            Content::Text(cap_tool_text(&text, options.tool_result_max_chars))
+        }
+        (None, Role::User) if options.delimit_user_content => delimit_user(m),
+        _ => m.content.clone(),
+    };
+    RenderedMessage {
+        role: m.role,
+        content,
+        tool_calls: m.tool_calls.clone(),
+        tool_call_id: m.tool_result.as_ref().map(|e| e.tool_call_id.clone()),
+        tool_name: m.tool_result.as_ref().map(|e| e.tool_name.clone()),
+        is_error: m
+            .tool_result
+            .as_ref()
+            .is_some_and(|e| e.outcome == crate::model::Outcome::Failure),
+        source_id: m.id.clone(),
+        origin: Origin::Verbatim,
+    }
+}
+
+/// A cleared message keeps its role, tool calls and tool call id: the pair stays
+/// valid and the model sees that the call happened, so it does not re-issue it.
+fn render_cleared(m: &Message, r: &ClearRecord) -> RenderedMessage {
+    RenderedMessage {
+        role: m.role,
+        content: Content::Text(r.replacement.clone()),
+        tool_calls: m.tool_calls.clone(),
+        tool_call_id: m.tool_result.as_ref().map(|e| e.tool_call_id.clone()),
+        tool_name: m.tool_result.as_ref().map(|e| e.tool_name.clone()),
+        is_error: false,
+        source_id: m.id.clone(),
+        origin: Origin::Cleared,
+    }
+}
+
+/// Summary text for a span. Assistant role: `system` would be treated as
+/// privileged instructions, a custom role breaks providers, and `assistant`
+/// reads as "context I provided earlier".
+pub fn summary_text(r: &SummarizationRecord) -> String {
+    format!(
+        "[Context Summary - Turns {}-{}]\n{}",
+        r.span.first_turn,
+        r.span.last_turn,
+        r.summary.render_as_message()
+    )
+}
+
+fn render_summary(m: &Message, r: &SummarizationRecord) -> RenderedMessage {
+    RenderedMessage {
+        role: Role::Assistant,
+        content: Content::Text(summary_text(r)),
+        tool_calls: Vec::new(),
+        tool_call_id: None,
+        tool_name: None,
+        is_error: false,
+        source_id: m.id.clone(),
+        origin: Origin::Summary,
+    }
+}
+
+/// Pointer text for externalized content.
+pub fn externalization_text(r: &ExternalizationRecord) -> String {
+    format!(
+        "[Externalized Content - artifact:{id}]\nSummary: {summary}\nTo retrieve full content, call: read_artifact(\"{id}\")",
+        id = r.artifact_id,
+        summary = r.summary.render_as_message()
+    )
+}
+
+/// An externalized tool result stays a tool message with its call id (so the
+/// pair stays valid); anything else becomes an assistant pointer message.
+fn render_externalized(m: &Message, r: &ExternalizationRecord) -> RenderedMessage {
+    let single_tool = m.role == Role::Tool && r.span.message_ids.len() == 1;
+    RenderedMessage {
+        role: if single_tool {
+            Role::Tool
+        } else {
+            Role::Assistant
+        },
+        content: Content::Text(externalization_text(r)),
+        tool_calls: Vec::new(),
+        tool_call_id: if single_tool {
+            m.tool_result.as_ref().map(|e| e.tool_call_id.clone())
+        } else {
+            None
+        },
+        tool_name: if single_tool {
+            m.tool_result.as_ref().map(|e| e.tool_name.clone())
+        } else {
+            None
+        },
+        is_error: false,
+        source_id: m.id.clone(),
+        origin: Origin::Externalized,
+    }
+}
+
+fn render_rehydrated(r: &Rehydrated) -> RenderedMessage {
+    let mut text = format!(
+        "[Rehydrated Content - artifact:{}]\n{}",
+        r.artifact_id, r.content
+    );
+    if r.truncated {
+        text.push_str("\n[truncated]");
+    }
+    RenderedMessage {
+        role: Role::User,
+        content: Content::Text(text),
+        tool_calls: Vec::new(),
+        tool_call_id: None,
+        tool_name: None,
+        is_error: false,
+        source_id: r.artifact_id.clone(),
+        origin: Origin::Rehydrated,
+    }
+}
+
+/// Wraps user text in `<user_context>`; a closing tag inside the text is
+/// neutralized so quoted content cannot end the block early.
+fn delimit_user(m: &Message) -> Content {
+    let source = m.metadata.source.as_deref().unwrap_or("user");
+    let source = source.replace(['"', '<', '>'], "");
+    let wrap = |t: &str| {
+        format!(
+            "<user_context source=\"{source}\">\n{}\n</user_context>",
+            t.replace("</user_context", "&lt;/user_context")
+        )
+    };
+    match &m.content {
+        Content::Text(t) => Content::Text(wrap(t)),
+        Content::Parts(parts) => Content::Parts(
+            parts
+                .iter()
+                .map(|p| match p {
+                    ContentPart::Text { text } => ContentPart::Text { text: wrap(text) },
+                    other => other.clone(),
+                })
+                .collect(),
+        ),
+    }
+}
+
+fn cap_tool_text(text: &str, cap: Option<usize>) -> String {
+    match cap {
+        Some(max) if text.chars().count() > max => {
+            let cut: String = text.chars().take(max).collect();
+            format!("{cut}\n[truncated]")
+        }
+        _ => text.to_owned(),
+    }
+}

@@ -1,0 +1,837 @@
+//! The extractive summarizer: no model, only sentence-level cues. Deterministic
+//! (same input, same bytes), so it is the always-available fallback and the
+//! reference for the invariant tests. It stores the sentences themselves, never
+//! paraphrases, so a constraint cannot be reworded away.
+
+use std::cmp::Reverse;
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use super::text::{
+    cap_chars, clean, collapse_ws, dedup_key, find_ascii_ci, has_phrase, strip_list_marker, words,
+};
+use super::{SummarizeError, Summarizer, SummaryRequest};
+use crate::model::{
+    ArtifactReference, Decision, Message, OpenItem, Outcome, Priority, Role, SpanReference,
+    StructuredSummary, ToolContent, ToolOutcome, ToolResultEnvelope,
+};
+
+/// Cache-key id; bump the suffix whenever extraction output changes.
+pub const EXTRACTIVE_ID: &str = "extractive-v1";
+
+const FACT_MAX_CHARS: usize = 300;
+const DECISION_MAX_CHARS: usize = 240;
+const RATIONALE_MAX_CHARS: usize = 200;
+const OPEN_ITEM_MAX_CHARS: usize = 240;
+const TASK_MAX_CHARS: usize = 240;
+const PLAN_STEP_MAX_CHARS: usize = 160;
+const PLAN_MAX_STEPS: usize = 20;
+const ERROR_MAX_CHARS: usize = 240;
+
+/// Hard-constraint cue words: a sentence with one is a constraint fact, the
+/// last thing trimmed.
+const CONSTRAINT_WORDS: &[&str] = &[
+    "never",
+    "always",
+    "must",
+    "mustn't",
+    "don't",
+    "dont",
+    "cannot",
+    "can't",
+    "shouldn't",
+    "only",
+    "require",
+    "requires",
+    "required",
+    "requirement",
+    "requirements",
+    "budget",
+    "budgets",
+    "deadline",
+    "deadlines",
+    "prefer",
+    "prefers",
+    "preferred",
+    "preference",
+    "preferences",
+    "forbidden",
+    "prohibited",
+    "mandatory",
+    "avoid",
+    "strictly",
+];
+/// Hard-constraint cue phrases.
+const CONSTRAINT_PHRASES: &[&[&str]] = &[
+    &["do", "not"],
+    &["does", "not"],
+    &["must", "not"],
+    &["not", "allowed"],
+    &["no", "more", "than"],
+    &["at", "most"],
+    &["at", "least"],
+    &["under", "no", "circumstances"],
+];
+/// Words that turn an amount into a limit.
+const LIMIT_WORDS: &[&str] = &[
+    "under", "below", "within", "max", "maximum", "limit", "cap", "capped", "exceed",
+];
+const LIMIT_PHRASES: &[&[&str]] = &[&["up", "to"], &["less", "than"]];
+/// Words that turn a date into a deadline.
+const DEADLINE_WORDS: &[&str] = &["by", "before", "until", "due", "latest"];
+/// Softer cue words: facts, trimmed before constraints.
+const SOFT_WORDS: &[&str] = &["should", "ensure", "important", "remember", "want", "wants"];
+/// Softer cue phrases.
+const SOFT_PHRASES: &[&[&str]] = &[
+    &["need", "to"],
+    &["needs", "to"],
+    &["make", "sure"],
+    &["would", "like"],
+    &["i'd", "like"],
+    &["note", "that"],
+    &["my", "name", "is"],
+    &["we", "use"],
+    &["i", "use"],
+    &["we're", "using"],
+    &["i'm", "using"],
+];
+/// Open-item cue words.
+const OPEN_WORDS: &[&str] = &["todo", "fixme", "blocker", "tbd", "pending", "unresolved"];
+/// Open-item cue phrases.
+const OPEN_PHRASES: &[&[&str]] = &[
+    &["next", "step"],
+    &["next", "steps"],
+    &["blocked", "on"],
+    &["blocked", "by"],
+    &["follow", "up"],
+    &["still", "need"],
+    &["still", "needs"],
+    &["open", "question"],
+    &["not", "yet"],
+];
+const HIGH_WORDS: &[&str] = &[
+    "blocked",
+    "blocker",
+    "urgent",
+    "asap",
+    "critical",
+    "immediately",
+    "fixme",
+    "must",
+];
+const LOW_WORDS: &[&str] = &["later", "eventually", "optional", "someday", "maybe"];
+const LOW_PHRASES: &[&[&str]] = &[&["nice", "to", "have"], &["low", "priority"]];
+/// Assistant sentence openings that announce a decision (after lower-casing
+/// and dropping a leading "ok,"/"so"/"next," …).
+const DECISION_PREFIXES: &[&str] = &[
+    "i'll ",
+    "i will ",
+    "we'll ",
+    "we will ",
+    "let's ",
+    "let us ",
+    "i'm going to ",
+    "i am going to ",
+    "we're going to ",
+    "we are going to ",
+    "going with ",
+    "decided to ",
+    "decided on ",
+    "i decided ",
+    "we decided ",
+    "i've decided ",
+    "we've decided ",
+    "i have decided ",
+    "we have decided ",
+    "decision: ",
+    "i chose ",
+    "we chose ",
+    "the plan is to ",
+];
+/// Decision cues anywhere in an assistant sentence.
+const DECISION_INFIXES: &[&str] = &[
+    " decided to ",
+    " decided on ",
+    " going with ",
+    " opted to ",
+    " opted for ",
+    " settled on ",
+];
+const INTERJECTIONS: &[&str] = &[
+    "ok",
+    "okay",
+    "so",
+    "sure",
+    "alright",
+    "great",
+    "then",
+    "now",
+    "first",
+    "next",
+    "perfect",
+    "right",
+    "yes",
+    "well",
+    "understood",
+];
+/// Messages that are acknowledgements, not requests (skipped for current_task).
+const ACKS: &[&str] = &[
+    "thanks",
+    "thank you",
+    "ok",
+    "okay",
+    "great",
+    "cool",
+    "perfect",
+    "yes",
+    "no",
+    "sure",
+    "got it",
+    "sounds good",
+    "lgtm",
+    "ok thanks",
+    "continue",
+];
+const ABBREVIATIONS: &[&str] = &[
+    "e.g", "i.e", "etc", "vs", "mr", "mrs", "ms", "dr", "no", "approx", "fig", "st", "inc",
+];
+const MONTHS: &[&str] = &[
+    "january",
+    "february",
+    "april",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+];
+/// Month names that are also common words: dates only next to a number.
+const MONTHS_NEAR_NUMBER: &[&str] = &[
+    "march", "may", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov",
+    "dec",
+];
+const DAY_WORDS: &[&str] = &[
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+    "sunday",
+    "tomorrow",
+    "tonight",
+    "eod",
+    "eow",
+    "eom",
+    "q1",
+    "q2",
+    "q3",
+    "q4",
+];
+const CURRENCY_WORDS: &[&str] = &[
+    "usd", "eur", "gbp", "dollars", "dollar", "euros", "euro", "pounds", "bucks", "k",
+];
+
+/// The deterministic, model-free summarizer ("extractive-v1").
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExtractiveSummarizer;
+
+impl Summarizer for ExtractiveSummarizer {
+    fn id(&self) -> &str {
+        EXTRACTIVE_ID
+    }
+
+    fn summarize(&self, req: &SummaryRequest<'_>) -> Result<StructuredSummary, SummarizeError> {
+        let fresh = extract(req.span.clone(), req.messages);
+        let merged = merge_summaries(req.span.clone(), req.prior, &fresh);
+        fit_to_size(merged, req.max_chars)
+    }
+}
+
+/// True when `fact` carries a hard-constraint cue (never/must/budget/prefer…,
+/// an amount with a limit word, a date with a deadline word). Facts are plain strings, so this is recomputed
+/// from the text on every cycle: the classification is stable across merges.
+pub fn is_constraint(fact: &str) -> bool {
+    let w = words(fact);
+    cues(fact, &w).constraint
+}
+
+/// Merges `prior` summaries (in order) and then `fresh` field by field: facts,
+/// decisions and open items are de-duplicated keeping the first occurrence, so
+/// older content comes first and nothing is lost by merging. `current_task` and
+/// `current_plan` take the newest non-empty value. Usable by any summarizer.
+pub fn merge_summaries(
+    span: SpanReference,
+    prior: &[&StructuredSummary],
+    fresh: &StructuredSummary,
+) -> StructuredSummary {
+    let mut out = StructuredSummary::empty(span);
+    let all = || prior.iter().copied().chain(std::iter::once(fresh));
+
+    let mut seen = HashSet::new();
+    for f in all().flat_map(|s| &s.facts) {
+        if !f.trim().is_empty() && seen.insert(dedup_key(f)) {
+            out.facts.push(f.clone());
+        }
+    }
+    let mut seen = HashSet::new();
+    for d in all().flat_map(|s| &s.decisions) {
+        if seen.insert(dedup_key(&d.decision)) {
+            out.decisions.push(d.clone());
+        }
+    }
+    let mut seen = HashSet::new();
+    for o in all().flat_map(|s| &s.open_items) {
+        if seen.insert(dedup_key(&o.description)) {
+            out.open_items.push(o.clone());
+        }
+    }
+    let mut seen = HashSet::new();
+    for a in all().flat_map(|s| &s.artifacts) {
+        if seen.insert(a.artifact_id.clone()) {
+            out.artifacts.push(a.clone());
+        }
+    }
+    // Tool outcomes are events, not statements: two identical calls are two outcomes.
+    out.tool_outcomes = all()
+        .flat_map(|s| s.tool_outcomes.iter().cloned())
+        .collect();
+    out.current_task = all().filter_map(|s| s.current_task.clone()).next_back();
+    out.current_plan = all()
+        .map(|s| &s.current_plan)
+        .rfind(|p| !p.is_empty())
+        .cloned()
+        .unwrap_or_default();
+    out
+}
+
+/// One trimming step, in the order they are applied.
+#[derive(Debug, Clone, Copy)]
+enum Removal {
+    ToolOutcome(usize),
+    Decision(usize),
+    OpenItem(usize),
+    Plan,
+    Artifact(usize),
+    Task,
+    Fact(usize),
+}
+
+/// Makes `summary` render within `max_chars` bytes by dropping whole entries:
+/// oldest tool outcomes, then oldest decisions, then open items (low priority
+/// first), the plan, artifacts, the current task, then non-constraint facts
+/// (newest first). Constraint facts are never dropped: if they alone do not
+/// fit, the result is [`SummarizeError::TooLarge`].
+pub fn fit_to_size(
+    summary: StructuredSummary,
+    max_chars: usize,
+) -> Result<StructuredSummary, SummarizeError> {
+    if summary.render_as_message().len() <= max_chars {
+        return Ok(summary);
+    }
+    let order = removal_order(&summary);
+    let floor = apply_removals(&summary, &order);
+    let needed = floor.render_as_message().len();
+    if needed > max_chars {
+        return Err(SummarizeError::TooLarge { needed, max_chars });
+    }
+    // Rendered size shrinks monotonically with each removal, so binary-search
+    // the fewest removals that fit: O(log n) renders instead of O(n).
+    let (mut lo, mut hi) = (1usize, order.len());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if apply_removals(&summary, &order[..mid])
+            .render_as_message()
+            .len()
+            <= max_chars
+        {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Ok(apply_removals(&summary, &order[..hi]))
+}
+
+fn removal_order(s: &StructuredSummary) -> Vec<Removal> {
+    let mut order: Vec<Removal> = (0..s.tool_outcomes.len())
+        .map(Removal::ToolOutcome)
+        .collect();
+    order.extend((0..s.decisions.len()).map(Removal::Decision));
+    let mut open: Vec<usize> = (0..s.open_items.len()).collect();
+    open.sort_by_key(|&i| (Reverse(s.open_items[i].priority), i));
+    order.extend(open.into_iter().map(Removal::OpenItem));
+    if !s.current_plan.is_empty() {
+        order.push(Removal::Plan);
+    }
+    order.extend((0..s.artifacts.len()).map(Removal::Artifact));
+    if s.current_task.is_some() {
+        order.push(Removal::Task);
+    }
+    order.extend(
+        (0..s.facts.len())
+            .rev()
+            .filter(|&i| !is_constraint(&s.facts[i]))
+            .map(Removal::Fact),
+    );
+    order
+}
+
+fn apply_removals(s: &StructuredSummary, removals: &[Removal]) -> StructuredSummary {
+    let mut tools = vec![true; s.tool_outcomes.len()];
+    let mut decisions = vec![true; s.decisions.len()];
+    let mut open = vec![true; s.open_items.len()];
+    let mut artifacts = vec![true; s.artifacts.len()];
+    let mut facts = vec![true; s.facts.len()];
+    let (mut plan, mut task) = (true, true);
+    for r in removals {
+        match *r {
+            Removal::ToolOutcome(i) => tools[i] = false,
+            Removal::Decision(i) => decisions[i] = false,
+            Removal::OpenItem(i) => open[i] = false,
+            Removal::Plan => plan = false,
+            Removal::Artifact(i) => artifacts[i] = false,
+            Removal::Task => task = false,
+            Removal::Fact(i) => facts[i] = false,
+        }
+    }
+    fn keep<T: Clone>(items: &[T], mask: &[bool]) -> Vec<T> {
+        items
+            .iter()
+            .zip(mask)
+            .filter(|(_, &k)| k)
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+    StructuredSummary {
+        span: s.span.clone(),
+        facts: keep(&s.facts, &facts),
+        decisions: keep(&s.decisions, &decisions),
+        open_items: keep(&s.open_items, &open),
+        artifacts: keep(&s.artifacts, &artifacts),
+        tool_outcomes: keep(&s.tool_outcomes, &tools),
+        current_task: if task { s.current_task.clone() } else { None },
+        current_plan: if plan {
+            s.current_plan.clone()
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// Cues found in one sentence.
+#[derive(Debug, Default, Clone, Copy)]
+struct Cues {
+    constraint: bool,
+    soft: bool,
+    open: bool,
+}
+
+fn cues(raw: &str, w: &[String]) -> Cues {
+    let any_word = |list: &[&str]| w.iter().any(|x| list.contains(&x.as_str()));
+    let any_phrase = |list: &[&[&str]]| list.iter().any(|p| has_phrase(w, p));
+    let (money, date) = (has_money(raw, w), has_date(raw, w));
+    // A bare amount or date is only a fact ("we spent $40 on Monday"); with a
+    // limit or deadline word it is a constraint ("under $500", "by Friday").
+    let hard_money = money && (any_word(LIMIT_WORDS) || any_phrase(LIMIT_PHRASES));
+    let hard_date = date && any_word(DEADLINE_WORDS);
+    Cues {
+        constraint: any_word(CONSTRAINT_WORDS)
+            || any_phrase(CONSTRAINT_PHRASES)
+            || hard_money
+            || hard_date,
+        soft: any_word(SOFT_WORDS) || any_phrase(SOFT_PHRASES) || money || date,
+        open: any_word(OPEN_WORDS) || any_phrase(OPEN_PHRASES),
+    }
+}
+
+fn priority_of(w: &[String]) -> Priority {
+    if w.iter().any(|x| HIGH_WORDS.contains(&x.as_str())) || has_phrase(w, &["high", "priority"]) {
+        Priority::High
+    } else if w.iter().any(|x| LOW_WORDS.contains(&x.as_str()))
+        || LOW_PHRASES.iter().any(|p| has_phrase(w, p))
+    {
+        Priority::Low
+    } else {
+        Priority::Medium
+    }
+}
+
+fn is_number(w: &str) -> bool {
+    w.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// `$1000`, `€ 5`, `1000 USD`, `5k dollars`.
+fn has_money(raw: &str, w: &[String]) -> bool {
+    let chars: Vec<char> = raw.chars().collect();
+    let symbol = chars.iter().enumerate().any(|(i, c)| {
+        matches!(c, '$' | '€' | '£' | '¥' | '₹')
+            && chars[i + 1..]
+                .iter()
+                .find(|c| **c != ' ')
+                .is_some_and(|c| c.is_ascii_digit())
+    });
+    symbol
+        || w.windows(2).any(|p| {
+            (is_number(&p[0]) && CURRENCY_WORDS.contains(&p[1].as_str()))
+                || (is_number(&p[1]) && ["usd", "eur", "gbp"].contains(&p[0].as_str()))
+        })
+}
+
+/// ISO dates, `12/31/2025`, month names, weekdays, "tomorrow", "EOD", quarters.
+fn has_date(raw: &str, w: &[String]) -> bool {
+    let b = raw.as_bytes();
+    let d = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    let iso = (0..b.len()).any(|i| {
+        d(i) && d(i + 1)
+            && d(i + 2)
+            && d(i + 3)
+            && b.get(i + 4) == Some(&b'-')
+            && d(i + 5)
+            && d(i + 6)
+            && b.get(i + 7) == Some(&b'-')
+            && d(i + 8)
+            && d(i + 9)
+    });
+    let slash = (0..b.len()).any(|i| {
+        (i == 0 || !d(i - 1))
+            && d(i)
+            && d(i + 1)
+            && b.get(i + 2) == Some(&b'/')
+            && d(i + 3)
+            && d(i + 4)
+            && b.get(i + 5) == Some(&b'/')
+            && d(i + 6)
+            && d(i + 7)
+    });
+    let named = w.iter().enumerate().any(|(i, x)| {
+        MONTHS.contains(&x.as_str())
+            || DAY_WORDS.contains(&x.as_str())
+            || (MONTHS_NEAR_NUMBER.contains(&x.as_str())
+                && (w.get(i + 1).is_some_and(|n| is_number(n)) || (i > 0 && is_number(&w[i - 1]))))
+    });
+    iso || slash || named
+}
+
+/// A sentence of a message, whitespace-collapsed.
+#[derive(Debug, Clone)]
+struct Sentence {
+    text: String,
+    question: bool,
+}
+
+/// Blocks of prose: paragraphs, list items and headings, with fenced code skipped
+/// (a `must` in a code comment is not a user constraint).
+fn blocks(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_code = false;
+    let flush = |cur: &mut String, out: &mut Vec<String>| {
+        if !cur.trim().is_empty() {
+            out.push(collapse_ws(cur));
+        }
+        cur.clear();
+    };
+    for raw in text.lines() {
+        let line = raw.trim();
+        if line.starts_with("```") || line.starts_with("~~~") {
+            flush(&mut cur, &mut out);
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        if line.is_empty() {
+            flush(&mut cur, &mut out);
+            continue;
+        }
+        let heading = line.starts_with('#');
+        let (item, body) = strip_list_marker(line);
+        if item || heading {
+            flush(&mut cur, &mut out);
+        }
+        cur.push(' ');
+        cur.push_str(if heading {
+            line.trim_start_matches('#')
+        } else {
+            body
+        });
+        if heading {
+            flush(&mut cur, &mut out);
+        }
+    }
+    flush(&mut cur, &mut out);
+    out
+}
+
+/// Splits a block at `.`, `!`, `?` followed by whitespace (or the end), except
+/// after common abbreviations; closing quotes and brackets stay with the sentence.
+fn split_sentences(block: &str) -> Vec<Sentence> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let chars: Vec<(usize, char)> = block.char_indices().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let (pos, c) = chars[i];
+        if matches!(c, '.' | '!' | '?') {
+            let mut j = i + 1;
+            while j < chars.len() && matches!(chars[j].1, '"' | '\'' | ')' | ']' | '”' | '’') {
+                j += 1;
+            }
+            let at_break = j >= chars.len() || chars[j].1.is_whitespace();
+            if at_break && !(c == '.' && is_abbreviation(&block[start..pos])) {
+                let end = chars.get(j).map(|&(p, _)| p).unwrap_or(block.len());
+                push_sentence(&mut out, &block[start..end]);
+                start = end;
+            }
+            i = j;
+            continue;
+        }
+        i += 1;
+    }
+    push_sentence(&mut out, &block[start..]);
+    out
+}
+
+fn push_sentence(out: &mut Vec<Sentence>, s: &str) {
+    let text = s.trim();
+    if text.chars().any(char::is_alphanumeric) {
+        out.push(Sentence {
+            text: text.to_string(),
+            question: text
+                .trim_end_matches(['"', '\'', ')', ']', '”', '’'])
+                .ends_with('?'),
+        });
+    }
+}
+
+fn is_abbreviation(before: &str) -> bool {
+    let last = before.rsplit(char::is_whitespace).next().unwrap_or("");
+    let last = last.trim_start_matches(['(', '"', '\'']).to_lowercase();
+    (last.chars().count() == 1 && last.chars().all(char::is_alphabetic))
+        || ABBREVIATIONS.contains(&last.as_str())
+}
+
+fn sentences(text: &str) -> Vec<Sentence> {
+    blocks(text)
+        .iter()
+        .flat_map(|b| split_sentences(b))
+        .collect()
+}
+
+/// A question phrased as a request ("Can you make sure we never…?") still states
+/// what the user wants, so its constraint cues count.
+fn is_request_question(lower: &str) -> bool {
+    [
+        "can you ",
+        "could you ",
+        "would you ",
+        "will you ",
+        "please ",
+        "can we ",
+    ]
+    .iter()
+    .any(|p| lower.starts_with(p))
+}
+
+/// Lower case with `’` folded and leading interjections ("OK, so next,") removed.
+fn decision_view(sentence: &str) -> String {
+    let lower = sentence.to_lowercase().replace('’', "'");
+    let mut s = lower.as_str();
+    for _ in 0..3 {
+        let Some(w) = INTERJECTIONS.iter().find(|w| {
+            s.strip_prefix(**w)
+                .is_some_and(|r| r.starts_with([',', ' ', '!', '.', ':']))
+        }) else {
+            break;
+        };
+        s = s[w.len()..].trim_start_matches([',', ' ', '!', '.', ':']);
+    }
+    s.to_string()
+}
+
+fn decision_of(sentence: &str, turn: u32) -> Option<Decision> {
+    let view = decision_view(sentence);
+    let padded = format!(" {view}");
+    let is_decision = DECISION_PREFIXES.iter().any(|p| view.starts_with(p))
+        || DECISION_INFIXES.iter().any(|p| padded.contains(p));
+    if !is_decision {
+        return None;
+    }
+    let split = find_ascii_ci(sentence, " because ")
+        .map(|i| (i, " because ".len()))
+        .or_else(|| find_ascii_ci(sentence, ", since ").map(|i| (i, ", since ".len())));
+    let (decision, rationale) = match split {
+        Some((i, n)) => (&sentence[..i], &sentence[i + n..]),
+        None => (sentence, ""),
+    };
+    let decision = decision.trim().trim_end_matches(',');
+    let rationale = rationale.trim().trim_end_matches(['.', '!']);
+    Some(Decision {
+        decision: clean(decision, DECISION_MAX_CHARS),
+        rationale: clean(rationale, RATIONALE_MAX_CHARS),
+        turn,
+    })
+}
+
+/// The last list (≥ 2 top-level items) of a message, outside code fences.
+fn last_list(text: &str) -> Option<Vec<String>> {
+    let mut lists: Vec<Vec<String>> = Vec::new();
+    let mut cur: Vec<String> = Vec::new();
+    let mut in_code = false;
+    for raw in text.lines() {
+        let trimmed = raw.trim();
+        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code || trimmed.is_empty() {
+            continue;
+        }
+        let indent = raw.len() - raw.trim_start().len();
+        let (item, body) = strip_list_marker(trimmed);
+        if item && indent < 2 {
+            cur.push(clean(body, PLAN_STEP_MAX_CHARS));
+        } else if indent >= 2 && !cur.is_empty() {
+            // A nested item or continuation line belongs to the current step.
+        } else if !cur.is_empty() {
+            lists.push(std::mem::take(&mut cur));
+        }
+    }
+    if !cur.is_empty() {
+        lists.push(cur);
+    }
+    lists.into_iter().rev().find(|l| l.len() >= 2).map(|mut l| {
+        l.truncate(PLAN_MAX_STEPS);
+        l
+    })
+}
+
+fn is_ack(text: &str) -> bool {
+    let w = words(text).join(" ");
+    w.is_empty() || ACKS.contains(&w.as_str())
+}
+
+fn error_line(env: &ToolResultEnvelope) -> Option<String> {
+    let line = match &env.content {
+        ToolContent::Json(v) => {
+            let obj = v.as_object();
+            let msg = obj.and_then(|o| match o.get("error") {
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(Value::Object(e)) => {
+                    e.get("message").and_then(Value::as_str).map(String::from)
+                }
+                _ => o.get("message").and_then(Value::as_str).map(String::from),
+            });
+            msg.unwrap_or_else(|| v.to_string())
+        }
+        ToolContent::Text(s) => s.lines().find(|l| !l.trim().is_empty())?.to_string(),
+    };
+    let line = clean(line.lines().next().unwrap_or(""), ERROR_MAX_CHARS);
+    (!line.is_empty()).then_some(line)
+}
+
+fn is_artifact_key(k: &str) -> bool {
+    k == "artifact_id" || k.ends_with("_artifact_id") || k == "artifactId"
+}
+
+/// Builds the summary of `messages` alone (no prior, no size cap).
+fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
+    let mut s = StructuredSummary::empty(span);
+    let last_assistant_text = messages.iter().rposition(|m| {
+        m.role == Role::Assistant && m.tool_result.is_none() && !m.content.text().trim().is_empty()
+    });
+    for (idx, m) in messages.iter().enumerate() {
+        if let Some(env) = &m.tool_result {
+            s.tool_outcomes.push(ToolOutcome {
+                tool_name: env.tool_name.clone(),
+                outcome: env.outcome,
+                key_fields: env.key_fields.clone(),
+                error_message: if env.outcome == Outcome::Failure {
+                    error_line(env)
+                } else {
+                    None
+                },
+            });
+            for (k, v) in &env.key_fields {
+                if let (true, Some(id)) = (is_artifact_key(k), v.as_str()) {
+                    if !id.trim().is_empty() {
+                        s.artifacts.push(ArtifactReference {
+                            artifact_id: id.to_string(),
+                            description: format!("{} output (turn {})", env.tool_name, m.turn),
+                            rehydrate_hint: "read_artifact if you need its full content"
+                                .to_string(),
+                        });
+                    }
+                }
+            }
+            continue;
+        }
+        let text = m.content.text();
+        if text.trim().is_empty() {
+            continue;
+        }
+        let context = format!("{}, turn {}", m.role.as_str(), m.turn);
+        for sent in sentences(&text) {
+            let w = words(&sent.text);
+            let c = cues(&sent.text, &w);
+            let open_item = |desc: &str| OpenItem {
+                description: clean(desc, OPEN_ITEM_MAX_CHARS),
+                context: context.clone(),
+                priority: priority_of(&w),
+            };
+            match m.role {
+                Role::System | Role::Developer | Role::User => {
+                    let lower = sent.text.to_lowercase();
+                    if sent.question {
+                        let unanswered =
+                            m.role == Role::User && last_assistant_text.is_none_or(|j| j < idx);
+                        if unanswered || c.open {
+                            s.open_items.push(open_item(&sent.text));
+                        }
+                        if is_request_question(&lower) && c.constraint {
+                            s.facts.push(clean(&sent.text, FACT_MAX_CHARS));
+                        }
+                    } else if c.open && !m.metadata.protected {
+                        s.open_items.push(open_item(&sent.text));
+                    } else if (m.metadata.protected || c.constraint || c.soft) && w.len() >= 2 {
+                        s.facts.push(clean(&sent.text, FACT_MAX_CHARS));
+                    }
+                }
+                Role::Assistant => {
+                    if sent.question {
+                        continue;
+                    }
+                    if c.open {
+                        s.open_items.push(open_item(&sent.text));
+                    } else if let Some(d) = decision_of(&sent.text, m.turn) {
+                        s.decisions.push(d);
+                    }
+                }
+                Role::Tool => {}
+            }
+        }
+    }
+    s.current_task = messages
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::User && m.tool_result.is_none())
+        .map(|m| m.content.text())
+        .find(|t| !is_ack(t))
+        .and_then(|t| sentences(&t).into_iter().next())
+        .map(|first| cap_chars(&first.text, TASK_MAX_CHARS));
+    s.current_plan = messages
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::Assistant && m.tool_result.is_none())
+        .find_map(|m| last_list(&m.content.text()))
+        .unwrap_or_default();
+    s
+}
+
+#[cfg(test)]
+mod tests;

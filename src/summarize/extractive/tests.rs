@@ -1,0 +1,695 @@
+use std::collections::{BTreeMap, HashSet};
+
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::*;
+use crate::model::{Content, MessageMetadata, ToolContent, ToolResultEnvelope};
+
+fn msg(id: &str, role: Role, turn: u32, text: &str) -> Message {
+    Message {
+        id: id.to_string(),
+        role,
+        content: Content::Text(text.to_string()),
+        tool_calls: Vec::new(),
+        tool_result: None,
+        turn,
+        metadata: MessageMetadata::default(),
+    }
+}
+
+fn tool(id: &str, turn: u32, name: &str, outcome: Outcome, content: &str, kf: Value) -> Message {
+    let key_fields: BTreeMap<String, Value> = kf
+        .as_object()
+        .map(|o| o.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    Message {
+        id: id.to_string(),
+        role: Role::Tool,
+        content: Content::default(),
+        tool_calls: Vec::new(),
+        tool_result: Some(ToolResultEnvelope {
+            tool_name: name.to_string(),
+            tool_call_id: format!("call-{id}"),
+            outcome,
+            content: ToolContent::Text(content.to_string()),
+            key_fields,
+            durability: None,
+            determinism: None,
+            started_at: None,
+            completed_at: None,
+        }),
+        turn,
+        metadata: MessageMetadata::default(),
+    }
+}
+
+fn span_of(msgs: &[Message]) -> SpanReference {
+    SpanReference {
+        message_ids: msgs.iter().map(|m| m.id.clone()).collect(),
+        first_turn: msgs.first().map(|m| m.turn).unwrap_or(0),
+        last_turn: msgs.last().map(|m| m.turn).unwrap_or(0),
+    }
+}
+
+fn run(
+    msgs: &[Message],
+    prior: &[&StructuredSummary],
+    max_chars: usize,
+) -> Result<StructuredSummary, SummarizeError> {
+    let refs: Vec<&Message> = msgs.iter().collect();
+    ExtractiveSummarizer.summarize(&SummaryRequest {
+        span: span_of(msgs),
+        messages: &refs,
+        prior,
+        max_chars,
+    })
+}
+
+const BIG: usize = 1 << 20;
+
+#[test]
+fn id_is_stable() {
+    assert_eq!(ExtractiveSummarizer.id(), "extractive-v1");
+}
+
+#[test]
+fn captures_protected_constraints_verbatim() {
+    let msgs = vec![
+        msg(
+            "s",
+            Role::System,
+            0,
+            "You are a coding agent. Never delete production data.",
+        ),
+        msg("d", Role::Developer, 0, "The user prefers Python."),
+        msg(
+            "u",
+            Role::User,
+            1,
+            "I'm building a data pipeline.\nThe budget is $1000.  Please keep it   simple.",
+        ),
+    ];
+    let s = run(&msgs, &[], BIG).expect("fits");
+    assert!(
+        s.facts
+            .contains(&"Never delete production data.".to_string()),
+        "{:?}",
+        s.facts
+    );
+    assert!(s.facts.contains(&"The user prefers Python.".to_string()));
+    assert!(s.facts.contains(&"The budget is $1000.".to_string()));
+    assert!(
+        !s.facts.iter().any(|f| f.contains("data pipeline")),
+        "no cue, not a fact"
+    );
+    assert!(!s.facts.iter().any(|f| f.contains("coding agent")));
+    for f in &s.facts {
+        assert!(is_constraint(f), "{f}");
+    }
+}
+
+#[test]
+fn cue_detection() {
+    for c in [
+        "Don't touch the billing tables",
+        "Do not email customers",
+        "We need it by 2025-03-01",
+        "Ship before Friday",
+        "Keep spend under 500 USD",
+        "Only use approved libraries",
+        "Deliver by March 3",
+        "Tests are required for every change",
+    ] {
+        assert!(is_constraint(c), "{c}");
+    }
+    for c in [
+        "We may want to look",
+        "The pipeline reads CSV files",
+        "march forward",
+    ] {
+        assert!(!is_constraint(c), "{c}");
+    }
+}
+
+fn cycle_messages(cycle: u32) -> Vec<Message> {
+    let t = cycle * 3 + 1;
+    let p = format!("c{cycle}-");
+    vec![
+        msg(&format!("{p}u"), Role::User, t, &format!(
+            "Now handle dataset {cycle}. We should log progress for dataset {cycle}. \
+             Can you check the schema of table_{cycle}?"
+        )),
+        msg(&format!("{p}a"), Role::Assistant, t, &format!(
+            "I'll load table_{cycle} with pandas because it is already installed. \
+             Let's validate the rows of table_{cycle} before writing anything. \
+             TODO: add retries to loader {cycle}.\n\nPlan:\n1. Load table_{cycle}\n2. Validate\n3. Write report {cycle}"
+        )),
+        tool(&format!("{p}t1"), t, "run_query", Outcome::Success, "rows=42",
+            json!({"query_id": format!("q-{cycle}"), "rows": 42})),
+        tool(&format!("{p}t2"), t + 1, "write_file", Outcome::Failure,
+            &format!("PermissionError: /data/out_{cycle}.csv is read-only\n  at line 3"), json!({})),
+        msg(&format!("{p}a2"), Role::Assistant, t + 1, &format!(
+            "We will write report {cycle} to the scratch bucket instead, since the data dir is read-only."
+        )),
+    ]
+}
+
+/// Seed 000 invariant: facts survive N rolling cycles, even under a cap that
+/// forces trimming on every cycle.
+fn rolling(cycles: u32, max_chars: usize) -> StructuredSummary {
+    let mut first = vec![
+        msg("s0", Role::System, 0, "Never delete production data."),
+        msg(
+            "u0",
+            Role::User,
+            0,
+            "Hi! The user prefers Python. The budget is $1000.",
+        ),
+    ];
+    first.extend(cycle_messages(0));
+    let mut summary = run(&first, &[], max_chars).expect("cycle 0 fits");
+    for c in 1..cycles {
+        let msgs = cycle_messages(c);
+        summary = run(&msgs, &[&summary], max_chars).expect("cycle fits");
+        let r = summary.render_as_message();
+        assert!(r.len() <= max_chars, "cycle {c}: {} > {max_chars}", r.len());
+        assert!(r.contains("Python"), "cycle {c}: {r}");
+        assert!(r.contains("1000"), "cycle {c}: {r}");
+        assert!(r.contains("Never delete production data"), "cycle {c}: {r}");
+    }
+    summary
+}
+
+#[test]
+fn facts_survive_5_cycles() {
+    for max in [400, 900, 4000, BIG] {
+        rolling(5, max);
+    }
+}
+
+#[test]
+fn facts_survive_10_cycles_without_drift() {
+    for max in [400, 900, 4000, BIG] {
+        let s = rolling(10, max);
+        // Verbatim, not paraphrased, and in their original order.
+        let i = s
+            .facts
+            .iter()
+            .position(|f| f == "Never delete production data.");
+        let j = s.facts.iter().position(|f| f == "The user prefers Python.");
+        let k = s.facts.iter().position(|f| f == "The budget is $1000.");
+        assert!(i < j && j < k && i.is_some(), "{:?}", s.facts);
+    }
+    // With room, everything accumulates: ten cycles of tool outcomes.
+    let s = rolling(10, BIG);
+    assert_eq!(s.tool_outcomes.len(), 20);
+    assert_eq!(
+        s.current_plan,
+        vec!["Load table_9", "Validate", "Write report 9"]
+    );
+}
+
+#[test]
+fn deterministic() {
+    let mut msgs = vec![msg(
+        "u0",
+        Role::User,
+        0,
+        "The budget is $1000. Never delete production data.",
+    )];
+    msgs.extend(cycle_messages(1));
+    msgs.extend(cycle_messages(2));
+    let a = run(&msgs, &[], 700).expect("fits");
+    let b = run(&msgs.clone(), &[], 700).expect("fits");
+    assert_eq!(a, b);
+    assert_eq!(a.render_as_message(), b.render_as_message());
+    let pa = run(&cycle_messages(3), &[&a], 700).expect("fits");
+    let pb = run(&cycle_messages(3), &[&b], 700).expect("fits");
+    assert_eq!(pa.render_as_message(), pb.render_as_message());
+}
+
+#[test]
+fn tool_outcomes_and_artifacts() {
+    let msgs = vec![
+        tool(
+            "t1",
+            1,
+            "create_order",
+            Outcome::Success,
+            "{\"ok\":true}",
+            json!({"order_id": "ord_9"}),
+        ),
+        tool(
+            "t2",
+            1,
+            "deploy",
+            Outcome::Failure,
+            "\n  Error: quota exceeded  \nstack...",
+            json!({}),
+        ),
+        tool(
+            "t3",
+            2,
+            "fetch",
+            Outcome::Partial,
+            "half",
+            json!({"artifact_id": "art_123"}),
+        ),
+    ];
+    let s = run(&msgs, &[], BIG).expect("fits");
+    assert_eq!(s.tool_outcomes.len(), 3);
+    assert_eq!(s.tool_outcomes[0].tool_name, "create_order");
+    assert_eq!(
+        s.tool_outcomes[0].key_fields.get("order_id"),
+        Some(&json!("ord_9"))
+    );
+    assert_eq!(s.tool_outcomes[0].error_message, None);
+    assert_eq!(s.tool_outcomes[1].outcome, Outcome::Failure);
+    assert_eq!(
+        s.tool_outcomes[1].error_message.as_deref(),
+        Some("Error: quota exceeded")
+    );
+    assert_eq!(s.tool_outcomes[2].outcome, Outcome::Partial);
+    assert_eq!(s.artifacts.len(), 1);
+    assert_eq!(s.artifacts[0].artifact_id, "art_123");
+    // Carried forward by the next cycle, not duplicated.
+    let next = run(&msgs[..1], &[&s], BIG).expect("fits");
+    assert_eq!(next.artifacts.len(), 1);
+    assert_eq!(next.tool_outcomes.len(), 4);
+}
+
+#[test]
+fn json_tool_error_message() {
+    let mut m = tool("t", 1, "api", Outcome::Failure, "", json!({}));
+    if let Some(env) = m.tool_result.as_mut() {
+        env.content = ToolContent::Json(json!({"error": {"message": "not found", "code": 404}}));
+    }
+    let s = run(&[m], &[], BIG).expect("fits");
+    assert_eq!(
+        s.tool_outcomes[0].error_message.as_deref(),
+        Some("not found")
+    );
+}
+
+#[test]
+fn decisions_open_items_task_plan() {
+    let msgs = vec![
+        msg("u1", Role::User, 1, "What database should we use? It must run on-prem."),
+        msg(
+            "a1",
+            Role::Assistant,
+            1,
+            "OK, I'll use PostgreSQL because it supports JSONB. We decided to skip Redis. \
+             Here is some analysis. Next step: blocked on DBA access.",
+        ),
+        msg("u2", Role::User, 2, "Great, thanks. Could you also add an index later? TODO maybe rename the table later."),
+        msg("a2", Role::Assistant, 2, "Steps:\n- create schema\n- add index\n\nSome prose.\n1. first\n2. second\n```\n- not a list\n- really not\n```"),
+        msg("u3", Role::User, 3, "Deploy it to staging by Friday. Then tell me."),
+        msg("u4", Role::User, 3, "thanks!"),
+    ];
+    let s = run(&msgs, &[], BIG).expect("fits");
+    assert_eq!(s.decisions.len(), 2, "{:?}", s.decisions);
+    assert_eq!(s.decisions[0].decision, "OK, I'll use PostgreSQL");
+    assert_eq!(s.decisions[0].rationale, "it supports JSONB");
+    assert_eq!(s.decisions[0].turn, 1);
+    assert_eq!(s.decisions[1].decision, "We decided to skip Redis.");
+    // The first question was answered by a later assistant message; the blocked
+    // item is high priority; the TODO is low.
+    let descs: Vec<&str> = s
+        .open_items
+        .iter()
+        .map(|o| o.description.as_str())
+        .collect();
+    assert!(
+        !descs.iter().any(|d| d.contains("What database")),
+        "{descs:?}"
+    );
+    let blocked = s
+        .open_items
+        .iter()
+        .find(|o| o.description.contains("blocked on DBA"))
+        .expect("blocked item");
+    assert_eq!(blocked.priority, Priority::High);
+    assert_eq!(blocked.context, "assistant, turn 1");
+    let todo = s
+        .open_items
+        .iter()
+        .find(|o| o.description.starts_with("TODO"))
+        .expect("todo");
+    assert_eq!(todo.priority, Priority::Low);
+    assert!(s.facts.contains(&"It must run on-prem.".to_string()));
+    assert!(s
+        .facts
+        .contains(&"Deploy it to staging by Friday.".to_string()));
+    assert_eq!(
+        s.current_task.as_deref(),
+        Some("Deploy it to staging by Friday.")
+    );
+    assert_eq!(s.current_plan, vec!["first", "second"]);
+}
+
+#[test]
+fn unanswered_question_is_open() {
+    let msgs = vec![
+        msg("a", Role::Assistant, 1, "Done."),
+        msg("u", Role::User, 2, "Which region is cheapest?"),
+    ];
+    let s = run(&msgs, &[], BIG).expect("fits");
+    assert_eq!(s.open_items.len(), 1);
+    assert_eq!(s.open_items[0].description, "Which region is cheapest?");
+    assert_eq!(s.open_items[0].context, "user, turn 2");
+    assert_eq!(s.current_task.as_deref(), Some("Which region is cheapest?"));
+}
+
+#[test]
+fn prior_task_and_plan_carry_when_span_has_none() {
+    let first = vec![
+        msg("u", Role::User, 1, "Migrate the users table."),
+        msg("a", Role::Assistant, 1, "Plan:\n1. dump\n2. load"),
+    ];
+    let s1 = run(&first, &[], BIG).expect("fits");
+    let s2 = run(
+        &[tool("t", 2, "ls", Outcome::Success, "a b", json!({}))],
+        &[&s1],
+        BIG,
+    )
+    .expect("fits");
+    assert_eq!(s2.current_task.as_deref(), Some("Migrate the users table."));
+    assert_eq!(s2.current_plan, vec!["dump", "load"]);
+}
+
+#[test]
+fn code_fences_are_not_facts() {
+    let msgs = vec![msg(
+        "u",
+        Role::User,
+        1,
+        "Look:\n```\n// must never be null\nlet x = 1;\n```\nthat's it",
+    )];
+    let s = run(&msgs, &[], BIG).expect("fits");
+    assert!(s.facts.is_empty(), "{:?}", s.facts);
+}
+
+#[test]
+fn long_facts_are_capped() {
+    let long = format!("Never {}", "touch the cluster ".repeat(50));
+    let s = run(&[msg("u", Role::User, 1, &long)], &[], BIG).expect("fits");
+    assert_eq!(s.facts.len(), 1);
+    assert!(s.facts[0].chars().count() <= FACT_MAX_CHARS);
+    assert!(s.facts[0].starts_with("Never touch the cluster"));
+}
+
+#[test]
+fn empty_input() {
+    let span = SpanReference {
+        message_ids: vec![],
+        first_turn: 0,
+        last_turn: 0,
+    };
+    let req = SummaryRequest {
+        span: span.clone(),
+        messages: &[],
+        prior: &[],
+        max_chars: 100,
+    };
+    let s = ExtractiveSummarizer.summarize(&req).expect("empty fits");
+    assert_eq!(s, StructuredSummary::empty(span.clone()));
+    assert_eq!(s.render_as_message(), "[Summary v1]");
+    let tiny = SummaryRequest {
+        max_chars: 3,
+        ..req
+    };
+    assert!(matches!(
+        ExtractiveSummarizer.summarize(&tiny),
+        Err(SummarizeError::TooLarge {
+            needed: 12,
+            max_chars: 3
+        })
+    ));
+}
+
+fn is_suffix<T: PartialEq>(part: &[T], whole: &[T]) -> bool {
+    whole.ends_with(part)
+}
+
+#[test]
+fn size_cap_trims_in_order_and_keeps_constraints() {
+    let mut msgs = vec![msg(
+        "u0",
+        Role::User,
+        0,
+        "Never delete production data. We should keep logs tidy.",
+    )];
+    for c in 0..6 {
+        msgs.extend(cycle_messages(c));
+    }
+    let full = run(&msgs, &[], BIG).expect("fits");
+    let constraints: Vec<&String> = full.facts.iter().filter(|f| is_constraint(f)).collect();
+    let (mut oks, mut errs) = (0, 0);
+    for max in (0..full.render_as_message().len() + 10).step_by(7) {
+        match run(&msgs, &[], max) {
+            Ok(s) => {
+                oks += 1;
+                assert!(s.render_as_message().len() <= max);
+                for c in &constraints {
+                    assert!(s.facts.contains(c), "max {max}: lost {c}");
+                }
+                // Oldest go first: what is left is the newest part of each section.
+                assert!(is_suffix(&s.tool_outcomes, &full.tool_outcomes));
+                assert!(is_suffix(&s.decisions, &full.decisions));
+                // Section order: tool outcomes, decisions, open items, plan,
+                // artifacts, task, then non-constraint facts.
+                if s.decisions.len() < full.decisions.len() {
+                    assert!(s.tool_outcomes.is_empty(), "max {max}");
+                }
+                if s.open_items.len() < full.open_items.len() {
+                    assert!(s.decisions.is_empty(), "max {max}");
+                }
+                if s.current_plan.is_empty() {
+                    assert!(s.open_items.is_empty(), "max {max}");
+                }
+                if s.current_task.is_none() {
+                    assert!(s.current_plan.is_empty(), "max {max}");
+                }
+                if s.facts.len() < full.facts.len() {
+                    assert!(s.current_task.is_none(), "max {max}");
+                }
+            }
+            Err(SummarizeError::TooLarge { needed, max_chars }) => {
+                errs += 1;
+                assert_eq!(max_chars, max);
+                assert!(needed > max);
+                let mut floor = StructuredSummary::empty(full.span.clone());
+                floor.facts = constraints.iter().map(|f| (*f).clone()).collect();
+                assert_eq!(needed, floor.render_as_message().len());
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(oks > 20 && errs > 5, "{oks} {errs}");
+}
+
+#[test]
+fn too_large_when_constraints_alone_do_not_fit() {
+    let msgs = vec![msg(
+        "u",
+        Role::User,
+        1,
+        "Never delete production data. Always use TLS. Budget is $5.",
+    )];
+    let err = run(&msgs, &[], 40).expect_err("too small");
+    match err {
+        SummarizeError::TooLarge { needed, max_chars } => {
+            assert_eq!(max_chars, 40);
+            assert!(needed > 40);
+        }
+        e => panic!("{e}"),
+    }
+}
+
+#[test]
+fn merge_dedups_facts_keeping_prior_first() {
+    let span = SpanReference {
+        message_ids: vec!["x".into()],
+        first_turn: 0,
+        last_turn: 0,
+    };
+    let mut a = StructuredSummary::empty(span.clone());
+    a.facts = vec!["Never delete production data.".into(), "Use UTC.".into()];
+    let mut b = StructuredSummary::empty(span.clone());
+    b.facts = vec![
+        "never delete  production data".into(),
+        "Budget is $1000".into(),
+    ];
+    let m = merge_summaries(span, &[&a], &b);
+    assert_eq!(
+        m.facts,
+        vec![
+            "Never delete production data.",
+            "Use UTC.",
+            "Budget is $1000"
+        ]
+    );
+}
+
+// ---------------------------------------------------------------- property test
+
+const POOL: &[&str] = &[
+    "The user prefers Python.",
+    "The budget is $1000.",
+    "Never delete production data.",
+    "We should add caching.",
+    "I'll refactor the parser because it is slow.",
+    "Let's ship on Monday.",
+    "What is the status of ticket 42?",
+    "TODO: write docs.",
+    "Blocked on legal review.",
+    "The weather is nice.",
+    "1. step one\n2. step two",
+    "Please make sure to always run tests.",
+    "```\nmust not parse\n```",
+];
+
+fn arb_text() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![
+            3 => prop::sample::select(POOL).prop_map(String::from),
+            1 => "[a-zA-Z$ .?!\n]{0,60}",
+        ],
+        0..6,
+    )
+    .prop_map(|v| v.join(" "))
+}
+
+fn arb_message() -> impl Strategy<Value = Message> {
+    (0u8..5, 0u32..20, arb_text(), any::<bool>()).prop_map(|(r, turn, text, ok)| {
+        let role = [
+            Role::System,
+            Role::Developer,
+            Role::User,
+            Role::Assistant,
+            Role::Tool,
+        ][r as usize];
+        if role == Role::Tool {
+            let outcome = if ok {
+                Outcome::Success
+            } else {
+                Outcome::Failure
+            };
+            tool("t", turn, "tool_x", outcome, &text, json!({"id": turn}))
+        } else {
+            msg("m", role, turn, &text)
+        }
+    })
+}
+
+fn arb_summary() -> impl Strategy<Value = StructuredSummary> {
+    (
+        prop::collection::vec(
+            prop_oneof![
+                prop::sample::select(POOL).prop_map(String::from),
+                "[a-zA-Z0-9$ ]{1,50}",
+            ],
+            0..8,
+        ),
+        prop::collection::vec("[a-z ]{1,40}", 0..4),
+        prop::collection::vec(("[a-z_]{1,10}", any::<bool>()), 0..5),
+        prop::option::of("[a-z ]{1,40}"),
+    )
+        .prop_map(|(facts, decisions, tools, task)| {
+            let span = SpanReference {
+                message_ids: vec!["p".into()],
+                first_turn: 0,
+                last_turn: 0,
+            };
+            let mut s = StructuredSummary::empty(span);
+            s.facts = facts;
+            s.decisions = decisions
+                .into_iter()
+                .enumerate()
+                .map(|(i, d)| Decision {
+                    decision: d,
+                    rationale: String::new(),
+                    turn: i as u32,
+                })
+                .collect();
+            s.tool_outcomes = tools
+                .into_iter()
+                .map(|(name, ok)| ToolOutcome {
+                    tool_name: name,
+                    outcome: if ok {
+                        Outcome::Success
+                    } else {
+                        Outcome::Failure
+                    },
+                    key_fields: BTreeMap::new(),
+                    error_message: (!ok).then(|| "boom".to_string()),
+                })
+                .collect();
+            s.current_task = task;
+            s
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn prop_cap_and_prior_facts(
+        msgs in prop::collection::vec(arb_message(), 0..12),
+        priors in prop::collection::vec(arb_summary(), 0..3),
+        max_chars in 0usize..2500,
+    ) {
+        let msgs: Vec<Message> = msgs
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut m)| { m.id = format!("m{i}"); m })
+            .collect();
+        let prior: Vec<&StructuredSummary> = priors.iter().collect();
+        let refs: Vec<&Message> = msgs.iter().collect();
+        let span = span_of(&msgs);
+        let result = run(&msgs, &prior, max_chars);
+        let again = run(&msgs, &prior, max_chars);
+        prop_assert_eq!(&result, &again);
+
+        let merged = merge_summaries(span.clone(), &prior, &extract(span.clone(), &refs));
+        let prior_keys: HashSet<String> = priors
+            .iter()
+            .flat_map(|p| &p.facts)
+            .filter(|f| !f.trim().is_empty())
+            .map(|f| dedup_key(f))
+            .collect();
+        let mut candidate = StructuredSummary::empty(span.clone());
+        candidate.facts = merged
+            .facts
+            .iter()
+            .filter(|f| prior_keys.contains(&dedup_key(f)) || is_constraint(f))
+            .cloned()
+            .collect();
+        let mut floor = StructuredSummary::empty(span);
+        floor.facts = merged.facts.iter().filter(|f| is_constraint(f)).cloned().collect();
+
+        match result {
+            Ok(s) => {
+                prop_assert!(s.render_as_message().len() <= max_chars);
+                // Constraints are never trimmed.
+                for f in &floor.facts {
+                    prop_assert!(s.facts.contains(f), "constraint lost: {}", f);
+                }
+                if candidate.render_as_message().len() <= max_chars {
+                    let kept: HashSet<String> = s.facts.iter().map(|f| dedup_key(f)).collect();
+                    for k in &prior_keys {
+                        prop_assert!(kept.contains(k), "prior fact lost: {}", k);
+                    }
+                }
+            }
+            Err(SummarizeError::TooLarge { needed, max_chars: m }) => {
+                prop_assert_eq!(m, max_chars);
+                prop_assert!(needed > max_chars);
+                prop_assert_eq!(needed, floor.render_as_message().len());
+            }
+            Err(e) => prop_assert!(false, "unexpected error {}", e),
+        }
+    }
+}

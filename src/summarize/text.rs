@@ -1,0 +1,159 @@
+//! Small text helpers shared by the extractive summarizer and tool-output
+//! compression. Plain code (no regex): everything here is linear and deterministic.
+
+/// Collapses every run of whitespace to one space and trims the ends, so the
+/// same sentence always yields the same bytes whatever its line wrapping.
+pub(crate) fn collapse_ws(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for w in s.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(w);
+    }
+    out
+}
+
+/// Caps `s` at `max` chars (not bytes, so UTF-8 is never split); a cut is
+/// marked with `…`, which counts toward the cap.
+pub(crate) fn cap_chars(s: &str, max: usize) -> String {
+    if max == 0 {
+        return String::new();
+    }
+    match s.char_indices().nth(max) {
+        None => s.to_string(),
+        Some(_) => {
+            let cut = s
+                .char_indices()
+                .nth(max - 1)
+                .map(|(i, _)| i)
+                .unwrap_or(s.len());
+            let mut out = s[..cut].trim_end().to_string();
+            out.push('…');
+            out
+        }
+    }
+}
+
+/// `collapse_ws` then `cap_chars`.
+pub(crate) fn clean(s: &str, max: usize) -> String {
+    cap_chars(&collapse_ws(s), max)
+}
+
+/// Splits a leading list marker (`- `, `* `, `+ `, `• `, `1. `, `2) `, and a
+/// following `[ ]`/`[x]` checkbox) off a trimmed line. Returns whether it was
+/// a list item and the rest.
+pub(crate) fn strip_list_marker(line: &str) -> (bool, &str) {
+    let line = line.trim_start();
+    let rest = ["- ", "* ", "+ ", "• ", "– "]
+        .iter()
+        .find_map(|m| line.strip_prefix(m))
+        .or_else(|| {
+            let digits = line.bytes().take_while(u8::is_ascii_digit).count();
+            if digits == 0 || digits > 3 {
+                return None;
+            }
+            let after = &line[digits..];
+            after
+                .strip_prefix(". ")
+                .or_else(|| after.strip_prefix(") "))
+        });
+    match rest {
+        None => (false, line),
+        Some(r) => {
+            let r = r.trim_start();
+            let r = ["[ ] ", "[x] ", "[X] "]
+                .iter()
+                .find_map(|m| r.strip_prefix(m))
+                .unwrap_or(r);
+            (true, r.trim_start())
+        }
+    }
+}
+
+/// Lower-cased words (letters, digits, apostrophes; `’` folded to `'`) for cue
+/// matching. Currency symbols and punctuation separate words.
+pub(crate) fn words(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for c in s.chars() {
+        let c = if c == '’' { '\'' } else { c };
+        if c.is_alphanumeric() || c == '\'' {
+            cur.extend(c.to_lowercase());
+        } else if !cur.is_empty() {
+            push_word(&mut out, &mut cur);
+        }
+    }
+    if !cur.is_empty() {
+        push_word(&mut out, &mut cur);
+    }
+    out
+}
+
+fn push_word(out: &mut Vec<String>, cur: &mut String) {
+    let w = cur.trim_matches('\'');
+    if !w.is_empty() {
+        out.push(w.to_string());
+    }
+    cur.clear();
+}
+
+/// True when `needle` (a word sequence) occurs in `words`.
+pub(crate) fn has_phrase(words: &[String], needle: &[&str]) -> bool {
+    !needle.is_empty()
+        && words.len() >= needle.len()
+        && words
+            .windows(needle.len())
+            .any(|w| w.iter().zip(needle).all(|(a, b)| a == b))
+}
+
+/// Byte offset of `needle` (ASCII) in `hay`, ignoring ASCII case. The offset is
+/// always a char boundary of `hay` because the match starts at an ASCII byte.
+pub(crate) fn find_ascii_ci(hay: &str, needle: &str) -> Option<usize> {
+    let (h, n) = (hay.as_bytes(), needle.as_bytes());
+    if n.is_empty() || h.len() < n.len() {
+        return None;
+    }
+    (0..=h.len() - n.len()).find(|&i| h[i..i + n.len()].eq_ignore_ascii_case(n))
+}
+
+/// Normalized key for de-duplication: lower case, collapsed whitespace,
+/// trailing punctuation removed ("Never X." and "never  x" are the same fact).
+pub(crate) fn dedup_key(s: &str) -> String {
+    collapse_ws(s)
+        .to_lowercase()
+        .trim_end_matches(['.', '!', ';', ':', ',', ' '])
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_chars_respects_utf8_and_cap() {
+        assert_eq!(cap_chars("héllo", 10), "héllo");
+        let c = cap_chars("ééééééééé", 4);
+        assert_eq!(c.chars().count(), 4);
+        assert!(c.ends_with('…'));
+        assert_eq!(cap_chars("abc", 0), "");
+    }
+
+    #[test]
+    fn list_markers() {
+        assert_eq!(strip_list_marker("- do it"), (true, "do it"));
+        assert_eq!(strip_list_marker("12) step"), (true, "step"));
+        assert_eq!(strip_list_marker("3. [x] done"), (true, "done"));
+        assert_eq!(strip_list_marker("1000 rows"), (false, "1000 rows"));
+        assert_eq!(strip_list_marker("-5 degrees"), (false, "-5 degrees"));
+    }
+
+    #[test]
+    fn words_and_phrases() {
+        let w = words("Don’t delete $1000-budget, OK?");
+        assert_eq!(w, vec!["don't", "delete", "1000", "budget", "ok"]);
+        assert!(has_phrase(&w, &["delete", "1000"]));
+        assert!(!has_phrase(&w, &["budget", "delete"]));
+        assert_eq!(find_ascii_ci("Done BECAUSE x", " because "), Some(4));
+    }
+}

@@ -1,0 +1,228 @@
+//! Framing overhead of chat requests: what a provider adds around the text.
+
+use crate::model::ToolSchema;
+
+use super::TokenCounter;
+
+/// Per-message and per-request framing overhead of a chat format, in tokens.
+/// Added to the counts of the texts themselves (message content, tool-call
+/// names, ids and arguments), which the caller counts separately.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChatOverhead {
+    /// Framing of every message, including its role name.
+    pub per_message: u32,
+    /// Extra for a `name` (or `tool_call_id`) field, on top of its text.
+    pub per_name: u32,
+    /// Once per request: the primed assistant header of the reply.
+    pub reply_priming: u32,
+    /// Framing of each tool call in an assistant message, on top of the name,
+    /// id and arguments texts.
+    pub per_tool_call: u32,
+    /// Fixed cost of one image part (its dimensions are unknown from a URL).
+    pub per_image: u32,
+}
+
+impl ChatOverhead {
+    /// OpenAI Chat Completions.
+    ///
+    /// - `per_message` 4: the OpenAI cookbook ("How to count tokens with
+    ///   tiktoken") counts 3 framing tokens per message (`<|start|>`,
+    ///   `<|message|>`, `<|end|>`) plus the encoded role, and every role name
+    ///   is one token in o200k and cl100k (asserted in a test). Folding the
+    ///   role in means callers need not count it.
+    /// - `per_name` 1 and `reply_priming` 3: the cookbook's numbers, which
+    ///   match the API's `prompt_tokens` for gpt-3.5/4/4o.
+    /// - `per_tool_call` 10: OpenAI does not publish it; tiktoken-rs uses 1,
+    ///   which undercounts because every call after the first gets its own
+    ///   message header (4) plus a recipient and content-type header
+    ///   (`to=functions.…`, `json`, about 5) and a terminator (1). Errs high.
+    /// - `per_image` 1105: OpenAI's tile formula (85 + 170 per 512 px tile) at
+    ///   `detail: high`/`auto` for a 16:9 screenshot (6 tiles); a photo costs
+    ///   765, `detail: low` 85, the worst tile layout 1445. Patch-based models
+    ///   (gpt-4.1-mini/nano, o4-mini) can cost more: set the field from the
+    ///   real image size when it is known.
+    pub fn openai() -> Self {
+        ChatOverhead {
+            per_message: 4,
+            per_name: 1,
+            reply_priming: 3,
+            per_tool_call: 10,
+            per_image: 1105,
+        }
+    }
+
+    /// Providers that publish no framing rules (Anthropic, Google, unknown):
+    /// OpenAI's numbers with headroom, and Anthropic's image ceiling (~1600
+    /// tokens for an image at its 1.15-megapixel limit).
+    pub fn conservative() -> Self {
+        ChatOverhead {
+            per_message: 8,
+            per_name: 2,
+            reply_priming: 8,
+            per_tool_call: 16,
+            per_image: 1600,
+        }
+    }
+
+    /// [`ChatOverhead::openai`] for models with an OpenAI encoding (see
+    /// [`super::counter_for_model`]), [`ChatOverhead::conservative`] otherwise.
+    pub fn for_model(model: &str) -> Self {
+        if super::counter::encoding_known(model) {
+            Self::openai()
+        } else {
+            Self::conservative()
+        }
+    }
+}
+
+/// How OpenAI renders tools into the prompt (reverse-engineered, not
+/// documented): a TypeScript-like namespace in the system message.
+const TOOLS_PREAMBLE: &str = "# Tools\n\n## functions\n\nnamespace functions {\n\n} // namespace functions\n";
+/// The text around each tool: `// {description}\ntype {name} = (_: {params}) => any;\n\n`.
+const PER_TOOL_FRAME: &str = "// \ntype  = (_: ) => any;\n\n";
+/// A system message may have to be created to hold the tools.
+const TOOLS_MESSAGE_FRAME: u32 = 4;
+
+/// Tokens of the tool schemas sent with a request: name, description and the
+/// compact JSON of the parameters of each tool, plus the framing text.
+///
+/// An approximation of the provider's internal formatting, erring high: the
+/// provider renders parameters as TypeScript-like declarations, which are
+/// shorter than the JSON Schema counted here (no `"type":"object"`,
+/// `"properties"`, quotes or braces around every key). Deterministic: the
+/// same tools give the same count. 0 for no tools.
+pub fn count_tool_schemas(counter: &dyn TokenCounter, tools: &[ToolSchema]) -> u32 {
+    if tools.is_empty() {
+        return 0;
+    }
+    let frame = counter.count(PER_TOOL_FRAME);
+    let mut total = TOOLS_MESSAGE_FRAME as usize + counter.count(TOOLS_PREAMBLE);
+    for tool in tools {
+        total = total
+            .saturating_add(frame)
+            .saturating_add(counter.count(&tool.name))
+            .saturating_add(counter.count(&tool.description));
+        if !tool.parameters.is_null() {
+            total = total.saturating_add(counter.count(&tool.parameters.to_string()));
+        }
+    }
+    u32::try_from(total).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::model::Role;
+    use crate::tokens::{cl100k, counter_for_model, o200k, Estimator};
+
+    fn tool(name: &str, description: &str, parameters: serde_json::Value) -> ToolSchema {
+        ToolSchema {
+            name: name.to_string(),
+            description: description.to_string(),
+            parameters,
+        }
+    }
+
+    fn weather() -> ToolSchema {
+        tool(
+            "get_weather",
+            "Get the current weather in a given location.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "location": {"type": "string", "description": "City and state, e.g. San Francisco, CA"},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}
+                },
+                "required": ["location"]
+            }),
+        )
+    }
+
+    #[test]
+    fn role_names_are_one_token() {
+        for role in [
+            Role::System,
+            Role::Developer,
+            Role::User,
+            Role::Assistant,
+            Role::Tool,
+        ] {
+            assert_eq!(o200k().count(role.as_str()), 1, "{role:?}");
+            assert_eq!(cl100k().count(role.as_str()), 1, "{role:?}");
+        }
+    }
+
+    #[test]
+    fn overhead_presets() {
+        let o = ChatOverhead::openai();
+        assert_eq!((o.per_message, o.per_name, o.reply_priming), (4, 1, 3));
+        assert_eq!(ChatOverhead::for_model("gpt-4o"), o);
+        assert_eq!(
+            ChatOverhead::for_model("claude-sonnet-4-5"),
+            ChatOverhead::conservative()
+        );
+        let c = ChatOverhead::conservative();
+        assert!(c.per_message >= o.per_message && c.per_image >= o.per_image);
+    }
+
+    #[test]
+    fn no_tools_cost_nothing() {
+        assert_eq!(count_tool_schemas(o200k().as_ref(), &[]), 0);
+    }
+
+    #[test]
+    fn tool_schemas_are_deterministic_and_plausible() {
+        let c = o200k();
+        let one = count_tool_schemas(c.as_ref(), &[weather()]);
+        assert_eq!(one, count_tool_schemas(c.as_ref(), &[weather()]));
+        // More than the bare texts (framing is on top), yet the same order.
+        let t = weather();
+        let bare = c.count(&t.name) + c.count(&t.description) + c.count(&t.parameters.to_string());
+        assert!(one as usize > bare && (one as usize) < 2 * bare, "{one} vs {bare}");
+    }
+
+    #[test]
+    fn tool_schemas_monotonic_in_content() {
+        for counter in [o200k(), cl100k(), counter_for_model("claude-opus-4")] {
+            let c = counter.as_ref();
+            let base = count_tool_schemas(c, &[weather()]);
+
+            let mut longer = weather();
+            longer
+                .description
+                .push_str(" Returns temperature and conditions.");
+            assert!(count_tool_schemas(c, &[longer]) > base);
+
+            let mut more_params = weather();
+            more_params.parameters["properties"]["days"] =
+                json!({"type": "integer", "description": "Forecast days"});
+            assert!(count_tool_schemas(c, &[more_params]) > base);
+
+            let two = count_tool_schemas(c, &[weather(), tool("noop", "", json!(null))]);
+            assert!(two > base);
+
+            let mut tools = vec![weather()];
+            let mut prev = base;
+            for i in 0..20 {
+                tools.push(tool(
+                    &format!("tool_{i}"),
+                    "Does a thing.",
+                    json!({"type": "object", "properties": {"x": {"type": "string"}}}),
+                ));
+                let now = count_tool_schemas(c, &tools);
+                assert!(now > prev);
+                prev = now;
+            }
+        }
+    }
+
+    #[test]
+    fn estimator_tool_count_not_below_exact() {
+        let tools = [weather(), tool("search", "Search the web.", json!({"type": "object", "properties": {"q": {"type": "string"}}}))];
+        let exact = count_tool_schemas(o200k().as_ref(), &tools);
+        let est = count_tool_schemas(&Estimator::default(), &tools);
+        assert!(est >= exact, "{est} < {exact}");
+    }
+}

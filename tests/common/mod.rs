@@ -1,0 +1,117 @@
+//! Shared helpers for the core integration tests.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use compactd::model::{CompactionPlan, Thread, ToolSchema};
+use compactd::reduce::{
+    bind_artifacts, compact, CompactError, CompactRequest, Compaction, Engine, Policy,
+};
+use compactd::render::{render, RenderInput, Request, RequestCounter, RequestTokens};
+use compactd::summarize::ExtractiveSummarizer;
+use compactd::tokens::{o200k, TokenLedger};
+
+/// Everything one compaction needs, owned.
+pub struct Harness {
+    pub counter: std::sync::Arc<dyn compactd::tokens::TokenCounter>,
+    pub ledger: TokenLedger,
+    pub summarizer: ExtractiveSummarizer,
+    pub policy: Policy,
+    pub system: Option<String>,
+    pub tools: Vec<ToolSchema>,
+    pub observations: BTreeMap<String, compactd::model::DeterminismMetadata>,
+}
+
+impl Default for Harness {
+    fn default() -> Self {
+        Harness {
+            counter: o200k(),
+            ledger: TokenLedger::new(100_000),
+            summarizer: ExtractiveSummarizer,
+            policy: Policy::default(),
+            system: Some("You are a helpful agent.".into()),
+            tools: Vec::new(),
+            observations: BTreeMap::new(),
+        }
+    }
+}
+
+/// A compaction whose artifacts were bound, rendered and counted.
+pub struct Outcome {
+    pub compaction: Compaction,
+    pub request: Request,
+    pub tokens: RequestTokens,
+}
+
+impl Harness {
+    pub fn engine(&self) -> Engine<'_> {
+        Engine {
+            counter: self.counter.as_ref(),
+            ledger: &self.ledger,
+            summarizer: &self.summarizer,
+        }
+    }
+
+    pub fn compact(
+        &self,
+        thread: &Thread,
+        max_input_tokens: u32,
+        previous: Option<&CompactionPlan>,
+    ) -> Result<Outcome, CompactError> {
+        let req = CompactRequest {
+            thread,
+            policy: &self.policy,
+            max_input_tokens,
+            system: self.system.as_deref(),
+            tools: &self.tools,
+            previous,
+            observations: &self.observations,
+            skip_aggressive: false,
+            limits: Default::default(),
+        };
+        let mut c = compact(&req, &self.engine())?;
+        // Bind ids the way a store would: random-looking 32 hex digits.
+        let ids: BTreeMap<String, String> = c
+            .pending
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                (
+                    a.placeholder.clone(),
+                    format!("art_{:032x}", 0x9e3779b97f4a7c15u128 * (i as u128 + 1)),
+                )
+            })
+            .collect();
+        bind_artifacts(&mut c.plan, &ids);
+        let request = self.render(thread, &c.plan);
+        let tokens = RequestCounter::new(self.counter.as_ref(), &self.ledger).request(&request);
+        Ok(Outcome {
+            compaction: c,
+            request,
+            tokens,
+        })
+    }
+
+    pub fn render(&self, thread: &Thread, plan: &CompactionPlan) -> Request {
+        render(
+            thread,
+            plan,
+            &RenderInput {
+                system: self.system.as_deref(),
+                tools: &self.tools,
+                rehydrated: &[],
+                options: &self.policy.render,
+            },
+        )
+    }
+}
+
+/// All text of a request, for "does this fact survive" checks.
+pub fn request_text(r: &Request) -> String {
+    let mut s = r.system.clone().unwrap_or_default();
+    for m in &r.messages {
+        s.push('\n');
+        s.push_str(&m.content.text());
+    }
+    s
+}

@@ -1,0 +1,95 @@
+//! Property tests of the pipeline's invariants over random threads: never over
+//! budget, never an orphaned tool call or result in any output form, protected
+//! messages never removed, deterministic rendering, idempotent normalization.
+
+mod common;
+
+use common::Harness;
+use compactd::model::{Content, Role};
+use compactd::reduce::CompactError;
+use compactd::render::{anthropic, openai, Origin, ProviderOptions};
+use compactd::synth::{thread, SynthParams};
+use proptest::prelude::*;
+
+fn params() -> impl Strategy<Value = SynthParams> {
+    (any::<u64>(), 1u32..30, 0.0f64..1.0, 1u32..500, 0u32..3).prop_map(
+        |(seed, turns, tool_density, max_output_lines, protected)| SynthParams {
+            seed,
+            turns,
+            tool_density,
+            max_output_lines,
+            protected,
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, .. ProptestConfig::default() })]
+
+    #[test]
+    fn compaction_invariants(p in params(), max_input in 1_500u32..40_000, keep in 1u32..6, pairs in 0u32..4) {
+        let t = thread(&p);
+        let mut h = Harness::default();
+        h.policy.keep_recent_turns = keep;
+        h.policy.keep_tool_io_pairs = pairs;
+        match h.compact(&t, max_input, None) {
+            Ok(out) => {
+                let report = &out.compaction.report;
+                // Never over budget: the exact count after binding real ids.
+                prop_assert!(out.tokens.total <= report.budget.hard_limit,
+                    "{} > {}", out.tokens.total, report.budget.hard_limit);
+                prop_assert!(out.tokens.total <= out.compaction.report.tokens_after);
+                // Never an orphan, in any output form.
+                let opts = ProviderOptions { model: "gpt-4o".into(), max_output_tokens: None };
+                let oa = openai::to_openai(&out.request, &opts);
+                prop_assert!(openai::check_pairing(&oa).is_ok(), "{:?}", openai::check_pairing(&oa));
+                let an = anthropic::to_anthropic(&out.request, &opts);
+                prop_assert!(anthropic::check_structure(&an).is_ok(), "{:?}", anthropic::check_structure(&an));
+                // Protected and never-prune messages are rendered verbatim.
+                for m in &t.messages {
+                    if m.metadata.protected || matches!(m.role, Role::System | Role::Developer) {
+                        let rendered = out.request.messages.iter().find(|r| r.source_id == m.id);
+                        prop_assert!(rendered.is_some_and(|r| r.origin == Origin::Verbatim && r.content == m.content),
+                            "protected message {} lost", m.id);
+                    }
+                }
+                // Deterministic rendering.
+                let again = h.render(&t, &out.compaction.plan);
+                prop_assert_eq!(serde_json::to_string(&again).unwrap(), serde_json::to_string(&out.request).unwrap());
+                // Normalization is idempotent on pipeline plans.
+                let mut plan = out.compaction.plan.clone();
+                prop_assert!(plan.normalize().is_empty());
+                prop_assert_eq!(&plan, &out.compaction.plan);
+                prop_assert!(plan.validate_against(&t).is_ok());
+            }
+            Err(CompactError::InsufficientBudget { required, limit, .. }) => {
+                prop_assert!(required > limit);
+            }
+            Err(e) => prop_assert!(false, "unexpected error {e}"),
+        }
+    }
+
+    #[test]
+    fn a_fitting_thread_is_left_alone(p in params()) {
+        let t = thread(&p);
+        let h = Harness::default();
+        let out = h.compact(&t, 2_000_000, None).unwrap();
+        prop_assert!(out.compaction.plan.is_empty());
+        prop_assert!(!out.compaction.report.triggered);
+        prop_assert!(out.request.messages.iter().all(|m| m.origin == Origin::Verbatim));
+        prop_assert_eq!(out.request.messages.len(), t.messages.len());
+    }
+}
+
+#[test]
+fn protected_content_beyond_the_budget_is_insufficient_budget() {
+    let mut t = thread(&SynthParams::default());
+    t.messages[1].metadata.protected = true;
+    t.messages[1].content = Content::Text("constraint ".repeat(5_000));
+    let h = Harness::default();
+    match h.compact(&t, 3_000, None) {
+        Err(CompactError::InsufficientBudget { pinned, limit, .. }) => assert!(pinned > limit),
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("a protected message larger than the budget cannot fit"),
+    }
+}
