@@ -78,7 +78,10 @@ fn ledger(c: &mut Criterion) {
     let msgs = corpus::messages(1000, 42);
     let tokens: usize = msgs.iter().map(|m| o.count(m)).sum();
     let bytes: usize = msgs.iter().map(String::len).sum();
-    eprintln!("thread: {} messages, {bytes} bytes, {tokens} o200k tokens", msgs.len());
+    eprintln!(
+        "thread: {} messages, {bytes} bytes, {tokens} o200k tokens",
+        msgs.len()
+    );
 
     let mut g = c.benchmark_group("ledger");
     g.sampling_mode(SamplingMode::Flat)
@@ -116,8 +119,11 @@ fn ledger(c: &mut Criterion) {
     let mut g = c.benchmark_group("small");
     g.warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2));
-    let sample = &msgs.iter().find(|m| m.len() > 2048).expect("a long message")[..];
-    for n in [8, 16, 32, 64, 128, 256, 2048] {
+    let sample = &msgs
+        .iter()
+        .find(|m| m.len() > 2048)
+        .expect("a long message")[..];
+    for n in [1, 4, 8, 16, 32, 64, 128, 256, 2048] {
         let mut end = n;
         while !sample.is_char_boundary(end) {
             end += 1;

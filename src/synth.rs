@@ -258,7 +258,7 @@ fn tool_output(rng: &mut Rng, p: &SynthParams, topic: &str) -> ToolOut {
             (
                 "web_search",
                 json!({"query": topic}),
-                ToolContent::Json(Value::Array(results)),
+                ToolContent::json(Value::Array(results)),
                 Some(Durability::NonReplayable),
                 Outcome::Success,
             )
@@ -290,7 +290,7 @@ fn tool_output(rng: &mut Rng, p: &SynthParams, topic: &str) -> ToolOut {
             (
                 "sql_query",
                 json!({"sql": "select id, name, value from items"}),
-                ToolContent::Json(Value::Array(rows)),
+                ToolContent::json(Value::Array(rows)),
                 None,
                 Outcome::Success,
             )
@@ -298,7 +298,7 @@ fn tool_output(rng: &mut Rng, p: &SynthParams, topic: &str) -> ToolOut {
         3 => (
             "create_ticket",
             json!({"title": format!("Fix {topic}")}),
-            ToolContent::Json(
+            ToolContent::json(
                 json!({"status": 201, "id": format!("T-{}", rng.below(9999)), "detail": sentence(rng, 20)}),
             ),
             Some(Durability::Anchoring),

@@ -237,15 +237,74 @@ impl DeterminismMetadata {
     }
 }
 
+/// JSON tool output kept as the exact text it arrived in. Rendering, hashing
+/// and counting then read the text as is (re-serializing a parsed tree was the
+/// largest cost of a warm compaction); it is parsed only where its structure
+/// is needed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JsonText(Box<serde_json::value::RawValue>);
+
+impl JsonText {
+    /// Validates and wraps JSON text (kept byte for byte).
+    pub fn from_string(text: String) -> Result<Self, serde_json::Error> {
+        serde_json::value::RawValue::from_string(text).map(JsonText)
+    }
+
+    /// Compact JSON text of a value.
+    pub fn from_value(v: &Value) -> Self {
+        // A Value always serializes, and its output is always valid JSON.
+        let raw = serde_json::value::to_raw_value(v)
+            .unwrap_or_else(|_| serde_json::value::RawValue::NULL.to_owned());
+        JsonText(raw)
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The parsed value.
+    pub fn parse(&self) -> Value {
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+}
+
+impl PartialEq for JsonText {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl From<Value> for JsonText {
+    fn from(v: Value) -> Self {
+        JsonText::from_value(&v)
+    }
+}
+
 /// Tool output: text, or structured JSON (kept structured so post-processing can
-/// pick fields instead of guessing from text).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// pick fields instead of guessing from text). In JSON a string is text; any
+/// other value is JSON output.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum ToolContent {
     /// Plain text output.
     Text(String),
     /// Structured output.
-    Json(Value),
+    Json(JsonText),
+}
+
+impl<'de> Deserialize<'de> for ToolContent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Capture the raw text once; a JSON string becomes Text, anything else Json.
+        let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+        if raw.get().trim_start().starts_with('"') {
+            let s: String = serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?;
+            Ok(ToolContent::Text(s))
+        } else {
+            Ok(ToolContent::Json(JsonText(raw)))
+        }
+    }
 }
 
 impl Default for ToolContent {
@@ -255,12 +314,17 @@ impl Default for ToolContent {
 }
 
 impl ToolContent {
-    /// The content as the text a provider receives (JSON compact-serialized).
+    /// The content as the text a provider receives (JSON as it arrived).
     pub fn to_text(&self) -> std::borrow::Cow<'_, str> {
         match self {
             ToolContent::Text(s) => std::borrow::Cow::Borrowed(s),
-            ToolContent::Json(v) => std::borrow::Cow::Owned(v.to_string()),
+            ToolContent::Json(v) => std::borrow::Cow::Borrowed(v.as_str()),
         }
+    }
+
+    /// JSON output from a value.
+    pub fn json(v: Value) -> Self {
+        ToolContent::Json(JsonText::from(v))
     }
 }
 

@@ -8,11 +8,11 @@ mod thread;
 
 pub use import::{thread_from_json, ImportError, InputFormat, ThreadInput};
 pub use message::{
-    Content, ContentPart, DeterminismMetadata, Durability, Message, MessageMetadata, Outcome, Role,
+    Content, ContentPart, DeterminismMetadata, JsonText, Durability, Message, MessageMetadata, Outcome, Role,
     Sensitivity, ToolCall, ToolContent, ToolResultEnvelope, ToolSchema,
 };
 pub use plan::{
-    fingerprint, Action, ActionKind, ClearReason, ClearRecord, CompactionPlan, DropRecord,
+    fingerprint, thread_digest, Action, ActionKind, ClearReason, ClearRecord, CompactionPlan, DropRecord,
     DroppedSpanIndex, ExternalizationRecord, NormalizationWarning, PlanError, SpanReference,
     SummarizationRecord, PLAN_FORMAT_VERSION,
 };

@@ -514,18 +514,17 @@ pub const PLAN_FORMAT_VERSION: &str = "plan-v1";
 /// A stable fingerprint of everything that determines a plan: the thread's
 /// content, the policy, and the versions of the summary schema and plan format.
 /// Identical inputs give an identical fingerprint, which makes Compact idempotent.
+///
+/// The thread is digested field by field (raw text bytes, no JSON escaping)
+/// because serializing a 500 KB thread to JSON cost more than everything else
+/// on a warm call.
 pub fn fingerprint(thread: &Thread, policy: &impl Serialize, extra: &[&str]) -> String {
     let mut h = Sha256::new();
     h.update(PLAN_FORMAT_VERSION.as_bytes());
     h.update([0]);
     h.update(super::summary::SUMMARY_SCHEMA_VERSION.as_bytes());
     h.update([0]);
-    // serde_json writes struct fields in declaration order and maps as BTreeMap
-    // (sorted), so this encoding is canonical for our types.
-    if let Ok(bytes) = serde_json::to_vec(thread) {
-        h.update(&bytes);
-    }
-    h.update([0]);
+    h.update(thread_digest(thread).to_le_bytes());
     if let Ok(bytes) = serde_json::to_vec(policy) {
         h.update(&bytes);
     }
@@ -534,4 +533,64 @@ pub fn fingerprint(thread: &Thread, policy: &impl Serialize, extra: &[&str]) -> 
         h.update(e.as_bytes());
     }
     hex::encode(h.finalize())
+}
+
+/// A 128-bit digest of a thread's content. Every field is length-prefixed so
+/// that no two different threads feed the hasher the same byte stream.
+pub fn thread_digest(thread: &Thread) -> u128 {
+    use super::message::{Content, ContentPart, ToolContent};
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut field = |b: &[u8]| {
+        h.update(&(b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    field(thread.id.as_bytes());
+    for m in &thread.messages {
+        field(m.id.as_bytes());
+        field(m.role.as_str().as_bytes());
+        field(&m.turn.to_le_bytes());
+        field(&serde_json::to_vec(&m.metadata).unwrap_or_default());
+        match &m.content {
+            Content::Text(t) => field(t.as_bytes()),
+            Content::Parts(parts) => {
+                for p in parts {
+                    match p {
+                        ContentPart::Text { text } => field(text.as_bytes()),
+                        ContentPart::Image { url } => {
+                            field(b"image");
+                            field(url.as_bytes());
+                        }
+                    }
+                }
+            }
+        }
+        field(&serde_json::to_vec(&m.tool_calls).unwrap_or_default());
+        match &m.tool_result {
+            None => field(b""),
+            Some(env) => {
+                let head = (
+                    &env.tool_name,
+                    &env.tool_call_id,
+                    env.outcome,
+                    &env.key_fields,
+                    env.durability,
+                    &env.determinism,
+                    &env.started_at,
+                    &env.completed_at,
+                );
+                field(&serde_json::to_vec(&head).unwrap_or_default());
+                match &env.content {
+                    ToolContent::Text(t) => {
+                        field(b"text");
+                        field(t.as_bytes());
+                    }
+                    ToolContent::Json(v) => {
+                        field(b"json");
+                        field(v.as_str().as_bytes());
+                    }
+                }
+            }
+        }
+    }
+    h.digest128()
 }

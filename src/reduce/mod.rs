@@ -371,18 +371,8 @@ pub fn compact_with(
         }
         None => CompactionPlan::new(thread.id.clone()),
     };
-    let tokens_before = {
-        let p = Projection::new(
-            thread,
-            counter,
-            &policy.render,
-            CompactionPlan::new(thread.id.clone()),
-            pinned.clone(),
-            fixed,
-        );
-        p.total()
-    };
     let mut p = Projection::new(thread, counter, &policy.render, start, pinned, fixed);
+    let tokens_before = p.verbatim_total();
     let mut state = PipelineState::new(
         thread,
         policy,

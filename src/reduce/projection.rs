@@ -38,6 +38,11 @@ pub struct PendingArtifact {
     pub tokens: u32,
 }
 
+/// Message id → index, with a fast non-cryptographic hash (ids are not
+/// attacker-chosen keys of a long-lived map; the map lives for one call).
+type IdIndex<'a> =
+    std::collections::HashMap<&'a str, usize, xxhash_rust::xxh3::Xxh3DefaultBuilder>;
+
 /// Tool call/result groups and other messages, as index ranges that reducers
 /// must keep together (a call and its results are removed or kept as one).
 #[derive(Debug, Clone)]
@@ -119,6 +124,10 @@ pub struct Projection<'a> {
     pub tail_tool_results_reducible: bool,
     slots: Vec<Slot>,
     cost: Vec<u32>,
+    /// Cost of each message rendered verbatim: computed once, because an
+    /// included message never changes and recounting it dominated warm calls.
+    verbatim: Vec<u32>,
+    index: IdIndex<'a>,
     messages_total: u64,
     fixed: u32,
     next_pending: usize,
@@ -135,6 +144,20 @@ impl<'a> Projection<'a> {
         fixed: u32,
     ) -> Self {
         let n = thread.messages.len();
+        let verbatim = thread
+            .messages
+            .iter()
+            .map(|m| {
+                render_message(m, Action::Include, options)
+                    .map_or(0, |rm| counter.message(&rm))
+            })
+            .collect();
+        let index = thread
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.id.as_str(), i))
+            .collect();
         let mut p = Projection {
             thread,
             counter,
@@ -147,6 +170,8 @@ impl<'a> Projection<'a> {
             tail_tool_results_reducible: false,
             slots: vec![Slot::Include; n],
             cost: vec![0; n],
+            verbatim,
+            index,
             messages_total: 0,
             fixed,
             next_pending: 0,
@@ -215,8 +240,25 @@ impl<'a> Projection<'a> {
         }
     }
 
+    /// Request tokens with no plan at all.
+    pub fn verbatim_total(&self) -> u32 {
+        let sum: u64 = self.verbatim.iter().map(|&c| u64::from(c)).sum();
+        u32::try_from(sum + u64::from(self.fixed)).unwrap_or(u32::MAX)
+    }
+
+    /// Index of a message id.
+    pub fn position(&self, id: &str) -> Option<usize> {
+        self.index.get(id).copied()
+    }
+
     fn recost(&mut self, i: usize) {
         let m = &self.thread.messages[i];
+        if self.slots[i] == Slot::Include {
+            let new = self.verbatim[i];
+            self.messages_total = self.messages_total - u64::from(self.cost[i]) + u64::from(new);
+            self.cost[i] = new;
+            return;
+        }
         let new = match render_message(m, self.action(i), self.options) {
             Some(rm) => {
                 let mut n = self.counter.message(&rm);
@@ -234,13 +276,7 @@ impl<'a> Projection<'a> {
 
     /// Recomputes every slot and cost from the plan's records.
     fn rebuild(&mut self) {
-        let index: std::collections::HashMap<&str, usize> = self
-            .thread
-            .messages
-            .iter()
-            .enumerate()
-            .map(|(i, m)| (m.id.as_str(), i))
-            .collect();
+        let index = &self.index;
         let mut slots = vec![Slot::Include; self.thread.messages.len()];
         // Lowest precedence first so higher ones overwrite.
         for (r, rec) in self.plan.clearings.iter().enumerate() {
@@ -420,7 +456,7 @@ impl<'a> Projection<'a> {
             }
         }
         // Deterministic order: by first message position.
-        let pos = |id: &str| self.thread.index_of(id).unwrap_or(usize::MAX);
+        let pos = |id: &str| self.position(id).unwrap_or(usize::MAX);
         s.sort_by_key(|r| pos(r.span.start_message_id()));
         e.sort_by_key(|r| pos(r.span.start_message_id()));
         (s, e)

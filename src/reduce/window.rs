@@ -56,13 +56,17 @@ impl Reducer for Window {
 /// Fills each drop record's keyword index from the dropped messages' text.
 pub fn index_drops(p: &mut Projection<'_>) {
     let thread = p.thread;
-    for rec in &mut p.plan.drops {
+    let positions: Vec<Vec<usize>> = p
+        .plan
+        .drops
+        .iter()
+        .map(|r| r.span.message_ids.iter().filter_map(|id| p.position(id)).collect())
+        .collect();
+    for (rec, positions) in p.plan.drops.iter_mut().zip(positions) {
         let mut freq: BTreeMap<String, u32> = BTreeMap::new();
-        for id in &rec.span.message_ids {
-            if let Some(i) = thread.index_of(id) {
-                for w in words(&thread.messages[i].text()) {
-                    *freq.entry(w).or_insert(0) += 1;
-                }
+        for i in positions {
+            for w in words(&thread.messages[i].text()) {
+                *freq.entry(w).or_insert(0) += 1;
             }
         }
         let mut ranked: Vec<(String, u32)> = freq.into_iter().collect();

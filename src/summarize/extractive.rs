@@ -718,7 +718,8 @@ fn is_ack(text: &str) -> bool {
 
 fn error_line(env: &ToolResultEnvelope) -> Option<String> {
     let line = match &env.content {
-        ToolContent::Json(v) => {
+        ToolContent::Json(raw) => {
+            let v = raw.parse();
             let obj = v.as_object();
             let msg = obj.and_then(|o| match o.get("error") {
                 Some(Value::String(s)) => Some(s.clone()),

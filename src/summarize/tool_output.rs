@@ -218,7 +218,7 @@ pub fn compress_tool_output(
     }
     let original = env.content.to_text();
     let parsed: Option<std::borrow::Cow<'_, Value>> = match &env.content {
-        ToolContent::Json(v) => Some(std::borrow::Cow::Borrowed(v)),
+        ToolContent::Json(raw) => Some(std::borrow::Cow::Owned(raw.parse())),
         ToolContent::Text(s) => {
             let t = s.trim_start();
             if t.starts_with('{') || t.starts_with('[') {

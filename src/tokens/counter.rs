@@ -18,9 +18,9 @@ pub trait TokenCounter: Send + Sync + fmt::Debug {
 }
 
 /// An exact OpenAI encoding. Backed by `bpe-openai`, chosen over `tiktoken-rs`
-/// by measurement (`cargo bench --bench tokens`): same counts (asserted in the
-/// tests below), about 2× the throughput, and linear time on long pieces where
-/// tiktoken's merge loop is quadratic.
+/// by measurement (`cargo bench --bench tokens -- backend`, 5 MB mixed corpus):
+/// o200k 32 vs 18 MiB/s, cl100k 30 vs 10 MiB/s, tables built in 62 vs 172 ms;
+/// counts identical (asserted in the tests below).
 struct BpeCounter {
     name: &'static str,
     tokenizer: &'static bpe_openai::Tokenizer,
@@ -192,7 +192,11 @@ mod tests {
     fn cl100k_matches_tiktoken_exactly() {
         let c = cl100k();
         for t in comparison_corpus() {
-            assert_eq!(c.count(&t), tiktoken_cl100k(&t), "cl100k mismatch for {t:?}");
+            assert_eq!(
+                c.count(&t),
+                tiktoken_cl100k(&t),
+                "cl100k mismatch for {t:?}"
+            );
         }
     }
 
@@ -203,7 +207,13 @@ mod tests {
         assert_eq!(c.count(""), 0);
         assert_eq!(o.count("hello world"), 2);
         assert_eq!(c.count("hello world"), 2);
-        for t in ["hello world", "Hello, world!", "tiktoken is great!", "🚀", "中文"] {
+        for t in [
+            "hello world",
+            "Hello, world!",
+            "tiktoken is great!",
+            "🚀",
+            "中文",
+        ] {
             assert_eq!(o.count(t), tiktoken_o200k(t), "{t}");
             assert_eq!(c.count(t), tiktoken_cl100k(t), "{t}");
         }

@@ -77,7 +77,8 @@ impl ChatOverhead {
 
 /// How OpenAI renders tools into the prompt (reverse-engineered, not
 /// documented): a TypeScript-like namespace in the system message.
-const TOOLS_PREAMBLE: &str = "# Tools\n\n## functions\n\nnamespace functions {\n\n} // namespace functions\n";
+const TOOLS_PREAMBLE: &str =
+    "# Tools\n\n## functions\n\nnamespace functions {\n\n} // namespace functions\n";
 /// The text around each tool: `// {description}\ntype {name} = (_: {params}) => any;\n\n`.
 const PER_TOOL_FRAME: &str = "// \ntype  = (_: ) => any;\n\n";
 /// A system message may have to be created to hold the tools.
@@ -180,7 +181,10 @@ mod tests {
         // More than the bare texts (framing is on top), yet the same order.
         let t = weather();
         let bare = c.count(&t.name) + c.count(&t.description) + c.count(&t.parameters.to_string());
-        assert!(one as usize > bare && (one as usize) < 2 * bare, "{one} vs {bare}");
+        assert!(
+            one as usize > bare && (one as usize) < 2 * bare,
+            "{one} vs {bare}"
+        );
     }
 
     #[test]
@@ -220,7 +224,14 @@ mod tests {
 
     #[test]
     fn estimator_tool_count_not_below_exact() {
-        let tools = [weather(), tool("search", "Search the web.", json!({"type": "object", "properties": {"q": {"type": "string"}}}))];
+        let tools = [
+            weather(),
+            tool(
+                "search",
+                "Search the web.",
+                json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+            ),
+        ];
         let exact = count_tool_schemas(o200k().as_ref(), &tools);
         let est = count_tool_schemas(&Estimator::default(), &tools);
         assert!(est >= exact, "{est} < {exact}");

@@ -115,3 +115,106 @@ pub fn request_text(r: &Request) -> String {
     }
     s
 }
+
+use compactd::model::{
+    Content, Durability, Message, MessageMetadata, Outcome as ToolOutcomeKind, Role, ToolCall,
+    ToolContent, ToolResultEnvelope,
+};
+
+/// Builds canonical threads by hand: one `turn()` per user message.
+#[derive(Default)]
+pub struct ThreadBuilder {
+    messages: Vec<Message>,
+    turn: u32,
+    calls: u32,
+}
+
+impl ThreadBuilder {
+    fn push(&mut self, role: Role, content: &str) -> &mut Message {
+        let id = format!("m{}", self.messages.len());
+        self.messages.push(Message {
+            id,
+            role,
+            content: Content::Text(content.to_string()),
+            tool_calls: vec![],
+            tool_result: None,
+            turn: self.turn,
+            metadata: MessageMetadata::default(),
+        });
+        self.messages.last_mut().unwrap()
+    }
+
+    pub fn system(&mut self, text: &str) -> &mut Self {
+        self.push(Role::System, text);
+        self
+    }
+
+    pub fn user(&mut self, text: &str) -> &mut Self {
+        self.turn += 1;
+        self.push(Role::User, text);
+        self
+    }
+
+    pub fn protected_user(&mut self, text: &str) -> &mut Self {
+        self.turn += 1;
+        self.push(Role::User, text).metadata.protected = true;
+        self
+    }
+
+    pub fn assistant(&mut self, text: &str) -> &mut Self {
+        self.push(Role::Assistant, text);
+        self
+    }
+
+    /// An assistant call and its result in one go; returns the call id.
+    pub fn tool(
+        &mut self,
+        name: &str,
+        args: serde_json::Value,
+        output: ToolContent,
+        outcome: ToolOutcomeKind,
+        durability: Option<Durability>,
+    ) -> String {
+        self.calls += 1;
+        let call_id = format!("call_{}", self.calls);
+        self.push(Role::Assistant, "").tool_calls.push(ToolCall {
+            id: call_id.clone(),
+            name: name.into(),
+            arguments: args,
+        });
+        let m = self.push(Role::Tool, "");
+        m.content = Content::default();
+        m.tool_result = Some(ToolResultEnvelope {
+            tool_name: name.into(),
+            tool_call_id: call_id.clone(),
+            outcome,
+            content: output,
+            key_fields: Default::default(),
+            durability,
+            determinism: None,
+            started_at: None,
+            completed_at: None,
+        });
+        call_id
+    }
+
+    /// The last message, for tweaks.
+    pub fn last(&mut self) -> &mut Message {
+        self.messages.last_mut().unwrap()
+    }
+
+    pub fn build(&self, id: &str) -> Thread {
+        Thread {
+            id: id.into(),
+            messages: self.messages.clone(),
+        }
+    }
+}
+
+/// `lines` lines of log-like text (about 20 tokens a line).
+pub fn log_lines(lines: usize) -> String {
+    (0..lines)
+        .map(|i| format!("2026-01-01T00:00:{:02} INFO worker {i} processed batch ok", i % 60))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -283,7 +283,7 @@ fn tool_outcomes_and_artifacts() {
 fn json_tool_error_message() {
     let mut m = tool("t", 1, "api", Outcome::Failure, "", json!({}));
     if let Some(env) = m.tool_result.as_mut() {
-        env.content = ToolContent::Json(json!({"error": {"message": "not found", "code": 404}}));
+        env.content = ToolContent::json(json!({"error": {"message": "not found", "code": 404}}));
     }
     let s = run(&[m], &[], BIG).expect("fits");
     assert_eq!(

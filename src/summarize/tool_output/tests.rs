@@ -17,7 +17,7 @@ fn env(name: &str, outcome: Outcome, content: ToolContent) -> ToolResultEnvelope
 }
 
 fn ok_json(name: &str, v: Value) -> ToolResultEnvelope {
-    env(name, Outcome::Success, ToolContent::Json(v))
+    env(name, Outcome::Success, ToolContent::json(v))
 }
 
 fn ok_text(name: &str, s: &str) -> ToolResultEnvelope {
@@ -318,7 +318,7 @@ fn small_structured_data_is_kept() {
 fn none_on_failure_small_error_or_unrecognized() {
     let big = search_payload(37);
     for outcome in [Outcome::Failure, Outcome::Partial] {
-        let e = env("web_search", outcome, ToolContent::Json(big.clone()));
+        let e = env("web_search", outcome, ToolContent::json(big.clone()));
         assert_eq!(compress_tool_output(&e, None, 50_000, &rules()), None);
     }
     assert_eq!(

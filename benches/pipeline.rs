@@ -1,0 +1,114 @@
+//! Compact+render on a generated 1,000-message, ~128k-token thread, against
+//! the named baseline of a bare token count of the same thread, in one run.
+//!
+//! `cargo bench --bench pipeline`. Targets: cold ≤ 1.3× the bare count,
+//! warm (ledger populated) ≤ 5% of it.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+
+use compactd::model::Thread;
+use compactd::reduce::{bind_artifacts, compact, CompactRequest, Engine, Policy};
+use compactd::render::{render, RenderInput, RenderOptions, RequestCounter};
+use compactd::summarize::ExtractiveSummarizer;
+use compactd::synth::{thread, SynthParams};
+use compactd::tokens::{o200k, TokenCounter, TokenLedger};
+
+/// About 1,000 messages and 128k tokens (printed once so the README numbers
+/// can be checked).
+fn bench_thread(counter: &dyn TokenCounter) -> Thread {
+    let t = thread(&SynthParams {
+        seed: 11,
+        turns: 290,
+        tool_density: 0.75,
+        max_output_lines: 50,
+        protected: 2,
+    });
+    let tokens: usize = t.messages.iter().map(|m| counter.count(&m.text())).sum();
+    eprintln!("bench thread: {} messages, {} content tokens", t.messages.len(), tokens);
+    t
+}
+
+/// The baseline: tokenize every message once, nothing else.
+fn bare_count(counter: &dyn TokenCounter, t: &Thread) -> usize {
+    t.messages.iter().map(|m| counter.count(&m.text())).sum()
+}
+
+/// What a caller does per turn: compact, bind artifact ids, render, count.
+fn compact_render(t: &Thread, engine: &Engine<'_>, policy: &Policy, observations: &BTreeMap<String, compactd::model::DeterminismMetadata>) -> u32 {
+    let req = CompactRequest {
+        thread: t,
+        policy,
+        max_input_tokens: 96_000,
+        system: Some("You are a careful engineering agent."),
+        tools: &[],
+        previous: None,
+        observations,
+        skip_aggressive: false,
+        limits: Default::default(),
+    };
+    let mut c = compact(&req, engine).expect("bench thread compacts");
+    let ids: BTreeMap<String, String> = c
+        .pending
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (a.placeholder.clone(), format!("art_{i:032x}")))
+        .collect();
+    bind_artifacts(&mut c.plan, &ids);
+    let options = RenderOptions::default();
+    let request = render(
+        t,
+        &c.plan,
+        &RenderInput {
+            system: req.system,
+            tools: &[],
+            rehydrated: &[],
+            options: &options,
+        },
+    );
+    RequestCounter::new(engine.counter, engine.ledger).request(&request).total
+}
+
+fn benches(c: &mut Criterion) {
+    let counter = o200k();
+    let t = bench_thread(counter.as_ref());
+    let policy = Policy::default();
+    let summarizer = ExtractiveSummarizer;
+    let observations = BTreeMap::new();
+    let mut g = c.benchmark_group("thread_1000_messages");
+    g.sample_size(20);
+    g.bench_function("baseline_bare_count", |b| {
+        b.iter(|| black_box(bare_count(counter.as_ref(), &t)))
+    });
+    g.bench_function("compact_render_cold", |b| {
+        b.iter_batched(
+            || TokenLedger::new(1 << 20),
+            |ledger| {
+                let engine = Engine {
+                    counter: counter.as_ref(),
+                    ledger: &ledger,
+                    summarizer: &summarizer,
+                };
+                black_box(compact_render(&t, &engine, &policy, &observations))
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    let ledger = TokenLedger::new(1 << 20);
+    let engine = Engine {
+        counter: counter.as_ref(),
+        ledger: &ledger,
+        summarizer: &summarizer,
+    };
+    let tokens = compact_render(&t, &engine, &policy, &observations);
+    eprintln!("rendered request: {tokens} tokens");
+    g.bench_function("compact_render_warm", |b| {
+        b.iter(|| black_box(compact_render(&t, &engine, &policy, &observations)))
+    });
+    g.finish();
+}
+
+criterion_group!(pipeline, benches);
+criterion_main!(pipeline);

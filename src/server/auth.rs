@@ -1,0 +1,121 @@
+//! Authentication as a tower layer: every API call is authenticated once,
+//! before routing, and the resulting [`SecurityContext`] is put into the
+//! request extensions where handlers (and the tenant limits) find it.
+//! Health checks and reflection bypass it so probes and tooling work without
+//! credentials; they expose no tenant data.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tonic::body::Body;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+use tonic::Status;
+use tower::{Layer, Service};
+
+use crate::security::Authenticator;
+
+use super::error::ApiError;
+
+type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
+
+/// Path prefixes served without authentication.
+const PUBLIC_PREFIXES: &[&str] = &[
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1.ServerReflection/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+];
+
+/// Whether a request path bypasses authentication.
+pub fn is_public(path: &str) -> bool {
+    PUBLIC_PREFIXES.iter().any(|p| path.starts_with(p))
+}
+
+/// Authenticates calls with an [`Authenticator`].
+#[derive(Debug, Clone)]
+pub struct AuthLayer {
+    auth: Arc<Authenticator>,
+}
+
+impl AuthLayer {
+    /// A layer sharing `auth` across connections.
+    pub fn new(auth: Arc<Authenticator>) -> Self {
+        AuthLayer { auth }
+    }
+}
+
+impl<S> Layer<S> for AuthLayer {
+    type Service = Auth<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Auth {
+            inner,
+            auth: Arc::clone(&self.auth),
+        }
+    }
+}
+
+/// The service of [`AuthLayer`].
+#[derive(Debug, Clone)]
+pub struct Auth<S> {
+    inner: S,
+    auth: Arc<Authenticator>,
+}
+
+impl<S, B> Service<http::Request<B>> for Auth<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<Body>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        if !is_public(req.uri().path()) {
+            let certs: Option<Vec<Vec<u8>>> = req
+                .extensions()
+                .get::<TlsConnectInfo<TcpConnectInfo>>()
+                .and_then(|i| i.peer_certs())
+                .map(|chain| chain.iter().map(|c| c.as_ref().to_vec()).collect());
+            match self.auth.authenticate(req.headers(), certs.as_deref()) {
+                Ok(ctx) => {
+                    req.extensions_mut().insert(ctx);
+                }
+                Err(e) => {
+                    tracing::debug!(path = req.uri().path(), error = %e, "authentication failed");
+                    let status = Status::from(ApiError::from(e));
+                    return Box::pin(std::future::ready(Ok(status.into_http())));
+                }
+            }
+        }
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(inner.call(req))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_health_and_reflection_are_public() {
+        assert!(is_public("/grpc.health.v1.Health/Check"));
+        assert!(is_public(
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
+        ));
+        assert!(is_public(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+        ));
+        assert!(!is_public("/compactd.v1.CompactionService/Compact"));
+        assert!(!is_public("/grpc.health.v1.HealthX/Check"));
+    }
+}

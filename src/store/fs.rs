@@ -1,0 +1,184 @@
+//! The data directory: where keys live on disk, and crash-safe writes.
+//!
+//! Everything here is blocking std I/O, run through [`blocking`] so that one
+//! logical operation (several syscalls plus fsyncs) is one trip to tokio's
+//! blocking pool.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use sha2::{Digest, Sha256};
+
+use super::{validate_path_segment, StoreError};
+
+/// Thread ids up to this many bytes are stored as plain hex (reversible, for
+/// operators); longer ones as a hash, since hex would exceed NAME_MAX (255).
+const MAX_HEX_THREAD_BYTES: usize = 100;
+
+/// The validated root of one data directory.
+#[derive(Debug, Clone)]
+pub(super) struct DataDir {
+    root: PathBuf,
+}
+
+impl DataDir {
+    /// Creates the directory if needed (first start) and checks it is one.
+    pub(super) fn open(data_dir: &Path) -> Result<DataDir, StoreError> {
+        fs::create_dir_all(data_dir.join("tenants")).map_err(|e| {
+            StoreError::Unavailable(format!(
+                "cannot create data directory {}: {e}",
+                data_dir.display()
+            ))
+        })?;
+        Ok(DataDir {
+            root: data_dir.to_path_buf(),
+        })
+    }
+
+    pub(super) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `tenants/{tenant}/threads/{thread_dir}`, after validating both ids.
+    pub(super) fn thread_dir(&self, tenant: &str, thread_id: &str) -> Result<PathBuf, StoreError> {
+        validate_path_segment("tenant", tenant)?;
+        validate_path_segment("thread_id", thread_id)?;
+        Ok(self
+            .root
+            .join("tenants")
+            .join(tenant)
+            .join("threads")
+            .join(thread_dir_name(thread_id)))
+    }
+
+    /// Creates `dir` (under the root) one level at a time, fsyncing each
+    /// parent whose entries changed, so a new directory survives a crash.
+    /// Never recreates the root itself: a vanished data directory (an
+    /// unmounted volume) is an outage, not something to paper over.
+    pub(super) fn ensure_dir(&self, dir: &Path) -> Result<(), StoreError> {
+        if !self.root.is_dir() {
+            return Err(StoreError::Unavailable("data directory is missing".into()));
+        }
+        let relative = dir
+            .strip_prefix(&self.root)
+            .map_err(|_| StoreError::InvalidId("path outside the data directory".into()))?;
+        let mut current = self.root.clone();
+        for component in relative.components() {
+            let parent = current.clone();
+            current.push(component);
+            match fs::create_dir(&current) {
+                Ok(()) => sync_dir(&parent)?,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Hex of the id, or `sha256-<hex of its hash>` when too long. The two forms
+/// cannot collide: hex never contains `-`.
+pub(super) fn thread_dir_name(thread_id: &str) -> String {
+    if thread_id.len() <= MAX_HEX_THREAD_BYTES {
+        hex::encode(thread_id)
+    } else {
+        format!("sha256-{}", hex::encode(Sha256::digest(thread_id)))
+    }
+}
+
+/// Write to a temp file in the same directory, fsync it, rename over `name`,
+/// fsync the directory. A reader sees the old or the new content, never a
+/// mix; a crash leaves at most a stray `.{name}.tmp-*` file, which no reader
+/// opens.
+pub(super) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp-{:016x}", rand::random::<u64>()));
+    let result = (|| {
+        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, dir.join(name))?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        // Best effort: the temp file is harmless, only untidy.
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Makes renames and new entries in `dir` durable.
+pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    File::open(dir)?.sync_all()?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
+/// `None` when the file does not exist.
+pub(super) fn read_optional(path: &Path) -> io::Result<Option<Vec<u8>>> {
+    match fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs blocking storage work on tokio's blocking pool.
+pub(super) async fn blocking<T, F>(f: F) -> Result<T, StoreError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("storage task failed: {e}")))?
+}
+
+pub(super) fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// One async mutex per key, created on demand and dropped when unused, so
+/// commits to different threads never wait on each other.
+#[derive(Debug, Default)]
+pub(super) struct KeyedLocks {
+    inner: Mutex<LockMap>,
+}
+
+#[derive(Debug, Default)]
+struct LockMap {
+    locks: HashMap<PathBuf, Weak<tokio::sync::Mutex<()>>>,
+    prune_at: usize,
+}
+
+impl KeyedLocks {
+    pub(super) fn get(&self, key: &Path) -> Arc<tokio::sync::Mutex<()>> {
+        // The map stays consistent even if a holder panicked, so poisoning is ignored.
+        let mut map = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(lock) = map.locks.get(key).and_then(Weak::upgrade) {
+            return lock;
+        }
+        if map.locks.len() >= map.prune_at {
+            // Amortized cleanup: drop entries nobody holds, then wait for the map to double.
+            map.locks.retain(|_, weak| weak.strong_count() > 0);
+            map.prune_at = (map.locks.len() * 2).max(1024);
+        }
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        map.locks.insert(key.to_path_buf(), Arc::downgrade(&lock));
+        lock
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        let map = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        map.locks.len()
+    }
+}

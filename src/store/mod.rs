@@ -1,0 +1,192 @@
+//! Storage: versioned plans and externalized artifacts, scoped by tenant.
+//!
+//! Both stores are traits so a shared backend (for many replicas) and S3 can
+//! follow; the embedded defaults keep everything under one data directory:
+//!
+//! ```text
+//! {data_dir}/tenants/{tenant}/threads/{thread_dir}/plan.json
+//! {data_dir}/tenants/{tenant}/threads/{thread_dir}/artifacts/{artifact_id}
+//! ```
+//!
+//! `thread_dir` is the thread id in hex (or `sha256-<hex>` of it when that
+//! would be too long for a file name), so any thread id is a safe file name.
+//! Tenant ids are checked by [`validate_path_segment`]; the authenticated
+//! tenant is further restricted to `[A-Za-z0-9._-]` by `security`.
+//!
+//! Nothing here encrypts: envelope encryption (KMS) is a later layer.
+
+mod artifact;
+mod fs;
+mod plan;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+use crate::model::{CompactionPlan, Sensitivity};
+
+pub use artifact::FsArtifactStore;
+pub use plan::FsPlanStore;
+
+/// Longest tenant or thread id accepted, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// Why a store operation failed.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// Compare-and-swap lost: someone committed first.
+    #[error("plan version conflict: expected version {expected}, current version is {current}")]
+    Conflict {
+        /// The version the caller based its plan on.
+        expected: u64,
+        /// The version actually stored.
+        current: u64,
+    },
+    /// No such artifact for this tenant and thread.
+    #[error("not found")]
+    NotFound,
+    /// An id that can never name anything (the server answers NOT_FOUND or INVALID_ARGUMENT).
+    #[error("invalid id: {0}")]
+    InvalidId(String),
+    /// The backend cannot serve requests (data directory gone, not writable).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Stored data that does not parse or does not match its hash.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// Any other I/O failure.
+    #[error("storage I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A committed plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredPlan {
+    /// Store version, starting at 1; `plan.version` equals it.
+    pub version: u64,
+    /// The plan.
+    pub plan: CompactionPlan,
+    /// Commit time.
+    pub committed_at_unix_ms: u64,
+}
+
+/// Versioned plans with compare-and-swap commit.
+#[async_trait]
+pub trait PlanStore: Send + Sync {
+    /// The latest plan, if any.
+    async fn get(&self, tenant: &str, thread_id: &str) -> Result<Option<StoredPlan>, StoreError>;
+    /// Compare-and-swap: succeeds only if the current version equals
+    /// `expected_version` (0 = no plan yet); returns the new version
+    /// (expected + 1). `Conflict` otherwise.
+    async fn commit(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        plan: &CompactionPlan,
+        expected_version: u64,
+    ) -> Result<u64, StoreError>;
+    /// `Unavailable` when the backend cannot be written and read back.
+    async fn health(&self) -> Result<(), StoreError>;
+}
+
+/// What is known about an artifact besides its bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactMeta {
+    /// Owner; part of the storage key.
+    pub tenant: String,
+    /// Thread the content came from; part of the storage key.
+    pub thread_id: String,
+    /// Write time.
+    pub created_at_unix_ms: u64,
+    /// After this many seconds past `created_at_unix_ms` the artifact reads as
+    /// `NotFound`; `None` keeps it.
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+    /// Highest sensitivity of the content (gates rehydration).
+    pub sensitivity: Sensitivity,
+    /// Key that encrypted it, once encryption exists.
+    #[serde(default)]
+    pub key_id: Option<String>,
+    /// SHA-256 hex of the content, see [`content_hash`]; empty on `put` = compute it.
+    pub content_hash: String,
+    /// Content length; `put` records the real length.
+    pub size_bytes: u64,
+    /// Messages whose content this is.
+    #[serde(default)]
+    pub message_ids: Vec<String>,
+}
+
+/// SHA-256 hex, as recorded in [`ArtifactMeta::content_hash`].
+pub fn content_hash(content: &[u8]) -> String {
+    hex::encode(Sha256::digest(content))
+}
+
+/// Externalized content, one object per artifact.
+#[async_trait]
+pub trait ArtifactStore: Send + Sync {
+    /// Writes atomically under `meta.tenant` / `meta.thread_id` and returns a
+    /// new random 128-bit id formatted `art_` + 32 lowercase hex.
+    async fn put(&self, meta: &ArtifactMeta, content: &[u8]) -> Result<String, StoreError>;
+    /// `NotFound` for other tenants or threads, unknown or expired ids;
+    /// `InvalidId` for malformed ids (the server maps both to NOT_FOUND).
+    async fn get(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        artifact_id: &str,
+    ) -> Result<(ArtifactMeta, Vec<u8>), StoreError>;
+    /// Like `get`, without reading the content.
+    async fn get_metadata(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        artifact_id: &str,
+    ) -> Result<ArtifactMeta, StoreError>;
+    /// Removes an artifact (cleanup after an aborted commit). `NotFound` if absent.
+    async fn delete(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        artifact_id: &str,
+    ) -> Result<(), StoreError>;
+}
+
+/// `art_` + 32 lowercase hex, checked on every read so an id can never be a path.
+pub fn validate_artifact_id(id: &str) -> Result<(), StoreError> {
+    let ok = id.len() == 36
+        && id.starts_with("art_")
+        && id[4..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidId(
+            "artifact_id must be `art_` followed by 32 lowercase hex digits".into(),
+        ))
+    }
+}
+
+/// Tenant and thread ids: non-empty, at most [`MAX_ID_BYTES`], not `.` or
+/// `..`, no `/`, `\`, NUL or control characters. Whatever passes stays one
+/// path component inside the data directory.
+pub fn validate_path_segment(field: &str, s: &str) -> Result<(), StoreError> {
+    let problem = if s.is_empty() {
+        "must not be empty"
+    } else if s.len() > MAX_ID_BYTES {
+        "must be at most 256 bytes"
+    } else if s == "." || s == ".." {
+        "must not be `.` or `..`"
+    } else if s.contains(['/', '\\']) {
+        "must not contain `/` or `\\`"
+    } else if s.chars().any(char::is_control) {
+        "must not contain control characters"
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::InvalidId(format!("{field} {problem}")))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,166 @@
+//! The embedded plan store: one `plan.json` per (tenant, thread), replaced
+//! atomically on every commit.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use super::fs::{self, DataDir, KeyedLocks};
+use super::{PlanStore, StoreError, StoredPlan};
+use crate::model::CompactionPlan;
+
+const PLAN_FILE: &str = "plan.json";
+const PLAN_FILE_FORMAT: u32 = 1;
+
+/// What `plan.json` holds. Tenant and thread are repeated inside so a file
+/// that ends up under the wrong key is detected instead of served.
+#[derive(Debug, Serialize, Deserialize)]
+struct PlanFile {
+    format: u32,
+    tenant: String,
+    thread_id: String,
+    version: u64,
+    committed_at_unix_ms: u64,
+    plan: CompactionPlan,
+}
+
+/// Plans on local disk.
+///
+/// Compare-and-swap is serialized by a per-thread async mutex, which is
+/// correct within one process only. Several replicas sharing a data
+/// directory would race; they need a shared backend with a real CAS.
+#[derive(Debug)]
+pub struct FsPlanStore {
+    dir: DataDir,
+    pub(super) locks: KeyedLocks,
+}
+
+impl FsPlanStore {
+    /// Opens (creating if needed) the store under `data_dir`.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        Ok(FsPlanStore {
+            dir: DataDir::open(data_dir)?,
+            locks: KeyedLocks::default(),
+        })
+    }
+
+    fn plan_path(&self, tenant: &str, thread_id: &str) -> Result<PathBuf, StoreError> {
+        Ok(self.dir.thread_dir(tenant, thread_id)?.join(PLAN_FILE))
+    }
+}
+
+/// Reads and checks one plan file; `None` if there is none yet.
+fn read_plan(path: &Path, tenant: &str, thread_id: &str) -> Result<Option<StoredPlan>, StoreError> {
+    let Some(bytes) = fs::read_optional(path)? else {
+        return Ok(None);
+    };
+    let file: PlanFile = serde_json::from_slice(&bytes)
+        .map_err(|e| StoreError::Corrupt(format!("plan file does not parse: {e}")))?;
+    if file.format != PLAN_FILE_FORMAT {
+        return Err(StoreError::Corrupt(format!(
+            "plan file format {} is not supported",
+            file.format
+        )));
+    }
+    if file.tenant != tenant || file.thread_id != thread_id {
+        return Err(StoreError::Corrupt(
+            "plan file belongs to a different tenant or thread".into(),
+        ));
+    }
+    let mut plan = file.plan;
+    plan.version = file.version;
+    Ok(Some(StoredPlan {
+        version: file.version,
+        plan,
+        committed_at_unix_ms: file.committed_at_unix_ms,
+    }))
+}
+
+#[async_trait]
+impl PlanStore for FsPlanStore {
+    async fn get(&self, tenant: &str, thread_id: &str) -> Result<Option<StoredPlan>, StoreError> {
+        let path = self.plan_path(tenant, thread_id)?;
+        let (tenant, thread_id) = (tenant.to_owned(), thread_id.to_owned());
+        fs::blocking(move || read_plan(&path, &tenant, &thread_id)).await
+    }
+
+    async fn commit(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        plan: &CompactionPlan,
+        expected_version: u64,
+    ) -> Result<u64, StoreError> {
+        let path = self.plan_path(tenant, thread_id)?;
+        if plan.thread_id != thread_id {
+            return Err(StoreError::InvalidId(
+                "plan.thread_id does not match the thread it is committed to".into(),
+            ));
+        }
+        let version = expected_version
+            .checked_add(1)
+            .ok_or_else(|| StoreError::InvalidId("expected_version is out of range".into()))?;
+        let mut plan = plan.clone();
+        plan.version = version;
+        let file = PlanFile {
+            format: PLAN_FILE_FORMAT,
+            tenant: tenant.to_owned(),
+            thread_id: thread_id.to_owned(),
+            version,
+            committed_at_unix_ms: fs::now_unix_ms(),
+            plan,
+        };
+        let bytes = serde_json::to_vec(&file)
+            .map_err(|e| StoreError::Corrupt(format!("plan does not serialize: {e}")))?;
+
+        let guard = self.locks.get(&path).lock_owned().await;
+        let dir = self.dir.clone();
+        fs::blocking(move || {
+            // The guard moves in here: if the caller is cancelled mid-commit,
+            // the lock is held until the write has finished, not released early.
+            let _guard = guard;
+            let current = read_plan(&path, &file.tenant, &file.thread_id)?.map_or(0, |p| p.version);
+            if current != expected_version {
+                return Err(StoreError::Conflict {
+                    expected: expected_version,
+                    current,
+                });
+            }
+            let thread_dir = path
+                .parent()
+                .ok_or_else(|| StoreError::InvalidId("plan path has no parent".into()))?;
+            dir.ensure_dir(thread_dir)?;
+            fs::write_atomic(thread_dir, PLAN_FILE, &bytes)?;
+            Ok(version)
+        })
+        .await
+    }
+
+    async fn health(&self) -> Result<(), StoreError> {
+        let root = self.dir.root().to_path_buf();
+        fs::blocking(move || probe(&root)).await
+    }
+}
+
+/// Write, read back and delete a small file: the cheapest check that covers
+/// a missing, read-only, full or unmounted volume.
+fn probe(root: &Path) -> Result<(), StoreError> {
+    let unavailable = |what: &str, e: std::io::Error| {
+        StoreError::Unavailable(format!("data directory {}: {what}: {e}", root.display()))
+    };
+    let token: [u8; 16] = rand::random();
+    let path = root.join(format!(".health-probe-{}", hex::encode(token)));
+    std::fs::write(&path, token).map_err(|e| unavailable("not writable", e))?;
+    let read = std::fs::read(&path);
+    let removed = std::fs::remove_file(&path);
+    let read = read.map_err(|e| unavailable("not readable", e))?;
+    removed.map_err(|e| unavailable("cannot delete", e))?;
+    if read != token {
+        return Err(StoreError::Unavailable(format!(
+            "data directory {}: read back different bytes",
+            root.display()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,650 @@
+use std::path::{Component, Path};
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use super::fs::{thread_dir_name, KeyedLocks};
+use super::*;
+use crate::model::{CompactionPlan, DropRecord, DroppedSpanIndex, SpanReference};
+
+fn plan(thread_id: &str, marker: &str) -> CompactionPlan {
+    CompactionPlan {
+        fingerprint: marker.into(),
+        drops: vec![DropRecord {
+            span: SpanReference {
+                message_ids: vec!["m1".into(), "m2".into()],
+                first_turn: 1,
+                last_turn: 2,
+            },
+            reason: "window".into(),
+            index: DroppedSpanIndex {
+                keywords: vec!["deploy".into()],
+                summary: "old chatter".into(),
+            },
+        }],
+        original_token_count: 1000,
+        compacted_token_count: 400,
+        ..CompactionPlan::new(thread_id)
+    }
+}
+
+fn meta(tenant: &str, thread_id: &str) -> ArtifactMeta {
+    ArtifactMeta {
+        tenant: tenant.into(),
+        thread_id: thread_id.into(),
+        created_at_unix_ms: fs::now_unix_ms(),
+        ttl_seconds: None,
+        sensitivity: Sensitivity::Confidential,
+        key_id: None,
+        content_hash: String::new(),
+        size_bytes: 0,
+        message_ids: vec!["m7".into()],
+    }
+}
+
+fn thread_dir(root: &Path, tenant: &str, thread: &str) -> std::path::PathBuf {
+    root.join("tenants")
+        .join(tenant)
+        .join("threads")
+        .join(thread_dir_name(thread))
+}
+
+#[tokio::test]
+async fn plan_versions_and_cas() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FsPlanStore::open(dir.path()).expect("open");
+    assert_eq!(store.get("acme", "t1").await.expect("get"), None);
+
+    assert_eq!(
+        store
+            .commit("acme", "t1", &plan("t1", "a"), 0)
+            .await
+            .expect("v1"),
+        1
+    );
+    let got = store.get("acme", "t1").await.expect("get").expect("plan");
+    assert_eq!(got.version, 1);
+    assert_eq!(got.plan.version, 1);
+    assert_eq!(got.plan.fingerprint, "a");
+    assert_eq!(got.plan.drops, plan("t1", "a").drops);
+    assert!(got.committed_at_unix_ms > 0);
+
+    match store.commit("acme", "t1", &plan("t1", "b"), 0).await {
+        Err(StoreError::Conflict {
+            expected: 0,
+            current: 1,
+        }) => {}
+        other => panic!("want conflict, got {other:?}"),
+    }
+    match store.commit("acme", "t1", &plan("t1", "b"), 5).await {
+        Err(StoreError::Conflict {
+            expected: 5,
+            current: 1,
+        }) => {}
+        other => panic!("want conflict, got {other:?}"),
+    }
+    assert_eq!(
+        store
+            .commit("acme", "t1", &plan("t1", "b"), 1)
+            .await
+            .expect("v2"),
+        2
+    );
+
+    // Survives a restart.
+    drop(store);
+    let store = FsPlanStore::open(dir.path()).expect("reopen");
+    let got = store.get("acme", "t1").await.expect("get").expect("plan");
+    assert_eq!((got.version, got.plan.fingerprint.as_str()), (2, "b"));
+
+    // A plan for another thread is refused rather than filed under the wrong key.
+    assert!(matches!(
+        store.commit("acme", "t1", &plan("t2", "x"), 2).await,
+        Err(StoreError::InvalidId(_))
+    ));
+    assert!(store.health().await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_commits_exactly_one_wins() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(FsPlanStore::open(dir.path()).expect("open"));
+    store
+        .commit("acme", "t", &plan("t", "base"), 0)
+        .await
+        .expect("v1");
+
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let r = store
+                    .commit("acme", "t", &plan("t", &format!("c{i}")), 1)
+                    .await;
+                (i, r)
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut conflicts = 0;
+    for task in tasks {
+        match task.await.expect("join") {
+            (i, Ok(2)) => winners.push(i),
+            (
+                _,
+                Err(StoreError::Conflict {
+                    expected: 1,
+                    current: 2,
+                }),
+            ) => conflicts += 1,
+            (i, other) => panic!("task {i}: {other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one commit wins");
+    assert_eq!(conflicts, 31);
+    let got = store.get("acme", "t").await.expect("get").expect("plan");
+    assert_eq!(got.version, 2);
+    assert_eq!(
+        got.plan.fingerprint,
+        format!("c{}", winners[0]),
+        "the winner's plan is stored"
+    );
+    // One (now unused) lock for the one thread.
+    assert_eq!(store.locks.len(), 1);
+}
+
+#[test]
+fn keyed_locks_prune_unused_entries() {
+    let locks = KeyedLocks::default();
+    let held = locks.get(Path::new("held"));
+    for i in 0..5000 {
+        let _ = locks.get(Path::new(&format!("k{i}")));
+    }
+    assert!(locks.len() <= 2048, "map grew to {}", locks.len());
+    assert!(Arc::ptr_eq(&held, &locks.get(Path::new("held"))));
+}
+
+#[tokio::test]
+async fn commits_to_different_threads_do_not_conflict() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(FsPlanStore::open(dir.path()).expect("open"));
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let thread = format!("t{i}");
+                store.commit("acme", &thread, &plan(&thread, "x"), 0).await
+            })
+        })
+        .collect();
+    for task in tasks {
+        assert_eq!(task.await.expect("join").expect("commit"), 1);
+    }
+}
+
+#[tokio::test]
+async fn torn_writes_never_surface() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FsPlanStore::open(dir.path()).expect("open");
+    store
+        .commit("acme", "t", &plan("t", "good"), 0)
+        .await
+        .expect("v1");
+    let tdir = thread_dir(dir.path(), "acme", "t");
+    let committed = std::fs::read(tdir.join("plan.json")).expect("plan file");
+
+    // What a process killed mid-write leaves behind: a stray temp file and a truncated one.
+    std::fs::write(
+        tdir.join(".plan.json.tmp-00000000deadbeef"),
+        b"{\"format\":1,\"ten",
+    )
+    .expect("w");
+    std::fs::write(
+        tdir.join(".plan.json.tmp-00000000feedface"),
+        &committed[..committed.len() / 2],
+    )
+    .expect("w");
+    let got = store.get("acme", "t").await.expect("get").expect("plan");
+    assert_eq!((got.version, got.plan.fingerprint.as_str()), (1, "good"));
+
+    // Commits carry on past the debris.
+    assert_eq!(
+        store
+            .commit("acme", "t", &plan("t", "next"), 1)
+            .await
+            .expect("v2"),
+        2
+    );
+    let got = store.get("acme", "t").await.expect("get").expect("plan");
+    assert_eq!((got.version, got.plan.fingerprint.as_str()), (2, "next"));
+
+    // Our own temp files do not linger after a successful commit.
+    let temps = std::fs::read_dir(&tdir)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+        .count();
+    assert_eq!(temps, 2, "only the planted debris remains");
+
+    // A damaged plan file is reported, not silently treated as "no plan" (which would reset CAS).
+    std::fs::write(tdir.join("plan.json"), &committed[..committed.len() - 3]).expect("w");
+    assert!(matches!(
+        store.get("acme", "t").await,
+        Err(StoreError::Corrupt(_))
+    ));
+    assert!(matches!(
+        store.commit("acme", "t", &plan("t", "x"), 0).await,
+        Err(StoreError::Corrupt(_))
+    ));
+}
+
+#[tokio::test]
+async fn plans_are_isolated_by_tenant_whatever_the_ids() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FsPlanStore::open(dir.path()).expect("open");
+    store
+        .commit("victim", "t", &plan("t", "secret"), 0)
+        .await
+        .expect("v1");
+
+    // Same thread id, other tenant: its own empty history.
+    assert_eq!(store.get("attacker", "t").await.expect("get"), None);
+    assert_eq!(
+        store
+            .commit("attacker", "t", &plan("t", "mine"), 0)
+            .await
+            .expect("v1"),
+        1
+    );
+    let victim = store.get("victim", "t").await.expect("get").expect("plan");
+    assert_eq!(victim.plan.fingerprint, "secret");
+
+    // Thread ids are hex-encoded on disk, so odd ones are just names...
+    for thread in ["..%2f..%2fvictim", "~", "%00", "..."] {
+        assert_eq!(
+            store.get("attacker", thread).await.expect("get"),
+            None,
+            "{thread:?}"
+        );
+        store
+            .commit("attacker", thread, &plan(thread, "probe"), 0)
+            .await
+            .expect("own namespace");
+    }
+    // ...and ones that look like paths are refused outright (defense in depth).
+    for thread in [
+        "../../victim/threads/74",
+        "..",
+        "/etc/passwd",
+        "t/../../victim",
+        "C:\\victim",
+    ] {
+        assert!(
+            matches!(
+                store.get("attacker", thread).await,
+                Err(StoreError::InvalidId(_))
+            ),
+            "{thread:?}"
+        );
+    }
+    // Tenant ids that would escape are refused.
+    for tenant in [
+        "../victim",
+        "..",
+        ".",
+        "",
+        "/abs",
+        "a/b",
+        "a\\b",
+        "a\0b",
+        "a\nb",
+    ] {
+        assert!(
+            matches!(store.get(tenant, "t").await, Err(StoreError::InvalidId(_))),
+            "{tenant:?}"
+        );
+        assert!(
+            matches!(
+                store.commit(tenant, "t", &plan("t", "x"), 0).await,
+                Err(StoreError::InvalidId(_))
+            ),
+            "{tenant:?}"
+        );
+    }
+    // "..%2f" is a literal (odd but harmless) tenant name, not an escape.
+    assert_eq!(store.get("..%2fvictim", "t").await.expect("get"), None);
+
+    let victim = store.get("victim", "t").await.expect("get").expect("plan");
+    assert_eq!(
+        (victim.version, victim.plan.fingerprint.as_str()),
+        (1, "secret")
+    );
+    assert_all_inside(dir.path());
+}
+
+/// Every file the stores created is under `tenants/` (or the root itself).
+fn assert_all_inside(root: &Path) {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir)
+            .expect("read_dir")
+            .filter_map(Result::ok)
+        {
+            let path = entry.path();
+            out.push(path.clone());
+            if path.is_dir() {
+                walk(&path, out);
+            }
+        }
+    }
+    let mut all = Vec::new();
+    walk(root, &mut all);
+    for path in all {
+        let rel = path.strip_prefix(root).expect("inside");
+        assert_eq!(
+            rel.components().next(),
+            Some(Component::Normal("tenants".as_ref())),
+            "{path:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn long_thread_ids_are_hashed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FsPlanStore::open(dir.path()).expect("open");
+    let long = "é".repeat(128); // 256 bytes: hex would be 512 characters
+    store
+        .commit("acme", &long, &plan(&long, "l"), 0)
+        .await
+        .expect("commit");
+    let got = store.get("acme", &long).await.expect("get").expect("plan");
+    assert_eq!(got.plan.thread_id, long);
+    assert!(thread_dir_name(&long).starts_with("sha256-"));
+    assert_eq!(thread_dir_name("t1"), "7431");
+    assert!(matches!(
+        store.get("acme", &"x".repeat(257)).await,
+        Err(StoreError::InvalidId(_))
+    ));
+}
+
+#[tokio::test]
+async fn health_reports_a_missing_data_dir() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let data = parent.path().join("data");
+    let store = FsPlanStore::open(&data).expect("open");
+    assert!(store.health().await.is_ok());
+    std::fs::remove_dir_all(&data).expect("rm");
+    assert!(matches!(
+        store.health().await,
+        Err(StoreError::Unavailable(_))
+    ));
+    // Writes do not quietly recreate it either.
+    assert!(matches!(
+        store.commit("acme", "t", &plan("t", "x"), 0).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(!data.exists());
+    // A file where the directory should be is just as unavailable.
+    std::fs::write(&data, b"not a dir").expect("w");
+    assert!(matches!(
+        store.health().await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        FsPlanStore::open(&data),
+        Err(StoreError::Unavailable(_))
+    ));
+}
+
+#[tokio::test]
+async fn artifact_round_trip() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FsArtifactStore::open(dir.path()).expect("open");
+    let content = b"line one\nline two\n\0binary\xff".to_vec();
+    let id = store.put(&meta("acme", "t"), &content).await.expect("put");
+    validate_artifact_id(&id).expect("well-formed id");
+
+    let (m, bytes) = store.get("acme", "t", &id).await.expect("get");
+    assert_eq!(bytes, content);
+    assert_eq!(m.content_hash, content_hash(&content));
+    assert_eq!(m.size_bytes, content.len() as u64);
+    assert_eq!(m.sensitivity, Sensitivity::Confidential);
+    assert_eq!(m.message_ids, vec!["m7".to_string()]);
+    assert_eq!(store.get_metadata("acme", "t", &id).await.expect("meta"), m);
+
+    // Ids are fresh each time, even for identical content.
+    let id2 = store.put(&meta("acme", "t"), &content).await.expect("put");
+    assert_ne!(id, id2);
+
+    // A caller-supplied hash must be right.
+    let mut lying = meta("acme", "t");
+    lying.content_hash = content_hash(b"something else");
+    assert!(matches!(
+        store.put(&lying, &content).await,
+        Err(StoreError::Corrupt(_))
+    ));
+    let mut honest = meta("acme", "t");
+    honest.content_hash = content_hash(&content);
+    store.put(&honest, &content).await.expect("matching hash");
+
+    store.delete("acme", "t", &id).await.expect("delete");
+    assert!(matches!(
+        store.get("acme", "t", &id).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        store.delete("acme", "t", &id).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(store.get("acme", "t", &id2).await.is_ok());
+}
+
+#[tokio::test]
+async fn empty_artifact() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FsArtifactStore::open(dir.path()).expect("open");
+    let id = store.put(&meta("acme", "t"), b"").await.expect("put");
+    let (m, bytes) = store.get("acme", "t", &id).await.expect("get");
+    assert!(bytes.is_empty());
+    assert_eq!(m.size_bytes, 0);
+}
+
+#[tokio::test]
+async fn artifacts_are_isolated_and_ids_validated() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FsArtifactStore::open(dir.path()).expect("open");
+    let id = store
+        .put(&meta("victim", "t"), b"secret")
+        .await
+        .expect("put");
+
+    assert!(matches!(
+        store.get("attacker", "t", &id).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        store.get_metadata("attacker", "t", &id).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        store.delete("attacker", "t", &id).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        store.get("victim", "other-thread", &id).await,
+        Err(StoreError::NotFound)
+    ));
+    for thread in ["../t", "t/..", "/t", "..%2ft"] {
+        assert!(
+            store.get("victim", thread, &id).await.is_err(),
+            "{thread:?}"
+        );
+    }
+    for tenant in ["../victim", "..", "/victim", "victim/../victim"] {
+        assert!(
+            matches!(
+                store.get(tenant, "t", &id).await,
+                Err(StoreError::InvalidId(_))
+            ),
+            "{tenant:?}"
+        );
+    }
+    let unknown = format!("art_{}", "0".repeat(32));
+    assert!(matches!(
+        store.get("victim", "t", &unknown).await,
+        Err(StoreError::NotFound)
+    ));
+    for bad in [
+        String::new(),
+        "art_".into(),
+        id.to_uppercase(),
+        format!("{id}0"),
+        id[..35].to_string(),
+        format!("art_../../../../{}", &id[20..]),
+        "../plan.json".into(),
+        format!("ART_{}", &id[4..]),
+        format!("art_{}", "g".repeat(32)),
+    ] {
+        assert!(
+            matches!(
+                store.get("victim", "t", &bad).await,
+                Err(StoreError::InvalidId(_))
+            ),
+            "{bad:?}"
+        );
+        assert!(
+            matches!(
+                store.delete("victim", "t", &bad).await,
+                Err(StoreError::InvalidId(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    // Tenant/thread are checked at put time too.
+    assert!(matches!(
+        store.put(&meta("../victim", "t"), b"x").await,
+        Err(StoreError::InvalidId(_))
+    ));
+    assert_eq!(
+        store.get("victim", "t", &id).await.expect("still there").1,
+        b"secret"
+    );
+    assert_all_inside(dir.path());
+}
+
+#[tokio::test]
+async fn damaged_artifacts_are_corrupt_not_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FsArtifactStore::open(dir.path()).expect("open");
+    let id = store
+        .put(&meta("acme", "t"), b"0123456789")
+        .await
+        .expect("put");
+    let path = thread_dir(dir.path(), "acme", "t")
+        .join("artifacts")
+        .join(&id);
+    let original = std::fs::read(&path).expect("read");
+
+    let mut flipped = original.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    std::fs::write(&path, &flipped).expect("w");
+    assert!(matches!(
+        store.get("acme", "t", &id).await,
+        Err(StoreError::Corrupt(_))
+    ));
+
+    std::fs::write(&path, &original[..original.len() - 4]).expect("w");
+    assert!(matches!(
+        store.get("acme", "t", &id).await,
+        Err(StoreError::Corrupt(_))
+    ));
+
+    std::fs::write(&path, &original[..10]).expect("w");
+    assert!(matches!(
+        store.get_metadata("acme", "t", &id).await,
+        Err(StoreError::Corrupt(_))
+    ));
+
+    // A file copied under another tenant's key is detected by its header.
+    let other = thread_dir(dir.path(), "other", "t").join("artifacts");
+    std::fs::create_dir_all(&other).expect("mkdir");
+    std::fs::write(other.join(&id), &original).expect("w");
+    assert!(matches!(
+        store.get("other", "t", &id).await,
+        Err(StoreError::Corrupt(_))
+    ));
+}
+
+#[tokio::test]
+async fn expired_artifacts_read_as_not_found() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FsArtifactStore::open(dir.path()).expect("open");
+    let mut old = meta("acme", "t");
+    old.created_at_unix_ms = fs::now_unix_ms() - 10_000;
+    old.ttl_seconds = Some(5);
+    let id = store.put(&old, b"stale").await.expect("put");
+    assert!(matches!(
+        store.get("acme", "t", &id).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        store.get_metadata("acme", "t", &id).await,
+        Err(StoreError::NotFound)
+    ));
+
+    let mut fresh = meta("acme", "t");
+    fresh.ttl_seconds = Some(3600);
+    let id = store.put(&fresh, b"fresh").await.expect("put");
+    assert_eq!(store.get("acme", "t", &id).await.expect("get").1, b"fresh");
+}
+
+#[test]
+fn segment_and_id_validation() {
+    for ok in [
+        "acme",
+        "a.b",
+        "...",
+        "..%2f",
+        "with space",
+        "ünïcode",
+        &"x".repeat(256),
+    ] {
+        validate_path_segment("tenant", ok).expect(ok);
+    }
+    for bad in [
+        "",
+        ".",
+        "..",
+        "a/b",
+        "/",
+        "a\\b",
+        "a\0",
+        "\t",
+        "a\u{7f}",
+        &"x".repeat(257),
+    ] {
+        let err = validate_path_segment("tenant", bad).unwrap_err();
+        assert!(err.to_string().contains("tenant"), "{err}");
+    }
+    validate_artifact_id("art_0123456789abcdef0123456789abcdef").expect("ok");
+    assert!(validate_artifact_id("art_0123456789ABCDEF0123456789abcdef").is_err());
+}
+
+proptest! {
+    /// Whatever ids pass validation, the key is exactly four normal
+    /// components below the root: no escape, no aliasing into another tenant.
+    #[test]
+    fn keys_never_escape(tenant in "\\PC{0,40}", thread in "\\PC{0,300}") {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = fs::DataDir::open(tmp.path()).expect("open");
+        if let Ok(path) = dir.thread_dir(&tenant, &thread) {
+            let rel = path.strip_prefix(dir.root()).expect("under root");
+            let parts: Vec<_> = rel.components().collect();
+            prop_assert_eq!(parts.len(), 4);
+            prop_assert!(parts.iter().all(|c| matches!(c, Component::Normal(_))));
+            prop_assert_eq!(parts[1], Component::Normal(tenant.as_ref()));
+            prop_assert!(thread_dir_name(&thread).len() <= 255);
+        }
+    }
+}

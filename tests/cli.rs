@@ -1,0 +1,101 @@
+//! The offline `compactd compact` command, run as a user would.
+
+use std::process::Command;
+
+fn compactd() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_compactd"))
+}
+
+fn run(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    use std::io::Write;
+    let mut cmd = compactd();
+    cmd.args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    if let Some(s) = stdin {
+        child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+    } else {
+        drop(child.stdin.take());
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn compacts_the_example_and_prints_plan_request_report() {
+    for format in ["neutral", "openai", "anthropic"] {
+        let (code, out, err) = run(
+            &[
+                "compact",
+                "--input",
+                "examples/threads/incident.json",
+                "--max-input-tokens",
+                "6000",
+                "--format",
+                format,
+            ],
+            None,
+        );
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let report = &v["report"];
+        assert!(report["tokens_after"].as_u64().unwrap() <= report["budget"]["hard_limit"].as_u64().unwrap());
+        assert!(report["tokens_before"].as_u64().unwrap() > report["tokens_after"].as_u64().unwrap());
+        assert!(v["plan"]["clearings"].is_array());
+        assert!(report["per_reducer"].as_array().unwrap().len() >= 5);
+    }
+}
+
+#[test]
+fn output_is_deterministic() {
+    let args = ["compact", "--input", "examples/threads/incident.json", "--max-input-tokens", "5000"];
+    assert_eq!(run(&args, None).1, run(&args, None).1);
+}
+
+#[test]
+fn reads_an_openai_messages_array_from_stdin() {
+    let text = std::fs::read_to_string("examples/threads/openai_messages.json").unwrap();
+    let (code, out, err) = run(&["compact", "--input", "-", "--format", "openai"], Some(&text));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["request"]["messages"][0]["role"], "system");
+    assert_eq!(v["report"]["triggered"], false);
+}
+
+#[test]
+fn bad_input_names_the_field_and_exits_2() {
+    let cases = [
+        (r#"[{"role":"user","content":"a"},{"role":"wizard","content":"b"}]"#, "messages[1].role"),
+        (r#"[{"role":"tool","tool_call_id":"x","content":"b"}]"#, "messages[0].tool_call_id"),
+        (
+            r#"{"id":"t","messages":[{"id":"a","role":"user","content":"x"},{"id":"a","role":"assistant","content":"y"}]}"#,
+            "messages[1].id",
+        ),
+        (
+            r#"{"id":"t","messages":[{"id":"a","role":"user","content":"x","turn":2},{"id":"b","role":"user","content":"y","turn":1}]}"#,
+            "messages[1].turn",
+        ),
+        ("not json", "input is not JSON"),
+    ];
+    for (input, needle) in cases {
+        let (code, _, err) = run(&["compact", "--input", "-"], Some(input));
+        assert_eq!(code, 2, "{input}: {err}");
+        assert!(err.contains(needle), "{input}: {err:?} does not name {needle}");
+    }
+}
+
+#[test]
+fn an_impossible_budget_exits_3() {
+    let (code, _, err) = run(
+        &["compact", "--input", "examples/threads/incident.json", "--max-input-tokens", "2600"],
+        None,
+    );
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("insufficient budget"), "{err}");
+}

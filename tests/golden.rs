@@ -1,0 +1,66 @@
+//! Golden prompts: the rendered request for a fixed thread and budget, in
+//! each output form. Any byte change in rendering shows up as a snapshot diff.
+
+mod common;
+
+use common::Harness;
+use compactd::model::thread_from_json;
+use compactd::render::{anthropic, openai, ProviderOptions};
+
+fn incident() -> (Harness, compactd::model::Thread) {
+    let text = include_str!("../examples/threads/incident.json");
+    let input = thread_from_json(&serde_json::from_str(text).unwrap(), "incident").unwrap();
+    let h = Harness {
+        system: input.system.clone(),
+        ..Harness::default()
+    };
+    (h, input.thread)
+}
+
+fn opts() -> ProviderOptions {
+    ProviderOptions {
+        model: "gpt-4o".into(),
+        max_output_tokens: Some(1024),
+    }
+}
+
+#[test]
+fn golden_neutral() {
+    let (h, t) = incident();
+    let out = h.compact(&t, 6_000, None).unwrap();
+    insta::assert_json_snapshot!("incident_plan", out.compaction.plan);
+    insta::assert_json_snapshot!("incident_neutral", out.request);
+}
+
+#[test]
+fn golden_openai() {
+    let (h, t) = incident();
+    let out = h.compact(&t, 6_000, None).unwrap();
+    let body = openai::to_openai(&out.request, &opts());
+    openai::check_pairing(&body).unwrap();
+    insta::assert_json_snapshot!("incident_openai", body);
+}
+
+#[test]
+fn golden_anthropic() {
+    let (h, t) = incident();
+    let out = h.compact(&t, 6_000, None).unwrap();
+    let body = anthropic::to_anthropic(&out.request, &opts());
+    anthropic::check_structure(&body).unwrap();
+    insta::assert_json_snapshot!("incident_anthropic", body);
+}
+
+#[test]
+fn golden_openai_import() {
+    let text = include_str!("../examples/threads/openai_messages.json");
+    let input = thread_from_json(&serde_json::from_str(text).unwrap(), "openai_messages").unwrap();
+    let h = Harness::default();
+    let out = h.compact(&input.thread, 1_500, None);
+    // 1,500 tokens minus the default reserves leaves nothing: a clear error.
+    assert!(matches!(
+        out,
+        Err(compactd::reduce::CompactError::InsufficientBudget { .. })
+    ));
+    let out = h.compact(&input.thread, 4_000, None).unwrap();
+    insta::assert_json_snapshot!("openai_import_openai", openai::to_openai(&out.request, &opts()));
+}

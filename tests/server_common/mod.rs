@@ -1,0 +1,379 @@
+//! Shared helpers for the gRPC integration tests: an in-process server on
+//! 127.0.0.1:0 with a temporary data directory, HS256 test tokens, clients
+//! and thread builders.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::metadata::MetadataValue;
+use tonic::transport::Channel;
+use tonic::{Code, Request, Status};
+
+use compactd::security::AuthConfig;
+use compactd::server::pb;
+use compactd::server::pb::compaction_service_client::CompactionServiceClient;
+use compactd::server::{error_detail, ServeError, ServerSettings};
+use compactd::store::{ArtifactStore, PlanStore};
+
+pub const ISSUER: &str = "https://issuer.test";
+pub const AUDIENCE: &str = "compactd";
+pub const SECRET: &str = "test-secret-that-is-long-enough-for-hs256-0123456789";
+
+/// Every permission a well-behaved agent platform token carries.
+pub const ALL: &[&str] = &[
+    "compact",
+    "render",
+    "rehydrate",
+    "artifact:read:public",
+    "artifact:read:internal",
+];
+
+/// A running server; dropping it stops the server.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    _dir: tempfile::TempDir,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<Result<(), ServeError>>>,
+}
+
+/// Settings with HS256 JWT auth (secret in a file under `dir`).
+pub fn settings(dir: &std::path::Path) -> ServerSettings {
+    let secret_file = dir.join("hs256.secret");
+    std::fs::write(&secret_file, SECRET).expect("write secret");
+    let auth: AuthConfig = serde_json::from_value(json!({
+        "jwt": {
+            "issuer": ISSUER,
+            "audience": AUDIENCE,
+            "hs256_secret_file": secret_file,
+            "leeway_seconds": 0,
+        }
+    }))
+    .expect("auth config");
+    ServerSettings {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        data_dir: dir.join("data"),
+        health_probe_interval_ms: 50,
+        auth,
+        ..ServerSettings::default()
+    }
+}
+
+impl TestServer {
+    /// Starts a server with the default test settings.
+    pub async fn start() -> TestServer {
+        TestServer::start_with(|_| {}).await
+    }
+
+    /// Starts a server after `tweak` adjusted the settings.
+    pub async fn start_with(tweak: impl FnOnce(&mut ServerSettings)) -> TestServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = settings(dir.path());
+        tweak(&mut s);
+        // Bind first: the port accepts connections before `serve` runs, so
+        // clients need no readiness wait.
+        let listener = tokio::net::TcpListener::bind(s.listen).await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let data_dir = s.data_dir.clone();
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(compactd::server::serve(s, listener, async {
+            let _ = rx.await;
+        }));
+        TestServer {
+            addr,
+            data_dir,
+            _dir: dir,
+            shutdown: Some(tx),
+            handle: Some(handle),
+        }
+    }
+
+    /// Starts a server over the given stores.
+    pub async fn start_with_stores(
+        plans: Arc<dyn PlanStore>,
+        artifacts: Arc<dyn ArtifactStore>,
+    ) -> TestServer {
+        TestServer::start_with_stores_and(plans, artifacts, |_| {}).await
+    }
+
+    /// Starts a server over the given stores after `tweak` adjusted the settings.
+    pub async fn start_with_stores_and(
+        plans: Arc<dyn PlanStore>,
+        artifacts: Arc<dyn ArtifactStore>,
+        tweak: impl FnOnce(&mut ServerSettings),
+    ) -> TestServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = settings(dir.path());
+        tweak(&mut s);
+        let listener = tokio::net::TcpListener::bind(s.listen).await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let data_dir = s.data_dir.clone();
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(compactd::server::serve_with_stores(
+            s,
+            plans,
+            artifacts,
+            listener,
+            async {
+                let _ = rx.await;
+            },
+        ));
+        TestServer {
+            addr,
+            data_dir,
+            _dir: dir,
+            shutdown: Some(tx),
+            handle: Some(handle),
+        }
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect")
+    }
+
+    pub async fn client(&self) -> CompactionServiceClient<Channel> {
+        CompactionServiceClient::new(self.channel().await)
+            .max_decoding_message_size(256 * 1024 * 1024)
+            .max_encoding_message_size(256 * 1024 * 1024)
+    }
+
+    /// Stops the server and returns how `serve` ended.
+    pub async fn stop(mut self) -> Result<(), ServeError> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match self.handle.take() {
+            Some(h) => h.await.expect("server task"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+}
+
+/// An HS256 token for `tenant` with `perms`, valid for an hour.
+pub fn token(tenant: &str, perms: &[&str]) -> String {
+    token_with(json!({
+        "iss": ISSUER,
+        "aud": AUDIENCE,
+        "sub": format!("agent@{tenant}"),
+        "tenant": tenant,
+        "permissions": perms,
+        "iat": now(),
+        "exp": now() + 3600,
+    }))
+}
+
+/// An HS256 token with exactly these claims.
+pub fn token_with(claims: serde_json::Value) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .expect("encode token")
+}
+
+/// An unsigned `alg: none` token with otherwise valid claims.
+pub fn alg_none_token(tenant: &str) -> String {
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let header = b64.encode(br#"{"alg":"none","typ":"JWT"}"#);
+    let claims = b64.encode(
+        json!({
+            "iss": ISSUER, "aud": AUDIENCE, "sub": "mallory", "tenant": tenant,
+            "permissions": ALL, "exp": now() + 3600,
+        })
+        .to_string(),
+    );
+    format!("{header}.{claims}.")
+}
+
+/// `msg` with `authorization: Bearer <token>`.
+pub fn authed<T>(msg: T, token: &str) -> Request<T> {
+    let mut r = Request::new(msg);
+    let v: MetadataValue<_> = format!("Bearer {token}").parse().expect("header");
+    r.metadata_mut().insert("authorization", v);
+    r
+}
+
+/// Asserts the status code and, when given, the ErrorDetail field.
+pub fn assert_status(s: &Status, code: Code, field: Option<&str>) {
+    assert_eq!(s.code(), code, "unexpected status: {s:?}");
+    if let Some(field) = field {
+        let d = error_detail(s).unwrap_or_else(|| panic!("no ErrorDetail in {s:?}"));
+        assert_eq!(d.field, field, "{s:?}");
+        assert!(
+            s.message().contains(field),
+            "message names the field: {s:?}"
+        );
+    }
+}
+
+// ───────────────────────── thread builders ─────────────────────────
+
+pub fn text(id: &str, role: pb::Role, turn: u32, text: &str) -> pb::Message {
+    pb::Message {
+        id: id.into(),
+        role: role as i32,
+        text: text.into(),
+        turn,
+        ..Default::default()
+    }
+}
+
+pub fn call(id: &str, turn: u32, call_id: &str, tool: &str) -> pb::Message {
+    pb::Message {
+        id: id.into(),
+        role: pb::Role::Assistant as i32,
+        turn,
+        tool_calls: vec![pb::ToolCall {
+            id: call_id.into(),
+            name: tool.into(),
+            arguments_json: r#"{"path":"/srv/app/log.txt"}"#.into(),
+        }],
+        ..Default::default()
+    }
+}
+
+pub fn result(id: &str, turn: u32, call_id: &str, tool: &str, content: String) -> pb::Message {
+    pb::Message {
+        id: id.into(),
+        role: pb::Role::Tool as i32,
+        turn,
+        tool_result: Some(pb::ToolResultEnvelope {
+            tool_name: tool.into(),
+            tool_call_id: call_id.into(),
+            outcome: pb::Outcome::Success as i32,
+            content: Some(pb::tool_result_envelope::Content::ContentText(content)),
+            key_fields: [("order_id".to_string(), "\"A-17\"".to_string())].into(),
+            durability: pb::Durability::NonReplayable as i32,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A short dialogue with one small tool call.
+pub fn small_thread(id: &str) -> pb::Thread {
+    pb::Thread {
+        id: id.into(),
+        messages: vec![
+            text(
+                "m0",
+                pb::Role::User,
+                1,
+                "I prefer Python. The budget is $1000.",
+            ),
+            call("m1", 1, "c1", "read_file"),
+            result("m2", 1, "c1", "read_file", "hello world".into()),
+            text("m3", pb::Role::Assistant, 1, "The file says hello world."),
+            text("m4", pb::Role::User, 2, "Great, now summarize it."),
+        ],
+    }
+}
+
+/// Varied text of roughly `lines` lines (~12 tokens each).
+pub fn big_output(lines: usize) -> String {
+    (0..lines)
+        .map(|i| {
+            format!(
+                "{i:05} INFO worker-{} processed batch {} in {} ms status=ok\n",
+                i % 7,
+                i * 31 % 997,
+                i * 17 % 113
+            )
+        })
+        .collect()
+}
+
+/// A thread whose early tool output is huge, followed by a few small turns.
+pub fn big_thread(id: &str, lines: usize) -> pb::Thread {
+    let mut messages = vec![
+        text(
+            "u1",
+            pb::Role::User,
+            1,
+            "Please read the log. Never delete production data.",
+        ),
+        call("a1", 1, "c1", "read_file"),
+        result("t1", 1, "c1", "read_file", big_output(lines)),
+        text(
+            "a1b",
+            pb::Role::Assistant,
+            1,
+            "I read the log; all batches succeeded.",
+        ),
+    ];
+    for turn in 2..=4u32 {
+        messages.push(text(
+            &format!("u{turn}"),
+            pb::Role::User,
+            turn,
+            &format!("Question number {turn} about the log?"),
+        ));
+        messages.push(text(
+            &format!("a{turn}"),
+            pb::Role::Assistant,
+            turn,
+            &format!("Answer number {turn}: everything is fine."),
+        ));
+    }
+    pb::Thread {
+        id: id.into(),
+        messages,
+    }
+}
+
+/// Overrides that make externalization the reducer that fires on `big_thread`.
+pub fn externalize_policy() -> pb::PolicyOverrides {
+    pb::PolicyOverrides {
+        keep_recent_turns: Some(1),
+        keep_tool_io_pairs: Some(0),
+        enable_compress: Some(false),
+        enable_clear: Some(false),
+        enable_retention: Some(false),
+        externalize_threshold_tokens: Some(500),
+        ..Default::default()
+    }
+}
+
+pub fn compact_req(thread: pb::Thread, max_input_tokens: u32) -> pb::CompactRequest {
+    pb::CompactRequest {
+        thread: Some(thread),
+        model: "gpt-4o".into(),
+        max_input_tokens,
+        system_prompt: Some("You are a careful agent.".into()),
+        ..Default::default()
+    }
+}
+
+/// A deadline for anything that could hang.
+pub async fn within<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(60), f)
+        .await
+        .expect("timed out")
+}
