@@ -10,7 +10,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 
 use compactd::model::Thread;
-use compactd::reduce::{bind_artifacts, compact, CompactRequest, Engine, Policy};
+use compactd::reduce::{bind_artifacts, compact, CompactRequest, Engine, Memo, Policy};
 use compactd::render::{render, RenderInput, RenderOptions, RequestCounter};
 use compactd::summarize::ExtractiveSummarizer;
 use compactd::synth::{thread, SynthParams};
@@ -27,7 +27,11 @@ fn bench_thread(counter: &dyn TokenCounter) -> Thread {
         protected: 2,
     });
     let tokens: usize = t.messages.iter().map(|m| counter.count(&m.text())).sum();
-    eprintln!("bench thread: {} messages, {} content tokens", t.messages.len(), tokens);
+    eprintln!(
+        "bench thread: {} messages, {} content tokens",
+        t.messages.len(),
+        tokens
+    );
     t
 }
 
@@ -37,7 +41,12 @@ fn bare_count(counter: &dyn TokenCounter, t: &Thread) -> usize {
 }
 
 /// What a caller does per turn: compact, bind artifact ids, render, count.
-fn compact_render(t: &Thread, engine: &Engine<'_>, policy: &Policy, observations: &BTreeMap<String, compactd::model::DeterminismMetadata>) -> u32 {
+fn compact_render(
+    t: &Thread,
+    engine: &Engine<'_>,
+    policy: &Policy,
+    observations: &BTreeMap<String, compactd::model::DeterminismMetadata>,
+) -> u32 {
     let req = CompactRequest {
         thread: t,
         policy,
@@ -68,7 +77,9 @@ fn compact_render(t: &Thread, engine: &Engine<'_>, policy: &Policy, observations
             options: &options,
         },
     );
-    RequestCounter::new(engine.counter, engine.ledger).request(&request).total
+    RequestCounter::new(engine.counter, engine.ledger)
+        .request(&request)
+        .total
 }
 
 fn benches(c: &mut Criterion) {
@@ -84,12 +95,13 @@ fn benches(c: &mut Criterion) {
     });
     g.bench_function("compact_render_cold", |b| {
         b.iter_batched(
-            || TokenLedger::new(1 << 20),
-            |ledger| {
+            || (TokenLedger::new(1 << 20), Memo::default()),
+            |(ledger, memo)| {
                 let engine = Engine {
                     counter: counter.as_ref(),
                     ledger: &ledger,
                     summarizer: &summarizer,
+                    memo: &memo,
                 };
                 black_box(compact_render(&t, &engine, &policy, &observations))
             },
@@ -97,10 +109,12 @@ fn benches(c: &mut Criterion) {
         )
     });
     let ledger = TokenLedger::new(1 << 20);
+    let memo = Memo::default();
     let engine = Engine {
         counter: counter.as_ref(),
         ledger: &ledger,
         summarizer: &summarizer,
+        memo: &memo,
     };
     let tokens = compact_render(&t, &engine, &policy, &observations);
     eprintln!("rendered request: {tokens} tokens");

@@ -9,9 +9,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use compactd::config::Config;
+use compactd::config;
 use compactd::model::thread_from_json;
-use compactd::reduce::{bind_artifacts, compact, CompactError, CompactRequest, Engine};
+use compactd::reduce::{bind_artifacts, compact, CompactError, CompactRequest, Engine, Memo};
 use compactd::render::{anthropic, openai, render, ProviderOptions, RenderInput, RequestCounter};
 use compactd::summarize::ExtractiveSummarizer;
 use compactd::tokens::{counter_for_model, TokenLedger};
@@ -24,13 +24,52 @@ use compactd::tokens::{counter_for_model, TokenLedger};
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Runs the gRPC service (the default). Without a config: dev mode on 127.0.0.1:50051.
+    Serve(ServeArgs),
     /// Compacts a thread file offline and prints {"plan", "request", "report"} as JSON.
     Compact(CompactArgs),
+    /// Configuration tools.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Authentication tools.
+    #[command(subcommand)]
+    Auth(AuthCommand),
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Loads FILE (plus COMPACTD__* environment overrides), validates it and prints the result.
+    Check {
+        /// YAML config file.
+        file: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuthCommand {
+    /// Prints the SHA-256 of an API key, for `auth.api_keys[].sha256` (the key itself is never stored).
+    HashApiKey {
+        /// The key; read from stdin when omitted.
+        key: Option<String>,
+    },
+}
+
+#[derive(clap::Args, Default)]
+struct ServeArgs {
+    /// YAML config file.
+    #[arg(long, env = "COMPACTD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Listen address (overrides the config), e.g. 127.0.0.1:50051; port 0 picks a free port.
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// Data directory of the embedded stores (overrides the config).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -45,7 +84,7 @@ struct CompactArgs {
     /// Thread JSON (canonical, or an OpenAI `messages` array / request body); `-` for stdin.
     #[arg(long)]
     input: PathBuf,
-    /// YAML config (model, max_input_tokens, policy).
+    /// YAML config (the service's file: default_model, default_max_input_tokens, policy).
     #[arg(long)]
     config: Option<PathBuf>,
     /// Model: picks the tokenizer and is written into provider payloads.
@@ -65,36 +104,136 @@ struct CompactArgs {
     max_output_tokens: Option<u32>,
 }
 
-/// Exit codes: 2 bad input, 3 the budget cannot be met, 1 anything else.
+/// Exit codes: 2 bad input or config, 3 the budget cannot be met, 1 anything else.
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Compact(args) => match run_compact(&args) {
-            Ok(out) => {
+    let result = match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
+        Command::Serve(args) => run_serve(&args).map(|()| String::new()),
+        Command::Compact(args) => run_compact(&args),
+        Command::Config(ConfigCommand::Check { file }) => run_config_check(&file),
+        Command::Auth(AuthCommand::HashApiKey { key }) => run_hash_api_key(key),
+    };
+    match result {
+        Ok(out) => {
+            if !out.is_empty() {
                 println!("{out}");
-                ExitCode::SUCCESS
             }
-            Err((code, msg)) => {
-                eprintln!("error: {msg}");
-                ExitCode::from(code)
-            }
-        },
+            ExitCode::SUCCESS
+        }
+        Err((code, msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(code)
+        }
     }
+}
+
+fn run_serve(args: &ServeArgs) -> Result<(), (u8, String)> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let mut settings =
+        config::load(args.config.as_deref(), std::env::vars()).map_err(|e| (2, e.to_string()))?;
+    if let Some(l) = args.listen {
+        settings.listen = l;
+    }
+    if let Some(d) = &args.data_dir {
+        settings.data_dir = d.clone();
+    }
+    // The one-command start: no credentials configured and a loopback address
+    // means dev mode (fixed tenant `dev`, logged loudly at start-up).
+    let configured = compactd::security::Authenticator::from_config(&settings.auth)
+        .map(|a| a.is_configured())
+        .unwrap_or(true);
+    if !configured && settings.listen.ip().is_loopback() {
+        settings.auth.dev = true;
+    }
+    config::check(&settings).map_err(|e| (2, e.to_string()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| (1, e.to_string()))?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(settings.listen)
+            .await
+            .map_err(|e| (1, format!("cannot listen on {}: {e}", settings.listen)))?;
+        let addr = listener.local_addr().map_err(|e| (1, e.to_string()))?;
+        // Scripts and tests read this line to find a port chosen with `:0`.
+        println!("compactd listening on {addr}");
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        compactd::server::serve(settings, listener, shutdown_signal())
+            .await
+            .map_err(|e| (1, e.to_string()))
+    })
+}
+
+/// Resolves on SIGTERM or Ctrl-C; the server then drains in-flight calls.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown requested; draining in-flight calls");
+}
+
+fn run_config_check(file: &std::path::Path) -> Result<String, (u8, String)> {
+    let settings = config::load(Some(file), std::env::vars()).map_err(|e| (2, e.to_string()))?;
+    config::check(&settings).map_err(|e| (2, e.to_string()))?;
+    let yaml = serde_yaml::to_string(&settings).map_err(|e| (1, e.to_string()))?;
+    Ok(format!(
+        "# {} is valid; effective configuration:\n{yaml}",
+        file.display()
+    ))
+}
+
+fn run_hash_api_key(key: Option<String>) -> Result<String, (u8, String)> {
+    let key = match key {
+        Some(k) => k,
+        None => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| (2, format!("stdin: {e}")))?;
+            s.trim_end_matches(['\r', '\n']).to_string()
+        }
+    };
+    if key.is_empty() {
+        return Err((2, "the key must not be empty".into()));
+    }
+    Ok(compactd::security::hash_api_key(&key))
 }
 
 fn run_compact(args: &CompactArgs) -> Result<String, (u8, String)> {
     let bad = |m: String| (2u8, m);
-    let mut cfg = match &args.config {
-        Some(p) => Config::load(p).map_err(|e| bad(e.to_string()))?,
-        None => Config::default(),
-    };
-    if let Some(m) = &args.model {
-        cfg.model = m.clone();
+    let settings =
+        config::load(args.config.as_deref(), std::env::vars()).map_err(|e| bad(e.to_string()))?;
+    let model = args.model.clone().unwrap_or(settings.default_model);
+    let max_input_tokens = args
+        .max_input_tokens
+        .unwrap_or(settings.default_max_input_tokens);
+    let policy = settings.policy;
+    policy.validate().map_err(|e| bad(e.to_string()))?;
+    if model.is_empty() {
+        return Err(bad("--model must not be empty".into()));
     }
-    if let Some(n) = args.max_input_tokens {
-        cfg.max_input_tokens = n;
-    }
-    cfg.validate().map_err(|e| bad(e.to_string()))?;
 
     let text = if args.input.as_os_str() == "-" {
         let mut s = String::new();
@@ -117,19 +256,21 @@ fn run_compact(args: &CompactArgs) -> Result<String, (u8, String)> {
     let input = thread_from_json(&value, default_id).map_err(|e| bad(e.to_string()))?;
     let system = args.system.clone().or(input.system.clone());
 
-    let counter = counter_for_model(&cfg.model);
+    let counter = counter_for_model(&model);
     let ledger = TokenLedger::default();
     let summarizer = ExtractiveSummarizer;
+    let memo = Memo::default();
     let engine = Engine {
         counter: counter.as_ref(),
         ledger: &ledger,
         summarizer: &summarizer,
+        memo: &memo,
     };
     let observations = BTreeMap::new();
     let req = CompactRequest {
         thread: &input.thread,
-        policy: &cfg.policy,
-        max_input_tokens: cfg.max_input_tokens,
+        policy: &policy,
+        max_input_tokens,
         system: system.as_deref(),
         tools: &input.tools,
         previous: None,
@@ -167,13 +308,13 @@ fn run_compact(args: &CompactArgs) -> Result<String, (u8, String)> {
         system: system.as_deref(),
         tools: &input.tools,
         rehydrated: &[],
-        options: &cfg.policy.render,
+        options: &policy.render,
     };
     let request = render(&input.thread, &out.plan, &render_input);
     let tokens = RequestCounter::new(counter.as_ref(), &ledger).request(&request);
     out.plan.compacted_token_count = tokens.total;
     let opts = ProviderOptions {
-        model: cfg.model.clone(),
+        model: model.clone(),
         max_output_tokens: args.max_output_tokens,
     };
     let request_json = match args.format {

@@ -45,8 +45,13 @@ fn compacts_the_example_and_prints_plan_request_report() {
         assert_eq!(code, 0, "{err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         let report = &v["report"];
-        assert!(report["tokens_after"].as_u64().unwrap() <= report["budget"]["hard_limit"].as_u64().unwrap());
-        assert!(report["tokens_before"].as_u64().unwrap() > report["tokens_after"].as_u64().unwrap());
+        assert!(
+            report["tokens_after"].as_u64().unwrap()
+                <= report["budget"]["hard_limit"].as_u64().unwrap()
+        );
+        assert!(
+            report["tokens_before"].as_u64().unwrap() > report["tokens_after"].as_u64().unwrap()
+        );
         assert!(v["plan"]["clearings"].is_array());
         assert!(report["per_reducer"].as_array().unwrap().len() >= 5);
     }
@@ -54,14 +59,23 @@ fn compacts_the_example_and_prints_plan_request_report() {
 
 #[test]
 fn output_is_deterministic() {
-    let args = ["compact", "--input", "examples/threads/incident.json", "--max-input-tokens", "5000"];
+    let args = [
+        "compact",
+        "--input",
+        "examples/threads/incident.json",
+        "--max-input-tokens",
+        "5000",
+    ];
     assert_eq!(run(&args, None).1, run(&args, None).1);
 }
 
 #[test]
 fn reads_an_openai_messages_array_from_stdin() {
     let text = std::fs::read_to_string("examples/threads/openai_messages.json").unwrap();
-    let (code, out, err) = run(&["compact", "--input", "-", "--format", "openai"], Some(&text));
+    let (code, out, err) = run(
+        &["compact", "--input", "-", "--format", "openai"],
+        Some(&text),
+    );
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["request"]["messages"][0]["role"], "system");
@@ -71,8 +85,14 @@ fn reads_an_openai_messages_array_from_stdin() {
 #[test]
 fn bad_input_names_the_field_and_exits_2() {
     let cases = [
-        (r#"[{"role":"user","content":"a"},{"role":"wizard","content":"b"}]"#, "messages[1].role"),
-        (r#"[{"role":"tool","tool_call_id":"x","content":"b"}]"#, "messages[0].tool_call_id"),
+        (
+            r#"[{"role":"user","content":"a"},{"role":"wizard","content":"b"}]"#,
+            "messages[1].role",
+        ),
+        (
+            r#"[{"role":"tool","tool_call_id":"x","content":"b"}]"#,
+            "messages[0].tool_call_id",
+        ),
         (
             r#"{"id":"t","messages":[{"id":"a","role":"user","content":"x"},{"id":"a","role":"assistant","content":"y"}]}"#,
             "messages[1].id",
@@ -86,14 +106,23 @@ fn bad_input_names_the_field_and_exits_2() {
     for (input, needle) in cases {
         let (code, _, err) = run(&["compact", "--input", "-"], Some(input));
         assert_eq!(code, 2, "{input}: {err}");
-        assert!(err.contains(needle), "{input}: {err:?} does not name {needle}");
+        assert!(
+            err.contains(needle),
+            "{input}: {err:?} does not name {needle}"
+        );
     }
 }
 
 #[test]
 fn an_impossible_budget_exits_3() {
     let (code, _, err) = run(
-        &["compact", "--input", "examples/threads/incident.json", "--max-input-tokens", "2600"],
+        &[
+            "compact",
+            "--input",
+            "examples/threads/incident.json",
+            "--max-input-tokens",
+            "2600",
+        ],
         None,
     );
     assert_eq!(code, 3, "{err}");

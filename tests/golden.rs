@@ -62,5 +62,8 @@ fn golden_openai_import() {
         Err(compactd::reduce::CompactError::InsufficientBudget { .. })
     ));
     let out = h.compact(&input.thread, 4_000, None).unwrap();
-    insta::assert_json_snapshot!("openai_import_openai", openai::to_openai(&out.request, &opts()));
+    insta::assert_json_snapshot!(
+        "openai_import_openai",
+        openai::to_openai(&out.request, &opts())
+    );
 }

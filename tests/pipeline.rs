@@ -48,7 +48,10 @@ fn retention_stubs_old_results_and_keeps_the_pair() {
     for call in &calls[..4] {
         let m = rendered_tool(&out, call);
         assert_eq!(m.origin, Origin::Cleared);
-        assert!(m.content.text().starts_with("[result expired] list_logs: success"));
+        assert!(m
+            .content
+            .text()
+            .starts_with("[result expired] list_logs: success"));
     }
     // The recent tail (6 turns) is untouched.
     for call in &calls[6..] {
@@ -118,13 +121,20 @@ fn non_replayable_results_are_externalized_not_cleared() {
     let m = rendered_tool(&out, &search);
     assert_eq!(m.origin, Origin::Externalized);
     let text = m.content.text();
-    assert!(text.starts_with("[Externalized Content - artifact:art_"), "{text}");
+    assert!(
+        text.starts_with("[Externalized Content - artifact:art_"),
+        "{text}"
+    );
     assert!(text.contains("read_artifact(\"art_"));
     let c = &out.compaction;
     assert_eq!(c.pending.len(), 1);
     assert_eq!(c.pending[0].content, body);
     assert_eq!(c.plan.externalizations.len(), 1);
-    assert!(c.plan.clearings.iter().all(|r| r.span.message_ids[0] != m.source_id));
+    assert!(c
+        .plan
+        .clearings
+        .iter()
+        .all(|r| r.span.message_ids[0] != m.source_id));
 }
 
 #[test]

@@ -8,13 +8,13 @@ mod thread;
 
 pub use import::{thread_from_json, ImportError, InputFormat, ThreadInput};
 pub use message::{
-    Content, ContentPart, DeterminismMetadata, JsonText, Durability, Message, MessageMetadata, Outcome, Role,
-    Sensitivity, ToolCall, ToolContent, ToolResultEnvelope, ToolSchema,
+    Content, ContentPart, DeterminismMetadata, Durability, JsonText, Message, MessageMetadata,
+    Outcome, Role, Sensitivity, ToolCall, ToolContent, ToolResultEnvelope, ToolSchema,
 };
 pub use plan::{
-    fingerprint, thread_digest, Action, ActionKind, ClearReason, ClearRecord, CompactionPlan, DropRecord,
-    DroppedSpanIndex, ExternalizationRecord, NormalizationWarning, PlanError, SpanReference,
-    SummarizationRecord, PLAN_FORMAT_VERSION,
+    fingerprint, message_digest, thread_digest, Action, ActionKind, ActionMap, ClearReason,
+    ClearRecord, CompactionPlan, DropRecord, DroppedSpanIndex, ExternalizationRecord,
+    NormalizationWarning, PlanError, SpanReference, SummarizationRecord, PLAN_FORMAT_VERSION,
 };
 pub use summary::{
     ArtifactReference, Decision, OpenItem, Priority, StructuredSummary, ToolOutcome,

@@ -153,6 +153,9 @@ pub enum ActionKind {
     Drop,
 }
 
+/// Message id → action. A fast hash: the map lives for one render.
+pub type ActionMap<'a> = HashMap<&'a str, Action<'a>, xxhash_rust::xxh3::Xxh3DefaultBuilder>;
+
 /// A resolved action with the record it came from.
 #[derive(Debug, Clone, Copy)]
 pub enum Action<'a> {
@@ -312,9 +315,9 @@ impl CompactionPlan {
     /// Resolves every message id to its action. Records are applied lowest
     /// precedence first so a higher one overwrites; within one kind the first
     /// record wins (normalization removes such duplicates anyway).
-    pub fn actions(&self) -> HashMap<&str, Action<'_>> {
-        let mut map: HashMap<&str, Action<'_>> = HashMap::new();
-        fn put<'a>(map: &mut HashMap<&'a str, Action<'a>>, ids: &'a [String], a: Action<'a>) {
+    pub fn actions(&self) -> ActionMap<'_> {
+        let mut map: ActionMap<'_> = HashMap::default();
+        fn put<'a>(map: &mut ActionMap<'a>, ids: &'a [String], a: Action<'a>) {
             for id in ids {
                 match map.get(id.as_str()) {
                     Some(prev) if prev.kind() >= a.kind() => {}
@@ -535,59 +538,76 @@ pub fn fingerprint(thread: &Thread, policy: &impl Serialize, extra: &[&str]) -> 
     hex::encode(h.finalize())
 }
 
-/// A 128-bit digest of a thread's content. Every field is length-prefixed so
-/// that no two different threads feed the hasher the same byte stream.
+/// A 128-bit digest of a thread's content.
 pub fn thread_digest(thread: &Thread) -> u128 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&(thread.id.len() as u64).to_le_bytes());
+    h.update(thread.id.as_bytes());
+    for m in &thread.messages {
+        h.update(&message_digest(m).to_le_bytes());
+    }
+    h.digest128()
+}
+
+/// A 128-bit digest of everything in a message. Every field is
+/// length-prefixed so that no two different messages feed the hasher the
+/// same byte stream.
+pub fn message_digest(m: &super::message::Message) -> u128 {
     use super::message::{Content, ContentPart, ToolContent};
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     let mut field = |b: &[u8]| {
         h.update(&(b.len() as u64).to_le_bytes());
         h.update(b);
     };
-    field(thread.id.as_bytes());
-    for m in &thread.messages {
-        field(m.id.as_bytes());
-        field(m.role.as_str().as_bytes());
-        field(&m.turn.to_le_bytes());
-        field(&serde_json::to_vec(&m.metadata).unwrap_or_default());
-        match &m.content {
-            Content::Text(t) => field(t.as_bytes()),
-            Content::Parts(parts) => {
-                for p in parts {
-                    match p {
-                        ContentPart::Text { text } => field(text.as_bytes()),
-                        ContentPart::Image { url } => {
-                            field(b"image");
-                            field(url.as_bytes());
-                        }
+    field(m.id.as_bytes());
+    field(m.role.as_str().as_bytes());
+    field(&m.turn.to_le_bytes());
+    let md = &m.metadata;
+    field(&[u8::from(md.protected), md.sensitivity as u8]);
+    field(md.label.as_deref().unwrap_or("\u{0}").as_bytes());
+    field(md.source.as_deref().unwrap_or("\u{0}").as_bytes());
+    match &m.content {
+        Content::Text(t) => field(t.as_bytes()),
+        Content::Parts(parts) => {
+            for p in parts {
+                match p {
+                    ContentPart::Text { text } => field(text.as_bytes()),
+                    ContentPart::Image { url } => {
+                        field(b"image");
+                        field(url.as_bytes());
                     }
                 }
             }
         }
-        field(&serde_json::to_vec(&m.tool_calls).unwrap_or_default());
-        match &m.tool_result {
-            None => field(b""),
-            Some(env) => {
-                let head = (
-                    &env.tool_name,
-                    &env.tool_call_id,
-                    env.outcome,
-                    &env.key_fields,
-                    env.durability,
-                    &env.determinism,
-                    &env.started_at,
-                    &env.completed_at,
-                );
-                field(&serde_json::to_vec(&head).unwrap_or_default());
-                match &env.content {
-                    ToolContent::Text(t) => {
-                        field(b"text");
-                        field(t.as_bytes());
-                    }
-                    ToolContent::Json(v) => {
-                        field(b"json");
-                        field(v.as_str().as_bytes());
-                    }
+    }
+    for c in &m.tool_calls {
+        field(c.id.as_bytes());
+        field(c.name.as_bytes());
+        field(c.arguments.to_string().as_bytes());
+    }
+    field(b"calls-end");
+    match &m.tool_result {
+        None => field(b""),
+        Some(env) => {
+            let head = (
+                &env.tool_name,
+                &env.tool_call_id,
+                env.outcome,
+                &env.key_fields,
+                env.durability,
+                &env.determinism,
+                &env.started_at,
+                &env.completed_at,
+            );
+            field(&serde_json::to_vec(&head).unwrap_or_default());
+            match &env.content {
+                ToolContent::Text(t) => {
+                    field(b"text");
+                    field(t.as_bytes());
+                }
+                ToolContent::Json(v) => {
+                    field(b"json");
+                    field(v.as_str().as_bytes());
                 }
             }
         }

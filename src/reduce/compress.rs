@@ -6,7 +6,7 @@
 use crate::model::{ClearReason, Durability};
 use crate::summarize::{compress_tool_output, CompressRules};
 
-use super::{CompactError, PipelineState, Projection, Reducer, TokenBudget};
+use super::{CompactError, KeyHasher, PipelineState, Projection, Reducer, TokenBudget};
 
 /// Compresses large tool outputs, oldest first, until the target is met.
 #[derive(Debug, Clone, Default)]
@@ -43,7 +43,16 @@ impl Reducer for Compress {
             }
             let tokens = p.counter.text(&env.content.to_text()) as usize;
             let args = state.call_arguments(&env.tool_call_id);
-            let Some(c) = compress_tool_output(env, args, tokens, &self.rules) else {
+            let mut key = KeyHasher::default();
+            key.part(b"compress-v1")
+                .part(format!("{:?}", self.rules).as_bytes())
+                .part(&crate::model::message_digest(m).to_le_bytes())
+                .part(&(tokens as u64).to_le_bytes())
+                .part(args.map(|a| a.to_string()).unwrap_or_default().as_bytes());
+            let compressed = state.memo.compressed(key.finish(), || {
+                compress_tool_output(env, args, tokens, &self.rules)
+            });
+            let Some(c) = compressed else {
                 continue;
             };
             let before = p.cost(i);

@@ -58,7 +58,7 @@ impl Reducer for Externalize {
                 prior: &[],
                 max_chars: state.summary_max_chars() / 2,
             };
-            let summary = match state.summarizer.summarize(&req) {
+            let summary = match state.summarize(&req) {
                 Ok(s) => s,
                 Err(e) => {
                     state.warn(format!(

@@ -19,6 +19,7 @@ mod budget;
 mod clear;
 mod compress;
 mod externalize;
+mod memo;
 mod partition;
 mod policy;
 mod projection;
@@ -37,13 +38,14 @@ use crate::model::{
     ToolSchema,
 };
 use crate::render::{render, RenderInput, RequestCounter};
-use crate::summarize::Summarizer;
+use crate::summarize::{Summarizer, SummaryRequest};
 use crate::tokens::{TokenCounter, TokenLedger};
 
 pub use budget::TokenBudget;
 pub use clear::Clear;
 pub use compress::Compress;
 pub use externalize::Externalize;
+pub use memo::{KeyHasher, Memo};
 pub use policy::{Enabled, Policy, PolicyError, ToolRetention};
 pub use projection::{PendingArtifact, Projection, Units, PENDING_ARTIFACT_PREFIX};
 pub use retention::Retention;
@@ -71,6 +73,8 @@ pub struct PipelineState<'a> {
     pub policy: &'a Policy,
     /// Builds summaries.
     pub summarizer: &'a dyn Summarizer,
+    /// Cache of summaries and compressions.
+    pub memo: &'a Memo,
     /// Current determinism metadata by tool call id, from the caller.
     pub observations: &'a BTreeMap<String, DeterminismMetadata>,
     /// Rehydration happened this turn: skip externalize and drop (seed 000's
@@ -88,6 +92,7 @@ impl<'a> PipelineState<'a> {
         thread: &'a Thread,
         policy: &'a Policy,
         summarizer: &'a dyn Summarizer,
+        memo: &'a Memo,
         observations: &'a BTreeMap<String, DeterminismMetadata>,
         skip_aggressive: bool,
     ) -> Self {
@@ -100,6 +105,7 @@ impl<'a> PipelineState<'a> {
         PipelineState {
             policy,
             summarizer,
+            memo,
             observations,
             skip_aggressive,
             current_turn: thread.current_turn(),
@@ -111,6 +117,29 @@ impl<'a> PipelineState<'a> {
     /// Records a warning.
     pub fn warn(&mut self, w: String) {
         self.warnings.push(w);
+    }
+
+    /// Summarizes through the memo: the key covers the summarizer, the
+    /// summary schema, the size cap, every message's content and the prior
+    /// summaries, so a hit is exactly what the summarizer would return.
+    pub fn summarize(
+        &self,
+        req: &SummaryRequest<'_>,
+    ) -> Result<crate::model::StructuredSummary, crate::summarize::SummarizeError> {
+        let mut k = KeyHasher::default();
+        k.part(self.summarizer.id().as_bytes())
+            .part(crate::model::SUMMARY_SCHEMA_VERSION.as_bytes())
+            .part(&(req.max_chars as u64).to_le_bytes());
+        for m in req.messages {
+            k.part(&crate::model::message_digest(m).to_le_bytes());
+        }
+        for p in req.prior {
+            k.part(&serde_json::to_vec(p).unwrap_or_default());
+        }
+        // The span is part of the summary; same content under other ids differs.
+        k.part(&serde_json::to_vec(&req.span).unwrap_or_default());
+        self.memo
+            .summary(k.finish(), || self.summarizer.summarize(req))
     }
 
     /// Arguments of the call a result answers.
@@ -225,6 +254,8 @@ pub struct Engine<'a> {
     pub ledger: &'a TokenLedger,
     /// Summary builder.
     pub summarizer: &'a dyn Summarizer,
+    /// Cache of summaries and compressions across calls.
+    pub memo: &'a Memo,
 }
 
 /// Tokens freed by one reducer.
@@ -377,6 +408,7 @@ pub fn compact_with(
         thread,
         policy,
         engine.summarizer,
+        engine.memo,
         req.observations,
         req.skip_aggressive,
     );

@@ -40,8 +40,7 @@ pub struct PendingArtifact {
 
 /// Message id → index, with a fast non-cryptographic hash (ids are not
 /// attacker-chosen keys of a long-lived map; the map lives for one call).
-type IdIndex<'a> =
-    std::collections::HashMap<&'a str, usize, xxhash_rust::xxh3::Xxh3DefaultBuilder>;
+type IdIndex<'a> = std::collections::HashMap<&'a str, usize, xxhash_rust::xxh3::Xxh3DefaultBuilder>;
 
 /// Tool call/result groups and other messages, as index ranges that reducers
 /// must keep together (a call and its results are removed or kept as one).
@@ -148,8 +147,7 @@ impl<'a> Projection<'a> {
             .messages
             .iter()
             .map(|m| {
-                render_message(m, Action::Include, options)
-                    .map_or(0, |rm| counter.message(&rm))
+                render_message(m, Action::Include, options).map_or(0, |rm| counter.message(&rm))
             })
             .collect();
         let index = thread

@@ -88,7 +88,7 @@ fn apply(
         prior: &prior,
         max_chars: state.summary_max_chars(),
     };
-    let mut summary = match state.summarizer.summarize(&req) {
+    let mut summary = match state.summarize(&req) {
         Ok(s) => s,
         Err(e) => {
             state.warn(format!("summarize: {e}; falling back to dropping"));

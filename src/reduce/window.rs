@@ -60,7 +60,13 @@ pub fn index_drops(p: &mut Projection<'_>) {
         .plan
         .drops
         .iter()
-        .map(|r| r.span.message_ids.iter().filter_map(|id| p.position(id)).collect())
+        .map(|r| {
+            r.span
+                .message_ids
+                .iter()
+                .filter_map(|id| p.position(id))
+                .collect()
+        })
         .collect();
     for (rec, positions) in p.plan.drops.iter_mut().zip(positions) {
         let mut freq: BTreeMap<String, u32> = BTreeMap::new();

@@ -4,9 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Content, ContentPart, ToolSchema};
+use crate::model::{Action, Content, ContentPart, Message, Role, ToolContent, ToolSchema};
 use crate::tokens::{count_tool_schemas, ChatOverhead, TokenCounter, TokenLedger};
 
+use super::renderer::{render_message, RenderOptions};
 use super::request::{Origin, RenderedMessage, Request};
 
 /// Token counts of a request by part.
@@ -76,6 +77,43 @@ impl<'a> RequestCounter<'a> {
         n
     }
 
+    /// Tokens of thread message `m` rendered verbatim, without building the
+    /// rendered message (cloning every message's content dominated warm calls).
+    /// Equal to `self.message(&render_message(m, Action::Include, options))`.
+    pub fn verbatim(&self, m: &Message, options: &RenderOptions) -> u32 {
+        let transformed = (options.delimit_user_content && m.role == Role::User)
+            || (options.tool_result_max_chars.is_some() && m.tool_result.is_some());
+        if transformed {
+            return render_message(m, Action::Include, options).map_or(0, |rm| self.message(&rm));
+        }
+        let o = &self.overhead;
+        let mut n = o.per_message;
+        n += match &m.tool_result {
+            Some(env) => match &env.content {
+                ToolContent::Text(t) => self.text(t),
+                ToolContent::Json(j) => self.text(j.as_str()),
+            },
+            None => match &m.content {
+                Content::Text(t) => self.text(t),
+                Content::Parts(parts) => parts
+                    .iter()
+                    .map(|p| match p {
+                        ContentPart::Text { text } => self.text(text),
+                        ContentPart::Image { .. } => o.per_image,
+                    })
+                    .sum(),
+            },
+        };
+        for c in &m.tool_calls {
+            n += o.per_tool_call + self.text(&c.name) + self.text(&c.id);
+            n += self.text(&c.arguments.to_string());
+        }
+        if let Some(env) = &m.tool_result {
+            n += o.per_name + self.text(&env.tool_call_id);
+        }
+        n
+    }
+
     /// Tokens of the parts that do not depend on the thread: the system prompt,
     /// the tool schemas and the reply priming.
     pub fn fixed(&self, system: Option<&str>, tools: &[ToolSchema]) -> (u32, u32, u32) {
@@ -107,5 +145,32 @@ impl<'a> RequestCounter<'a> {
         }
         t.total = t.system + t.tools + t.messages + t.rehydrated + t.framing;
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{thread, SynthParams};
+    use crate::tokens::{o200k, TokenLedger};
+
+    #[test]
+    fn verbatim_cost_equals_the_rendered_message_cost() {
+        let counter = o200k();
+        let ledger = TokenLedger::new(10_000);
+        let c = RequestCounter::new(counter.as_ref(), &ledger);
+        let t = thread(&SynthParams::default());
+        for options in [
+            RenderOptions::default(),
+            RenderOptions {
+                delimit_user_content: true,
+                tool_result_max_chars: Some(100),
+            },
+        ] {
+            for m in &t.messages {
+                let rendered = render_message(m, Action::Include, &options).unwrap();
+                assert_eq!(c.verbatim(m, &options), c.message(&rendered), "{}", m.id);
+            }
+        }
     }
 }

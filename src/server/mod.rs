@@ -7,6 +7,7 @@
 //! core on the blocking pool and map errors in one place ([`error`]).
 
 pub mod auth;
+pub mod client;
 pub mod convert;
 pub mod error;
 pub mod limits;

@@ -23,7 +23,7 @@ use crate::model::{
 };
 use crate::reduce::{
     bind_artifacts, compact, count_rendered, referenced_artifacts, BudgetReport, CompactRequest,
-    Engine, Policy, ReducerReport,
+    Engine, Memo, Policy, ReducerReport,
 };
 use crate::render::{
     anthropic, openai, render, Rehydrated, RenderInput, RenderedMessage, RequestCounter,
@@ -56,6 +56,8 @@ struct Inner {
     artifacts: Arc<dyn ArtifactStore>,
     /// One ledger for the process: agents resend the same thread every turn.
     ledger: Arc<TokenLedger>,
+    /// Summaries and compressions, for the same reason.
+    memo: Arc<Memo>,
     policy: Policy,
     default_model: String,
     default_max_input_tokens: u32,
@@ -173,6 +175,7 @@ impl CompactionApi {
                 plans,
                 artifacts,
                 ledger: Arc::new(TokenLedger::new(settings.ledger_max_entries)),
+                memo: Arc::new(Memo::default()),
                 policy: settings.policy.clone(),
                 default_model: settings.default_model.clone(),
                 default_max_input_tokens: settings.default_max_input_tokens,
@@ -260,11 +263,13 @@ impl CompactionApi {
         );
         let counter_c = Arc::clone(&counter);
         let prev = previous.clone();
+        let memo = Arc::clone(&self.inner.memo);
         let compaction = blocking(move || {
             let engine = Engine {
                 counter: counter_c.as_ref(),
                 ledger: &ledger,
                 summarizer: &ExtractiveSummarizer,
+                memo: &memo,
             };
             let req = CompactRequest {
                 thread: &thread,
@@ -329,12 +334,14 @@ impl CompactionApi {
             Arc::clone(&input.tools),
             input.system.clone(),
         );
+        let memo = Arc::clone(&self.inner.memo);
         let bound = blocking(move || {
             bind_artifacts(&mut plan, &ids);
             let engine = Engine {
                 counter: counter.as_ref(),
                 ledger: &ledger,
                 summarizer: &ExtractiveSummarizer,
+                memo: &memo,
             };
             let render_input = RenderInput {
                 system: system.as_deref(),
@@ -892,10 +899,12 @@ mod tests {
         };
         let counter = o200k();
         let ledger = TokenLedger::new(10_000);
+        let memo = Memo::default();
         let engine = Engine {
             counter: counter.as_ref(),
             ledger: &ledger,
             summarizer: &ExtractiveSummarizer,
+            memo: &memo,
         };
         let out = compact(
             &CompactRequest {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use compactd::model::{CompactionPlan, Thread, ToolSchema};
 use compactd::reduce::{
-    bind_artifacts, compact, CompactError, CompactRequest, Compaction, Engine, Policy,
+    bind_artifacts, compact, CompactError, CompactRequest, Compaction, Engine, Memo, Policy,
 };
 use compactd::render::{render, RenderInput, Request, RequestCounter, RequestTokens};
 use compactd::summarize::ExtractiveSummarizer;
@@ -16,6 +16,7 @@ pub struct Harness {
     pub counter: std::sync::Arc<dyn compactd::tokens::TokenCounter>,
     pub ledger: TokenLedger,
     pub summarizer: ExtractiveSummarizer,
+    pub memo: Memo,
     pub policy: Policy,
     pub system: Option<String>,
     pub tools: Vec<ToolSchema>,
@@ -28,6 +29,7 @@ impl Default for Harness {
             counter: o200k(),
             ledger: TokenLedger::new(100_000),
             summarizer: ExtractiveSummarizer,
+            memo: Memo::default(),
             policy: Policy::default(),
             system: Some("You are a helpful agent.".into()),
             tools: Vec::new(),
@@ -49,6 +51,7 @@ impl Harness {
             counter: self.counter.as_ref(),
             ledger: &self.ledger,
             summarizer: &self.summarizer,
+            memo: &self.memo,
         }
     }
 
@@ -214,7 +217,12 @@ impl ThreadBuilder {
 /// `lines` lines of log-like text (about 20 tokens a line).
 pub fn log_lines(lines: usize) -> String {
     (0..lines)
-        .map(|i| format!("2026-01-01T00:00:{:02} INFO worker {i} processed batch ok", i % 60))
+        .map(|i| {
+            format!(
+                "2026-01-01T00:00:{:02} INFO worker {i} processed batch ok",
+                i % 60
+            )
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }

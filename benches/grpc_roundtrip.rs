@@ -1,0 +1,451 @@
+//! gRPC round trips of the per-turn call against the transport floor, in one run.
+//!
+//! `cargo bench --bench grpc_roundtrip`
+//!
+//! Starts the real server in-process on 127.0.0.1:0 (dev mode, embedded stores
+//! in a temp dir) and a bare tonic echo of `compactd.v1.RenderRequest`
+//! (`proto/compactd/bench/v1/echo.proto`) with the same HTTP/2 windows and
+//! message limit. Both get the same ~500-message request, built with
+//! `compactd::synth` and converted with `thread_to_pb`, over one shared HTTP/2
+//! channel each, at concurrency 1, 16 and 64. Measured:
+//!
+//! - **echo**: the request there and back; decode + encode, nothing else.
+//! - **render, unchanged**: `Render` with `compact_first` on a thread that did
+//!   not change since the last call: the committed plan's fingerprint matches
+//!   (`reused`), so the call is validate → fingerprint → plan load → render →
+//!   count. This is the target of issue 3 (p50 at concurrency 1 within 1.5× of
+//!   the echo once the ledger is warm).
+//! - **render, +1 msg**: each call appends one message first, as a live agent
+//!   does between turns, so the pipeline runs against the previous plan and a
+//!   new version is committed (plan store write with fsync).
+//!
+//! Every concurrent worker has its own thread id (one agent = one thread), and
+//! every thread is compacted once before timing (warm-up), which also fills
+//! the token ledger. Without `--bench` (as under `cargo test --all-targets`)
+//! it runs a few calls per level as a smoke test.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+use tonic::transport::{Channel, Server};
+use tonic::{Request, Response, Status};
+
+use compactd::security::AuthConfig;
+use compactd::server::client::{connect, endpoint, thread_to_pb, MAX_MESSAGE_BYTES};
+use compactd::server::pb;
+use compactd::server::pb::compaction_service_client::CompactionServiceClient;
+use compactd::server::ServerSettings;
+use compactd::synth::{thread, SynthParams};
+
+#[allow(clippy::all, clippy::pedantic)]
+mod echo_pb {
+    tonic::include_proto!("compactd.bench.v1");
+}
+
+use echo_pb::echo_client::EchoClient;
+use echo_pb::echo_server::{Echo, EchoServer};
+
+/// Messages in the request.
+const MESSAGES: usize = 500;
+/// The model's input limit: well under the thread, so there is a real plan.
+const MAX_INPUT_TOKENS: u32 = 32_000;
+const MODEL: &str = "gpt-4o";
+const SYSTEM: &str = "You are a careful engineering agent.";
+/// (concurrency, calls) per level.
+const LEVELS: &[(usize, usize)] = &[(1, 200), (16, 800), (64, 1600)];
+/// Calls per level when appending: each runs the pipeline and commits, so
+/// fewer calls keep the whole run within about two minutes on two cores.
+const APPEND_LEVELS: &[(usize, usize)] = &[(1, 100), (16, 400), (64, 640)];
+/// Calls per level in smoke mode (no `--bench`).
+const SMOKE_CALLS: usize = 4;
+
+struct EchoService;
+
+#[tonic::async_trait]
+impl Echo for EchoService {
+    async fn echo(
+        &self,
+        request: Request<pb::RenderRequest>,
+    ) -> Result<Response<pb::RenderRequest>, Status> {
+        Ok(Response::new(request.into_inner()))
+    }
+}
+
+/// The synthetic thread, cut at a turn boundary and topped up with short
+/// dialogue to exactly [`MESSAGES`] messages, ending with a user message (the
+/// state of a thread right before a model call).
+fn bench_thread() -> pb::Thread {
+    let t = thread(&SynthParams {
+        seed: 5,
+        turns: 200,
+        tool_density: 0.6,
+        max_output_lines: 60,
+        protected: 2,
+    });
+    let mut t = thread_to_pb(&t);
+    let mut cut = MESSAGES - 2;
+    while cut > 0 && t.messages[cut].role != pb::Role::User as i32 {
+        cut -= 1;
+    }
+    t.messages.truncate(cut);
+    let mut turn = t.messages.last().map_or(0, |m| m.turn);
+    while t.messages.len() < MESSAGES {
+        let user = (MESSAGES - t.messages.len()) % 2 == 1;
+        if user {
+            turn += 1;
+        }
+        let n = t.messages.len();
+        t.messages.push(pb::Message {
+            id: format!("pad-{n:04}"),
+            role: if user {
+                pb::Role::User
+            } else {
+                pb::Role::Assistant
+            } as i32,
+            text: if user {
+                format!("Turn {turn}: what is the status of step {n}?")
+            } else {
+                format!("Step {n} is done; the checks passed.")
+            },
+            turn,
+            ..Default::default()
+        });
+    }
+    t.id = "bench".into();
+    t
+}
+
+fn render_request(thread: pb::Thread) -> pb::RenderRequest {
+    pb::RenderRequest {
+        thread: Some(thread),
+        compact_first: true,
+        system_prompt: Some(SYSTEM.into()),
+        format: pb::OutputFormat::OpenaiChat as i32,
+        model: MODEL.into(),
+        max_input_tokens: MAX_INPUT_TOKENS,
+        ..Default::default()
+    }
+}
+
+/// One level's latencies (sorted) and wall time.
+struct Sample {
+    latencies: Vec<Duration>,
+    wall: Duration,
+    /// Render calls whose compaction reused the committed plan.
+    reused: usize,
+}
+
+impl Sample {
+    fn pct(&self, p: f64) -> Duration {
+        let n = self.latencies.len();
+        let i = ((n as f64 - 1.0) * p).round() as usize;
+        self.latencies[i.min(n - 1)]
+    }
+    fn rps(&self) -> f64 {
+        self.latencies.len() as f64 / self.wall.as_secs_f64()
+    }
+}
+
+/// Runs `calls` calls split over `workers` tasks; `make(w)` builds worker
+/// `w`'s call loop body, which returns one call's latency and whether the plan
+/// was reused.
+async fn run<F, Fut>(workers: usize, calls: usize, make: F) -> Sample
+where
+    F: Fn(usize) -> Box<dyn FnMut() -> Fut + Send>,
+    Fut: Future<Output = (Duration, bool)> + Send + 'static,
+{
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(workers);
+    for w in 0..workers {
+        let n = calls / workers + usize::from(w < calls % workers);
+        let mut next = make(w);
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::with_capacity(n);
+            for _ in 0..n {
+                out.push(next().await);
+            }
+            out
+        }));
+    }
+    let mut latencies = Vec::with_capacity(calls);
+    let mut reused = 0;
+    for t in tasks {
+        for (d, r) in t.await.expect("worker") {
+            latencies.push(d);
+            reused += usize::from(r);
+        }
+    }
+    let wall = start.elapsed();
+    latencies.sort();
+    Sample {
+        latencies,
+        wall,
+        reused,
+    }
+}
+
+async fn echo_level(
+    client: &EchoClient<Channel>,
+    req: &pb::RenderRequest,
+    c: usize,
+    n: usize,
+) -> Sample {
+    run(c, n, |_| {
+        let client = client.clone();
+        let req = req.clone();
+        Box::new(move || {
+            let mut client = client.clone();
+            let req = req.clone();
+            async move {
+                let t = Instant::now();
+                let out = client.echo(req).await.expect("echo");
+                let d = t.elapsed();
+                drop(out);
+                (d, false)
+            }
+        })
+    })
+    .await
+}
+
+/// Render on per-worker threads `{prefix}-{w}`; with `append`, each call adds
+/// one message first. The threads must have been warmed up.
+async fn render_level(
+    client: &CompactionServiceClient<Channel>,
+    base: &pb::RenderRequest,
+    prefix: &str,
+    append: bool,
+    c: usize,
+    n: usize,
+) -> Sample {
+    run(c, n, |w| {
+        let client = client.clone();
+        let mut req = base.clone();
+        if let Some(t) = req.thread.as_mut() {
+            t.id = format!("{prefix}-{w}");
+        }
+        let mut k = 0usize;
+        Box::new(move || {
+            if append {
+                push_message(&mut req, k);
+                k += 1;
+            }
+            let mut client = client.clone();
+            let req = req.clone();
+            async move {
+                let t = Instant::now();
+                let out = client.render(req).await.expect("render").into_inner();
+                let d = t.elapsed();
+                let reused = out.compaction.as_ref().is_some_and(|c| c.reused);
+                drop(out);
+                (d, reused)
+            }
+        })
+    })
+    .await
+}
+
+/// Appends message `k`: an assistant answer, then a user question (new turn).
+fn push_message(req: &mut pb::RenderRequest, k: usize) {
+    let Some(t) = req.thread.as_mut() else { return };
+    let last_turn = t.messages.last().map_or(0, |m| m.turn);
+    let user = k % 2 == 1;
+    t.messages.push(pb::Message {
+        id: format!("live-{k:05}"),
+        role: if user {
+            pb::Role::User
+        } else {
+            pb::Role::Assistant
+        } as i32,
+        text: if user {
+            format!("Follow-up {k}: can you also check the retry config of the billing service?")
+        } else {
+            format!("Checked item {k}: latency is within budget and the retry policy is unchanged.")
+        },
+        turn: if user { last_turn + 1 } else { last_turn },
+        ..Default::default()
+    });
+}
+
+/// Commits a plan for each worker's thread (and fills the ledger).
+async fn warm_up(
+    client: &CompactionServiceClient<Channel>,
+    base: &pb::RenderRequest,
+    prefix: &str,
+    workers: usize,
+) -> pb::CompactResponse {
+    let mut first = None;
+    for w in 0..workers {
+        let mut req = base.clone();
+        if let Some(t) = req.thread.as_mut() {
+            t.id = format!("{prefix}-{w}");
+        }
+        let out = client
+            .clone()
+            .render(req)
+            .await
+            .expect("warm-up render")
+            .into_inner();
+        let compaction = out
+            .compaction
+            .expect("compact_first reports the compaction");
+        first.get_or_insert(compaction);
+    }
+    first.expect("at least one worker")
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1e3)
+}
+
+fn row(name: &str, c: usize, s: &Sample, echo_p50: Option<Duration>) -> String {
+    let ratio = echo_p50.map_or_else(
+        || "-".to_string(),
+        |e| format!("{:.2}x", s.pct(0.5).as_secs_f64() / e.as_secs_f64()),
+    );
+    format!(
+        "| {name:<17} | {c:>4} | {:>5} | {:>8} | {:>8} | {:>8} | {:>8.0} | {:>6} | {ratio:>7} |",
+        s.latencies.len(),
+        ms(s.pct(0.5)),
+        ms(s.pct(0.9)),
+        ms(s.pct(0.99)),
+        s.rps(),
+        format!("{}/{}", s.reused, s.latencies.len())
+            .chars()
+            .take(6)
+            .collect::<String>(),
+    )
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(bench(full));
+}
+
+async fn bench(full: bool) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let settings = ServerSettings {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        data_dir: dir.path().join("data"),
+        // Measure the service, not the tenant limiter.
+        per_tenant_concurrency: 0,
+        per_tenant_rps: 0.0,
+        auth: AuthConfig {
+            dev: true,
+            ..Default::default()
+        },
+        ..ServerSettings::default()
+    };
+
+    // The real server.
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop_api, api_stopped) = oneshot::channel::<()>();
+    let api = tokio::spawn(compactd::server::serve(settings.clone(), listener, async {
+        let _ = api_stopped.await;
+    }));
+
+    // The echo, with the real server's transport settings.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let echo_addr = listener.local_addr().expect("addr");
+    let (stop_echo, echo_stopped) = oneshot::channel::<()>();
+    let echo = tokio::spawn(
+        Server::builder()
+            .initial_stream_window_size(settings.http2_stream_window_bytes)
+            .initial_connection_window_size(settings.http2_connection_window_bytes)
+            .tcp_nodelay(true)
+            .add_service(
+                EchoServer::new(EchoService).max_decoding_message_size(settings.max_message_bytes),
+            )
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                async {
+                    let _ = echo_stopped.await;
+                },
+            ),
+    );
+
+    let client = connect(&format!("http://{addr}")).await.expect("connect");
+    let echo_channel = endpoint(&format!("http://{echo_addr}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect echo");
+    let echo_client = EchoClient::new(echo_channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+
+    let thread = bench_thread();
+    let base = render_request(thread);
+    let bytes = prost::Message::encoded_len(&base);
+    let first = warm_up(&client, &base, "warm", 1).await;
+    let rendered = client
+        .clone()
+        .render(base.clone())
+        .await
+        .expect("render")
+        .into_inner();
+    println!("grpc_roundtrip: {MESSAGES}-message RenderRequest, {:.0} KB encoded; thread {} tokens -> {} after compaction (max_input_tokens {MAX_INPUT_TOKENS}); OpenAI payload {:.0} KB",
+        bytes as f64 / 1024.0,
+        first.tokens_before,
+        first.tokens_after,
+        rendered.provider_payload_json.len() as f64 / 1024.0,
+    );
+    // Warm the echo path too (connection windows, allocator).
+    for _ in 0..20 {
+        echo_client.clone().echo(base.clone()).await.expect("echo");
+    }
+
+    let header = "| call              |    c | calls |  p50 ms  |  p90 ms  |  p99 ms  |  calls/s | reused |  p50 / echo |";
+    let rule = "|-------------------|------|-------|----------|----------|----------|----------|--------|---------|";
+    let mut lines = vec![header.to_string(), rule.to_string()];
+    let started = Instant::now();
+    for (i, &(c, n)) in LEVELS.iter().enumerate() {
+        let n = if full { n } else { SMOKE_CALLS.max(c) };
+        let n_append = if full {
+            APPEND_LEVELS[i].1
+        } else {
+            SMOKE_CALLS.max(c)
+        };
+        warm_up(&client, &base, &format!("same-c{c}"), c).await;
+        warm_up(&client, &base, &format!("append-c{c}"), c).await;
+        let e = echo_level(&echo_client, &base, c, n).await;
+        let same = render_level(&client, &base, &format!("same-c{c}"), false, c, n).await;
+        let append = render_level(&client, &base, &format!("append-c{c}"), true, c, n_append).await;
+        let p50 = e.pct(0.5);
+        lines.push(row("echo", c, &e, None));
+        lines.push(row("render, unchanged", c, &same, Some(p50)));
+        lines.push(row("render, +1 msg", c, &append, Some(p50)));
+        eprintln!(
+            "level c={c} done after {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    println!();
+    for l in &lines {
+        println!("{l}");
+    }
+    println!();
+    println!("render = Render(compact_first=true, OpenAI format) on the real server; echo = bare tonic echo of the same RenderRequest.");
+    println!("reused = calls answered from the committed plan (fingerprint match). Reproduce: cargo bench --bench grpc_roundtrip");
+    if !full {
+        println!(
+            "(smoke mode: {SMOKE_CALLS}+ calls per level; run with `cargo bench` for the numbers)"
+        );
+    }
+
+    let _ = stop_api.send(());
+    let _ = stop_echo.send(());
+    api.await.expect("server task").expect("server");
+    echo.await.expect("echo task").expect("echo server");
+}
