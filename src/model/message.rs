@@ -447,7 +447,7 @@ impl Message {
         let calls: usize = self
             .tool_calls
             .iter()
-            .map(|c| c.id.len() + c.name.len() + c.arguments.to_string().len())
+            .map(|c| c.id.len() + c.name.len() + json_len(&c.arguments))
             .sum();
         let result = self
             .tool_result
@@ -456,6 +456,23 @@ impl Message {
             .unwrap_or(0);
         self.content.byte_len() + calls + result
     }
+}
+
+/// Length of a value's JSON text, without building the text.
+fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
 }
 
 /// A tool the model may call, as sent with the request.

@@ -1,11 +1,13 @@
 //! The domain model: threads, messages, plans and summaries. Pure data, no I/O.
 
+mod ids;
 mod import;
 mod message;
 mod plan;
 mod summary;
 mod thread;
 
+pub use ids::{IdHash, IdMap, IdSet};
 pub use import::{thread_from_json, ImportError, InputFormat, ThreadInput};
 pub use message::{
     Content, ContentPart, DeterminismMetadata, Durability, JsonText, Message, MessageMetadata,

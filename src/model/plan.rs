@@ -154,7 +154,7 @@ pub enum ActionKind {
 }
 
 /// Message id → action. A fast hash: the map lives for one render.
-pub type ActionMap<'a> = HashMap<&'a str, Action<'a>, xxhash_rust::xxh3::Xxh3DefaultBuilder>;
+pub type ActionMap<'a> = super::ids::IdMap<&'a str, Action<'a>>;
 
 /// A resolved action with the record it came from.
 #[derive(Debug, Clone, Copy)]
@@ -413,7 +413,7 @@ impl CompactionPlan {
                 got: self.thread_id.clone(),
             });
         }
-        let pos: HashMap<&str, usize> = thread
+        let pos: super::ids::IdMap<&str, usize> = thread
             .messages
             .iter()
             .enumerate()
@@ -589,17 +589,20 @@ pub fn message_digest(m: &super::message::Message) -> u128 {
     match &m.tool_result {
         None => field(b""),
         Some(env) => {
-            let head = (
-                &env.tool_name,
-                &env.tool_call_id,
-                env.outcome,
-                &env.key_fields,
-                env.durability,
-                &env.determinism,
-                &env.started_at,
-                &env.completed_at,
-            );
-            field(&serde_json::to_vec(&head).unwrap_or_default());
+            field(env.tool_name.as_bytes());
+            field(env.tool_call_id.as_bytes());
+            field(env.outcome.as_str().as_bytes());
+            field(env.durability.map_or("", |d| d.as_str()).as_bytes());
+            // Rare and small: serialized only when present.
+            if !env.key_fields.is_empty() || env.determinism.is_some() {
+                field(
+                    &serde_json::to_vec(&(&env.key_fields, &env.determinism)).unwrap_or_default(),
+                );
+            } else {
+                field(b"");
+            }
+            field(env.started_at.as_deref().unwrap_or("\u{0}").as_bytes());
+            field(env.completed_at.as_deref().unwrap_or("\u{0}").as_bytes());
             match &env.content {
                 ToolContent::Text(t) => {
                     field(b"text");

@@ -1,11 +1,10 @@
 //! A thread and its validation. Every later stage relies on the invariants
 //! checked here, so they are checked once, with errors that name the message.
 
-use std::collections::{HashMap, HashSet};
-
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use super::ids::{IdMap, IdSet};
 use super::message::{Message, Role};
 
 /// The immutable conversation that compaction projects.
@@ -235,10 +234,11 @@ impl Thread {
                 limit: limits.max_messages,
             });
         }
-        let mut ids: HashMap<&str, usize> = HashMap::with_capacity(self.messages.len());
+        let mut ids: IdMap<&str, usize> =
+            IdMap::with_capacity_and_hasher(self.messages.len(), Default::default());
         // call id -> tool name, for pairing checks
-        let mut calls: HashMap<&str, &str> = HashMap::new();
-        let mut answered: HashSet<&str> = HashSet::new();
+        let mut calls: IdMap<&str, &str> = IdMap::default();
+        let mut answered: IdSet<&str> = IdSet::default();
         let mut previous_turn = 0u32;
         for (index, m) in self.messages.iter().enumerate() {
             if m.id.is_empty() {

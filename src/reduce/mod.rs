@@ -27,7 +27,7 @@ mod retention;
 mod summary;
 mod window;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -84,7 +84,7 @@ pub struct PipelineState<'a> {
     pub current_turn: u32,
     /// Warnings for the report.
     pub warnings: Vec<String>,
-    calls: HashMap<&'a str, (usize, &'a crate::model::ToolCall)>,
+    calls: crate::model::IdMap<&'a str, (usize, &'a crate::model::ToolCall)>,
 }
 
 impl<'a> PipelineState<'a> {
@@ -96,7 +96,7 @@ impl<'a> PipelineState<'a> {
         observations: &'a BTreeMap<String, DeterminismMetadata>,
         skip_aggressive: bool,
     ) -> Self {
-        let mut calls = HashMap::new();
+        let mut calls = crate::model::IdMap::default();
         for (i, m) in thread.messages.iter().enumerate() {
             for c in &m.tool_calls {
                 calls.insert(c.id.as_str(), (i, c));

@@ -57,7 +57,7 @@ impl Units {
     /// between them) into one unit.
     pub fn of(thread: &Thread) -> Units {
         let n = thread.messages.len();
-        let mut call_at: std::collections::HashMap<&str, usize> = Default::default();
+        let mut call_at: crate::model::IdMap<&str, usize> = Default::default();
         let mut reach: Vec<usize> = (0..n).collect();
         for (i, m) in thread.messages.iter().enumerate() {
             for c in &m.tool_calls {
