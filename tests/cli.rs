@@ -128,3 +128,20 @@ fn an_impossible_budget_exits_3() {
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("insufficient budget"), "{err}");
 }
+
+#[test]
+fn the_example_config_is_valid() {
+    let (code, out, err) = run(&["config", "check", "examples/config.yaml"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("is valid"));
+}
+
+#[test]
+fn a_bad_config_names_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(&path, "policy:\n  trigger_ratio: 2.0\n").unwrap();
+    let (code, _, err) = run(&["config", "check", path.to_str().unwrap()], None);
+    assert_eq!(code, 2);
+    assert!(err.contains("policy.trigger_ratio"), "{err}");
+}

@@ -308,9 +308,13 @@ fn tls_config(m: &crate::security::MtlsConfig) -> Result<ServerTlsConfig, ServeE
     let cert = read(&m.cert_file, "cert_file")?;
     let key = read(&m.key_file, "key_file")?;
     let ca = read(&m.ca_file, "ca_file")?;
+    // A client certificate is verified when presented but not required, so
+    // JWT and API-key callers can use the same TLS listener; a call with
+    // neither a certificate nor another credential still fails authentication.
     Ok(ServerTlsConfig::new()
         .identity(Identity::from_pem(cert, key))
-        .client_ca_root(Certificate::from_pem(ca)))
+        .client_ca_root(Certificate::from_pem(ca))
+        .client_auth_optional(true))
 }
 
 /// Flips the service's health to NOT_SERVING while the plan store fails its

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine with only the Rust toolchain,
+# Python 3.11 with pip, and gcc: formatting, lints, every Rust test (unit,
+# property, golden, CLI, gRPC integration), then the Python client generated
+# by grpcio-tools against the real binary. Creates .venv on first use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv="${COMPACTD_VENV:-.venv}"
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+
+cargo fmt --all -- --check
+cargo clippy --locked --all-targets -- -D warnings
+cargo test --locked
+# The Python test drives the binary that `cargo test` just built.
+COMPACTD_BIN="$PWD/target/debug/compactd" "$venv/bin/python" -m pytest -q tests/python
