@@ -33,12 +33,70 @@ enum Command {
     Serve(ServeArgs),
     /// Compacts a thread file offline and prints {"plan", "request", "report"} as JSON.
     Compact(CompactArgs),
+    /// Calls a running service (an operator client) and prints the response as JSON.
+    Call(CallArgs),
     /// Configuration tools.
     #[command(subcommand)]
     Config(ConfigCommand),
     /// Authentication tools.
     #[command(subcommand)]
     Auth(AuthCommand),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CallKind {
+    Compact,
+    Render,
+    Rehydrate,
+}
+
+#[derive(clap::Args)]
+struct CallArgs {
+    /// Which RPC.
+    #[arg(value_enum)]
+    method: CallKind,
+    /// Server address.
+    #[arg(long, default_value = "http://127.0.0.1:50051", env = "COMPACTD_ADDR")]
+    addr: String,
+    /// Thread JSON (canonical, or an OpenAI messages array / request body); `-` for stdin.
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// JWT bearer token.
+    #[arg(long, env = "COMPACTD_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// API key.
+    #[arg(long, env = "COMPACTD_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Model (tokenizer and payload model).
+    #[arg(long)]
+    model: Option<String>,
+    /// The model's input limit.
+    #[arg(long)]
+    max_input_tokens: Option<u32>,
+    /// System prompt.
+    #[arg(long)]
+    system: Option<String>,
+    /// Render output: neutral, openai or anthropic.
+    #[arg(long, default_value = "neutral")]
+    format: String,
+    /// Render: compact first, in the same round trip.
+    #[arg(long)]
+    compact_first: bool,
+    /// Render: plan version (0 = latest).
+    #[arg(long, default_value_t = 0)]
+    plan_version: u64,
+    /// Compact: fail with ABORTED unless this is the current plan version.
+    #[arg(long)]
+    expected_version: Option<u64>,
+    /// Thread id (Rehydrate; overrides the input's id otherwise).
+    #[arg(long)]
+    thread_id: Option<String>,
+    /// Artifact id (Rehydrate; Render rehydrates it explicitly).
+    #[arg(long)]
+    artifact_id: Option<String>,
+    /// Rehydrate: token cap; Render: response max_tokens in provider payloads.
+    #[arg(long)]
+    max_tokens: Option<u32>,
 }
 
 #[derive(Subcommand)]
@@ -110,6 +168,7 @@ fn main() -> ExitCode {
     let result = match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
         Command::Serve(args) => run_serve(&args).map(|()| String::new()),
         Command::Compact(args) => run_compact(&args),
+        Command::Call(args) => run_call(args),
         Command::Config(ConfigCommand::Check { file }) => run_config_check(&file),
         Command::Auth(AuthCommand::HashApiKey { key }) => run_hash_api_key(key),
     };
@@ -192,6 +251,39 @@ async fn shutdown_signal() {
         () = term => {},
     }
     tracing::info!("shutdown requested; draining in-flight calls");
+}
+
+fn run_call(a: CallArgs) -> Result<String, (u8, String)> {
+    use compactd::server::client::{call, CallMethod, CallOptions};
+    let opts = CallOptions {
+        addr: a.addr,
+        method: match a.method {
+            CallKind::Compact => CallMethod::Compact,
+            CallKind::Render => CallMethod::Render,
+            CallKind::Rehydrate => CallMethod::Rehydrate,
+        },
+        input: a.input,
+        bearer_token: a.token,
+        api_key: a.api_key,
+        model: a.model,
+        max_input_tokens: a.max_input_tokens,
+        system: a.system,
+        format: a.format,
+        compact_first: a.compact_first,
+        plan_version: a.plan_version,
+        expected_version: a.expected_version,
+        thread_id: a.thread_id,
+        artifact_id: a.artifact_id,
+        max_tokens: a.max_tokens,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| (1, e.to_string()))?;
+    let value = runtime
+        .block_on(call(&opts))
+        .map_err(|e| (e.exit_code(), e.to_string()))?;
+    serde_json::to_string_pretty(&value).map_err(|e| (1, e.to_string()))
 }
 
 fn run_config_check(file: &std::path::Path) -> Result<String, (u8, String)> {

@@ -43,7 +43,7 @@ impl Reducer for Summarize {
                 }
                 u += 1;
             }
-            if !apply(p, state, &indices, tokens) {
+            if !apply(p, state, &indices) {
                 return Ok(());
             }
             if p.plan.summarizations.len() as u32 > state.policy.max_summaries {
@@ -64,12 +64,7 @@ fn chunk_unit(p: &Projection<'_>, u: usize) -> bool {
 
 /// Summarizes `indices`; false when the summarizer failed (the pipeline then
 /// falls back to dropping, with a warning, as seed 002 prescribes).
-fn apply(
-    p: &mut Projection<'_>,
-    state: &mut PipelineState<'_>,
-    indices: &[usize],
-    tokens: u32,
-) -> bool {
+fn apply(p: &mut Projection<'_>, state: &mut PipelineState<'_>, indices: &[usize]) -> bool {
     let span = SpanReference::of(p.thread, indices);
     let messages: Vec<&crate::model::Message> = indices.iter().map(|&i| p.message(i)).collect();
     let (prior, externalized) = p.covering(indices);
@@ -109,7 +104,6 @@ fn apply(
     if p.total() >= snapshot.1 {
         // The summary is not smaller than what it replaces: keep the span verbatim.
         p.restore(snapshot.0);
-        let _ = tokens;
     }
     true
 }
@@ -121,6 +115,5 @@ fn roll_up(p: &mut Projection<'_>, state: &mut PipelineState<'_>) {
     if indices.is_empty() {
         return;
     }
-    let tokens = indices.iter().map(|&i| p.cost(i)).sum();
-    apply(p, state, &indices, tokens);
+    apply(p, state, &indices);
 }

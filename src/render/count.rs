@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Action, Content, ContentPart, Message, Role, ToolContent, ToolSchema};
+use crate::model::{Action, Content, ContentPart, Message, Role, ToolCall, ToolSchema};
 use crate::tokens::{count_tool_schemas, ChatOverhead, TokenCounter, TokenLedger};
 
 use super::renderer::{render_message, RenderOptions};
@@ -55,26 +55,11 @@ impl<'a> RequestCounter<'a> {
 
     /// Tokens of one rendered message including framing.
     pub fn message(&self, m: &RenderedMessage) -> u32 {
-        let o = &self.overhead;
-        let mut n = o.per_message;
-        n += match &m.content {
-            Content::Text(t) => self.text(t),
-            Content::Parts(parts) => parts
-                .iter()
-                .map(|p| match p {
-                    ContentPart::Text { text } => self.text(text),
-                    ContentPart::Image { .. } => o.per_image,
-                })
-                .sum(),
-        };
-        for c in &m.tool_calls {
-            n += o.per_tool_call + self.text(&c.name) + self.text(&c.id);
-            n += self.text(&c.arguments.to_string());
-        }
-        if let Some(id) = &m.tool_call_id {
-            n += o.per_name + self.text(id);
-        }
-        n
+        self.framed(
+            self.content(&m.content),
+            &m.tool_calls,
+            m.tool_call_id.as_deref(),
+        )
     }
 
     /// Tokens of thread message `m` rendered verbatim, without building the
@@ -86,30 +71,37 @@ impl<'a> RequestCounter<'a> {
         if transformed {
             return render_message(m, Action::Include, options).map_or(0, |rm| self.message(&rm));
         }
-        let o = &self.overhead;
-        let mut n = o.per_message;
-        n += match &m.tool_result {
-            Some(env) => match &env.content {
-                ToolContent::Text(t) => self.text(t),
-                ToolContent::Json(j) => self.text(j.as_str()),
-            },
-            None => match &m.content {
-                Content::Text(t) => self.text(t),
-                Content::Parts(parts) => parts
-                    .iter()
-                    .map(|p| match p {
-                        ContentPart::Text { text } => self.text(text),
-                        ContentPart::Image { .. } => o.per_image,
-                    })
-                    .sum(),
-            },
+        let body = match &m.tool_result {
+            Some(env) => self.text(&env.content.to_text()),
+            None => self.content(&m.content),
         };
-        for c in &m.tool_calls {
+        let call_id = m.tool_result.as_ref().map(|e| e.tool_call_id.as_str());
+        self.framed(body, &m.tool_calls, call_id)
+    }
+
+    fn content(&self, c: &Content) -> u32 {
+        match c {
+            Content::Text(t) => self.text(t),
+            Content::Parts(parts) => parts
+                .iter()
+                .map(|p| match p {
+                    ContentPart::Text { text } => self.text(text),
+                    ContentPart::Image { .. } => self.overhead.per_image,
+                })
+                .sum(),
+        }
+    }
+
+    /// Adds message framing, tool calls and the answered call id to `body`.
+    fn framed(&self, body: u32, calls: &[ToolCall], tool_call_id: Option<&str>) -> u32 {
+        let o = &self.overhead;
+        let mut n = o.per_message + body;
+        for c in calls {
             n += o.per_tool_call + self.text(&c.name) + self.text(&c.id);
             n += self.text(&c.arguments.to_string());
         }
-        if let Some(env) = &m.tool_result {
-            n += o.per_name + self.text(&env.tool_call_id);
+        if let Some(id) = tool_call_id {
+            n += o.per_name + self.text(id);
         }
         n
     }

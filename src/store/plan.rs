@@ -30,10 +30,61 @@ struct PlanFile {
 /// Compare-and-swap is serialized by a per-thread async mutex, which is
 /// correct within one process only. Several replicas sharing a data
 /// directory would race; they need a shared backend with a real CAS.
+///
+/// The latest committed plan of recently used threads is kept in memory:
+/// agents call once per turn with the same thread, and parsing `plan.json`
+/// on every call was a visible part of a warm round trip. The cache is
+/// written only after a successful commit, so it never runs ahead of disk.
 #[derive(Debug)]
 pub struct FsPlanStore {
     dir: DataDir,
     pub(super) locks: KeyedLocks,
+    cache: std::sync::Arc<std::sync::Mutex<PlanCache>>,
+}
+
+/// Two generations of recently read or committed plans (bounded, O(1)).
+#[derive(Debug, Default)]
+struct PlanCache {
+    young: std::collections::HashMap<PathBuf, StoredPlan>,
+    old: std::collections::HashMap<PathBuf, StoredPlan>,
+}
+
+const PLAN_CACHE_ENTRIES: usize = 4096;
+
+fn lock_cache(c: &std::sync::Mutex<PlanCache>) -> std::sync::MutexGuard<'_, PlanCache> {
+    c.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl PlanCache {
+    fn get(&mut self, path: &Path) -> Option<StoredPlan> {
+        if let Some(p) = self.young.get(path) {
+            return Some(p.clone());
+        }
+        let p = self.old.remove(path)?;
+        self.put(path.to_path_buf(), p.clone());
+        Some(p)
+    }
+
+    /// Inserts a plan read from disk unless a newer one is already cached (a
+    /// commit may have landed between the read and this insert).
+    fn put_read(&mut self, path: PathBuf, plan: StoredPlan) {
+        let newer = self
+            .young
+            .get(&path)
+            .or_else(|| self.old.get(&path))
+            .is_some_and(|c| c.version >= plan.version);
+        if !newer {
+            self.put(path, plan);
+        }
+    }
+
+    fn put(&mut self, path: PathBuf, plan: StoredPlan) {
+        if self.young.len() >= PLAN_CACHE_ENTRIES {
+            self.old = std::mem::take(&mut self.young);
+        }
+        self.old.remove(&path);
+        self.young.insert(path, plan);
+    }
 }
 
 impl FsPlanStore {
@@ -42,7 +93,12 @@ impl FsPlanStore {
         Ok(FsPlanStore {
             dir: DataDir::open(data_dir)?,
             locks: KeyedLocks::default(),
+            cache: Default::default(),
         })
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, PlanCache> {
+        lock_cache(&self.cache)
     }
 
     fn plan_path(&self, tenant: &str, thread_id: &str) -> Result<PathBuf, StoreError> {
@@ -81,8 +137,16 @@ fn read_plan(path: &Path, tenant: &str, thread_id: &str) -> Result<Option<Stored
 impl PlanStore for FsPlanStore {
     async fn get(&self, tenant: &str, thread_id: &str) -> Result<Option<StoredPlan>, StoreError> {
         let path = self.plan_path(tenant, thread_id)?;
+        if let Some(p) = self.cache().get(&path) {
+            return Ok(Some(p));
+        }
         let (tenant, thread_id) = (tenant.to_owned(), thread_id.to_owned());
-        fs::blocking(move || read_plan(&path, &tenant, &thread_id)).await
+        let key = path.clone();
+        let plan = fs::blocking(move || read_plan(&path, &tenant, &thread_id)).await?;
+        if let Some(p) = &plan {
+            self.cache().put_read(key, p.clone());
+        }
+        Ok(plan)
     }
 
     async fn commit(
@@ -116,6 +180,13 @@ impl PlanStore for FsPlanStore {
 
         let guard = self.locks.get(&path).lock_owned().await;
         let dir = self.dir.clone();
+        let key = path.clone();
+        let cached = StoredPlan {
+            version,
+            plan: file.plan.clone(),
+            committed_at_unix_ms: file.committed_at_unix_ms,
+        };
+        let cache = std::sync::Arc::clone(&self.cache);
         fs::blocking(move || {
             // The guard moves in here: if the caller is cancelled mid-commit,
             // the lock is held until the write has finished, not released early.
@@ -132,6 +203,8 @@ impl PlanStore for FsPlanStore {
                 .ok_or_else(|| StoreError::InvalidId("plan path has no parent".into()))?;
             dir.ensure_dir(thread_dir)?;
             fs::write_atomic(thread_dir, PLAN_FILE, &bytes)?;
+            // Still under the thread's lock, so caches are updated in commit order.
+            lock_cache(&cache).put(key, cached);
             Ok(version)
         })
         .await

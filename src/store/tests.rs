@@ -227,9 +227,12 @@ async fn torn_writes_never_surface() {
     assert_eq!(temps, 2, "only the planted debris remains");
 
     // A damaged plan file is reported, not silently treated as "no plan" (which would reset CAS).
+    // (A fresh store reads the disk; a running one serves its cache until the
+    // next commit, which re-reads under the lock and reports it too.)
     std::fs::write(tdir.join("plan.json"), &committed[..committed.len() - 3]).expect("w");
+    let fresh = FsPlanStore::open(dir.path()).expect("open");
     assert!(matches!(
-        store.get("acme", "t").await,
+        fresh.get("acme", "t").await,
         Err(StoreError::Corrupt(_))
     ));
     assert!(matches!(
