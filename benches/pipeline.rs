@@ -10,8 +10,8 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 
 use compactd::model::Thread;
-use compactd::reduce::{bind_artifacts, compact, CompactRequest, Engine, Memo, Policy};
-use compactd::render::{render, RenderInput, RenderOptions, RequestCounter};
+use compactd::reduce::{compact, CompactRequest, Engine, Memo, Policy};
+use compactd::render::{render, RenderInput, RenderOptions};
 use compactd::summarize::ExtractiveSummarizer;
 use compactd::synth::{thread, SynthParams};
 use compactd::tokens::{o200k, TokenCounter, TokenLedger};
@@ -21,9 +21,9 @@ use compactd::tokens::{o200k, TokenCounter, TokenLedger};
 fn bench_thread(counter: &dyn TokenCounter) -> Thread {
     let t = thread(&SynthParams {
         seed: 11,
-        turns: 290,
+        turns: 258,
         tool_density: 0.75,
-        max_output_lines: 50,
+        max_output_lines: 84,
         protected: 2,
     });
     let tokens: usize = t.messages.iter().map(|m| counter.count(&m.text())).sum();
@@ -65,8 +65,9 @@ fn compact_render(
         .enumerate()
         .map(|(i, a)| (a.placeholder.clone(), format!("art_{i:032x}")))
         .collect();
-    bind_artifacts(&mut c.plan, &ids);
     let options = RenderOptions::default();
+    // Exact tokens after binding (only pointers and summaries are recounted).
+    let tokens = c.bind(&ids, t, &options, engine);
     let request = render(
         t,
         &c.plan,
@@ -77,9 +78,8 @@ fn compact_render(
             options: &options,
         },
     );
-    RequestCounter::new(engine.counter, engine.ledger)
-        .request(&request)
-        .total
+    black_box(&request);
+    tokens
 }
 
 fn benches(c: &mut Criterion) {

@@ -310,6 +310,11 @@ pub struct Compaction {
     pub plan: CompactionPlan,
     /// Content to write to the artifact store.
     pub pending: Vec<PendingArtifact>,
+    /// Rendered tokens of each thread message under the plan (0 when it does
+    /// not render); an upper bound until artifacts are bound.
+    pub message_tokens: Vec<u32>,
+    /// System prompt, tools and framing.
+    pub fixed_tokens: u32,
     /// What happened.
     pub report: Report,
 }
@@ -507,21 +512,13 @@ pub fn compact_with(
     pending.retain(|a| referenced.contains(&a.placeholder));
     plan.original_token_count = tokens_before;
     plan.compacted_token_count = tokens_after;
-    plan.fingerprint = fingerprint(
-        thread,
-        &(
-            policy,
-            req.max_input_tokens,
-            req.system,
-            req.tools,
-            engine.counter.name(),
-            engine.summarizer.id(),
-        ),
-        &[crate::render::RENDER_FORMAT_VERSION],
-    );
+    plan.fingerprint = request_fingerprint(req, engine);
+    let message_tokens = (0..p.len()).map(|i| p.cost(i)).collect();
     Ok(Compaction {
         plan,
         pending,
+        message_tokens,
+        fixed_tokens: fixed,
         report: Report {
             tokens_before,
             tokens_after,
@@ -533,6 +530,64 @@ pub fn compact_with(
             warnings: state.warnings,
         },
     })
+}
+
+/// The fingerprint [`compact`] gives the plan for `req`: the thread's content
+/// and every input that changes the plan. A caller holding a committed plan
+/// with this fingerprint can return it without compacting.
+pub fn request_fingerprint(req: &CompactRequest<'_>, engine: &Engine<'_>) -> String {
+    fingerprint(
+        req.thread,
+        &(
+            req.policy,
+            req.max_input_tokens,
+            req.system,
+            req.tools,
+            req.observations,
+            req.skip_aggressive,
+            engine.counter.name(),
+            engine.summarizer.id(),
+        ),
+        &[crate::render::RENDER_FORMAT_VERSION],
+    )
+}
+
+impl Compaction {
+    /// Binds the store's artifact ids (see [`bind_artifacts`]) and returns the
+    /// exact request tokens. Only messages that can mention an artifact
+    /// (pointers and summaries) are rendered and counted again; every other
+    /// message keeps the count the pipeline already has.
+    pub fn bind(
+        &mut self,
+        ids: &BTreeMap<String, String>,
+        thread: &Thread,
+        options: &crate::render::RenderOptions,
+        engine: &Engine<'_>,
+    ) -> u32 {
+        bind_artifacts(&mut self.plan, ids);
+        let counter = RequestCounter::new(engine.counter, engine.ledger);
+        let actions = self.plan.actions();
+        for (i, m) in thread.messages.iter().enumerate() {
+            let action = actions
+                .get(m.id.as_str())
+                .copied()
+                .unwrap_or(crate::model::Action::Include);
+            if matches!(
+                action,
+                crate::model::Action::Summarize(_) | crate::model::Action::Externalize(_)
+            ) {
+                if let Some(slot) = self.message_tokens.get_mut(i) {
+                    *slot = crate::render::render_message(m, action, options)
+                        .map_or(0, |rm| counter.message(&rm));
+                }
+            }
+        }
+        let total: u64 = self.message_tokens.iter().map(|&n| u64::from(n)).sum();
+        let total = u32::try_from(total + u64::from(self.fixed_tokens)).unwrap_or(u32::MAX);
+        self.plan.compacted_token_count = total;
+        self.report.tokens_after = total;
+        total
+    }
 }
 
 /// Runs the reducers at `which`, in order, until the target is met.

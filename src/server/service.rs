@@ -18,11 +18,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tonic::{Request, Response, Status};
 
 use crate::model::{
-    fingerprint, CompactionPlan, DeterminismMetadata, Sensitivity, Thread, ThreadLimits,
+    CompactionPlan, DeterminismMetadata, Sensitivity, Thread, ThreadLimits,
     ToolSchema, PLAN_FORMAT_VERSION, SUMMARY_RENDER_VERSION, SUMMARY_SCHEMA_VERSION,
 };
 use crate::reduce::{
-    bind_artifacts, compact, count_rendered, referenced_artifacts, BudgetReport, CompactRequest,
+    compact, referenced_artifacts, BudgetReport, CompactRequest,
     Engine, Memo, Policy, ReducerReport,
 };
 use crate::render::{
@@ -148,18 +148,20 @@ fn now_unix_ms() -> u64 {
 /// lets an identical repeat return the committed plan without compacting;
 /// `compact` recomputes it anyway, so a drift here only costs a recompute
 /// (and a test pins the two together).
-fn request_fingerprint(input: &CompactInput, counter: &dyn TokenCounter) -> String {
-    fingerprint(
-        &input.thread,
-        &(
-            input.policy.as_ref(),
-            input.max_input_tokens,
-            input.system.as_deref(),
-            input.tools.as_slice(),
-            counter.name(),
-            ExtractiveSummarizer.id(),
-        ),
-        &[RENDER_FORMAT_VERSION],
+fn request_fingerprint(input: &CompactInput, engine: &Engine<'_>) -> String {
+    crate::reduce::request_fingerprint(
+        &CompactRequest {
+            thread: &input.thread,
+            policy: &input.policy,
+            max_input_tokens: input.max_input_tokens,
+            system: input.system.as_deref(),
+            tools: &input.tools,
+            previous: None,
+            observations: &input.observations,
+            skip_aggressive: input.skip_aggressive,
+            limits: ThreadLimits::default(),
+        },
+        engine,
     )
 }
 
@@ -244,7 +246,13 @@ impl CompactionApi {
             plan
         });
         if let Some(prev) = &previous {
-            if prev.fingerprint == request_fingerprint(&input, counter.as_ref()) {
+            let engine = Engine {
+                counter: counter.as_ref(),
+                ledger: &self.inner.ledger,
+                summarizer: &ExtractiveSummarizer,
+                memo: &self.inner.memo,
+            };
+            if prev.fingerprint == request_fingerprint(&input, &engine) {
                 return Ok(reused(prev.clone()));
             }
         }
@@ -325,43 +333,30 @@ impl CompactionApi {
             }
         }
 
-        let mut plan = compaction.plan;
+        let mut compaction = compaction;
         let hard_limit = compaction.report.budget.hard_limit;
         let ledger = Arc::clone(&self.inner.ledger);
-        let (thread, policy, tools, system) = (
-            Arc::clone(&input.thread),
-            Arc::clone(&input.policy),
-            Arc::clone(&input.tools),
-            input.system.clone(),
-        );
+        let (thread, policy) = (Arc::clone(&input.thread), Arc::clone(&input.policy));
         let memo = Arc::clone(&self.inner.memo);
         let bound = blocking(move || {
-            bind_artifacts(&mut plan, &ids);
             let engine = Engine {
                 counter: counter.as_ref(),
                 ledger: &ledger,
                 summarizer: &ExtractiveSummarizer,
                 memo: &memo,
             };
-            let render_input = RenderInput {
-                system: system.as_deref(),
-                tools: &tools,
-                rehydrated: &[],
-                options: &policy.render,
-            };
-            let tokens = count_rendered(&thread, &plan, &render_input, &engine);
-            if tokens.total > hard_limit {
+            // Exact count with the real ids; only pointers and summaries are recounted.
+            let total = compaction.bind(&ids, &thread, &policy.render, &engine);
+            if total > hard_limit {
                 return Err(ApiError::Internal(format!(
-                    "bound plan renders to {} tokens, over the hard limit {hard_limit}",
-                    tokens.total
+                    "bound plan renders to {total} tokens, over the hard limit {hard_limit}"
                 )));
             }
-            plan.compacted_token_count = tokens.total;
-            Ok(plan)
+            Ok(compaction)
         })
         .await;
-        let mut plan = match bound {
-            Ok(p) => p,
+        let (mut plan, report) = match bound {
+            Ok(c) => (c.plan, c.report),
             Err(e) => {
                 self.delete_artifacts(tenant, &input.thread.id, &written)
                     .await;
@@ -382,7 +377,6 @@ impl CompactionApi {
                 return Err(plan_store_error(e, "thread.id"));
             }
         }
-        let report = compaction.report;
         Ok(CompactOutcome {
             tokens_before: report.tokens_before,
             tokens_after: plan.compacted_token_count,
@@ -921,9 +915,6 @@ mod tests {
             &engine,
         )
         .expect("compacts");
-        assert_eq!(
-            out.plan.fingerprint,
-            request_fingerprint(&input, counter.as_ref())
-        );
+        assert_eq!(out.plan.fingerprint, request_fingerprint(&input, &engine));
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use compactd::model::{CompactionPlan, Thread, ToolSchema};
 use compactd::reduce::{
-    bind_artifacts, compact, CompactError, CompactRequest, Compaction, Engine, Memo, Policy,
+    compact, CompactError, CompactRequest, Compaction, Engine, Memo, Policy,
 };
 use compactd::render::{render, RenderInput, Request, RequestCounter, RequestTokens};
 use compactd::summarize::ExtractiveSummarizer;
@@ -85,9 +85,11 @@ impl Harness {
                 )
             })
             .collect();
-        bind_artifacts(&mut c.plan, &ids);
+        let exact = c.bind(&ids, thread, &self.policy.render, &self.engine());
         let request = self.render(thread, &c.plan);
         let tokens = RequestCounter::new(self.counter.as_ref(), &self.ledger).request(&request);
+        // The incremental count after binding equals a full recount.
+        assert_eq!(exact, tokens.total, "Compaction::bind count differs from a full count");
         Ok(Outcome {
             compaction: c,
             request,
