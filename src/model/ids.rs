@@ -1,37 +1,57 @@
 //! Hash maps keyed by message and call ids. Ids come from callers, so the
-//! hash is seeded per process (no precomputed collisions), but it is xxh3
-//! rather than SipHash: these maps are rebuilt on every request and SipHash
-//! over thousands of ids showed up in warm-call profiles.
+//! hash is seeded per process (no precomputed collisions). It is one-shot
+//! xxh3 per key rather than SipHash or a streaming hasher: these maps are
+//! rebuilt on every request, and hashing thousands of short ids was a
+//! visible part of a warm call.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::OnceLock;
 
-use xxhash_rust::xxh3::{Xxh3, Xxh3Builder};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-/// A per-process seeded xxh3 hasher builder.
-#[derive(Clone, Copy)]
-pub struct IdHash(Xxh3Builder);
-
-impl std::fmt::Debug for IdHash {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("IdHash")
-    }
-}
+/// A per-process seeded builder of [`IdHasher`].
+#[derive(Clone, Copy, Debug)]
+pub struct IdHash(u64);
 
 impl Default for IdHash {
     fn default() -> Self {
         static SEED: OnceLock<u64> = OnceLock::new();
-        let seed = *SEED
-            .get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64));
-        IdHash(Xxh3Builder::new().with_seed(seed))
+        IdHash(
+            *SEED.get_or_init(|| {
+                std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
+            }),
+        )
     }
 }
 
 impl BuildHasher for IdHash {
-    type Hasher = Xxh3;
-    fn build_hasher(&self) -> Xxh3 {
-        self.0.build_hasher()
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(self.0)
+    }
+}
+
+/// Folds every written chunk through one-shot xxh3, chained by the state.
+#[derive(Clone, Copy, Debug)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = xxh3_64_with_seed(bytes, self.0);
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        // `str`'s Hash writes a 0xff terminator after the bytes; fold it cheaply.
+        self.0 = self.0.rotate_left(5) ^ u64::from(i);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.0 = xxh3_64_with_seed(&i.to_le_bytes(), self.0);
     }
 }
 
@@ -39,3 +59,22 @@ impl BuildHasher for IdHash {
 pub type IdMap<K, V> = HashMap<K, V, IdHash>;
 /// A set of ids.
 pub type IdSet<K> = HashSet<K, IdHash>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distinct_ids_hash_apart_and_equal_ids_together() {
+        let b = IdHash::default();
+        assert_eq!(b.hash_one("msg-1"), b.hash_one("msg-1"));
+        assert_ne!(b.hash_one("msg-1"), b.hash_one("msg-2"));
+        assert_ne!(b.hash_one("ab"), b.hash_one("a"));
+        let mut m: IdMap<&str, usize> = IdMap::default();
+        for i in 0..1000 {
+            m.insert(Box::leak(format!("id-{i}").into_boxed_str()), i);
+        }
+        assert_eq!(m.len(), 1000);
+        assert_eq!(m.get("id-500"), Some(&500));
+    }
+}

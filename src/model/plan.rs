@@ -538,13 +538,13 @@ pub fn fingerprint(thread: &Thread, policy: &impl Serialize, extra: &[&str]) -> 
     hex::encode(h.finalize())
 }
 
-/// A 128-bit digest of a thread's content.
+/// A 128-bit digest of a thread's content, streamed through one hasher.
 pub fn thread_digest(thread: &Thread) -> u128 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     h.update(&(thread.id.len() as u64).to_le_bytes());
     h.update(thread.id.as_bytes());
     for m in &thread.messages {
-        h.update(&message_digest(m).to_le_bytes());
+        hash_message(&mut h, m);
     }
     h.digest128()
 }
@@ -553,8 +553,13 @@ pub fn thread_digest(thread: &Thread) -> u128 {
 /// length-prefixed so that no two different messages feed the hasher the
 /// same byte stream.
 pub fn message_digest(m: &super::message::Message) -> u128 {
-    use super::message::{Content, ContentPart, ToolContent};
     let mut h = xxhash_rust::xxh3::Xxh3::new();
+    hash_message(&mut h, m);
+    h.digest128()
+}
+
+fn hash_message(h: &mut xxhash_rust::xxh3::Xxh3, m: &super::message::Message) {
+    use super::message::{Content, ContentPart, ToolContent};
     let mut field = |b: &[u8]| {
         h.update(&(b.len() as u64).to_le_bytes());
         h.update(b);
@@ -615,5 +620,4 @@ pub fn message_digest(m: &super::message::Message) -> u128 {
             }
         }
     }
-    h.digest128()
 }

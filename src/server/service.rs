@@ -18,12 +18,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tonic::{Request, Response, Status};
 
 use crate::model::{
-    CompactionPlan, DeterminismMetadata, Sensitivity, Thread, ThreadLimits,
-    ToolSchema, PLAN_FORMAT_VERSION, SUMMARY_RENDER_VERSION, SUMMARY_SCHEMA_VERSION,
+    CompactionPlan, DeterminismMetadata, Sensitivity, Thread, ThreadLimits, ToolSchema,
+    PLAN_FORMAT_VERSION, SUMMARY_RENDER_VERSION, SUMMARY_SCHEMA_VERSION,
 };
 use crate::reduce::{
-    compact, referenced_artifacts, BudgetReport, CompactRequest,
-    Engine, Memo, Policy, ReducerReport,
+    compact, referenced_artifacts, BudgetReport, CompactRequest, Engine, Memo, Policy,
+    ReducerReport,
 };
 use crate::render::{
     anthropic, openai, render, Rehydrated, RenderInput, RenderedMessage, RequestCounter,

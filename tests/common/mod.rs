@@ -4,9 +4,7 @@
 use std::collections::BTreeMap;
 
 use compactd::model::{CompactionPlan, Thread, ToolSchema};
-use compactd::reduce::{
-    compact, CompactError, CompactRequest, Compaction, Engine, Memo, Policy,
-};
+use compactd::reduce::{compact, CompactError, CompactRequest, Compaction, Engine, Memo, Policy};
 use compactd::render::{render, RenderInput, Request, RequestCounter, RequestTokens};
 use compactd::summarize::ExtractiveSummarizer;
 use compactd::tokens::{o200k, TokenLedger};
@@ -89,7 +87,10 @@ impl Harness {
         let request = self.render(thread, &c.plan);
         let tokens = RequestCounter::new(self.counter.as_ref(), &self.ledger).request(&request);
         // The incremental count after binding equals a full recount.
-        assert_eq!(exact, tokens.total, "Compaction::bind count differs from a full count");
+        assert_eq!(
+            exact, tokens.total,
+            "Compaction::bind count differs from a full count"
+        );
         Ok(Outcome {
             compaction: c,
             request,
