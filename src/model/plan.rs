@@ -541,10 +541,11 @@ pub fn fingerprint(thread: &Thread, policy: &impl Serialize, extra: &[&str]) -> 
 /// A 128-bit digest of a thread's content, streamed through one hasher.
 pub fn thread_digest(thread: &Thread) -> u128 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = Vec::with_capacity(1024);
     h.update(&(thread.id.len() as u64).to_le_bytes());
     h.update(thread.id.as_bytes());
     for m in &thread.messages {
-        hash_message(&mut h, m);
+        hash_message(&mut h, &mut buf, m);
     }
     h.digest128()
 }
@@ -554,15 +555,26 @@ pub fn thread_digest(thread: &Thread) -> u128 {
 /// same byte stream.
 pub fn message_digest(m: &super::message::Message) -> u128 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
-    hash_message(&mut h, m);
+    hash_message(&mut h, &mut Vec::with_capacity(256), m);
     h.digest128()
 }
 
-fn hash_message(h: &mut xxhash_rust::xxh3::Xxh3, m: &super::message::Message) {
+/// Feeds a message's fields to `h`. Small fields are gathered in `buf` and
+/// handed over in one update: thousands of tiny streaming updates cost more
+/// than hashing the content itself.
+fn hash_message(h: &mut xxhash_rust::xxh3::Xxh3, buf: &mut Vec<u8>, m: &super::message::Message) {
     use super::message::{Content, ContentPart, ToolContent};
+    const SMALL: usize = 256;
+    buf.clear();
     let mut field = |b: &[u8]| {
-        h.update(&(b.len() as u64).to_le_bytes());
-        h.update(b);
+        buf.extend_from_slice(&(b.len() as u64).to_le_bytes());
+        if b.len() <= SMALL {
+            buf.extend_from_slice(b);
+        } else {
+            h.update(buf);
+            buf.clear();
+            h.update(b);
+        }
     };
     field(m.id.as_bytes());
     field(m.role.as_str().as_bytes());
@@ -620,4 +632,5 @@ fn hash_message(h: &mut xxhash_rust::xxh3::Xxh3, m: &super::message::Message) {
             }
         }
     }
+    h.update(buf);
 }
