@@ -25,13 +25,16 @@ use tonic::{Code, Status};
 
 use crate::model::{
     thread_from_json, ArtifactReference, ClearReason, ClearRecord, CompactionPlan, Content,
-    ContentPart, Decision, DeterminismMetadata, DropRecord, DroppedSpanIndex, Durability,
+    ContentPart, Decision, DeterminismMetadata, DropRecord, DroppedSpanIndex,
     ExternalizationRecord, Message, MessageMetadata, OpenItem, Outcome, Priority, Role,
     Sensitivity, SpanReference, StructuredSummary, SummarizationRecord, Thread, ToolCall,
     ToolContent, ToolOutcome, ToolResultEnvelope, ToolSchema,
 };
 use crate::render::{Origin, RenderedMessage};
 
+use super::convert::{
+    durability_to_pb, json_strings, json_text, outcome_to_pb, role_to_pb, sensitivity_to_pb,
+};
 use super::error_detail;
 use super::pb;
 use super::pb::compaction_service_client::CompactionServiceClient;
@@ -592,55 +595,6 @@ fn metadata_to_pb(m: &MessageMetadata) -> Option<pb::MessageMetadata> {
     })
 }
 
-/// JSON text of a value; JSON null is the empty string (the proto's "unset").
-fn json_text(v: &Value) -> String {
-    if v.is_null() {
-        String::new()
-    } else {
-        v.to_string()
-    }
-}
-
-fn json_strings(m: &BTreeMap<String, Value>) -> HashMap<String, String> {
-    m.iter().map(|(k, v)| (k.clone(), v.to_string())).collect()
-}
-
-fn role_to_pb(r: Role) -> pb::Role {
-    match r {
-        Role::System => pb::Role::System,
-        Role::Developer => pb::Role::Developer,
-        Role::User => pb::Role::User,
-        Role::Assistant => pb::Role::Assistant,
-        Role::Tool => pb::Role::Tool,
-    }
-}
-
-fn outcome_to_pb(o: Outcome) -> pb::Outcome {
-    match o {
-        Outcome::Success => pb::Outcome::Success,
-        Outcome::Failure => pb::Outcome::Failure,
-        Outcome::Partial => pb::Outcome::Partial,
-    }
-}
-
-fn durability_to_pb(d: Durability) -> pb::Durability {
-    match d {
-        Durability::Ephemeral => pb::Durability::Ephemeral,
-        Durability::Anchoring => pb::Durability::Anchoring,
-        Durability::Replayable => pb::Durability::Replayable,
-        Durability::NonReplayable => pb::Durability::NonReplayable,
-    }
-}
-
-fn sensitivity_to_pb(s: Sensitivity) -> pb::Sensitivity {
-    match s {
-        Sensitivity::Public => pb::Sensitivity::Public,
-        Sensitivity::Internal => pb::Sensitivity::Internal,
-        Sensitivity::Confidential => pb::Sensitivity::Confidential,
-        Sensitivity::Restricted => pb::Sensitivity::Restricted,
-    }
-}
-
 // ───────────────────────────── responses → JSON ─────────────────────────────
 //
 // Responses come from the server, so decoding is lenient: an enum number this
@@ -1005,7 +959,7 @@ fn sensitivity_from_pb(v: i32) -> Sensitivity {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::JsonText;
+    use crate::model::{Durability, JsonText};
     use crate::server::convert::{thread_from_pb, tools_from_pb};
     use crate::server::ApiError;
 

@@ -331,7 +331,7 @@ fn json_map(
 
 // ───────────────────────────── outbound ─────────────────────────────
 
-fn json_text(v: &Value) -> String {
+pub(crate) fn json_text(v: &Value) -> String {
     if v.is_null() {
         String::new()
     } else {
@@ -339,11 +339,13 @@ fn json_text(v: &Value) -> String {
     }
 }
 
-fn json_strings(m: &BTreeMap<String, Value>) -> std::collections::HashMap<String, String> {
+pub(crate) fn json_strings(
+    m: &BTreeMap<String, Value>,
+) -> std::collections::HashMap<String, String> {
     m.iter().map(|(k, v)| (k.clone(), v.to_string())).collect()
 }
 
-fn role_to_pb(r: Role) -> pb::Role {
+pub(crate) fn role_to_pb(r: Role) -> pb::Role {
     match r {
         Role::System => pb::Role::System,
         Role::Developer => pb::Role::Developer,
@@ -353,7 +355,7 @@ fn role_to_pb(r: Role) -> pb::Role {
     }
 }
 
-fn outcome_to_pb(o: Outcome) -> pb::Outcome {
+pub(crate) fn outcome_to_pb(o: Outcome) -> pb::Outcome {
     match o {
         Outcome::Success => pb::Outcome::Success,
         Outcome::Failure => pb::Outcome::Failure,
@@ -362,6 +364,15 @@ fn outcome_to_pb(o: Outcome) -> pb::Outcome {
 }
 
 /// A sensitivity on the wire.
+pub(crate) fn durability_to_pb(d: Durability) -> pb::Durability {
+    match d {
+        Durability::Ephemeral => pb::Durability::Ephemeral,
+        Durability::Anchoring => pb::Durability::Anchoring,
+        Durability::Replayable => pb::Durability::Replayable,
+        Durability::NonReplayable => pb::Durability::NonReplayable,
+    }
+}
+
 pub fn sensitivity_to_pb(s: Sensitivity) -> pb::Sensitivity {
     match s {
         Sensitivity::Public => pb::Sensitivity::Public,
