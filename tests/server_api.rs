@@ -133,6 +133,17 @@ async fn compact_and_render_in_one_call_in_every_format() {
     assert_eq!(again.messages, neutral.messages);
     assert_eq!(again.tokens, neutral.tokens);
 
+    // compact_first takes the message tokens from the plan; rendering the
+    // committed plan without it tokenizes everything: both must agree.
+    let mut stored = base.clone();
+    stored.compact_first = false;
+    let recounted = within(client.render(authed(stored, &tok)))
+        .await
+        .expect("render")
+        .into_inner();
+    assert_eq!(recounted.messages, neutral.messages);
+    assert_eq!(recounted.tokens, neutral.tokens);
+
     for (format, check) in [
         (pb::OutputFormat::OpenaiChat, "messages"),
         (pb::OutputFormat::AnthropicMessages, "max_tokens"),

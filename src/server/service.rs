@@ -736,6 +736,10 @@ impl CompactionService for CompactionApi {
         };
         let plan_c = plan.clone();
         let counter_c = Arc::clone(&counter);
+        // With compact_first the plan was counted for exactly this thread,
+        // system prompt, tools and model (its fingerprint covers them), so
+        // the messages part need not be tokenized again.
+        let counted = r.compact_first;
         let rendered = blocking(move || {
             let rc = RequestCounter::new(counter_c.as_ref(), &ledger);
             let (injected, report) =
@@ -750,7 +754,28 @@ impl CompactionService for CompactionApi {
                     options: &policy.render,
                 },
             );
-            let tokens = rc.request(&request);
+            let tokens = if counted {
+                let (system, tools, framing) = rc.fixed(request.system.as_deref(), &request.tools);
+                let rehydrated: u32 = request
+                    .messages
+                    .iter()
+                    .filter(|m| m.origin == crate::render::Origin::Rehydrated)
+                    .map(|m| rc.message(m))
+                    .sum();
+                let messages = plan_c
+                    .compacted_token_count
+                    .saturating_sub(system + tools + framing);
+                RequestTokens {
+                    system,
+                    tools,
+                    messages,
+                    rehydrated,
+                    framing,
+                    total: system + tools + messages + rehydrated + framing,
+                }
+            } else {
+                rc.request(&request)
+            };
             let payload = match format {
                 pb::OutputFormat::Neutral => String::new(),
                 pb::OutputFormat::OpenaiChat => openai::to_openai(&request, &opts).to_string(),
