@@ -363,7 +363,7 @@ pub(crate) fn outcome_to_pb(o: Outcome) -> pb::Outcome {
     }
 }
 
-/// A sensitivity on the wire.
+/// A durability on the wire.
 pub(crate) fn durability_to_pb(d: Durability) -> pb::Durability {
     match d {
         Durability::Ephemeral => pb::Durability::Ephemeral,
@@ -373,6 +373,7 @@ pub(crate) fn durability_to_pb(d: Durability) -> pb::Durability {
     }
 }
 
+/// A sensitivity on the wire.
 pub fn sensitivity_to_pb(s: Sensitivity) -> pb::Sensitivity {
     match s {
         Sensitivity::Public => pb::Sensitivity::Public,
