@@ -399,3 +399,49 @@ async fn other_tenants_compact_their_own_plan_of_the_same_thread_id() {
     assert_eq!(g.version, 1);
     assert!(!g.reused, "never reuses another tenant's plan");
 }
+
+#[tokio::test]
+async fn a_committed_plan_that_no_longer_fits_is_refused_not_rendered() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let tok = token("acme", ALL);
+    let thread = big_thread("t-grow", 2000);
+    within(client.compact(authed(compact_req(thread.clone(), 8000), &tok)))
+        .await
+        .expect("compact");
+
+    // The agent went on for ten more turns and renders the old plan without compacting.
+    let mut grown = thread;
+    let last_turn = grown.messages.last().map_or(1, |m| m.turn);
+    for i in 1..=10 {
+        grown.messages.push(text(
+            &format!("late{i}"),
+            pb::Role::User,
+            last_turn + i,
+            &"please read this long paste ".repeat(150),
+        ));
+    }
+    let req = pb::RenderRequest {
+        thread: Some(grown.clone()),
+        max_input_tokens: 8000,
+        ..Default::default()
+    };
+    let err = within(client.render(authed(req, &tok)))
+        .await
+        .expect_err("over budget");
+    assert_status(&err, Code::FailedPrecondition, Some("max_input_tokens"));
+    assert!(err.message().contains("compact_first"), "{err:?}");
+
+    // Compacting in the same call fits it again.
+    let req = pb::RenderRequest {
+        thread: Some(grown),
+        max_input_tokens: 8000,
+        compact_first: true,
+        ..Default::default()
+    };
+    let ok = within(client.render(authed(req, &tok)))
+        .await
+        .expect("compact_first renders")
+        .into_inner();
+    assert!(ok.tokens.expect("tokens").total <= 8000);
+}

@@ -740,6 +740,8 @@ impl CompactionService for CompactionApi {
         // system prompt, tools and model (its fingerprint covers them), so
         // the messages part need not be tokenized again.
         let counted = r.compact_first;
+        let max_input_tokens = non_zero_or(r.max_input_tokens, self.inner.default_max_input_tokens);
+        let plan_version = plan.version;
         let rendered = blocking(move || {
             let rc = RequestCounter::new(counter_c.as_ref(), &ledger);
             let (injected, report) =
@@ -774,7 +776,26 @@ impl CompactionService for CompactionApi {
                     total: system + tools + messages + rehydrated + framing,
                 }
             } else {
-                rc.request(&request)
+                // A committed plan rendered against a thread that has grown
+                // since may no longer fit; never hand out an over-budget request.
+                let tokens = rc.request(&request);
+                let hard_limit = crate::reduce::budget_for(
+                    &policy,
+                    max_input_tokens,
+                    &rc,
+                    request.system.as_deref(),
+                    &request.tools,
+                )
+                .hard_limit();
+                let used = tokens.total - tokens.rehydrated;
+                if used > hard_limit {
+                    return Err(ApiError::InsufficientBudget {
+                        message: format!(
+                            "plan version {plan_version} renders this thread to {used} tokens, over the limit of {hard_limit} for max_input_tokens {max_input_tokens}; call Compact or set compact_first"
+                        ),
+                    });
+                }
+                tokens
             };
             let payload = match format {
                 pb::OutputFormat::Neutral => String::new(),
