@@ -600,7 +600,11 @@ fn hash_message(h: &mut xxhash_rust::xxh3::Xxh3, buf: &mut Vec<u8>, m: &super::m
     for c in &m.tool_calls {
         field(c.id.as_bytes());
         field(c.name.as_bytes());
-        field(c.arguments.to_string().as_bytes());
+        field(
+            serde_json::to_string(&c.arguments)
+                .unwrap_or_default()
+                .as_bytes(),
+        );
     }
     field(b"calls-end");
     match &m.tool_result {

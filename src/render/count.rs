@@ -98,7 +98,7 @@ impl<'a> RequestCounter<'a> {
         let mut n = o.per_message + body;
         for c in calls {
             n += o.per_tool_call + self.text(&c.name) + self.text(&c.id);
-            n += self.text(&c.arguments.to_string());
+            n += self.text(&serde_json::to_string(&c.arguments).unwrap_or_default());
         }
         if let Some(id) = tool_call_id {
             n += o.per_name + self.text(id);
