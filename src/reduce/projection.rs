@@ -251,8 +251,13 @@ impl<'a> Projection<'a> {
 
     fn recost(&mut self, i: usize) {
         let m = &self.thread.messages[i];
-        if self.slots[i] == Slot::Include {
-            let new = self.verbatim[i];
+        let quick = match self.slots[i] {
+            Slot::Include => Some(self.verbatim[i]),
+            Slot::Clear(r) => Some(self.counter.cleared(m, &self.plan.clearings[r].replacement)),
+            Slot::Drop(_) => Some(0),
+            Slot::Summarize(_) | Slot::Externalize(_) => None,
+        };
+        if let Some(new) = quick {
             self.messages_total = self.messages_total - u64::from(self.cost[i]) + u64::from(new);
             self.cost[i] = new;
             return;

@@ -79,6 +79,14 @@ impl<'a> RequestCounter<'a> {
         self.framed(body, &m.tool_calls, call_id)
     }
 
+    /// Tokens of thread message `m` with its content replaced by
+    /// `replacement` (a cleared message), without building it. Equal to
+    /// counting the message `render_message` gives for a clear record.
+    pub fn cleared(&self, m: &Message, replacement: &str) -> u32 {
+        let call_id = m.tool_result.as_ref().map(|e| e.tool_call_id.as_str());
+        self.framed(self.text(replacement), &m.tool_calls, call_id)
+    }
+
     fn content(&self, c: &Content) -> u32 {
         match c {
             Content::Text(t) => self.text(t),
@@ -162,6 +170,14 @@ mod tests {
             for m in &t.messages {
                 let rendered = render_message(m, Action::Include, &options).unwrap();
                 assert_eq!(c.verbatim(m, &options), c.message(&rendered), "{}", m.id);
+                let record = crate::model::ClearRecord {
+                    span: crate::model::SpanReference::of(&t, &[0]),
+                    preserved_fields: Default::default(),
+                    reason: crate::model::ClearReason::Expired,
+                    replacement: "[result expired] tool: success".into(),
+                };
+                let cleared = render_message(m, Action::Clear(&record), &options).unwrap();
+                assert_eq!(c.cleared(m, &record.replacement), c.message(&cleared));
             }
         }
     }
