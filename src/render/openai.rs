@@ -28,11 +28,17 @@ use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
 /// `tools` is omitted when there are none (the API rejects an empty array);
 /// a tool's `description` is omitted when empty and `parameters` when null.
 pub fn to_openai(req: &Request, opts: &ProviderOptions) -> Value {
+    into_openai(req.clone(), opts)
+}
+
+/// [`to_openai`] taking the request by value: message text moves into the
+/// body instead of being copied (the service's per-turn Render path).
+pub fn into_openai(req: Request, opts: &ProviderOptions) -> Value {
     let mut messages = Vec::with_capacity(req.messages.len() + 1);
-    if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
+    if let Some(system) = req.system.filter(|s| !s.is_empty()) {
         messages.push(json!({"role": "system", "content": system}));
     }
-    messages.extend(req.messages.iter().map(message));
+    messages.extend(req.messages.into_iter().map(message));
 
     let mut body = Map::new();
     body.insert("model".into(), Value::String(opts.model.clone()));
@@ -49,23 +55,23 @@ pub fn to_openai(req: &Request, opts: &ProviderOptions) -> Value {
     Value::Object(body)
 }
 
-fn message(m: &RenderedMessage) -> Value {
+fn message(m: RenderedMessage) -> Value {
     let mut out = Map::new();
     out.insert("role".into(), Value::String(m.role.as_str().into()));
     match m.role {
         Role::Tool => {
             // A missing id is kept visible (empty string) so `check_pairing`
             // reports it instead of the provider.
-            let id = m.tool_call_id.clone().unwrap_or_default();
+            let id = m.tool_call_id.unwrap_or_default();
             out.insert("tool_call_id".into(), Value::String(id));
-            out.insert("content".into(), content(&m.content, false));
+            out.insert("content".into(), content(m.content, false));
         }
         Role::Assistant if !m.tool_calls.is_empty() => {
             // The API wants null, not "", next to tool calls.
             let c = if m.content.is_empty() {
                 Value::Null
             } else {
-                content(&m.content, false)
+                content(m.content, false)
             };
             out.insert("content".into(), c);
             out.insert(
@@ -74,7 +80,7 @@ fn message(m: &RenderedMessage) -> Value {
             );
         }
         role => {
-            out.insert("content".into(), content(&m.content, role == Role::User));
+            out.insert("content".into(), content(m.content, role == Role::User));
         }
     }
     Value::Object(out)
@@ -82,13 +88,13 @@ fn message(m: &RenderedMessage) -> Value {
 
 /// Plain text stays a string; parts become a content array. Only user
 /// messages may carry `image_url` parts.
-fn content(c: &Content, images_allowed: bool) -> Value {
+fn content(c: Content, images_allowed: bool) -> Value {
     match c {
-        Content::Text(s) => Value::String(s.clone()),
+        Content::Text(s) => Value::String(s),
         Content::Parts(parts) if parts.is_empty() => Value::String(String::new()),
         Content::Parts(parts) => Value::Array(
             parts
-                .iter()
+                .into_iter()
                 .map(|p| match p {
                     ContentPart::Text { text } => json!({"type": "text", "text": text}),
                     ContentPart::Image { url } if images_allowed => {
@@ -107,7 +113,7 @@ fn tool_call(c: &ToolCall) -> Value {
     let arguments = if c.arguments.is_null() {
         "{}".to_string()
     } else {
-        c.arguments.to_string()
+        serde_json::to_string(&c.arguments).unwrap_or_default()
     };
     json!({
         "id": c.id,

@@ -797,16 +797,19 @@ impl CompactionService for CompactionApi {
                 }
                 tokens
             };
-            let payload = match format {
-                pb::OutputFormat::Neutral => String::new(),
-                pb::OutputFormat::OpenaiChat => payload_json(&openai::to_openai(&request, &opts))?,
-                pb::OutputFormat::AnthropicMessages => {
-                    payload_json(&anthropic::to_anthropic(&request, &opts))?
-                }
-            };
-            let (messages, system) = match format {
-                pb::OutputFormat::Neutral => (request.messages, request.system),
-                _ => (Vec::new(), None),
+            // The request is consumed: its text moves into the response.
+            let (payload, messages, system) = match format {
+                pb::OutputFormat::Neutral => (String::new(), request.messages, request.system),
+                pb::OutputFormat::OpenaiChat => (
+                    payload_json(&openai::into_openai(request, &opts))?,
+                    Vec::new(),
+                    None,
+                ),
+                pb::OutputFormat::AnthropicMessages => (
+                    payload_json(&anthropic::to_anthropic(&request, &opts))?,
+                    Vec::new(),
+                    None,
+                ),
             };
             Ok(Rendered {
                 messages,
