@@ -216,6 +216,8 @@ fn run_serve(args: &ServeArgs) -> Result<(), (u8, String)> {
         .build()
         .map_err(|e| (1, e.to_string()))?;
     runtime.block_on(async move {
+        let shutdown =
+            shutdown_signal().map_err(|e| (1, format!("cannot install signal handlers: {e}")))?;
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .map_err(|e| (1, format!("cannot listen on {}: {e}", settings.listen)))?;
@@ -224,33 +226,32 @@ fn run_serve(args: &ServeArgs) -> Result<(), (u8, String)> {
         println!("compactd listening on {addr}");
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
-        compactd::server::serve(settings, listener, shutdown_signal())
+        compactd::server::serve(settings, listener, shutdown)
             .await
             .map_err(|e| (1, e.to_string()))
     })
 }
 
 /// Resolves on SIGTERM or Ctrl-C; the server then drains in-flight calls.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// The handlers are installed before the address is printed, so a signal
+/// sent as soon as the server is announced is never the default "terminate".
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let ctrl_c = tokio::signal::ctrl_c();
+    Ok(async move {
+        #[cfg(unix)]
+        let term = async move {
+            term.recv().await;
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! {
+            _ = ctrl_c => {},
+            () = term => {},
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
-    tracing::info!("shutdown requested; draining in-flight calls");
+        tracing::info!("shutdown requested; draining in-flight calls");
+    })
 }
 
 fn run_call(a: CallArgs) -> Result<String, (u8, String)> {

@@ -145,3 +145,37 @@ fn a_bad_config_names_the_field() {
     assert_eq!(code, 2);
     assert!(err.contains("policy.trigger_ratio"), "{err}");
 }
+
+#[cfg(unix)]
+#[test]
+fn serve_prints_its_address_and_stops_cleanly_on_sigterm() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = compactd()
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("compactd listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+    // The port really accepts connections.
+    std::net::TcpStream::connect(addr).expect("connect to the served address");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "exit {:?}", out.status);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("DEV MODE"), "{err}");
+    assert!(err.contains("draining in-flight calls"), "{err}");
+}
