@@ -7,7 +7,7 @@ mod plan;
 mod summary;
 mod thread;
 
-pub use ids::{IdHash, IdMap, IdSet};
+pub use ids::{IdHash, IdHasher, IdMap, IdSet};
 pub use import::{thread_from_json, ImportError, InputFormat, ThreadInput};
 pub use message::{
     Content, ContentPart, DeterminismMetadata, Durability, JsonText, Message, MessageMetadata,

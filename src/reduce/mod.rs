@@ -37,7 +37,7 @@ use crate::model::{
     fingerprint, CompactionPlan, DeterminismMetadata, PlanError, Thread, ThreadError, ThreadLimits,
     ToolSchema,
 };
-use crate::render::{render, RenderInput, RequestCounter};
+use crate::render::RequestCounter;
 use crate::summarize::{Summarizer, SummaryRequest};
 use crate::tokens::{TokenCounter, TokenLedger};
 
@@ -627,7 +627,7 @@ pub fn referenced_artifacts(plan: &CompactionPlan) -> std::collections::BTreeSet
 }
 
 /// Replaces pending artifact ids with the ids the store assigned. Call only
-/// after every write succeeded; then recount with [`count_rendered`].
+/// after every write succeeded; [`Compaction::bind`] does this and recounts.
 pub fn bind_artifacts(plan: &mut CompactionPlan, ids: &BTreeMap<String, String>) {
     let swap = |id: &mut String| {
         if let Some(real) = ids.get(id.as_str()) {
@@ -647,15 +647,4 @@ pub fn bind_artifacts(plan: &mut CompactionPlan, ids: &BTreeMap<String, String>)
             .iter_mut()
             .for_each(|a| swap(&mut a.artifact_id));
     }
-}
-
-/// Exact tokens of the request rendered from `thread` and `plan`.
-pub fn count_rendered(
-    thread: &Thread,
-    plan: &CompactionPlan,
-    input: &RenderInput<'_>,
-    engine: &Engine<'_>,
-) -> crate::render::RequestTokens {
-    let request = render(thread, plan, input);
-    RequestCounter::new(engine.counter, engine.ledger).request(&request)
 }

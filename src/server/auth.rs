@@ -1,5 +1,5 @@
 //! Authentication as a tower layer: every API call is authenticated once,
-//! before routing, and the resulting [`SecurityContext`] is put into the
+//! before routing, and the resulting [`SecurityContext`](crate::security::SecurityContext) is put into the
 //! request extensions where handlers (and the tenant limits) find it.
 //! Health checks and reflection bypass it so probes and tooling work without
 //! credentials; they expose no tenant data.

@@ -73,6 +73,7 @@ impl std::fmt::Debug for CompactionApi {
 }
 
 /// A Compact call after conversion: everything owned, ready for the blocking pool.
+#[derive(Clone)]
 struct CompactInput {
     thread: Arc<Thread>,
     policy: Arc<Policy>,
@@ -144,25 +145,46 @@ fn now_unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// The fingerprint `reduce::compact` will give the plan for these inputs. It
-/// lets an identical repeat return the committed plan without compacting;
-/// `compact` recomputes it anyway, so a drift here only costs a recompute
-/// (and a test pins the two together).
-fn request_fingerprint(input: &CompactInput, engine: &Engine<'_>) -> String {
-    crate::reduce::request_fingerprint(
-        &CompactRequest {
-            thread: &input.thread,
-            policy: &input.policy,
-            max_input_tokens: input.max_input_tokens,
-            system: input.system.as_deref(),
-            tools: &input.tools,
-            previous: None,
-            observations: &input.observations,
-            skip_aggressive: input.skip_aggressive,
-            limits: ThreadLimits::default(),
-        },
-        engine,
-    )
+impl CompactInput {
+    /// The core request for these inputs (one place, so the reuse check and
+    /// the compaction can never disagree on what they fingerprint).
+    fn request<'a>(
+        &'a self,
+        previous: Option<&'a CompactionPlan>,
+        limits: ThreadLimits,
+    ) -> CompactRequest<'a> {
+        CompactRequest {
+            thread: &self.thread,
+            policy: &self.policy,
+            max_input_tokens: self.max_input_tokens,
+            system: self.system.as_deref(),
+            tools: &self.tools,
+            previous,
+            observations: &self.observations,
+            skip_aggressive: self.skip_aggressive,
+            limits,
+        }
+    }
+}
+
+/// The process-wide parts of a core [`Engine`], owned so that they can move
+/// into blocking tasks.
+#[derive(Clone)]
+struct EngineParts {
+    counter: Arc<dyn TokenCounter>,
+    ledger: Arc<TokenLedger>,
+    memo: Arc<Memo>,
+}
+
+impl EngineParts {
+    fn engine(&self) -> Engine<'_> {
+        Engine {
+            counter: self.counter.as_ref(),
+            ledger: &self.ledger,
+            summarizer: &ExtractiveSummarizer,
+            memo: &self.memo,
+        }
+    }
 }
 
 impl CompactionApi {
@@ -183,6 +205,14 @@ impl CompactionApi {
                 default_max_input_tokens: settings.default_max_input_tokens,
                 limits: ThreadLimits::default(),
             }),
+        }
+    }
+
+    fn engine_parts(&self, model: &str) -> EngineParts {
+        EngineParts {
+            counter: counter_for_model(model),
+            ledger: Arc::clone(&self.inner.ledger),
+            memo: Arc::clone(&self.inner.memo),
         }
     }
 
@@ -239,58 +269,25 @@ impl CompactionApi {
                 });
             }
         }
-        let counter = counter_for_model(&input.model);
+        let parts = self.engine_parts(&input.model);
+        let limits = self.inner.limits;
         let previous = current.map(|s| {
             let mut plan = s.plan;
             plan.version = s.version;
             plan
         });
         if let Some(prev) = &previous {
-            let engine = Engine {
-                counter: counter.as_ref(),
-                ledger: &self.inner.ledger,
-                summarizer: &ExtractiveSummarizer,
-                memo: &self.inner.memo,
-            };
-            if prev.fingerprint == request_fingerprint(&input, &engine) {
+            let fingerprint =
+                crate::reduce::request_fingerprint(&input.request(None, limits), &parts.engine());
+            if prev.fingerprint == fingerprint {
                 return Ok(reused(prev.clone()));
             }
         }
 
-        let ledger = Arc::clone(&self.inner.ledger);
-        let (thread, policy, tools) = (
-            Arc::clone(&input.thread),
-            Arc::clone(&input.policy),
-            Arc::clone(&input.tools),
-        );
-        let (system, observations) = (input.system.clone(), input.observations);
-        let (max_input_tokens, skip_aggressive, limits) = (
-            input.max_input_tokens,
-            input.skip_aggressive,
-            self.inner.limits,
-        );
-        let counter_c = Arc::clone(&counter);
-        let prev = previous.clone();
-        let memo = Arc::clone(&self.inner.memo);
+        let (input_c, parts_c, prev) = (input.clone(), parts.clone(), previous.clone());
         let compaction = blocking(move || {
-            let engine = Engine {
-                counter: counter_c.as_ref(),
-                ledger: &ledger,
-                summarizer: &ExtractiveSummarizer,
-                memo: &memo,
-            };
-            let req = CompactRequest {
-                thread: &thread,
-                policy: &policy,
-                max_input_tokens,
-                system: system.as_deref(),
-                tools: &tools,
-                previous: prev.as_ref(),
-                observations: &observations,
-                skip_aggressive,
-                limits,
-            };
-            compact(&req, &engine).map_err(ApiError::from)
+            compact(&input_c.request(prev.as_ref(), limits), &parts_c.engine())
+                .map_err(ApiError::from)
         })
         .await?;
         if let Some(prev) = previous {
@@ -335,18 +332,10 @@ impl CompactionApi {
 
         let mut compaction = compaction;
         let hard_limit = compaction.report.budget.hard_limit;
-        let ledger = Arc::clone(&self.inner.ledger);
         let (thread, policy) = (Arc::clone(&input.thread), Arc::clone(&input.policy));
-        let memo = Arc::clone(&self.inner.memo);
         let bound = blocking(move || {
-            let engine = Engine {
-                counter: counter.as_ref(),
-                ledger: &ledger,
-                summarizer: &ExtractiveSummarizer,
-                memo: &memo,
-            };
             // Exact count with the real ids; only pointers and summaries are recounted.
-            let total = compaction.bind(&ids, &thread, &policy.render, &engine);
+            let total = compaction.bind(&ids, &thread, &policy.render, &parts.engine());
             if total > hard_limit {
                 return Err(ApiError::Internal(format!(
                     "bound plan renders to {total} tokens, over the hard limit {hard_limit}"
@@ -947,30 +936,21 @@ mod tests {
             observations: BTreeMap::new(),
             skip_aggressive: false,
         };
-        let counter = o200k();
-        let ledger = TokenLedger::new(10_000);
-        let memo = Memo::default();
-        let engine = Engine {
-            counter: counter.as_ref(),
-            ledger: &ledger,
-            summarizer: &ExtractiveSummarizer,
-            memo: &memo,
+        let parts = EngineParts {
+            counter: o200k(),
+            ledger: Arc::new(TokenLedger::new(10_000)),
+            memo: Arc::new(Memo::default()),
         };
-        let out = compact(
-            &CompactRequest {
-                thread: &input.thread,
-                policy: &input.policy,
-                max_input_tokens: input.max_input_tokens,
-                system: input.system.as_deref(),
-                tools: &input.tools,
-                previous: None,
-                observations: &input.observations,
-                skip_aggressive: false,
-                limits: ThreadLimits::default(),
-            },
-            &engine,
-        )
-        .expect("compacts");
-        assert_eq!(out.plan.fingerprint, request_fingerprint(&input, &engine));
+        let engine = parts.engine();
+        let out =
+            compact(&input.request(None, ThreadLimits::default()), &engine).expect("compacts");
+        // The reuse check fingerprints the request without the previous plan.
+        assert_eq!(
+            out.plan.fingerprint,
+            crate::reduce::request_fingerprint(
+                &input.request(None, ThreadLimits::default()),
+                &engine
+            )
+        );
     }
 }
