@@ -20,7 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // benches/grpc_roundtrip.rs: an echo of compactd.v1.RenderRequest, the
     // transport floor the Render round trip is compared against. Only the
     // echo file is generated; its message types are the API's own
-    // (`compactd::server::pb`), so the bench sends the very same payload.
+    // (`compactd::proto::pb`), so the bench sends the very same payload.
     let echo = protox::Compiler::new(["proto"])?
         .include_imports(false)
         .open_files(["compactd/bench/v1/echo.proto"])?
@@ -28,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
-        .extern_path(".compactd.v1", "::compactd::server::pb")
+        .extern_path(".compactd.v1", "::compactd::proto::pb")
         .compile_fds(echo)?;
     Ok(())
 }

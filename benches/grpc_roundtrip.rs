@@ -6,7 +6,7 @@
 //! in a temp dir) and a bare tonic echo of `compactd.v1.RenderRequest`
 //! (`proto/compactd/bench/v1/echo.proto`) with the same HTTP/2 windows and
 //! message limit. Both get the same 500-message request, built with
-//! `compactd::synth` and converted with `thread_to_pb`, over one shared HTTP/2
+//! `compactd_testkit::synth` and converted with `pb::Thread::from`, over one shared HTTP/2
 //! channel each, at concurrency 1, 16 and 64. Measured:
 //!
 //! - **echo**: the request there and back; decode + encode, nothing else.
@@ -32,12 +32,12 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
 
+use compactd::client::{connect, endpoint, MAX_MESSAGE_BYTES};
+use compactd::proto::pb;
+use compactd::proto::pb::compaction_service_client::CompactionServiceClient;
 use compactd::security::AuthConfig;
-use compactd::server::client::{connect, endpoint, thread_to_pb, MAX_MESSAGE_BYTES};
-use compactd::server::pb;
-use compactd::server::pb::compaction_service_client::CompactionServiceClient;
 use compactd::server::ServerSettings;
-use compactd::synth::{thread, SynthParams};
+use compactd_testkit::synth::{thread, SynthParams};
 
 #[allow(clippy::all, clippy::pedantic)]
 mod echo_pb {
@@ -82,7 +82,7 @@ fn bench_thread() -> pb::Thread {
         max_output_lines: 120,
         protected: 2,
     });
-    let mut t = thread_to_pb(&t);
+    let mut t = pb::Thread::from(&t);
     let mut cut = MESSAGES - 2;
     while cut > 0 && t.messages[cut].role != pb::Role::User as i32 {
         cut -= 1;

@@ -13,8 +13,8 @@ use compactd::model::Thread;
 use compactd::reduce::{compact, CompactRequest, Engine, Memo, Policy};
 use compactd::render::{render, RenderInput, RenderOptions};
 use compactd::summarize::ExtractiveSummarizer;
-use compactd::synth::{thread, SynthParams};
 use compactd::tokens::{o200k, TokenCounter, TokenLedger};
+use compactd_testkit::synth::{thread, SynthParams};
 
 /// About 1,000 messages and 128k tokens (printed once so the README numbers
 /// can be checked).

@@ -117,6 +117,11 @@ pub fn check(settings: &ServerSettings) -> Result<(), ConfigError> {
     check_startup(settings).map_err(|e| ConfigError::Invalid(e.to_string()))
 }
 
+/// The settings as YAML, as `config check` prints them.
+pub fn to_yaml(settings: &ServerSettings) -> Result<String, ConfigError> {
+    serde_yaml::to_string(settings).map_err(|e| ConfigError::Invalid(e.to_string()))
+}
+
 fn set_path(doc: &mut Value, path: &[String], value: Value) -> Result<(), String> {
     let mut cur = doc;
     for (i, seg) in path.iter().enumerate() {

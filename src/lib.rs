@@ -1,16 +1,24 @@
 //! compactd: keeps LLM agent threads inside their context window without editing them.
 //!
-//! The core (`model`, `tokens`, `reduce`, `render`, `summarize`) is pure: no I/O,
-//! no async runtime. It can be tested and benchmarked alone. `store`,
-//! `security` and `server` make it a multi-tenant gRPC service.
+//! Layers, innermost first:
+//! - the core (`model`, `tokens`, `reduce`, `render`, `summarize`) is pure:
+//!   no I/O, no async runtime, so it can be tested and benchmarked alone;
+//! - `store` and `security` are the stores and the caller's identity;
+//! - `app` holds the use cases (Compact, Render, Rehydrate) over the core,
+//!   the stores and the security context;
+//! - `proto` is the wire (generated types and strict conversions), `server`
+//!   the gRPC edge, `client` a Rust client, `config` the settings.
 
+pub mod app;
+pub mod client;
 pub mod config;
 pub mod model;
+pub mod proto;
 pub mod reduce;
 pub mod render;
+mod runtime;
 pub mod security;
 pub mod server;
 pub mod store;
 pub mod summarize;
-pub mod synth;
 pub mod tokens;

@@ -5,7 +5,7 @@ mod common;
 
 use common::{request_text, Harness};
 use compactd::model::{CompactionPlan, Thread};
-use compactd::synth::{thread, SynthParams};
+use compactd_testkit::synth::{thread, SynthParams};
 
 /// The thread as it looked when its last turn was `turn`.
 fn up_to(t: &Thread, turn: u32) -> Thread {
@@ -40,10 +40,10 @@ fn run_cycles(cycles: u32) {
         for fact in ["prefers Python", "$1000", "Never delete production data"] {
             assert!(text.contains(fact), "cycle {cycle}: {fact:?} lost:\n{text}");
         }
-        if !out.compaction.plan.summarizations.is_empty() {
+        if !out.plan.summarizations.is_empty() {
             summarized_cycles += 1;
         }
-        plan = Some(out.compaction.plan);
+        plan = Some(out.plan);
     }
     assert!(
         summarized_cycles >= cycles / 2,

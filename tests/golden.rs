@@ -10,10 +10,8 @@ use compactd::render::{anthropic, openai, ProviderOptions};
 fn incident() -> (Harness, compactd::model::Thread) {
     let text = include_str!("../examples/threads/incident.json");
     let input = thread_from_json(&serde_json::from_str(text).unwrap(), "incident").unwrap();
-    let h = Harness {
-        system: input.system.clone(),
-        ..Harness::default()
-    };
+    let mut h = Harness::default();
+    h.system = input.system.clone();
     (h, input.thread)
 }
 
@@ -29,7 +27,7 @@ fn golden_neutral() {
     let (h, t) = incident();
     let out = h.compact(&t, 6_000, None).unwrap();
     // The fingerprint is an opaque hash: checked for stability below, not pinned.
-    let mut plan = out.compaction.plan.clone();
+    let mut plan = out.plan.clone();
     plan.fingerprint = "[fingerprint]".into();
     insta::assert_json_snapshot!("incident_plan", plan);
     insta::assert_json_snapshot!("incident_neutral", out.request);
@@ -62,7 +60,7 @@ fn golden_openai_import() {
     // 1,500 tokens minus the default reserves leaves nothing: a clear error.
     assert!(matches!(
         out,
-        Err(compactd::reduce::CompactError::InsufficientBudget { .. })
+        Err(compactd::app::AppError::InsufficientBudget { .. })
     ));
     let out = h.compact(&input.thread, 4_000, None).unwrap();
     insta::assert_json_snapshot!(
@@ -74,34 +72,14 @@ fn golden_openai_import() {
 #[test]
 fn the_fingerprint_is_stable_and_content_sensitive() {
     let (h, t) = incident();
-    let a = h
-        .compact(&t, 6_000, None)
-        .unwrap()
-        .compaction
-        .plan
-        .fingerprint;
-    let b = h
-        .compact(&t, 6_000, None)
-        .unwrap()
-        .compaction
-        .plan
-        .fingerprint;
+    let a = h.compact(&t, 6_000, None).unwrap().plan.fingerprint;
+    let b = h.compact(&t, 6_000, None).unwrap().plan.fingerprint;
     assert_eq!(a, b);
     assert_eq!(a.len(), 64);
     let mut changed = t.clone();
     changed.messages[5].content = compactd::model::Content::Text("Which orders failed?".into());
-    let c = h
-        .compact(&changed, 6_000, None)
-        .unwrap()
-        .compaction
-        .plan
-        .fingerprint;
+    let c = h.compact(&changed, 6_000, None).unwrap().plan.fingerprint;
     assert_ne!(a, c);
-    let d = h
-        .compact(&t, 7_000, None)
-        .unwrap()
-        .compaction
-        .plan
-        .fingerprint;
+    let d = h.compact(&t, 7_000, None).unwrap().plan.fingerprint;
     assert_ne!(a, d, "the budget is part of the fingerprint");
 }

@@ -5,10 +5,11 @@
 mod common;
 
 use common::Harness;
+use compactd::app::AppError;
 use compactd::model::{Content, Role};
 use compactd::reduce::CompactError;
 use compactd::render::{anthropic, openai, Origin, ProviderOptions};
-use compactd::synth::{thread, SynthParams};
+use compactd_testkit::synth::{thread, SynthParams};
 use proptest::prelude::*;
 
 fn params() -> impl Strategy<Value = SynthParams> {
@@ -34,11 +35,11 @@ proptest! {
         h.policy.keep_tool_io_pairs = pairs;
         match h.compact(&t, max_input, None) {
             Ok(out) => {
-                let report = &out.compaction.report;
+                let report = &out.report;
                 // Never over budget: the exact count after binding real ids.
                 prop_assert!(out.tokens.total <= report.budget.hard_limit,
                     "{} > {}", out.tokens.total, report.budget.hard_limit);
-                prop_assert!(out.tokens.total <= out.compaction.report.tokens_after);
+                prop_assert!(out.tokens.total <= out.report.tokens_after);
                 // Never an orphan, in any output form.
                 let opts = ProviderOptions { model: "gpt-4o".into(), max_output_tokens: None };
                 let oa = openai::to_openai(&out.request, &opts);
@@ -54,16 +55,23 @@ proptest! {
                     }
                 }
                 // Deterministic rendering.
-                let again = h.render(&t, &out.compaction.plan);
+                let again = h.render(&t, &out.plan);
                 prop_assert_eq!(serde_json::to_string(&again).unwrap(), serde_json::to_string(&out.request).unwrap());
                 // Normalization is idempotent on pipeline plans.
-                let mut plan = out.compaction.plan.clone();
+                let mut plan = out.plan.clone();
                 prop_assert!(plan.normalize().is_empty());
-                prop_assert_eq!(&plan, &out.compaction.plan);
+                prop_assert_eq!(&plan, &out.plan);
                 prop_assert!(plan.validate_against(&t).is_ok());
             }
-            Err(CompactError::InsufficientBudget { required, limit, .. }) => {
-                prop_assert!(required > limit);
+            Err(AppError::InsufficientBudget { .. }) => {
+                // The core agrees, and its numbers say why.
+                match h.core_compact(&t, max_input, false) {
+                    Err(CompactError::InsufficientBudget { required, limit, .. }) => {
+                        prop_assert!(required > limit);
+                    }
+                    Err(e) => prop_assert!(false, "the core failed otherwise: {e}"),
+                    Ok(_) => prop_assert!(false, "the core fits what the app refused"),
+                }
             }
             Err(e) => prop_assert!(false, "unexpected error {e}"),
         }
@@ -74,8 +82,8 @@ proptest! {
         let t = thread(&p);
         let h = Harness::default();
         let out = h.compact(&t, 2_000_000, None).unwrap();
-        prop_assert!(out.compaction.plan.is_empty());
-        prop_assert!(!out.compaction.report.triggered);
+        prop_assert!(out.plan.is_empty());
+        prop_assert!(!out.report.triggered);
         prop_assert!(out.request.messages.iter().all(|m| m.origin == Origin::Verbatim));
         prop_assert_eq!(out.request.messages.len(), t.messages.len());
     }
@@ -87,7 +95,7 @@ fn protected_content_beyond_the_budget_is_insufficient_budget() {
     t.messages[1].metadata.protected = true;
     t.messages[1].content = Content::Text("constraint ".repeat(5_000));
     let h = Harness::default();
-    match h.compact(&t, 3_000, None) {
+    match h.core_compact(&t, 3_000, false) {
         Err(CompactError::InsufficientBudget { pinned, limit, .. }) => assert!(pinned > limit),
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("a protected message larger than the budget cannot fit"),

@@ -43,7 +43,7 @@ fn retention_stubs_old_results_and_keeps_the_pair() {
     let t = b.build("retention");
     let h = Harness::default();
     let out = h.compact(&t, 9_000, None).unwrap();
-    assert!(out.compaction.report.triggered);
+    assert!(out.report.triggered);
     // Turns 1-4 are older than the default 8-turn retention.
     for call in &calls[..4] {
         let m = rendered_tool(&out, call);
@@ -58,7 +58,7 @@ fn retention_stubs_old_results_and_keeps_the_pair() {
         assert_eq!(rendered_tool(&out, call).origin, Origin::Verbatim);
     }
     assert!(openai::check_pairing(&openai::to_openai(&out.request, &opts())).is_ok());
-    assert!(out.tokens.total <= out.compaction.report.budget.hard_limit);
+    assert!(out.tokens.total <= out.report.budget.hard_limit);
 }
 
 #[test]
@@ -126,11 +126,14 @@ fn non_replayable_results_are_externalized_not_cleared() {
         "{text}"
     );
     assert!(text.contains("read_artifact(\"art_"));
-    let c = &out.compaction;
-    assert_eq!(c.pending.len(), 1);
-    assert_eq!(c.pending[0].content, body);
-    assert_eq!(c.plan.externalizations.len(), 1);
-    assert!(c
+    assert_eq!(out.artifacts.len(), 1);
+    assert_eq!(out.contents, [body]);
+    assert_eq!(out.plan.externalizations.len(), 1);
+    assert_eq!(
+        out.plan.externalizations[0].artifact_id,
+        out.artifacts[0].artifact_id
+    );
+    assert!(out
         .plan
         .clearings
         .iter()
@@ -205,7 +208,7 @@ fn a_huge_result_in_the_last_turn_is_externalized() {
     let h = Harness::default();
     let out = h.compact(&t, 16_000, None).unwrap();
     assert_eq!(rendered_tool(&out, &big).origin, Origin::Externalized);
-    assert!(out.tokens.total <= out.compaction.report.budget.hard_limit);
+    assert!(out.tokens.total <= out.report.budget.hard_limit);
     assert!(openai::check_pairing(&openai::to_openai(&out.request, &opts())).is_ok());
 }
 
@@ -226,19 +229,14 @@ fn a_previous_plan_is_extended_and_the_prefix_stays_byte_stable() {
     let t1 = b.build("stable");
     let h = Harness::default();
     let first = h.compact(&t1, 14_000, None).unwrap();
-    assert!(!first.compaction.plan.is_empty());
+    assert!(!first.plan.is_empty());
     b.user("one more small question");
     b.assistant("a small answer");
     let t2 = b.build("stable");
-    let second = h
-        .compact(&t2, 14_000, Some(&first.compaction.plan))
-        .unwrap();
+    let second = h.compact(&t2, 14_000, Some(&first.plan)).unwrap();
     // Below the trigger with the old plan applied: the plan is reused as is…
-    assert!(!second.compaction.report.triggered);
-    assert_eq!(
-        second.compaction.plan.clearings,
-        first.compaction.plan.clearings
-    );
+    assert!(!second.report.triggered);
+    assert_eq!(second.plan.clearings, first.plan.clearings);
     // …so every message rendered last turn renders byte-identically now.
     let n = first.request.messages.len();
     assert_eq!(
@@ -262,18 +260,7 @@ fn rehydration_turns_skip_externalize_and_drop() {
     }
     let t = b.build("skip");
     let h = Harness::default();
-    let req = compactd::reduce::CompactRequest {
-        thread: &t,
-        policy: &h.policy,
-        max_input_tokens: 12_000,
-        system: None,
-        tools: &[],
-        previous: None,
-        observations: &h.observations,
-        skip_aggressive: true,
-        limits: Default::default(),
-    };
-    match compactd::reduce::compact(&req, &h.engine()) {
+    match h.core_compact(&t, 12_000, true) {
         Ok(c) => {
             assert!(c.plan.externalizations.is_empty());
             assert!(c.plan.drops.is_empty());
@@ -285,7 +272,7 @@ fn rehydration_turns_skip_externalize_and_drop() {
 
 #[test]
 fn the_plan_names_every_action_once() {
-    let t = compactd::synth::thread(&compactd::synth::SynthParams {
+    let t = compactd_testkit::synth::thread(&compactd_testkit::synth::SynthParams {
         seed: 3,
         turns: 30,
         tool_density: 0.9,
@@ -294,7 +281,7 @@ fn the_plan_names_every_action_once() {
     });
     let h = Harness::default();
     let out = h.compact(&t, 10_000, None).unwrap();
-    let plan = &out.compaction.plan;
+    let plan = &out.plan;
     let actions = plan.actions();
     let mut seen = std::collections::HashSet::new();
     for r in &plan.clearings {

@@ -7,7 +7,7 @@ mod server_common;
 use server_common::*;
 use tonic::Code;
 
-use compactd::server::pb;
+use compactd::proto::pb;
 
 #[tokio::test]
 async fn compact_then_render_round_trip() {

@@ -7,7 +7,7 @@ mod server_common;
 use server_common::*;
 use tonic::Code;
 
-use compactd::server::pb;
+use compactd::proto::pb;
 
 fn files_under(dir: &std::path::Path, name: &str) -> usize {
     let mut n = 0;

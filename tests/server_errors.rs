@@ -1,5 +1,5 @@
 //! The error contract: for each bad input, credential or permission, the
-//! exact gRPC code, the stable ErrorDetail code and the field path.
+//! exact gRPC code, the stable reason (google.rpc ErrorInfo) and the field path.
 
 mod server_common;
 
@@ -7,8 +7,8 @@ use serde_json::json;
 use server_common::*;
 use tonic::Code;
 
-use compactd::server::error_detail;
-use compactd::server::pb;
+use compactd::proto::pb;
+use compactd::proto::status::ErrorDescription;
 
 /// One bad Compact request and what it must produce.
 struct Case {
@@ -184,8 +184,8 @@ async fn bad_inputs_name_the_field() {
             .await
             .expect_err(case.name);
         assert_eq!(err.code(), case.code, "{}: {err:?}", case.name);
-        let d = error_detail(&err).unwrap_or_else(|| panic!("{}: no detail", case.name));
-        assert_eq!(d.code, case.detail, "{}", case.name);
+        let d = ErrorDescription::of(&err);
+        assert_eq!(d.reason, case.detail, "{}", case.name);
         assert_eq!(d.field, case.field, "{}: {err:?}", case.name);
         assert!(
             err.message().contains(case.field),
@@ -247,7 +247,7 @@ async fn render_errors() {
         .expect_err("plan mismatch");
     assert_status(&err, Code::FailedPrecondition, Some("thread"));
     assert_eq!(
-        error_detail(&err).map(|d| d.code).as_deref(),
+        Some(ErrorDescription::of(&err).reason.as_str()),
         Some("PLAN_MISMATCH")
     );
 }
@@ -305,7 +305,7 @@ async fn credentials_are_checked() {
         let err = result.expect_err(name);
         assert_eq!(err.code(), Code::Unauthenticated, "{name}: {err:?}");
         assert_eq!(
-            error_detail(&err).map(|d| d.code).as_deref(),
+            Some(ErrorDescription::of(&err).reason.as_str()),
             Some("UNAUTHENTICATED"),
             "{name}"
         );

@@ -6,9 +6,9 @@ mod server_common;
 
 use std::path::PathBuf;
 
+use compactd::proto::pb;
+use compactd::proto::pb::compaction_service_client::CompactionServiceClient;
 use compactd::security::MtlsConfig;
-use compactd::server::pb;
-use compactd::server::pb::compaction_service_client::CompactionServiceClient;
 use server_common::*;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic::Code;

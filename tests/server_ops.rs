@@ -14,9 +14,10 @@ use tokio_stream::StreamExt;
 use tonic::Code;
 
 use compactd::model::CompactionPlan;
+use compactd::proto::pb;
+use compactd::proto::status::{ErrorDescription, RETRY_AFTER_MS};
 use compactd::security::AuthConfig;
-use compactd::server::error::RETRY_AFTER_MS;
-use compactd::server::{check_startup, error_detail, pb, ServeError, ServerSettings};
+use compactd::server::{check_startup, ServeError, ServerSettings};
 use compactd::store::{
     ArtifactMeta, ArtifactStore, FsArtifactStore, FsPlanStore, PlanStore, StoreError, StoredPlan,
 };
@@ -286,8 +287,14 @@ async fn rate_limits_are_per_tenant_with_a_retry_hint() {
         .and_then(|v| v.parse().ok())
         .expect("retry-after-ms");
     assert!(hint > 0 && hint <= 2000, "{hint}");
-    let d = error_detail(&err).expect("detail");
-    assert_eq!((d.code.as_str(), d.retry_after_ms), ("RATE_LIMITED", hint));
+    let d = ErrorDescription::of(&err);
+    assert_eq!(
+        (
+            d.reason.as_str(),
+            d.retry_after.map(|a| a.as_millis() as u64)
+        ),
+        ("RATE_LIMITED", Some(hint))
+    );
     // Another tenant has its own bucket; health is never limited.
     client
         .compact(authed(
@@ -376,7 +383,7 @@ async fn per_tenant_concurrency_is_limited() {
         .expect_err("second concurrent call of acme");
     assert_status(&err, Code::ResourceExhausted, None);
     assert_eq!(
-        error_detail(&err).map(|d| d.code).as_deref(),
+        Some(ErrorDescription::of(&err).reason.as_str()),
         Some("OVERLOADED")
     );
     c2.compact(authed(

@@ -1,5 +1,6 @@
 //! The domain model: threads, messages, plans and summaries. Pure data, no I/O.
 
+mod audit;
 mod ids;
 mod import;
 mod message;
@@ -7,6 +8,7 @@ mod plan;
 mod summary;
 mod thread;
 
+pub use audit::{AuditRecord, EvictionCounts};
 pub use ids::{IdHash, IdHasher, IdMap, IdSet};
 pub use import::{thread_from_json, ImportError, InputFormat, ThreadInput};
 pub use message::{

@@ -147,38 +147,3 @@ impl<'a> RequestCounter<'a> {
         t
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::synth::{thread, SynthParams};
-    use crate::tokens::{o200k, TokenLedger};
-
-    #[test]
-    fn verbatim_cost_equals_the_rendered_message_cost() {
-        let counter = o200k();
-        let ledger = TokenLedger::new(10_000);
-        let c = RequestCounter::new(counter.as_ref(), &ledger);
-        let t = thread(&SynthParams::default());
-        for options in [
-            RenderOptions::default(),
-            RenderOptions {
-                delimit_user_content: true,
-                tool_result_max_chars: Some(100),
-            },
-        ] {
-            for m in &t.messages {
-                let rendered = render_message(m, Action::Include, &options).unwrap();
-                assert_eq!(c.verbatim(m, &options), c.message(&rendered), "{}", m.id);
-                let record = crate::model::ClearRecord {
-                    span: crate::model::SpanReference::of(&t, &[0]),
-                    preserved_fields: Default::default(),
-                    reason: crate::model::ClearReason::Expired,
-                    replacement: "[result expired] tool: success".into(),
-                };
-                let cleared = render_message(m, Action::Clear(&record), &options).unwrap();
-                assert_eq!(c.cleared(m, &record.replacement), c.message(&cleared));
-            }
-        }
-    }
-}

@@ -5,12 +5,14 @@ pub mod anthropic;
 mod count;
 
 pub mod openai;
+mod rehydrate;
 mod renderer;
 mod request;
 
 pub use count::{RequestCounter, RequestTokens};
+pub use rehydrate::{fit_rehydrated, RehydrationReport};
 pub use renderer::{
     externalization_text, render, render_message, summary_text, Rehydrated, RenderInput,
     RenderOptions, RENDER_FORMAT_VERSION,
 };
-pub use request::{Origin, ProviderOptions, RenderedMessage, Request};
+pub use request::{Origin, OutputFormat, ProviderOptions, RenderedMessage, Request};

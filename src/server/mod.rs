@@ -3,12 +3,10 @@
 //! Request path, outermost first: load shedding over a global concurrency
 //! limit → authentication ([`auth`]) → per-tenant limits and the call deadline
 //! ([`limits`]) → routing to `CompactionService` ([`service`]), health or
-//! reflection. Handlers validate, authorize, convert ([`convert`]), run the
-//! core on the blocking pool and map errors in one place ([`error`]).
+//! reflection. Handlers authorize, convert ([`crate::proto`]), call one use
+//! case ([`crate::app`]) and map errors in one place ([`error`]).
 
 pub mod auth;
-pub mod client;
-pub mod convert;
 pub mod error;
 pub mod limits;
 pub mod service;
@@ -29,18 +27,11 @@ use crate::reduce::Policy;
 use crate::security::{AuthConfig, AuthConfigError, Authenticator};
 use crate::store::{ArtifactStore, FsArtifactStore, FsPlanStore, PlanStore, StoreError};
 
-pub use error::{error_detail, ApiError};
+pub use error::ApiError;
 pub use service::{CompactionApi, SERVICE_NAME};
 
-/// Generated protobuf messages, server and client of `compactd.v1`.
-#[allow(missing_docs, clippy::all, clippy::pedantic)]
-pub mod pb {
-    tonic::include_proto!("compactd.v1");
-
-    /// Encoded descriptor set of `proto/`, for server reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        include_bytes!(concat!(env!("OUT_DIR"), "/compactd_descriptor.bin"));
-}
+use crate::app::{App, Defaults};
+use crate::proto::pb;
 
 /// Everything the service needs to run. Plain data, so the config file can
 /// embed it; every field has a default that works for a local start.
@@ -261,7 +252,17 @@ pub async fn serve_with_stores(
     let model = settings.default_model.clone();
     tokio::task::spawn_blocking(move || crate::tokens::counter_for_model(&model).count("warm"));
 
-    let api = CompactionApi::new(&settings, plans, artifacts);
+    let app = App::new(
+        Defaults {
+            policy: settings.policy.clone(),
+            model: settings.default_model.clone(),
+            max_input_tokens: settings.default_max_input_tokens,
+        },
+        plans,
+        artifacts,
+        settings.ledger_max_entries,
+    );
+    let api = CompactionApi::new(app);
     let api = pb::compaction_service_server::CompactionServiceServer::new(api)
         .max_decoding_message_size(settings.max_message_bytes);
 

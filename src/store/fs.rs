@@ -134,17 +134,12 @@ where
     T: Send + 'static,
     F: FnOnce() -> Result<T, StoreError> + Send + 'static,
 {
-    tokio::task::spawn_blocking(f)
+    crate::runtime::blocking(f)
         .await
         .map_err(|e| StoreError::Unavailable(format!("storage task failed: {e}")))?
 }
 
-pub(super) fn now_unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
+pub(super) use crate::runtime::now_unix_ms;
 
 /// One async mutex per key, created on demand and dropped when unused, so
 /// commits to different threads never wait on each other.

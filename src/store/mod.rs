@@ -17,6 +17,7 @@
 
 mod artifact;
 mod fs;
+mod memory;
 mod plan;
 
 use async_trait::async_trait;
@@ -27,6 +28,7 @@ use thiserror::Error;
 use crate::model::{CompactionPlan, Sensitivity};
 
 pub use artifact::FsArtifactStore;
+pub use memory::{MemoryArtifactStore, MemoryPlanStore};
 pub use plan::FsPlanStore;
 
 /// Longest tenant or thread id accepted, in bytes.

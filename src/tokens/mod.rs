@@ -8,6 +8,7 @@ mod counter;
 mod estimate;
 mod ledger;
 mod overhead;
+mod truncate;
 
 #[cfg(test)]
 mod corpus;
@@ -16,3 +17,4 @@ pub use counter::{cl100k, counter_for_model, o200k, TokenCounter};
 pub use estimate::Estimator;
 pub use ledger::{LedgerStats, TokenLedger, DEFAULT_MAX_ENTRIES, MIN_CACHED_BYTES};
 pub use overhead::{count_tool_schemas, ChatOverhead};
+pub use truncate::truncate_to_tokens;

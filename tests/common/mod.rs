@@ -2,99 +2,188 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use compactd::app::{
+    App, AppError, CompactCommand, Defaults, RenderCommand, RenderedOutput, WrittenArtifact,
+};
 use compactd::model::{CompactionPlan, Thread, ToolSchema};
-use compactd::reduce::{compact, CompactError, CompactRequest, Compaction, Engine, Memo, Policy};
-use compactd::render::{render, RenderInput, Request, RequestCounter, RequestTokens};
+use compactd::reduce::{
+    compact, CompactError, CompactRequest, Compaction, Engine, Memo, Policy, Report,
+};
+use compactd::render::{render, OutputFormat, RenderInput, Request, RequestCounter, RequestTokens};
+use compactd::security::{AuthMethod, Permission, SecurityContext};
+use compactd::store::{ArtifactStore, MemoryArtifactStore, MemoryPlanStore, PlanStore};
 use compactd::summarize::ExtractiveSummarizer;
 use compactd::tokens::{o200k, TokenLedger};
 
-/// Everything one compaction needs, owned.
+/// Compacts and renders through the application layer, exactly as the
+/// service and the offline CLI do, over in-memory stores. Every call runs as
+/// a fresh tenant, so `previous` alone decides which plan it builds on.
 pub struct Harness {
-    pub counter: std::sync::Arc<dyn compactd::tokens::TokenCounter>,
-    pub ledger: TokenLedger,
-    pub summarizer: ExtractiveSummarizer,
-    pub memo: Memo,
     pub policy: Policy,
     pub system: Option<String>,
     pub tools: Vec<ToolSchema>,
     pub observations: BTreeMap<String, compactd::model::DeterminismMetadata>,
+    /// An independent tokenizer and ledger, for the full recount check and
+    /// for tests of the core alone.
+    pub counter: Arc<dyn compactd::tokens::TokenCounter>,
+    pub ledger: TokenLedger,
+    pub memo: Memo,
+    plans: Arc<MemoryPlanStore>,
+    artifacts: Arc<MemoryArtifactStore>,
+    app: App,
+    runtime: tokio::runtime::Runtime,
+    calls: AtomicU64,
 }
 
 impl Default for Harness {
     fn default() -> Self {
+        let plans = Arc::new(MemoryPlanStore::default());
+        // Content-addressed ids: golden renders stay byte-stable.
+        let artifacts = Arc::new(MemoryArtifactStore::content_addressed());
+        let app = App::new(
+            Defaults::default(),
+            plans.clone(),
+            artifacts.clone(),
+            100_000,
+        );
         Harness {
-            counter: o200k(),
-            ledger: TokenLedger::new(100_000),
-            summarizer: ExtractiveSummarizer,
-            memo: Memo::default(),
             policy: Policy::default(),
             system: Some("You are a helpful agent.".into()),
             tools: Vec::new(),
             observations: BTreeMap::new(),
+            counter: o200k(),
+            ledger: TokenLedger::new(100_000),
+            memo: Memo::default(),
+            plans,
+            artifacts,
+            app,
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime"),
+            calls: AtomicU64::new(0),
         }
     }
 }
 
-/// A compaction whose artifacts were bound, rendered and counted.
+/// A compaction that was committed, rendered and counted by the app.
 pub struct Outcome {
-    pub compaction: Compaction,
+    pub plan: CompactionPlan,
+    pub report: Report,
+    pub artifacts: Vec<WrittenArtifact>,
+    /// What the store holds for each of `artifacts`, read back.
+    pub contents: Vec<String>,
     pub request: Request,
     pub tokens: RequestTokens,
 }
 
 impl Harness {
+    /// The core's engine over the harness's own caches (core-only tests).
     pub fn engine(&self) -> Engine<'_> {
         Engine {
             counter: self.counter.as_ref(),
             ledger: &self.ledger,
-            summarizer: &self.summarizer,
+            summarizer: &ExtractiveSummarizer,
             memo: &self.memo,
         }
     }
 
-    pub fn compact(
+    /// The core pipeline alone, without stores or binding.
+    pub fn core_compact(
         &self,
         thread: &Thread,
         max_input_tokens: u32,
-        previous: Option<&CompactionPlan>,
-    ) -> Result<Outcome, CompactError> {
+        skip_aggressive: bool,
+    ) -> Result<Compaction, CompactError> {
         let req = CompactRequest {
             thread,
             policy: &self.policy,
             max_input_tokens,
             system: self.system.as_deref(),
             tools: &self.tools,
-            previous,
+            previous: None,
             observations: &self.observations,
-            skip_aggressive: false,
+            skip_aggressive,
             limits: Default::default(),
         };
-        let mut c = compact(&req, &self.engine())?;
-        // Bind ids the way a store would: random-looking 32 hex digits.
-        let ids: BTreeMap<String, String> = c
-            .pending
-            .iter()
-            .enumerate()
-            .map(|(i, a)| {
-                (
-                    a.placeholder.clone(),
-                    format!("art_{:032x}", 0x9e3779b97f4a7c15u128 * (i as u128 + 1)),
+        compact(&req, &self.engine())
+    }
+
+    /// Compact-and-render through the app; `previous` is the plan committed
+    /// last turn (none: a first compaction).
+    pub fn compact(
+        &self,
+        thread: &Thread,
+        max_input_tokens: u32,
+        previous: Option<&CompactionPlan>,
+    ) -> Result<Outcome, AppError> {
+        let tenant = format!("h{}", self.calls.fetch_add(1, Ordering::Relaxed));
+        let ctx = SecurityContext {
+            tenant_id: tenant.clone(),
+            requester_id: "harness".into(),
+            permissions: Permission::all(),
+            method: AuthMethod::Dev,
+        };
+        self.runtime.block_on(async {
+            if let Some(p) = previous {
+                let mut p = p.clone();
+                p.thread_id = thread.id.clone();
+                self.plans
+                    .commit(&tenant, &thread.id, &p, 0)
+                    .await
+                    .expect("seed the previous plan");
+            }
+            let mut request = CompactCommand::new(thread.clone(), self.policy.clone());
+            request.max_input_tokens = Some(max_input_tokens);
+            request.system = self.system.clone();
+            request.tools = Arc::new(self.tools.clone());
+            request.observations = self.observations.clone();
+            let out = self
+                .app
+                .render(
+                    &ctx,
+                    RenderCommand {
+                        request,
+                        compact_first: true,
+                        plan_version: 0,
+                        format: OutputFormat::Neutral,
+                        max_output_tokens: None,
+                        rehydrate_artifact_ids: Vec::new(),
+                    },
                 )
+                .await?;
+            let RenderedOutput::Neutral(request) = out.output else {
+                panic!("neutral output was asked for");
+            };
+            let compaction = out.compaction.expect("compact_first reports");
+            // The app's accounting (the pipeline's counts, bound and
+            // recounted incrementally) equals a full recount from scratch.
+            let recount =
+                RequestCounter::new(self.counter.as_ref(), &self.ledger).request(&request);
+            assert_eq!(
+                out.tokens, recount,
+                "incremental count differs from a full count"
+            );
+            let mut contents = Vec::new();
+            for a in &compaction.artifacts {
+                let (_, bytes) = self
+                    .artifacts
+                    .get(&tenant, &thread.id, &a.artifact_id)
+                    .await
+                    .expect("a written artifact reads back");
+                contents.push(String::from_utf8(bytes).expect("UTF-8"));
+            }
+            Ok(Outcome {
+                contents,
+                report: compaction.report.expect("a fresh tenant never reuses"),
+                artifacts: compaction.artifacts,
+                plan: out.plan,
+                request,
+                tokens: out.tokens,
             })
-            .collect();
-        let exact = c.bind(&ids, thread, &self.policy.render, &self.engine());
-        let request = self.render(thread, &c.plan);
-        let tokens = RequestCounter::new(self.counter.as_ref(), &self.ledger).request(&request);
-        // The incremental count after binding equals a full recount.
-        assert_eq!(
-            exact, tokens.total,
-            "Compaction::bind count differs from a full count"
-        );
-        Ok(Outcome {
-            compaction: c,
-            request,
-            tokens,
         })
     }
 

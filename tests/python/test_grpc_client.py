@@ -3,8 +3,8 @@
 The stubs are generated from `proto/` with grpcio-tools at test time (nothing
 generated is checked in), the server is the release artifact started with
 `compactd serve --listen 127.0.0.1:0` (dev mode: loopback, no credentials), and
-errors are decoded the standard way: `grpc_status.rpc_status.from_call` and an
-`Any` unpacked into `compactd.v1.ErrorDetail`.
+errors are decoded the standard way: `grpc_status.rpc_status.from_call` and the
+`google.rpc` `ErrorInfo` / `BadRequest` / `RetryInfo` details it carries.
 
 Run:
     python3 -m venv /tmp/pyvenv
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 REPO = Path(__file__).resolve().parents[2]
@@ -368,13 +369,20 @@ def test_duplicate_message_ids_are_invalid_argument(api, stub):
     field = "thread.messages[1].id"
     assert field in err.details()
 
-    # The standard google.rpc.Status trailer, with a compactd.v1.ErrorDetail.
+    # The standard google.rpc.Status trailer with standard details: nothing
+    # compactd-specific is needed to read the reason or the field.
     status = rpc_status.from_call(err)
     assert status is not None, "grpc-status-details-bin trailer is present"
     assert status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
-    details = [d for d in status.details if d.Is(pb2.ErrorDetail.DESCRIPTOR)]
-    assert len(details) == 1, status.details
-    detail = pb2.ErrorDetail()
-    details[0].Unpack(detail)
-    assert detail.code == "INVALID_ARGUMENT"
-    assert detail.field == field
+    infos = [d for d in status.details if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR)]
+    assert len(infos) == 1, status.details
+    info = error_details_pb2.ErrorInfo()
+    infos[0].Unpack(info)
+    assert info.reason == "INVALID_ARGUMENT"
+    assert info.domain == "compactd.v1"
+    assert info.metadata["field"] == field
+    bad = [d for d in status.details if d.Is(error_details_pb2.BadRequest.DESCRIPTOR)]
+    assert len(bad) == 1, status.details
+    request = error_details_pb2.BadRequest()
+    bad[0].Unpack(request)
+    assert [v.field for v in request.field_violations] == [field]

@@ -16,10 +16,11 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
 
+use compactd::proto::pb;
+use compactd::proto::pb::compaction_service_client::CompactionServiceClient;
+use compactd::proto::status::ErrorDescription;
 use compactd::security::AuthConfig;
-use compactd::server::pb;
-use compactd::server::pb::compaction_service_client::CompactionServiceClient;
-use compactd::server::{error_detail, ServeError, ServerSettings};
+use compactd::server::{ServeError, ServerSettings};
 use compactd::store::{ArtifactStore, PlanStore};
 
 pub const ISSUER: &str = "https://issuer.test";
@@ -220,11 +221,11 @@ pub fn authed<T>(msg: T, token: &str) -> Request<T> {
     r
 }
 
-/// Asserts the status code and, when given, the ErrorDetail field.
+/// Asserts the status code and, when given, the field the details name.
 pub fn assert_status(s: &Status, code: Code, field: Option<&str>) {
     assert_eq!(s.code(), code, "unexpected status: {s:?}");
     if let Some(field) = field {
-        let d = error_detail(s).unwrap_or_else(|| panic!("no ErrorDetail in {s:?}"));
+        let d = ErrorDescription::of(s);
         assert_eq!(d.field, field, "{s:?}");
         assert!(
             s.message().contains(field),

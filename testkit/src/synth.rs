@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::model::{
+use compactd::model::{
     Content, Durability, Message, MessageMetadata, Outcome, Role, Thread, ToolCall, ToolContent,
     ToolResultEnvelope,
 };

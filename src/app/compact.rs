@@ -1,0 +1,353 @@
+//! Compact: load the committed plan → reuse it, or compact on top of it →
+//! write the artifacts → bind their ids and recount exactly → commit.
+//!
+//! The commit is a compare-and-swap, and it comes last: artifacts are written
+//! first, the plan is committed only if every write succeeded and the version
+//! did not move, and the artifacts are deleted again when the commit does not
+//! happen — a committed plan never points at an unwritten artifact.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::model::{CompactionPlan, Sensitivity, Thread};
+use crate::reduce::{compact, request_fingerprint, CompactRequest, Compaction, Policy, Report};
+use crate::runtime::{blocking, now_unix_ms};
+use crate::security::SecurityContext;
+use crate::store::{ArtifactMeta, StoredPlan};
+
+use super::error::{plan_store_error, store_error};
+use super::{App, AppError, EngineParts, Observations, Result, Tools, UseCase};
+
+/// A Compact call, converted and owned.
+#[derive(Debug, Clone)]
+pub struct CompactCommand {
+    /// The thread snapshot (validated by the use case).
+    pub thread: Arc<Thread>,
+    /// The policy with the request's overrides applied (validated by the use case).
+    pub policy: Arc<Policy>,
+    /// Model; `None` or empty = the default.
+    pub model: Option<String>,
+    /// The model's input limit; `None` or 0 = the default.
+    pub max_input_tokens: Option<u32>,
+    /// System prompt the request will carry.
+    pub system: Option<String>,
+    /// Tool schemas the request will carry.
+    pub tools: Tools,
+    /// Compare-and-swap: fail unless this is the committed version (0 = none yet).
+    pub expected_version: Option<u64>,
+    /// Current determinism metadata by tool call id.
+    pub observations: Observations,
+    /// The agent read artifacts back this turn: skip externalize and drop, so
+    /// a rehydrated span is not evicted again at once.
+    pub rehydrated_this_turn: bool,
+}
+
+impl CompactCommand {
+    /// A command for `thread` with everything else at its default.
+    pub fn new(thread: Thread, policy: Policy) -> Self {
+        CompactCommand {
+            thread: Arc::new(thread),
+            policy: Arc::new(policy),
+            model: None,
+            max_input_tokens: None,
+            system: None,
+            tools: Arc::new(Vec::new()),
+            expected_version: None,
+            observations: Observations::new(),
+            rehydrated_this_turn: false,
+        }
+    }
+}
+
+/// An artifact written by this call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WrittenArtifact {
+    /// The id the store assigned.
+    pub artifact_id: String,
+    /// The messages whose content it holds.
+    pub message_ids: Vec<String>,
+    /// Tokens of the content.
+    pub tokens: u32,
+    /// Highest sensitivity of the messages.
+    pub sensitivity: Sensitivity,
+    /// SHA-256 of the content.
+    pub content_hash: String,
+}
+
+/// What Compact did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactOutcome {
+    /// The committed plan; `plan.version` is its store version.
+    pub plan: CompactionPlan,
+    /// The committed plan already had this fingerprint: nothing was compacted.
+    pub reused: bool,
+    /// What the pipeline did; `None` when the plan was reused.
+    pub report: Option<Report>,
+    /// Artifacts written by this call (none when reused).
+    pub artifacts: Vec<WrittenArtifact>,
+    /// The tokenizer the counts are in.
+    pub tokenizer: String,
+}
+
+impl CompactOutcome {
+    /// Request tokens without any plan.
+    pub fn tokens_before(&self) -> u32 {
+        self.report
+            .as_ref()
+            .map_or(self.plan.original_token_count, |r| r.tokens_before)
+    }
+
+    /// Exact request tokens with the plan.
+    pub fn tokens_after(&self) -> u32 {
+        self.plan.compacted_token_count
+    }
+
+    fn reused(plan: CompactionPlan, tokenizer: String) -> Self {
+        CompactOutcome {
+            plan,
+            reused: true,
+            report: None,
+            artifacts: Vec::new(),
+            tokenizer,
+        }
+    }
+}
+
+/// A command resolved against the defaults, ready for the core.
+struct Resolved {
+    cmd: CompactCommand,
+    model: String,
+    max_input_tokens: u32,
+}
+
+impl Resolved {
+    /// The core request (one place, so the reuse check and the compaction
+    /// can never disagree on what they fingerprint).
+    fn request<'a>(
+        &'a self,
+        previous: Option<&'a CompactionPlan>,
+        app: &App,
+    ) -> CompactRequest<'a> {
+        CompactRequest {
+            thread: &self.cmd.thread,
+            policy: &self.cmd.policy,
+            max_input_tokens: self.max_input_tokens,
+            system: self.cmd.system.as_deref(),
+            tools: &self.cmd.tools,
+            previous,
+            observations: &self.cmd.observations,
+            skip_aggressive: self.cmd.rehydrated_this_turn,
+            limits: app.inner.limits,
+        }
+    }
+}
+
+impl App {
+    /// Compacts the thread and commits the plan for the caller's tenant.
+    pub async fn compact(
+        &self,
+        ctx: &SecurityContext,
+        cmd: CompactCommand,
+    ) -> Result<CompactOutcome> {
+        UseCase::Compact.authorize(ctx, None)?;
+        self.compact_and_commit(&ctx.tenant_id, cmd).await
+    }
+
+    /// The committed plan of a thread, with `plan.version` set.
+    pub(super) async fn current_plan(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+    ) -> Result<Option<CompactionPlan>> {
+        let stored = self
+            .inner
+            .plans
+            .get(tenant, thread_id)
+            .await
+            .map_err(plan_store_error)?;
+        Ok(stored.map(|StoredPlan { version, plan, .. }| {
+            let mut plan = plan;
+            plan.version = version;
+            plan
+        }))
+    }
+
+    /// Load → (reuse | compact → write artifacts → bind → verify → commit).
+    pub(super) async fn compact_and_commit(
+        &self,
+        tenant: &str,
+        cmd: CompactCommand,
+    ) -> Result<CompactOutcome> {
+        self.validate_thread(&cmd.thread)?;
+        cmd.policy
+            .validate()
+            .map_err(|e| AppError::invalid(e.field, e.reason))?;
+        let resolved = Arc::new(Resolved {
+            model: self.model(cmd.model.clone()),
+            max_input_tokens: self.max_input_tokens(cmd.max_input_tokens),
+            cmd,
+        });
+        let parts = self.engine_parts(&resolved.model);
+        let tokenizer = parts.counter.name().to_string();
+        let thread_id = resolved.cmd.thread.id.clone();
+
+        let previous = self.current_plan(tenant, &thread_id).await?;
+        let current_version = previous.as_ref().map_or(0, |p| p.version);
+        if let Some(expected) = resolved.cmd.expected_version {
+            if expected != current_version {
+                return Err(AppError::VersionConflict {
+                    expected,
+                    current: current_version,
+                });
+            }
+        }
+        if let Some(prev) = &previous {
+            let fingerprint = request_fingerprint(&resolved.request(None, self), &parts.engine());
+            if prev.fingerprint == fingerprint {
+                return Ok(CompactOutcome::reused(prev.clone(), tokenizer));
+            }
+        }
+
+        let (app, r, p, prev) = (
+            self.clone(),
+            Arc::clone(&resolved),
+            parts.clone(),
+            previous.clone(),
+        );
+        let compaction = blocking(move || {
+            compact(&r.request(prev.as_ref(), &app), &p.engine()).map_err(AppError::from)
+        })
+        .await??;
+        if let Some(prev) = previous {
+            if prev.fingerprint == compaction.plan.fingerprint {
+                return Ok(CompactOutcome::reused(prev, tokenizer));
+            }
+        }
+
+        let (ids, written) = self
+            .write_artifacts(tenant, &thread_id, &compaction)
+            .await?;
+        let bound = blocking({
+            let resolved = Arc::clone(&resolved);
+            move || bind(compaction, &ids, &resolved, &parts)
+        })
+        .await
+        .map_err(AppError::from)
+        .and_then(|r| r);
+        let (mut plan, report) = match bound {
+            Ok(c) => (c.plan, c.report),
+            Err(e) => {
+                self.delete_artifacts(tenant, &thread_id, &written).await;
+                return Err(e);
+            }
+        };
+        match self
+            .inner
+            .plans
+            .commit(tenant, &thread_id, &plan, current_version)
+            .await
+        {
+            Ok(version) => plan.version = version,
+            Err(e) => {
+                self.delete_artifacts(tenant, &thread_id, &written).await;
+                return Err(plan_store_error(e));
+            }
+        }
+        Ok(CompactOutcome {
+            plan,
+            reused: false,
+            report: Some(report),
+            artifacts: written,
+            tokenizer,
+        })
+    }
+
+    /// Writes every pending artifact; on the first failure deletes what was
+    /// written and fails. Returns placeholder → id and what was written.
+    async fn write_artifacts(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        compaction: &Compaction,
+    ) -> Result<(BTreeMap<String, String>, Vec<WrittenArtifact>)> {
+        let mut ids = BTreeMap::new();
+        let mut written: Vec<WrittenArtifact> = Vec::with_capacity(compaction.pending.len());
+        let created = now_unix_ms();
+        for a in &compaction.pending {
+            let meta = ArtifactMeta {
+                tenant: tenant.to_string(),
+                thread_id: thread_id.to_string(),
+                created_at_unix_ms: created,
+                ttl_seconds: None,
+                sensitivity: a.sensitivity,
+                key_id: None,
+                content_hash: a.content_hash.clone(),
+                size_bytes: a.content.len() as u64,
+                message_ids: a.message_ids.clone(),
+            };
+            match self.inner.artifacts.put(&meta, a.content.as_bytes()).await {
+                Ok(id) => {
+                    ids.insert(a.placeholder.clone(), id.clone());
+                    written.push(WrittenArtifact {
+                        artifact_id: id,
+                        message_ids: a.message_ids.clone(),
+                        tokens: a.tokens,
+                        sensitivity: a.sensitivity,
+                        content_hash: a.content_hash.clone(),
+                    });
+                }
+                Err(e) => {
+                    self.delete_artifacts(tenant, thread_id, &written).await;
+                    return Err(match store_error(e, "artifact") {
+                        AppError::NotFound(_) => {
+                            AppError::Internal("artifact store rejected a write".into())
+                        }
+                        other => other,
+                    });
+                }
+            }
+        }
+        Ok((ids, written))
+    }
+
+    /// Best effort: an artifact that no plan references is garbage, not a
+    /// correctness problem, so failures are logged, not returned.
+    async fn delete_artifacts(&self, tenant: &str, thread_id: &str, written: &[WrittenArtifact]) {
+        for a in written {
+            if let Err(e) = self
+                .inner
+                .artifacts
+                .delete(tenant, thread_id, &a.artifact_id)
+                .await
+            {
+                tracing::warn!(artifact_id = %a.artifact_id, error = %e, "could not delete an uncommitted artifact");
+            }
+        }
+    }
+}
+
+/// Binds the store's ids and recounts exactly (only pointers and summaries
+/// are counted again); a bound plan over the hard limit is a bug, reported
+/// rather than committed.
+fn bind(
+    mut compaction: Compaction,
+    ids: &BTreeMap<String, String>,
+    resolved: &Resolved,
+    parts: &EngineParts,
+) -> Result<Compaction> {
+    let hard_limit = compaction.report.budget.hard_limit;
+    let total = compaction.bind(
+        ids,
+        &resolved.cmd.thread,
+        &resolved.cmd.policy.render,
+        &parts.engine(),
+    );
+    if total > hard_limit {
+        return Err(AppError::Internal(format!(
+            "bound plan renders to {total} tokens, over the hard limit {hard_limit}"
+        )));
+    }
+    Ok(compaction)
+}

@@ -1,0 +1,147 @@
+//! Why a use case failed, in the application's terms. The gRPC edge maps
+//! every variant to one status code (`server::error`); the offline CLI maps
+//! them to exit codes.
+
+use thiserror::Error;
+
+use crate::reduce::CompactError;
+use crate::security::AuthError;
+use crate::store::StoreError;
+
+/// Why a use case failed.
+#[derive(Debug, Error)]
+pub enum AppError {
+    /// Bad input; `field` is the dotted path of the offending field.
+    #[error("invalid argument at {field}: {message}")]
+    InvalidArgument {
+        /// `thread.messages[3].role`, `policy.trigger_ratio`...
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The budget cannot be met even after every reduction.
+    #[error("{message}")]
+    InsufficientBudget {
+        /// The explanation with the numbers.
+        message: String,
+    },
+    /// The committed plan does not fit the thread that was sent.
+    #[error("the committed plan does not fit this thread ({message}); compact it again")]
+    PlanMismatch {
+        /// Which reference broke.
+        message: String,
+    },
+    /// Compare-and-swap failed: the plan moved on.
+    #[error("plan version conflict: expected version {expected}, current version is {current}")]
+    VersionConflict {
+        /// What the caller expected.
+        expected: u64,
+        /// What is committed.
+        current: u64,
+    },
+    /// The credential lacks a permission, or the body names another tenant.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// No valid credential.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// Nothing visible to this tenant under that name.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// A store is down; the detail is logged, not returned.
+    #[error("storage is temporarily unavailable")]
+    Unavailable(String),
+    /// A bug or corrupt state; the detail is logged, not returned.
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl AppError {
+    /// An `InvalidArgument` for `field`.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        AppError::InvalidArgument {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The request field at fault, if one is.
+    pub fn field(&self) -> &str {
+        match self {
+            AppError::InvalidArgument { field, .. } => field,
+            AppError::InsufficientBudget { .. } => "max_input_tokens",
+            AppError::PlanMismatch { .. } => "thread",
+            _ => "",
+        }
+    }
+}
+
+impl From<AuthError> for AppError {
+    fn from(e: AuthError) -> Self {
+        if e.is_permission_denied() {
+            AppError::PermissionDenied(e.to_string())
+        } else {
+            AppError::Unauthenticated(e.to_string())
+        }
+    }
+}
+
+impl From<CompactError> for AppError {
+    fn from(e: CompactError) -> Self {
+        match e {
+            CompactError::InvalidThread(t) => AppError::InvalidArgument {
+                field: t.field_path(),
+                message: t.to_string(),
+            },
+            CompactError::InvalidPolicy(p) => AppError::InvalidArgument {
+                field: p.field.clone(),
+                message: p.reason,
+            },
+            CompactError::ZeroBudget => AppError::invalid("max_input_tokens", "must be at least 1"),
+            e @ CompactError::InsufficientBudget { .. } => AppError::InsufficientBudget {
+                message: e.to_string(),
+            },
+            CompactError::InvalidPlan(p) => AppError::PlanMismatch {
+                message: p.to_string(),
+            },
+            CompactError::Internal(m) => AppError::Internal(m),
+        }
+    }
+}
+
+impl From<tokio::task::JoinError> for AppError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        AppError::Internal(format!("core task failed: {e}"))
+    }
+}
+
+/// Store errors seen while reading or writing this tenant's own data. A
+/// malformed id is reported exactly like a missing one: never reveal whether
+/// something exists.
+pub(crate) fn store_error(e: StoreError, what: &str) -> AppError {
+    match e {
+        StoreError::Conflict { expected, current } => {
+            AppError::VersionConflict { expected, current }
+        }
+        StoreError::NotFound | StoreError::InvalidId(_) => AppError::NotFound(what.to_string()),
+        StoreError::Unavailable(m) => AppError::Unavailable(m),
+        StoreError::Io(e) => AppError::Unavailable(e.to_string()),
+        StoreError::Corrupt(m) => AppError::Internal(format!("corrupt {what}: {m}")),
+    }
+}
+
+/// Plan-store errors: a malformed thread id is the caller's input.
+pub(crate) fn plan_store_error(e: StoreError) -> AppError {
+    match e {
+        StoreError::InvalidId(m) => AppError::invalid("thread.id", m),
+        other => store_error(other, "plan"),
+    }
+}
+
+/// Artifact reads: missing, malformed and foreign ids all read as NOT_FOUND.
+pub(crate) fn artifact_read_error(e: StoreError, field: &str) -> AppError {
+    match store_error(e, "artifact") {
+        AppError::NotFound(_) => AppError::NotFound(format!("artifact ({field})")),
+        other => other,
+    }
+}

@@ -1,0 +1,223 @@
+//! The use cases — Compact, Render, Rehydrate — over the core, the stores
+//! and the caller's security context. The gRPC handlers, the offline CLI and
+//! the test harness all go through [`App`], so binding artifact ids, the
+//! exact recount and rendering happen in exactly one place.
+//!
+//! Inputs arrive converted and owned ([`CompactCommand`], [`RenderCommand`],
+//! [`RehydrateCommand`]); every use case authorizes first ([`UseCase`]),
+//! validates, runs the CPU-bound core on the blocking pool and returns a
+//! plain outcome for the caller to map to its own output.
+
+mod compact;
+mod error;
+mod rehydrate;
+mod render;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub use compact::{CompactCommand, CompactOutcome, WrittenArtifact};
+pub use error::AppError;
+pub use rehydrate::{RehydrateCommand, RehydrateOutcome};
+pub use render::{RenderCommand, RenderOutcome, RenderedOutput};
+
+use crate::model::{DeterminismMetadata, Thread, ThreadLimits, ToolSchema};
+use crate::reduce::{Engine, Memo, Policy};
+use crate::security::{Permission, SecurityContext};
+use crate::store::{ArtifactStore, MemoryArtifactStore, MemoryPlanStore, PlanStore};
+use crate::summarize::{ExtractiveSummarizer, Summarizer};
+use crate::tokens::{counter_for_model, TokenCounter, TokenLedger, DEFAULT_MAX_ENTRIES};
+
+type Result<T> = std::result::Result<T, AppError>;
+
+/// What a request falls back to when it leaves something unset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Defaults {
+    /// The compaction policy requests override.
+    pub policy: Policy,
+    /// Model when a request names none (tokenizer and payload `model`).
+    pub model: String,
+    /// Input limit when a request gives none.
+    pub max_input_tokens: u32,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            policy: Policy::default(),
+            model: "gpt-4o".into(),
+            max_input_tokens: 128_000,
+        }
+    }
+}
+
+/// The application: stores, process-wide caches and defaults. Cheap to
+/// clone; all state is shared.
+#[derive(Clone)]
+pub struct App {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    plans: Arc<dyn PlanStore>,
+    artifacts: Arc<dyn ArtifactStore>,
+    /// One ledger for the process: agents resend the same thread every turn.
+    ledger: Arc<TokenLedger>,
+    /// Summaries and compressions, for the same reason.
+    memo: Arc<Memo>,
+    summarizer: Arc<dyn Summarizer + Send + Sync>,
+    defaults: Defaults,
+    limits: ThreadLimits,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("defaults", &self.inner.defaults)
+            .finish_non_exhaustive()
+    }
+}
+
+impl App {
+    /// An application over the given stores.
+    pub fn new(
+        defaults: Defaults,
+        plans: Arc<dyn PlanStore>,
+        artifacts: Arc<dyn ArtifactStore>,
+        ledger_max_entries: usize,
+    ) -> Self {
+        App {
+            inner: Arc::new(Inner {
+                plans,
+                artifacts,
+                ledger: Arc::new(TokenLedger::new(ledger_max_entries)),
+                memo: Arc::new(Memo::default()),
+                summarizer: Arc::new(ExtractiveSummarizer),
+                defaults,
+                limits: ThreadLimits::default(),
+            }),
+        }
+    }
+
+    /// The offline application: in-memory plans and content-addressed
+    /// in-memory artifacts, so the same input always gives the same output.
+    pub fn offline(defaults: Defaults) -> Self {
+        App::new(
+            defaults,
+            Arc::new(MemoryPlanStore::default()),
+            Arc::new(MemoryArtifactStore::content_addressed()),
+            DEFAULT_MAX_ENTRIES,
+        )
+    }
+
+    /// The defaults requests fall back to.
+    pub fn defaults(&self) -> &Defaults {
+        &self.inner.defaults
+    }
+
+    fn model(&self, requested: Option<String>) -> String {
+        requested
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| self.inner.defaults.model.clone())
+    }
+
+    fn max_input_tokens(&self, requested: Option<u32>) -> u32 {
+        requested
+            .filter(|&n| n != 0)
+            .unwrap_or(self.inner.defaults.max_input_tokens)
+    }
+
+    /// Validates a thread against the size limits; errors name `thread.…`.
+    fn validate_thread(&self, thread: &Thread) -> Result<()> {
+        thread
+            .validate(&self.inner.limits)
+            .map_err(|e| AppError::invalid(e.field_path(), e.to_string()))
+    }
+
+    fn engine_parts(&self, model: &str) -> EngineParts {
+        EngineParts {
+            counter: counter_for_model(model),
+            ledger: Arc::clone(&self.inner.ledger),
+            memo: Arc::clone(&self.inner.memo),
+            summarizer: Arc::clone(&self.inner.summarizer),
+        }
+    }
+}
+
+/// The process-wide parts of a core [`Engine`], owned so that they can move
+/// into blocking tasks.
+#[derive(Clone)]
+struct EngineParts {
+    counter: Arc<dyn TokenCounter>,
+    ledger: Arc<TokenLedger>,
+    memo: Arc<Memo>,
+    summarizer: Arc<dyn Summarizer + Send + Sync>,
+}
+
+impl EngineParts {
+    fn engine(&self) -> Engine<'_> {
+        Engine {
+            counter: self.counter.as_ref(),
+            ledger: &self.ledger,
+            summarizer: self.summarizer.as_ref(),
+            memo: &self.memo,
+        }
+    }
+}
+
+/// A use case as the caller's credential sees it: what it needs, checked
+/// before any input is looked at, so an unauthorized caller learns nothing
+/// about what a valid request would look like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UseCase {
+    /// Commit a plan.
+    Compact,
+    /// Render through a plan.
+    Render {
+        /// Compact in the same call.
+        compact_first: bool,
+        /// Inject artifacts.
+        rehydrates: bool,
+    },
+    /// Read an artifact back.
+    Rehydrate,
+}
+
+impl UseCase {
+    /// The permissions it needs.
+    pub fn permissions(self) -> Vec<Permission> {
+        match self {
+            UseCase::Compact => vec![Permission::Compact],
+            UseCase::Render {
+                compact_first,
+                rehydrates,
+            } => {
+                let mut needs = vec![Permission::Render];
+                if compact_first {
+                    needs.push(Permission::Compact);
+                }
+                if rehydrates {
+                    needs.push(Permission::Rehydrate);
+                }
+                needs
+            }
+            UseCase::Rehydrate => vec![Permission::Rehydrate],
+        }
+    }
+
+    /// `PermissionDenied` unless `ctx` holds every permission, and a tenant
+    /// id named in the request body (if any) is the credential's own.
+    pub fn authorize(self, ctx: &SecurityContext, body_tenant: Option<&str>) -> Result<()> {
+        for p in self.permissions() {
+            ctx.require(&p)?;
+        }
+        ctx.check_body_tenant(body_tenant.unwrap_or(""))?;
+        Ok(())
+    }
+}
+
+/// Current determinism metadata by tool call id, as a request reports it.
+pub type Observations = BTreeMap<String, DeterminismMetadata>;
+
+/// Tool schemas, shared between the compaction and the render of one call.
+pub type Tools = Arc<Vec<ToolSchema>>;

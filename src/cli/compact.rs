@@ -1,0 +1,101 @@
+//! `compactd compact`: the whole Compact + Render use case offline, over
+//! in-memory stores, printing `{"plan", "request", "report"}`. The same code
+//! as the service runs; only the stores differ, and artifact ids derive from
+//! the content so the same input always prints the same output.
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+
+use compactd::app::{App, CompactCommand, Defaults, RenderCommand, RenderedOutput};
+use compactd::config;
+use compactd::security::SecurityContext;
+
+use super::{read_thread, runtime, Failure, Format};
+
+/// Arguments of `compactd compact`.
+#[derive(clap::Args)]
+pub struct CompactArgs {
+    /// Thread JSON (canonical, or an OpenAI `messages` array / request body); `-` for stdin.
+    #[arg(long)]
+    input: PathBuf,
+    /// YAML config (the service's file: default_model, default_max_input_tokens, policy).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Model: picks the tokenizer and is written into provider payloads.
+    #[arg(long)]
+    model: Option<String>,
+    /// The model's input limit in tokens.
+    #[arg(long)]
+    max_input_tokens: Option<u32>,
+    /// Output form of the request.
+    #[arg(long, value_enum, default_value = "neutral")]
+    format: Format,
+    /// System prompt (overrides one in the input file).
+    #[arg(long)]
+    system: Option<String>,
+    /// Response `max_tokens` written into provider payloads.
+    #[arg(long)]
+    max_output_tokens: Option<u32>,
+}
+
+/// Compacts and renders the input; the JSON document to print.
+pub fn run(args: &CompactArgs) -> Result<String, Failure> {
+    let settings =
+        config::load(args.config.as_deref(), std::env::vars()).map_err(Failure::bad_input)?;
+    settings.policy.validate().map_err(Failure::bad_input)?;
+    if args.model.as_deref() == Some("") {
+        return Err(Failure::bad_input("--model must not be empty"));
+    }
+    let input = read_thread(&args.input)?;
+    let policy = settings.policy.clone();
+    let app = App::offline(Defaults {
+        policy: settings.policy,
+        model: settings.default_model,
+        max_input_tokens: settings.default_max_input_tokens,
+    });
+    let mut request = CompactCommand::new(input.thread, policy);
+    request.model = args.model.clone();
+    request.max_input_tokens = args.max_input_tokens;
+    request.system = args.system.clone().or(input.system);
+    request.tools = std::sync::Arc::new(input.tools);
+    let cmd = RenderCommand {
+        request,
+        compact_first: true,
+        plan_version: 0,
+        format: args.format.output(),
+        max_output_tokens: args.max_output_tokens,
+        rehydrate_artifact_ids: Vec::new(),
+    };
+    let out = runtime()?.block_on(app.render(&SecurityContext::dev(), cmd))?;
+
+    let request = match out.output {
+        RenderedOutput::Neutral(r) => serde_json::to_value(&r).map_err(Failure::other)?,
+        // Parsed so that the document prints as one indented tree.
+        RenderedOutput::Payload(json) => serde_json::from_str(&json).map_err(Failure::other)?,
+    };
+    let compaction = out
+        .compaction
+        .ok_or_else(|| Failure::other("compact_first returned no compaction"))?;
+    let mut report = json!({
+        "tokens_before": compaction.tokens_before(),
+        "tokens_after": out.tokens.total,
+        "tokens": out.tokens,
+        "artifacts": compaction.artifacts,
+        "tokenizer": compaction.tokenizer,
+    });
+    if let (Some(r), Value::Object(doc)) = (&compaction.report, &mut report) {
+        doc.insert("budget".into(), json!(r.budget));
+        doc.insert("triggered".into(), json!(r.triggered));
+        doc.insert("keep_recent_turns".into(), json!(r.keep_recent_turns));
+        doc.insert("keep_tool_io_pairs".into(), json!(r.keep_tool_io_pairs));
+        doc.insert("per_reducer".into(), json!(r.per_reducer));
+        doc.insert("warnings".into(), json!(r.warnings));
+    }
+    let doc = json!({
+        "plan": out.plan,
+        "request": request,
+        "report": report,
+    });
+    serde_json::to_string_pretty(&doc).map_err(Failure::other)
+}

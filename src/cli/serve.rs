@@ -1,0 +1,92 @@
+//! `compactd serve`: the gRPC service.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use compactd::config;
+use compactd::security::Authenticator;
+
+use super::Failure;
+
+/// Arguments of `compactd serve` (also what a bare `compactd` runs).
+#[derive(clap::Args, Default)]
+pub struct ServeArgs {
+    /// YAML config file.
+    #[arg(long, env = "COMPACTD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Listen address (overrides the config), e.g. 127.0.0.1:50051; port 0 picks a free port.
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// Data directory of the embedded stores (overrides the config).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+/// Serves until SIGTERM or Ctrl-C, then drains in-flight calls.
+pub fn run(args: &ServeArgs) -> Result<String, Failure> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let mut settings =
+        config::load(args.config.as_deref(), std::env::vars()).map_err(Failure::bad_input)?;
+    if let Some(l) = args.listen {
+        settings.listen = l;
+    }
+    if let Some(d) = &args.data_dir {
+        settings.data_dir = d.clone();
+    }
+    // The one-command start: no credentials configured and a loopback address
+    // means dev mode (fixed tenant `dev`, logged loudly at start-up).
+    let configured = Authenticator::from_config(&settings.auth)
+        .map(|a| a.is_configured())
+        .unwrap_or(true);
+    if !configured && settings.listen.ip().is_loopback() {
+        settings.auth.dev = true;
+    }
+    config::check(&settings).map_err(Failure::bad_input)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(Failure::other)?;
+    runtime.block_on(async move {
+        let shutdown = shutdown_signal()
+            .map_err(|e| Failure::other(format!("cannot install signal handlers: {e}")))?;
+        let listener = tokio::net::TcpListener::bind(settings.listen)
+            .await
+            .map_err(|e| Failure::other(format!("cannot listen on {}: {e}", settings.listen)))?;
+        let addr = listener.local_addr().map_err(Failure::other)?;
+        // Scripts and tests read this line to find a port chosen with `:0`.
+        println!("compactd listening on {addr}");
+        let _ = std::io::stdout().flush();
+        compactd::server::serve(settings, listener, shutdown)
+            .await
+            .map_err(Failure::other)?;
+        Ok(String::new())
+    })
+}
+
+/// Resolves on SIGTERM or Ctrl-C; the server then drains in-flight calls.
+/// The handlers are installed before the address is printed, so a signal
+/// sent as soon as the server is announced is never the default "terminate".
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    #[cfg(unix)]
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let ctrl_c = tokio::signal::ctrl_c();
+    Ok(async move {
+        #[cfg(unix)]
+        let term = async move {
+            term.recv().await;
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! {
+            _ = ctrl_c => {},
+            () = term => {},
+        }
+        tracing::info!("shutdown requested; draining in-flight calls");
+    })
+}

@@ -1,0 +1,63 @@
+//! The audit record returned with every rendered request: which plan, which
+//! format versions and what was evicted, so an operator can tell whether
+//! something was compacted out or the model ignored it.
+
+use serde::{Deserialize, Serialize};
+
+use super::plan::CompactionPlan;
+
+/// How a rendered request came about.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// Version of the plan rendered.
+    pub plan_version: u64,
+    /// Fingerprint of the plan's inputs.
+    pub plan_fingerprint: String,
+    /// Plan format version.
+    pub plan_format_version: String,
+    /// Structured summary schema version.
+    pub summary_schema_version: String,
+    /// Summary rendering version.
+    pub summary_render_version: String,
+    /// Prompt rendering version.
+    pub render_format_version: String,
+    /// Summarizer that built the summaries.
+    pub summarizer_id: String,
+    /// Tokenizer the counts are in.
+    pub tokenizer: String,
+    /// Messages affected, by action.
+    pub evictions: EvictionCounts,
+    /// Artifacts the plan refers to.
+    pub artifact_ids: Vec<String>,
+    /// Artifacts injected into this request.
+    pub rehydrated_artifact_ids: Vec<String>,
+}
+
+/// Messages affected by each kind of plan record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct EvictionCounts {
+    /// Messages moved to the artifact store.
+    pub externalized: u32,
+    /// Messages replaced by summaries.
+    pub summarized: u32,
+    /// Messages whose content is a placeholder.
+    pub cleared: u32,
+    /// Messages left out.
+    pub dropped: u32,
+}
+
+impl EvictionCounts {
+    /// The counts of `plan`'s records.
+    pub fn of(plan: &CompactionPlan) -> Self {
+        fn messages<'a>(spans: impl Iterator<Item = &'a super::plan::SpanReference>) -> u32 {
+            let n: usize = spans.map(|s| s.message_ids.len()).sum();
+            u32::try_from(n).unwrap_or(u32::MAX)
+        }
+        EvictionCounts {
+            externalized: messages(plan.externalizations.iter().map(|r| &r.span)),
+            summarized: messages(plan.summarizations.iter().map(|r| &r.span)),
+            cleared: messages(plan.clearings.iter().map(|r| &r.span)),
+            dropped: messages(plan.drops.iter().map(|r| &r.span)),
+        }
+    }
+}

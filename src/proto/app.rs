@@ -1,0 +1,154 @@
+//! Requests → use-case commands, and outcomes → responses.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::app::{
+    CompactCommand, CompactOutcome, RehydrateCommand, RehydrateOutcome, RenderCommand,
+    RenderOutcome, RenderedOutput,
+};
+use crate::model::{Thread, ToolSchema};
+use crate::reduce::Policy;
+
+use super::render::output_format;
+use super::thread::{observations_from_pb, policy_from_overrides};
+use super::{each, pb, required, Result};
+
+/// What Compact and Render requests both carry.
+struct Inputs {
+    thread: Option<pb::Thread>,
+    policy: Option<pb::PolicyOverrides>,
+    model: String,
+    max_input_tokens: u32,
+    system_prompt: Option<String>,
+    tools: Vec<pb::ToolSchema>,
+    expected_version: Option<u64>,
+    observations: HashMap<String, pb::DeterminismMetadata>,
+}
+
+impl Inputs {
+    fn into_command(self, base: &Policy) -> Result<CompactCommand> {
+        Ok(CompactCommand {
+            thread: Arc::new(required::<_, Thread>(self.thread, "thread")?),
+            policy: Arc::new(policy_from_overrides(base, self.policy)?),
+            model: Some(self.model),
+            max_input_tokens: Some(self.max_input_tokens),
+            system: self.system_prompt,
+            tools: Arc::new(each::<_, ToolSchema>(self.tools, "tools")?),
+            expected_version: self.expected_version,
+            observations: observations_from_pb(self.observations),
+            rehydrated_this_turn: false,
+        })
+    }
+}
+
+/// A Compact request as a command; `base` is the server's policy the
+/// request's overrides apply to.
+pub fn compact_command(r: pb::CompactRequest, base: &Policy) -> Result<CompactCommand> {
+    let mut cmd = Inputs {
+        thread: r.thread,
+        policy: r.policy,
+        model: r.model,
+        max_input_tokens: r.max_input_tokens,
+        system_prompt: r.system_prompt,
+        tools: r.tools,
+        expected_version: r.expected_version,
+        observations: r.observations,
+    }
+    .into_command(base)?;
+    cmd.rehydrated_this_turn = r.rehydrated_this_turn;
+    Ok(cmd)
+}
+
+/// A Render request as a command.
+pub fn render_command(r: pb::RenderRequest, base: &Policy) -> Result<RenderCommand> {
+    Ok(RenderCommand {
+        format: output_format(r.format, "format")?,
+        request: Inputs {
+            thread: r.thread,
+            policy: r.policy,
+            model: r.model,
+            max_input_tokens: r.max_input_tokens,
+            system_prompt: r.system_prompt,
+            tools: r.tools,
+            expected_version: r.expected_version,
+            observations: r.observations,
+        }
+        .into_command(base)?,
+        compact_first: r.compact_first,
+        plan_version: r.plan_version,
+        max_output_tokens: r.max_output_tokens,
+        rehydrate_artifact_ids: r.rehydrate_artifact_ids,
+    })
+}
+
+/// A Rehydrate request as a command (the use case checks the ids).
+pub fn rehydrate_command(r: pb::RehydrateRequest) -> RehydrateCommand {
+    RehydrateCommand {
+        thread_id: r.thread_id,
+        artifact_id: r.artifact_id,
+        max_tokens: Some(r.max_tokens),
+        model: Some(r.model),
+    }
+}
+
+impl From<&CompactOutcome> for pb::CompactResponse {
+    fn from(out: &CompactOutcome) -> Self {
+        let report = out.report.as_ref();
+        pb::CompactResponse {
+            plan: Some((&out.plan).into()),
+            version: out.plan.version,
+            tokens_before: out.tokens_before(),
+            tokens_after: out.tokens_after(),
+            per_reducer: report
+                .map_or_else(Vec::new, |r| r.per_reducer.iter().map(Into::into).collect()),
+            budget: report.map(|r| (&r.budget).into()),
+            warnings: report.map_or_else(Vec::new, |r| r.warnings.clone()),
+            reused: out.reused,
+            triggered: report.is_some_and(|r| r.triggered),
+            new_artifact_ids: out
+                .artifacts
+                .iter()
+                .map(|a| a.artifact_id.clone())
+                .collect(),
+        }
+    }
+}
+
+/// Consumes the outcome: the rendered text moves into the response.
+impl From<RenderOutcome> for pb::RenderResponse {
+    fn from(out: RenderOutcome) -> Self {
+        let (messages, system_prompt, provider_payload_json) = match out.output {
+            RenderedOutput::Neutral(req) => (
+                req.messages.iter().map(Into::into).collect(),
+                req.system,
+                String::new(),
+            ),
+            RenderedOutput::Payload(json) => (Vec::new(), None, json),
+        };
+        pb::RenderResponse {
+            messages,
+            system_prompt,
+            provider_payload_json,
+            tokens: Some((&out.tokens).into()),
+            plan_version: out.plan.version,
+            audit: Some((&out.audit).into()),
+            compaction: out.compaction.as_ref().map(Into::into),
+            rehydrated: out.rehydrated.iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl From<RehydrateOutcome> for pb::RehydrateResponse {
+    fn from(out: RehydrateOutcome) -> Self {
+        pb::RehydrateResponse {
+            artifact_id: out.artifact_id,
+            content: out.content,
+            truncated: out.truncated,
+            tokens: out.tokens,
+            sensitivity: pb::Sensitivity::from(out.sensitivity) as i32,
+            message_ids: out.message_ids,
+            content_hash: out.content_hash,
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Rendered messages, token counts, reports, the output format and the audit
+//! record.
+
+use crate::model::{AuditRecord, EvictionCounts};
+use crate::reduce::{BudgetReport, ReducerReport};
+use crate::render::{Origin, OutputFormat, RehydrationReport, RenderedMessage, RequestTokens};
+
+use super::thread::{content, content_to_pb, role};
+use super::{each, pb, unknown_enum, unset_enum, ConvertError, Result};
+
+impl From<OutputFormat> for pb::OutputFormat {
+    fn from(f: OutputFormat) -> Self {
+        match f {
+            OutputFormat::Neutral => pb::OutputFormat::Neutral,
+            OutputFormat::OpenAiChat => pb::OutputFormat::OpenaiChat,
+            OutputFormat::AnthropicMessages => pb::OutputFormat::AnthropicMessages,
+        }
+    }
+}
+
+/// The requested output form (its zero value is neutral).
+pub fn output_format(v: i32, field: &str) -> Result<OutputFormat> {
+    match pb::OutputFormat::try_from(v) {
+        Ok(pb::OutputFormat::Neutral) => Ok(OutputFormat::Neutral),
+        Ok(pb::OutputFormat::OpenaiChat) => Ok(OutputFormat::OpenAiChat),
+        Ok(pb::OutputFormat::AnthropicMessages) => Ok(OutputFormat::AnthropicMessages),
+        Err(_) => Err(unknown_enum(field, v)),
+    }
+}
+
+impl From<Origin> for pb::Origin {
+    fn from(o: Origin) -> Self {
+        match o {
+            Origin::Verbatim => pb::Origin::Verbatim,
+            Origin::Cleared => pb::Origin::Cleared,
+            Origin::Summary => pb::Origin::Summary,
+            Origin::Externalized => pb::Origin::Externalized,
+            Origin::Rehydrated => pb::Origin::Rehydrated,
+        }
+    }
+}
+
+fn origin(v: i32, field: &str) -> Result<Origin> {
+    match pb::Origin::try_from(v) {
+        Ok(pb::Origin::Verbatim) => Ok(Origin::Verbatim),
+        Ok(pb::Origin::Cleared) => Ok(Origin::Cleared),
+        Ok(pb::Origin::Summary) => Ok(Origin::Summary),
+        Ok(pb::Origin::Externalized) => Ok(Origin::Externalized),
+        Ok(pb::Origin::Rehydrated) => Ok(Origin::Rehydrated),
+        Ok(pb::Origin::Unspecified) => Err(unset_enum(field)),
+        Err(_) => Err(unknown_enum(field, v)),
+    }
+}
+
+impl From<&RenderedMessage> for pb::RenderedMessage {
+    fn from(m: &RenderedMessage) -> Self {
+        let (text, parts) = content_to_pb(&m.content);
+        pb::RenderedMessage {
+            role: pb::Role::from(m.role) as i32,
+            text,
+            parts,
+            tool_calls: m.tool_calls.iter().map(pb::ToolCall::from).collect(),
+            tool_call_id: m.tool_call_id.clone(),
+            tool_name: m.tool_name.clone(),
+            is_error: m.is_error,
+            source_id: m.source_id.clone(),
+            origin: pb::Origin::from(m.origin) as i32,
+        }
+    }
+}
+
+impl TryFrom<pb::RenderedMessage> for RenderedMessage {
+    type Error = ConvertError;
+    fn try_from(m: pb::RenderedMessage) -> Result<Self> {
+        Ok(RenderedMessage {
+            role: role(m.role, "role")?,
+            content: content(m.text, m.parts)?,
+            tool_calls: each(m.tool_calls, "tool_calls")?,
+            origin: origin(m.origin, "origin")?,
+            tool_call_id: m.tool_call_id,
+            tool_name: m.tool_name,
+            is_error: m.is_error,
+            source_id: m.source_id,
+        })
+    }
+}
+
+impl From<&RequestTokens> for pb::TokenBreakdown {
+    fn from(t: &RequestTokens) -> Self {
+        pb::TokenBreakdown {
+            system: t.system,
+            tools: t.tools,
+            messages: t.messages,
+            rehydrated: t.rehydrated,
+            framing: t.framing,
+            total: t.total,
+        }
+    }
+}
+
+impl TryFrom<pb::TokenBreakdown> for RequestTokens {
+    type Error = ConvertError;
+    fn try_from(t: pb::TokenBreakdown) -> Result<Self> {
+        let parts = [t.system, t.tools, t.messages, t.rehydrated, t.framing]
+            .iter()
+            .map(|&n| u64::from(n))
+            .sum::<u64>();
+        if parts != u64::from(t.total) {
+            return Err(ConvertError::new(
+                "total",
+                format!("is {} but the parts add up to {parts}", t.total),
+            ));
+        }
+        Ok(RequestTokens {
+            system: t.system,
+            tools: t.tools,
+            messages: t.messages,
+            rehydrated: t.rehydrated,
+            framing: t.framing,
+            total: t.total,
+        })
+    }
+}
+
+impl From<&BudgetReport> for pb::BudgetReport {
+    fn from(b: &BudgetReport) -> Self {
+        pb::BudgetReport {
+            max_input_tokens: b.max_input_tokens,
+            hard_limit: b.hard_limit,
+            trigger: b.trigger,
+            target: b.target,
+            fixed_tokens: b.fixed_tokens,
+        }
+    }
+}
+
+impl TryFrom<pb::BudgetReport> for BudgetReport {
+    type Error = ConvertError;
+    fn try_from(b: pb::BudgetReport) -> Result<Self> {
+        Ok(BudgetReport {
+            max_input_tokens: b.max_input_tokens,
+            hard_limit: b.hard_limit,
+            trigger: b.trigger,
+            target: b.target,
+            fixed_tokens: b.fixed_tokens,
+        })
+    }
+}
+
+impl From<&ReducerReport> for pb::ReducerReport {
+    fn from(r: &ReducerReport) -> Self {
+        pb::ReducerReport {
+            name: r.name.clone(),
+            tokens_freed: r.tokens_freed,
+        }
+    }
+}
+
+impl TryFrom<pb::ReducerReport> for ReducerReport {
+    type Error = ConvertError;
+    fn try_from(r: pb::ReducerReport) -> Result<Self> {
+        Ok(ReducerReport {
+            name: r.name,
+            tokens_freed: r.tokens_freed,
+        })
+    }
+}
+
+impl From<&RehydrationReport> for pb::RehydratedArtifact {
+    fn from(r: &RehydrationReport) -> Self {
+        pb::RehydratedArtifact {
+            artifact_id: r.artifact_id.clone(),
+            truncated: r.truncated,
+            omitted: r.omitted,
+        }
+    }
+}
+
+impl TryFrom<pb::RehydratedArtifact> for RehydrationReport {
+    type Error = ConvertError;
+    fn try_from(r: pb::RehydratedArtifact) -> Result<Self> {
+        Ok(RehydrationReport {
+            artifact_id: r.artifact_id,
+            truncated: r.truncated,
+            omitted: r.omitted,
+        })
+    }
+}
+
+impl From<&AuditRecord> for pb::AuditRecord {
+    fn from(a: &AuditRecord) -> Self {
+        pb::AuditRecord {
+            plan_version: a.plan_version,
+            plan_fingerprint: a.plan_fingerprint.clone(),
+            plan_format_version: a.plan_format_version.clone(),
+            summary_schema_version: a.summary_schema_version.clone(),
+            summary_render_version: a.summary_render_version.clone(),
+            render_format_version: a.render_format_version.clone(),
+            summarizer_id: a.summarizer_id.clone(),
+            tokenizer: a.tokenizer.clone(),
+            evictions: Some(pb::EvictionCounts {
+                externalized: a.evictions.externalized,
+                summarized: a.evictions.summarized,
+                cleared: a.evictions.cleared,
+                dropped: a.evictions.dropped,
+            }),
+            artifact_ids: a.artifact_ids.clone(),
+            rehydrated_artifact_ids: a.rehydrated_artifact_ids.clone(),
+        }
+    }
+}
+
+impl TryFrom<pb::AuditRecord> for AuditRecord {
+    type Error = ConvertError;
+    fn try_from(a: pb::AuditRecord) -> Result<Self> {
+        let e = a
+            .evictions
+            .ok_or_else(|| ConvertError::new("evictions", "is required"))?;
+        Ok(AuditRecord {
+            plan_version: a.plan_version,
+            plan_fingerprint: a.plan_fingerprint,
+            plan_format_version: a.plan_format_version,
+            summary_schema_version: a.summary_schema_version,
+            summary_render_version: a.summary_render_version,
+            render_format_version: a.render_format_version,
+            summarizer_id: a.summarizer_id,
+            tokenizer: a.tokenizer,
+            evictions: EvictionCounts {
+                externalized: e.externalized,
+                summarized: e.summarized,
+                cleared: e.cleared,
+                dropped: e.dropped,
+            },
+            artifact_ids: a.artifact_ids,
+            rehydrated_artifact_ids: a.rehydrated_artifact_ids,
+        })
+    }
+}

@@ -1,0 +1,669 @@
+//! Core → wire → core is the identity for every value that travels both
+//! ways, and the inbound direction rejects what it cannot represent.
+
+use std::collections::BTreeMap;
+
+use proptest::collection::{btree_map, vec};
+use proptest::option;
+use proptest::prelude::*;
+use serde_json::Value;
+
+use super::*;
+use crate::model::{
+    ArtifactReference, AuditRecord, ClearReason, ClearRecord, CompactionPlan, Content, ContentPart,
+    Decision, DeterminismMetadata, DropRecord, DroppedSpanIndex, Durability, EvictionCounts,
+    ExternalizationRecord, JsonText, Message, MessageMetadata, OpenItem, Outcome, Priority, Role,
+    Sensitivity, SpanReference, StructuredSummary, SummarizationRecord, Thread, ToolCall,
+    ToolContent, ToolOutcome, ToolResultEnvelope, ToolSchema,
+};
+use crate::reduce::{BudgetReport, ReducerReport};
+use crate::render::{Origin, OutputFormat, RehydrationReport, RenderedMessage, RequestTokens};
+
+// ───────────────────────────── strategies ─────────────────────────────
+
+fn text() -> impl Strategy<Value = String> {
+    // Any Unicode, including quotes, backslashes and control characters.
+    prop_oneof![".{0,12}", "[a-z0-9_]{1,8}"]
+}
+
+fn json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        text().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..4).prop_map(Value::Array),
+            btree_map(text(), inner, 0..4).prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+fn json_map() -> impl Strategy<Value = BTreeMap<String, Value>> {
+    btree_map(text(), json(), 0..3)
+}
+
+fn role() -> impl Strategy<Value = Role> {
+    prop_oneof![
+        Just(Role::System),
+        Just(Role::Developer),
+        Just(Role::User),
+        Just(Role::Assistant),
+        Just(Role::Tool),
+    ]
+}
+
+fn outcome() -> impl Strategy<Value = Outcome> {
+    prop_oneof![
+        Just(Outcome::Success),
+        Just(Outcome::Failure),
+        Just(Outcome::Partial)
+    ]
+}
+
+fn sensitivity() -> impl Strategy<Value = Sensitivity> {
+    prop_oneof![
+        Just(Sensitivity::Public),
+        Just(Sensitivity::Internal),
+        Just(Sensitivity::Confidential),
+        Just(Sensitivity::Restricted),
+    ]
+}
+
+fn durability() -> impl Strategy<Value = Durability> {
+    prop_oneof![
+        Just(Durability::Ephemeral),
+        Just(Durability::Anchoring),
+        Just(Durability::Replayable),
+        Just(Durability::NonReplayable),
+    ]
+}
+
+fn content() -> impl Strategy<Value = Content> {
+    let part = prop_oneof![
+        text().prop_map(|text| ContentPart::Text { text }),
+        text().prop_map(|url| ContentPart::Image { url }),
+    ];
+    prop_oneof![
+        text().prop_map(Content::Text),
+        // An empty parts list is the empty text on the wire.
+        vec(part, 1..4).prop_map(Content::Parts),
+    ]
+}
+
+fn tool_call() -> impl Strategy<Value = ToolCall> {
+    (text(), text(), json()).prop_map(|(id, name, arguments)| ToolCall {
+        id,
+        name,
+        arguments,
+    })
+}
+
+fn determinism() -> impl Strategy<Value = DeterminismMetadata> {
+    (
+        option::of(text()),
+        option::of(text()),
+        option::of(any::<f64>().prop_filter("finite", |f| f.is_finite())),
+        option::of(text()),
+    )
+        .prop_map(|(content_hash, etag, mtime, version)| DeterminismMetadata {
+            content_hash,
+            etag,
+            mtime,
+            version,
+        })
+}
+
+fn envelope() -> impl Strategy<Value = ToolResultEnvelope> {
+    let content = prop_oneof![
+        text().prop_map(ToolContent::Text),
+        json().prop_map(|v| ToolContent::Json(JsonText::from_value(&v))),
+    ];
+    (
+        (text(), text(), outcome(), content),
+        (
+            json_map(),
+            option::of(durability()),
+            option::of(determinism()),
+            option::of(text()),
+            option::of(text()),
+        ),
+    )
+        .prop_map(
+            |(
+                (tool_name, tool_call_id, outcome, content),
+                (key_fields, durability, determinism, started_at, completed_at),
+            )| ToolResultEnvelope {
+                tool_name,
+                tool_call_id,
+                outcome,
+                content,
+                key_fields,
+                durability,
+                determinism,
+                started_at,
+                completed_at,
+            },
+        )
+}
+
+fn metadata() -> impl Strategy<Value = MessageMetadata> {
+    (
+        any::<bool>(),
+        option::of(text()),
+        sensitivity(),
+        option::of(text()),
+    )
+        .prop_map(|(protected, label, sensitivity, source)| MessageMetadata {
+            protected,
+            label,
+            sensitivity,
+            source,
+        })
+}
+
+fn message() -> impl Strategy<Value = Message> {
+    (
+        text(),
+        role(),
+        content(),
+        vec(tool_call(), 0..3),
+        option::of(envelope()),
+        any::<u32>(),
+        metadata(),
+    )
+        .prop_map(
+            |(id, role, content, tool_calls, tool_result, turn, metadata)| Message {
+                id,
+                role,
+                content,
+                tool_calls,
+                tool_result,
+                turn,
+                metadata,
+            },
+        )
+}
+
+fn thread() -> impl Strategy<Value = Thread> {
+    (text(), vec(message(), 0..6)).prop_map(|(id, messages)| Thread { id, messages })
+}
+
+fn span() -> impl Strategy<Value = SpanReference> {
+    (vec(text(), 1..4), any::<u32>(), any::<u32>()).prop_map(
+        |(message_ids, first_turn, last_turn)| SpanReference {
+            message_ids,
+            first_turn,
+            last_turn,
+        },
+    )
+}
+
+fn summary() -> impl Strategy<Value = StructuredSummary> {
+    let priority = prop_oneof![
+        Just(Priority::High),
+        Just(Priority::Medium),
+        Just(Priority::Low)
+    ];
+    let decision =
+        (text(), text(), any::<u32>()).prop_map(|(decision, rationale, turn)| Decision {
+            decision,
+            rationale,
+            turn,
+        });
+    let open = (text(), text(), priority).prop_map(|(description, context, priority)| OpenItem {
+        description,
+        context,
+        priority,
+    });
+    let artifact =
+        (text(), text(), text()).prop_map(|(artifact_id, description, rehydrate_hint)| {
+            ArtifactReference {
+                artifact_id,
+                description,
+                rehydrate_hint,
+            }
+        });
+    let tool = (text(), outcome(), json_map(), option::of(text())).prop_map(
+        |(tool_name, outcome, key_fields, error_message)| ToolOutcome {
+            tool_name,
+            outcome,
+            key_fields,
+            error_message,
+        },
+    );
+    (
+        span(),
+        vec(text(), 0..3),
+        vec(decision, 0..2),
+        vec(open, 0..2),
+        vec(artifact, 0..2),
+        vec(tool, 0..2),
+        option::of(text()),
+        vec(text(), 0..3),
+    )
+        .prop_map(
+            |(
+                span,
+                facts,
+                decisions,
+                open_items,
+                artifacts,
+                tool_outcomes,
+                current_task,
+                current_plan,
+            )| StructuredSummary {
+                span,
+                facts,
+                decisions,
+                open_items,
+                artifacts,
+                tool_outcomes,
+                current_task,
+                current_plan,
+            },
+        )
+}
+
+fn plan() -> impl Strategy<Value = CompactionPlan> {
+    let ext = (
+        span(),
+        text(),
+        summary(),
+        text(),
+        sensitivity(),
+        text(),
+        any::<u32>(),
+    )
+        .prop_map(
+            |(span, artifact_id, summary, rehydrate_hint, sensitivity, content_hash, tokens)| {
+                ExternalizationRecord {
+                    span,
+                    artifact_id,
+                    summary,
+                    rehydrate_hint,
+                    sensitivity,
+                    content_hash,
+                    content_tokens: tokens,
+                }
+            },
+        );
+    let sum =
+        (span(), summary(), any::<u32>()).prop_map(|(span, summary, n)| SummarizationRecord {
+            span,
+            summary,
+            summary_token_count: n,
+        });
+    let reason = prop_oneof![
+        Just(ClearReason::Expired),
+        Just(ClearReason::Durability),
+        Just(ClearReason::Compressed),
+        Just(ClearReason::Plugin),
+    ];
+    let clear = (span(), json_map(), reason, text()).prop_map(
+        |(span, preserved_fields, reason, replacement)| ClearRecord {
+            span,
+            preserved_fields,
+            reason,
+            replacement,
+        },
+    );
+    let drop = (span(), text(), vec(text(), 0..3), text()).prop_map(
+        |(span, reason, keywords, summary)| DropRecord {
+            span,
+            reason,
+            index: DroppedSpanIndex { keywords, summary },
+        },
+    );
+    (
+        (text(), any::<u64>(), text()),
+        (
+            vec(ext, 0..2),
+            vec(sum, 0..2),
+            vec(clear, 0..3),
+            vec(drop, 0..2),
+        ),
+        (any::<u32>(), any::<u32>()),
+    )
+        .prop_map(
+            |(
+                (thread_id, version, fingerprint),
+                (externalizations, summarizations, clearings, drops),
+                (original_token_count, compacted_token_count),
+            )| CompactionPlan {
+                thread_id,
+                version,
+                fingerprint,
+                externalizations,
+                summarizations,
+                clearings,
+                drops,
+                original_token_count,
+                compacted_token_count,
+            },
+        )
+}
+
+fn rendered() -> impl Strategy<Value = RenderedMessage> {
+    let origin = prop_oneof![
+        Just(Origin::Verbatim),
+        Just(Origin::Cleared),
+        Just(Origin::Summary),
+        Just(Origin::Externalized),
+        Just(Origin::Rehydrated),
+    ];
+    (
+        role(),
+        content(),
+        vec(tool_call(), 0..3),
+        option::of(text()),
+        option::of(text()),
+        any::<bool>(),
+        text(),
+        origin,
+    )
+        .prop_map(
+            |(role, content, tool_calls, tool_call_id, tool_name, is_error, source_id, origin)| {
+                RenderedMessage {
+                    role,
+                    content,
+                    tool_calls,
+                    tool_call_id,
+                    tool_name,
+                    is_error,
+                    source_id,
+                    origin,
+                }
+            },
+        )
+}
+
+fn tokens() -> impl Strategy<Value = RequestTokens> {
+    vec(0u32..1_000_000, 5).prop_map(|n| RequestTokens {
+        system: n[0],
+        tools: n[1],
+        messages: n[2],
+        rehydrated: n[3],
+        framing: n[4],
+        total: n.iter().sum(),
+    })
+}
+
+fn audit() -> impl Strategy<Value = AuditRecord> {
+    (
+        (any::<u64>(), text(), text(), text(), text(), text()),
+        (text(), text(), vec(any::<u32>(), 4)),
+        (vec(text(), 0..3), vec(text(), 0..3)),
+    )
+        .prop_map(
+            |((plan_version, fp, pf, ss, sr, rf), (summarizer_id, tokenizer, e), (a, r))| {
+                AuditRecord {
+                    plan_version,
+                    plan_fingerprint: fp,
+                    plan_format_version: pf,
+                    summary_schema_version: ss,
+                    summary_render_version: sr,
+                    render_format_version: rf,
+                    summarizer_id,
+                    tokenizer,
+                    evictions: EvictionCounts {
+                        externalized: e[0],
+                        summarized: e[1],
+                        cleared: e[2],
+                        dropped: e[3],
+                    },
+                    artifact_ids: a,
+                    rehydrated_artifact_ids: r,
+                }
+            },
+        )
+}
+
+/// Core → wire → bytes → wire → core, through the real protobuf encoding.
+fn through_the_wire<C, P>(value: &C) -> std::result::Result<C, ConvertError>
+where
+    for<'a> P: From<&'a C> + prost::Message + Default,
+    C: TryFrom<P, Error = ConvertError>,
+{
+    let bytes = prost::Message::encode_to_vec(&P::from(value));
+    let decoded = P::decode(bytes.as_slice()).expect("decodes");
+    C::try_from(decoded)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn threads_round_trip(t in thread()) {
+        prop_assert_eq!(through_the_wire::<Thread, pb::Thread>(&t)?, t);
+    }
+
+    #[test]
+    fn plans_round_trip(p in plan()) {
+        prop_assert_eq!(through_the_wire::<CompactionPlan, pb::CompactionPlan>(&p)?, p);
+    }
+
+    #[test]
+    fn rendered_messages_round_trip(m in rendered()) {
+        prop_assert_eq!(through_the_wire::<RenderedMessage, pb::RenderedMessage>(&m)?, m);
+    }
+
+    #[test]
+    fn reports_round_trip(
+        t in tokens(),
+        a in audit(),
+        b in vec(any::<u32>(), 5),
+        r in (text(), any::<u32>()),
+        h in (text(), any::<bool>(), any::<bool>()),
+        s in (text(), text(), json()),
+    ) {
+        prop_assert_eq!(through_the_wire::<RequestTokens, pb::TokenBreakdown>(&t)?, t);
+        prop_assert_eq!(through_the_wire::<AuditRecord, pb::AuditRecord>(&a)?, a);
+        let budget = BudgetReport {
+            max_input_tokens: b[0],
+            hard_limit: b[1],
+            trigger: b[2],
+            target: b[3],
+            fixed_tokens: b[4],
+        };
+        prop_assert_eq!(through_the_wire::<BudgetReport, pb::BudgetReport>(&budget)?, budget);
+        let reducer = ReducerReport { name: r.0, tokens_freed: r.1 };
+        prop_assert_eq!(through_the_wire::<ReducerReport, pb::ReducerReport>(&reducer)?, reducer);
+        let rehydrated = RehydrationReport { artifact_id: h.0, truncated: h.1, omitted: h.2 };
+        prop_assert_eq!(
+            through_the_wire::<RehydrationReport, pb::RehydratedArtifact>(&rehydrated)?,
+            rehydrated
+        );
+        // Tool schemas need a name; everything else round-trips.
+        let tool = ToolSchema { name: format!("t{}", s.0), description: s.1, parameters: s.2 };
+        prop_assert_eq!(through_the_wire::<ToolSchema, pb::ToolSchema>(&tool)?, tool);
+    }
+
+    #[test]
+    fn observations_round_trip(o in btree_map(text(), determinism(), 0..4)) {
+        prop_assert_eq!(observations_from_pb(observations_to_pb(&o)), o);
+    }
+}
+
+#[test]
+fn output_formats_round_trip() {
+    for f in [
+        OutputFormat::Neutral,
+        OutputFormat::OpenAiChat,
+        OutputFormat::AnthropicMessages,
+    ] {
+        assert_eq!(
+            render::output_format(pb::OutputFormat::from(f) as i32, "format"),
+            Ok(f)
+        );
+    }
+    assert_eq!(
+        render::output_format(9, "format").unwrap_err().field,
+        "format"
+    );
+}
+
+// ───────────────────────────── strictness ─────────────────────────────
+
+fn msg(id: &str, role: pb::Role) -> pb::Message {
+    pb::Message {
+        id: id.into(),
+        role: role as i32,
+        text: "hi".into(),
+        ..Default::default()
+    }
+}
+
+fn thread_error(t: pb::Thread) -> ConvertError {
+    required::<pb::Thread, Thread>(Some(t), "thread").unwrap_err()
+}
+
+#[test]
+fn inbound_errors_name_the_field_path() {
+    let mut m = msg("b", pb::Role::User);
+    m.role = 42;
+    let e = thread_error(pb::Thread {
+        id: "t".into(),
+        messages: vec![msg("a", pb::Role::User), m],
+    });
+    assert_eq!(e.field, "thread.messages[1].role");
+    assert!(e.message.contains("42"), "{e}");
+
+    let mut m = msg("a", pb::Role::Unspecified);
+    m.role = 0;
+    assert_eq!(
+        thread_error(pb::Thread {
+            id: "t".into(),
+            messages: vec![m],
+        })
+        .field,
+        "thread.messages[0].role"
+    );
+
+    let mut m = msg("a", pb::Role::Tool);
+    m.tool_result = Some(pb::ToolResultEnvelope {
+        key_fields: [("total".to_string(), "not json".to_string())].into(),
+        ..Default::default()
+    });
+    assert_eq!(
+        thread_error(pb::Thread {
+            id: "t".into(),
+            messages: vec![m],
+        })
+        .field,
+        "thread.messages[0].tool_result.key_fields[\"total\"]"
+    );
+
+    let mut m = msg("a", pb::Role::User);
+    m.parts = vec![pb::ContentPart { kind: None }];
+    m.text = String::new();
+    assert_eq!(
+        thread_error(pb::Thread {
+            id: "t".into(),
+            messages: vec![m],
+        })
+        .field,
+        "thread.messages[0].parts[0]"
+    );
+
+    let mut m = msg("a", pb::Role::User);
+    m.metadata = Some(pb::MessageMetadata {
+        sensitivity: 17,
+        ..Default::default()
+    });
+    assert_eq!(
+        thread_error(pb::Thread {
+            id: "t".into(),
+            messages: vec![m],
+        })
+        .field,
+        "thread.messages[0].metadata.sensitivity"
+    );
+
+    let e = each::<pb::ToolSchema, ToolSchema>(
+        vec![pb::ToolSchema {
+            name: "x".into(),
+            parameters_json: "{".into(),
+            ..Default::default()
+        }],
+        "tools",
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "tools[0].parameters_json");
+}
+
+#[test]
+fn responses_are_as_strict_as_requests() {
+    // A plan record the server never sends: an unspecified clear reason.
+    let mut p = pb::CompactionPlan::from(&CompactionPlan::default());
+    p.clearings.push(pb::ClearRecord {
+        span: Some(pb::SpanReference::default()),
+        reason: 0,
+        ..Default::default()
+    });
+    let e = CompactionPlan::try_from(p.clone()).unwrap_err();
+    assert_eq!(e.field, "clearings[0].reason");
+    p.clearings[0].reason = 99;
+    assert!(CompactionPlan::try_from(p.clone())
+        .unwrap_err()
+        .message
+        .contains("99"));
+    p.clearings[0].reason = pb::ClearReason::Expired as i32;
+    p.clearings[0].span = None;
+    assert_eq!(
+        CompactionPlan::try_from(p).unwrap_err().field,
+        "clearings[0].span"
+    );
+
+    let mut m = pb::RenderedMessage::from(&RenderedMessage {
+        role: Role::Assistant,
+        content: Content::Text("x".into()),
+        tool_calls: vec![],
+        tool_call_id: None,
+        tool_name: None,
+        is_error: false,
+        source_id: "m1".into(),
+        origin: Origin::Summary,
+    });
+    m.origin = 12;
+    assert_eq!(RenderedMessage::try_from(m).unwrap_err().field, "origin");
+
+    let t = pb::TokenBreakdown {
+        system: 1,
+        total: 5,
+        ..Default::default()
+    };
+    assert_eq!(RequestTokens::try_from(t).unwrap_err().field, "total");
+}
+
+#[test]
+fn overrides_apply_and_unset_fields_keep_the_base() {
+    let base = crate::reduce::Policy::default();
+    let p = policy_from_overrides(
+        &base,
+        Some(pb::PolicyOverrides {
+            keep_recent_turns: Some(2),
+            enable_drop: Some(false),
+            ..Default::default()
+        }),
+    )
+    .expect("valid");
+    assert_eq!(p.keep_recent_turns, 2);
+    assert!(!p.enable.drop);
+    assert_eq!(p.trigger_ratio, base.trigger_ratio);
+    let e = policy_from_overrides(
+        &base,
+        Some(pb::PolicyOverrides {
+            durability: [("search".to_string(), 0)].into(),
+            ..Default::default()
+        }),
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "policy.durability[\"search\"]");
+}

@@ -1,0 +1,500 @@
+//! Threads, messages, tool envelopes, tool schemas, observations and policy
+//! overrides.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value;
+
+use crate::model::{
+    Content, ContentPart, DeterminismMetadata, Durability, JsonText, Message, MessageMetadata,
+    Outcome, Role, Sensitivity, Thread, ToolCall, ToolContent, ToolResultEnvelope, ToolSchema,
+};
+use crate::reduce::{Policy, ToolRetention};
+
+use super::{each, pb, unknown_enum, unset_enum, ConvertError, Result};
+
+// ───────────────────────────── enums ─────────────────────────────
+
+impl From<Role> for pb::Role {
+    fn from(r: Role) -> Self {
+        match r {
+            Role::System => pb::Role::System,
+            Role::Developer => pb::Role::Developer,
+            Role::User => pb::Role::User,
+            Role::Assistant => pb::Role::Assistant,
+            Role::Tool => pb::Role::Tool,
+        }
+    }
+}
+
+/// Every message needs a role: unspecified is rejected.
+pub(super) fn role(v: i32, field: &str) -> Result<Role> {
+    match pb::Role::try_from(v) {
+        Ok(pb::Role::System) => Ok(Role::System),
+        Ok(pb::Role::Developer) => Ok(Role::Developer),
+        Ok(pb::Role::User) => Ok(Role::User),
+        Ok(pb::Role::Assistant) => Ok(Role::Assistant),
+        Ok(pb::Role::Tool) => Ok(Role::Tool),
+        Ok(pb::Role::Unspecified) => Err(unset_enum(field)),
+        Err(_) => Err(unknown_enum(field, v)),
+    }
+}
+
+impl From<Outcome> for pb::Outcome {
+    fn from(o: Outcome) -> Self {
+        match o {
+            Outcome::Success => pb::Outcome::Success,
+            Outcome::Failure => pb::Outcome::Failure,
+            Outcome::Partial => pb::Outcome::Partial,
+        }
+    }
+}
+
+/// Unspecified is documented as success.
+pub(super) fn outcome(v: i32, field: &str) -> Result<Outcome> {
+    match pb::Outcome::try_from(v) {
+        Ok(pb::Outcome::Unspecified | pb::Outcome::Success) => Ok(Outcome::Success),
+        Ok(pb::Outcome::Failure) => Ok(Outcome::Failure),
+        Ok(pb::Outcome::Partial) => Ok(Outcome::Partial),
+        Err(_) => Err(unknown_enum(field, v)),
+    }
+}
+
+impl From<Durability> for pb::Durability {
+    fn from(d: Durability) -> Self {
+        match d {
+            Durability::Ephemeral => pb::Durability::Ephemeral,
+            Durability::Anchoring => pb::Durability::Anchoring,
+            Durability::Replayable => pb::Durability::Replayable,
+            Durability::NonReplayable => pb::Durability::NonReplayable,
+        }
+    }
+}
+
+/// Unspecified is "the policy decides" (`None`).
+fn durability(v: i32, field: &str) -> Result<Option<Durability>> {
+    match pb::Durability::try_from(v) {
+        Ok(pb::Durability::Unspecified) => Ok(None),
+        Ok(pb::Durability::Ephemeral) => Ok(Some(Durability::Ephemeral)),
+        Ok(pb::Durability::Anchoring) => Ok(Some(Durability::Anchoring)),
+        Ok(pb::Durability::Replayable) => Ok(Some(Durability::Replayable)),
+        Ok(pb::Durability::NonReplayable) => Ok(Some(Durability::NonReplayable)),
+        Err(_) => Err(unknown_enum(field, v)),
+    }
+}
+
+fn durability_to_pb(d: Option<Durability>) -> i32 {
+    d.map_or(pb::Durability::Unspecified, pb::Durability::from) as i32
+}
+
+impl From<Sensitivity> for pb::Sensitivity {
+    fn from(s: Sensitivity) -> Self {
+        match s {
+            Sensitivity::Public => pb::Sensitivity::Public,
+            Sensitivity::Internal => pb::Sensitivity::Internal,
+            Sensitivity::Confidential => pb::Sensitivity::Confidential,
+            Sensitivity::Restricted => pb::Sensitivity::Restricted,
+        }
+    }
+}
+
+/// A sensitivity from the wire; unspecified is documented as internal.
+pub fn sensitivity(v: i32, field: &str) -> Result<Sensitivity> {
+    match pb::Sensitivity::try_from(v) {
+        Ok(pb::Sensitivity::Unspecified | pb::Sensitivity::Internal) => Ok(Sensitivity::Internal),
+        Ok(pb::Sensitivity::Public) => Ok(Sensitivity::Public),
+        Ok(pb::Sensitivity::Confidential) => Ok(Sensitivity::Confidential),
+        Ok(pb::Sensitivity::Restricted) => Ok(Sensitivity::Restricted),
+        Err(_) => Err(unknown_enum(field, v)),
+    }
+}
+
+/// A sensitivity on the wire, as its `i32`.
+pub(super) fn sensitivity_to_pb(s: Sensitivity) -> i32 {
+    pb::Sensitivity::from(s) as i32
+}
+
+// ───────────────────────────── JSON text ─────────────────────────────
+
+/// JSON values travel as JSON text; null is the empty string.
+pub(super) fn json_text(v: &Value) -> String {
+    if v.is_null() {
+        String::new()
+    } else {
+        v.to_string()
+    }
+}
+
+/// The inverse of [`json_text`]: empty (or blank) is null, anything else must parse.
+pub(super) fn json_value(text: &str, field: &str) -> Result<Value> {
+    if text.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(text).map_err(|e| ConvertError::new(field, format!("invalid JSON: {e}")))
+}
+
+/// A map of JSON values: every value is JSON text (including `null`).
+pub(super) fn json_map_to_pb(m: &BTreeMap<String, Value>) -> HashMap<String, String> {
+    m.iter().map(|(k, v)| (k.clone(), v.to_string())).collect()
+}
+
+/// The inverse of [`json_map_to_pb`]; an invalid value names its key.
+pub(super) fn json_map(m: HashMap<String, String>, field: &str) -> Result<BTreeMap<String, Value>> {
+    m.into_iter()
+        .map(|(k, v)| {
+            let value = serde_json::from_str(&v).map_err(|e| {
+                ConvertError::new(format!("{field}[{k:?}]"), format!("invalid JSON: {e}"))
+            })?;
+            Ok((k, value))
+        })
+        .collect()
+}
+
+// ───────────────────────────── content ─────────────────────────────
+
+/// Text or parts. An empty parts list is the empty text on the wire (the
+/// two render identically).
+pub(super) fn content_to_pb(c: &Content) -> (String, Vec<pb::ContentPart>) {
+    match c {
+        Content::Text(t) => (t.clone(), Vec::new()),
+        Content::Parts(parts) => (String::new(), parts.iter().map(part_to_pb).collect()),
+    }
+}
+
+fn part_to_pb(p: &ContentPart) -> pb::ContentPart {
+    pb::ContentPart {
+        kind: Some(match p {
+            ContentPart::Text { text } => pb::content_part::Kind::Text(text.clone()),
+            ContentPart::Image { url } => pb::content_part::Kind::ImageUrl(url.clone()),
+        }),
+    }
+}
+
+/// The inverse of [`content_to_pb`]: text and parts are exclusive.
+pub(super) fn content(text: String, parts: Vec<pb::ContentPart>) -> Result<Content> {
+    if parts.is_empty() {
+        return Ok(Content::Text(text));
+    }
+    if !text.is_empty() {
+        return Err(ConvertError::new(
+            "text",
+            "must be empty when parts are set",
+        ));
+    }
+    Ok(Content::Parts(each(parts, "parts")?))
+}
+
+impl TryFrom<pb::ContentPart> for ContentPart {
+    type Error = ConvertError;
+    fn try_from(p: pb::ContentPart) -> Result<Self> {
+        match p.kind {
+            Some(pb::content_part::Kind::Text(text)) => Ok(ContentPart::Text { text }),
+            Some(pb::content_part::Kind::ImageUrl(url)) => Ok(ContentPart::Image { url }),
+            None => Err(ConvertError::new(
+                "",
+                "one of text or image_url is required",
+            )),
+        }
+    }
+}
+
+// ───────────────────────────── tool calls ─────────────────────────────
+
+impl From<&ToolCall> for pb::ToolCall {
+    fn from(c: &ToolCall) -> Self {
+        pb::ToolCall {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            arguments_json: json_text(&c.arguments),
+        }
+    }
+}
+
+impl TryFrom<pb::ToolCall> for ToolCall {
+    type Error = ConvertError;
+    fn try_from(c: pb::ToolCall) -> Result<Self> {
+        Ok(ToolCall {
+            arguments: json_value(&c.arguments_json, "arguments_json")?,
+            id: c.id,
+            name: c.name,
+        })
+    }
+}
+
+// ───────────────────────────── messages ─────────────────────────────
+
+impl From<&Thread> for pb::Thread {
+    fn from(t: &Thread) -> Self {
+        pb::Thread {
+            id: t.id.clone(),
+            messages: t.messages.iter().map(pb::Message::from).collect(),
+        }
+    }
+}
+
+impl TryFrom<pb::Thread> for Thread {
+    type Error = ConvertError;
+    fn try_from(t: pb::Thread) -> Result<Self> {
+        Ok(Thread {
+            id: t.id,
+            messages: each(t.messages, "messages")?,
+        })
+    }
+}
+
+impl From<&Message> for pb::Message {
+    fn from(m: &Message) -> Self {
+        let (text, parts) = content_to_pb(&m.content);
+        pb::Message {
+            id: m.id.clone(),
+            role: pb::Role::from(m.role) as i32,
+            text,
+            parts,
+            tool_calls: m.tool_calls.iter().map(pb::ToolCall::from).collect(),
+            tool_result: m.tool_result.as_ref().map(pb::ToolResultEnvelope::from),
+            turn: m.turn,
+            metadata: (m.metadata != MessageMetadata::default())
+                .then(|| pb::MessageMetadata::from(&m.metadata)),
+        }
+    }
+}
+
+impl TryFrom<pb::Message> for Message {
+    type Error = ConvertError;
+    fn try_from(m: pb::Message) -> Result<Self> {
+        Ok(Message {
+            role: role(m.role, "role")?,
+            content: content(m.text, m.parts)?,
+            tool_calls: each(m.tool_calls, "tool_calls")?,
+            tool_result: m
+                .tool_result
+                .map(|e| ToolResultEnvelope::try_from(e).map_err(|e| e.within("tool_result")))
+                .transpose()?,
+            metadata: m
+                .metadata
+                .map(|md| MessageMetadata::try_from(md).map_err(|e| e.within("metadata")))
+                .transpose()?
+                .unwrap_or_default(),
+            id: m.id,
+            turn: m.turn,
+        })
+    }
+}
+
+impl From<&MessageMetadata> for pb::MessageMetadata {
+    fn from(m: &MessageMetadata) -> Self {
+        pb::MessageMetadata {
+            protected: m.protected,
+            label: m.label.clone(),
+            sensitivity: sensitivity_to_pb(m.sensitivity),
+            source: m.source.clone(),
+        }
+    }
+}
+
+impl TryFrom<pb::MessageMetadata> for MessageMetadata {
+    type Error = ConvertError;
+    fn try_from(m: pb::MessageMetadata) -> Result<Self> {
+        Ok(MessageMetadata {
+            protected: m.protected,
+            label: m.label,
+            sensitivity: sensitivity(m.sensitivity, "sensitivity")?,
+            source: m.source,
+        })
+    }
+}
+
+impl From<&ToolResultEnvelope> for pb::ToolResultEnvelope {
+    fn from(e: &ToolResultEnvelope) -> Self {
+        let content = match &e.content {
+            ToolContent::Text(t) => pb::tool_result_envelope::Content::ContentText(t.clone()),
+            ToolContent::Json(j) => {
+                pb::tool_result_envelope::Content::ContentJson(j.as_str().to_string())
+            }
+        };
+        pb::ToolResultEnvelope {
+            tool_name: e.tool_name.clone(),
+            tool_call_id: e.tool_call_id.clone(),
+            outcome: pb::Outcome::from(e.outcome) as i32,
+            content: Some(content),
+            key_fields: json_map_to_pb(&e.key_fields),
+            durability: durability_to_pb(e.durability),
+            determinism: e.determinism.as_ref().map(pb::DeterminismMetadata::from),
+            started_at: e.started_at.clone(),
+            completed_at: e.completed_at.clone(),
+        }
+    }
+}
+
+impl TryFrom<pb::ToolResultEnvelope> for ToolResultEnvelope {
+    type Error = ConvertError;
+    fn try_from(e: pb::ToolResultEnvelope) -> Result<Self> {
+        let content = match e.content {
+            None => ToolContent::Text(String::new()),
+            Some(pb::tool_result_envelope::Content::ContentText(t)) => ToolContent::Text(t),
+            // Kept byte for byte: JSON tool output is passed on as it arrived.
+            Some(pb::tool_result_envelope::Content::ContentJson(j)) => ToolContent::Json(
+                JsonText::from_string(j)
+                    .map_err(|e| ConvertError::new("content_json", format!("invalid JSON: {e}")))?,
+            ),
+        };
+        Ok(ToolResultEnvelope {
+            outcome: outcome(e.outcome, "outcome")?,
+            content,
+            key_fields: json_map(e.key_fields, "key_fields")?,
+            durability: durability(e.durability, "durability")?,
+            determinism: e.determinism.map(DeterminismMetadata::from),
+            tool_name: e.tool_name,
+            tool_call_id: e.tool_call_id,
+            started_at: e.started_at,
+            completed_at: e.completed_at,
+        })
+    }
+}
+
+impl From<&DeterminismMetadata> for pb::DeterminismMetadata {
+    fn from(d: &DeterminismMetadata) -> Self {
+        pb::DeterminismMetadata {
+            content_hash: d.content_hash.clone(),
+            etag: d.etag.clone(),
+            mtime: d.mtime,
+            version: d.version.clone(),
+        }
+    }
+}
+
+/// Every field is optional on both sides, so this direction is total too.
+impl From<pb::DeterminismMetadata> for DeterminismMetadata {
+    fn from(d: pb::DeterminismMetadata) -> Self {
+        DeterminismMetadata {
+            content_hash: d.content_hash,
+            etag: d.etag,
+            mtime: d.mtime,
+            version: d.version,
+        }
+    }
+}
+
+/// The `observations` map of a request.
+pub fn observations_from_pb(
+    o: HashMap<String, pb::DeterminismMetadata>,
+) -> BTreeMap<String, DeterminismMetadata> {
+    o.into_iter()
+        .map(|(k, v)| (k, DeterminismMetadata::from(v)))
+        .collect()
+}
+
+/// The `observations` map of a request, on the wire.
+pub fn observations_to_pb(
+    o: &BTreeMap<String, DeterminismMetadata>,
+) -> HashMap<String, pb::DeterminismMetadata> {
+    o.iter()
+        .map(|(k, v)| (k.clone(), pb::DeterminismMetadata::from(v)))
+        .collect()
+}
+
+// ───────────────────────────── tools ─────────────────────────────
+
+impl From<&ToolSchema> for pb::ToolSchema {
+    fn from(t: &ToolSchema) -> Self {
+        pb::ToolSchema {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            parameters_json: json_text(&t.parameters),
+        }
+    }
+}
+
+impl TryFrom<pb::ToolSchema> for ToolSchema {
+    type Error = ConvertError;
+    fn try_from(t: pb::ToolSchema) -> Result<Self> {
+        if t.name.is_empty() {
+            return Err(ConvertError::new("name", "must not be empty"));
+        }
+        Ok(ToolSchema {
+            parameters: json_value(&t.parameters_json, "parameters_json")?,
+            name: t.name,
+            description: t.description,
+        })
+    }
+}
+
+// ───────────────────────────── policy ─────────────────────────────
+
+/// The server's policy with a request's overrides applied; errors name
+/// `policy.…`. Range checks are the policy's own (`Policy::validate`).
+pub fn policy_from_overrides(base: &Policy, o: Option<pb::PolicyOverrides>) -> Result<Policy> {
+    let mut p = base.clone();
+    let Some(o) = o else {
+        return Ok(p);
+    };
+    let set = |dst: &mut u32, v: Option<u32>| {
+        if let Some(v) = v {
+            *dst = v;
+        }
+    };
+    if let Some(v) = o.trigger_ratio {
+        p.trigger_ratio = v;
+    }
+    if let Some(v) = o.target_ratio {
+        p.target_ratio = v;
+    }
+    set(&mut p.safety_buffer_tokens, o.safety_buffer_tokens);
+    set(&mut p.response_reserve_tokens, o.response_reserve_tokens);
+    set(
+        &mut p.rehydration_reserve_tokens,
+        o.rehydration_reserve_tokens,
+    );
+    set(&mut p.injection_reserve_tokens, o.injection_reserve_tokens);
+    set(&mut p.keep_recent_turns, o.keep_recent_turns);
+    set(&mut p.keep_tool_io_pairs, o.keep_tool_io_pairs);
+    set(
+        &mut p.externalize_threshold_tokens,
+        o.externalize_threshold_tokens,
+    );
+    set(&mut p.summary_chunk_tokens, o.summary_chunk_tokens);
+    set(&mut p.summary_max_tokens, o.summary_max_tokens);
+    set(&mut p.max_summaries, o.max_summaries);
+    if let Some(d) = durability(o.default_durability, "policy.default_durability")? {
+        p.default_durability = d;
+    }
+    for (tool, d) in o.durability {
+        let field = format!("policy.durability[{tool:?}]");
+        match durability(d, &field)? {
+            Some(d) => {
+                p.durability.insert(tool, d);
+            }
+            None => return Err(ConvertError::new(field, "must be specified")),
+        }
+    }
+    if let Some(r) = o.retention_default {
+        p.retention_default = retention(r);
+    }
+    for (tool, r) in o.retention {
+        p.retention.insert(tool, retention(r));
+    }
+    let flag = |dst: &mut bool, v: Option<bool>| {
+        if let Some(v) = v {
+            *dst = v;
+        }
+    };
+    flag(&mut p.enable.retention, o.enable_retention);
+    flag(&mut p.enable.compress, o.enable_compress);
+    flag(&mut p.enable.clear, o.enable_clear);
+    flag(&mut p.enable.externalize, o.enable_externalize);
+    flag(&mut p.enable.summarize, o.enable_summarize);
+    flag(&mut p.enable.drop, o.enable_drop);
+    flag(&mut p.render.delimit_user_content, o.delimit_user_content);
+    if let Some(v) = o.tool_result_max_chars {
+        p.render.tool_result_max_chars = Some(v as usize);
+    }
+    Ok(p)
+}
+
+fn retention(r: pb::ToolRetention) -> ToolRetention {
+    ToolRetention {
+        keep_turns: r.keep_turns,
+        keep_last: r.keep_last,
+        never_evict: r.never_evict,
+    }
+}

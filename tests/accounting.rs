@@ -1,0 +1,35 @@
+//! Token accounting: the per-message shortcuts the pipeline uses must equal
+//! the cost of the message it would actually render.
+
+use compactd::model::{Action, ClearReason, ClearRecord, SpanReference};
+use compactd::render::{render_message, RenderOptions, RequestCounter};
+use compactd::tokens::{o200k, TokenLedger};
+use compactd_testkit::synth::{thread, SynthParams};
+
+#[test]
+fn verbatim_and_cleared_costs_equal_the_rendered_message_cost() {
+    let counter = o200k();
+    let ledger = TokenLedger::new(10_000);
+    let c = RequestCounter::new(counter.as_ref(), &ledger);
+    let t = thread(&SynthParams::default());
+    for options in [
+        RenderOptions::default(),
+        RenderOptions {
+            delimit_user_content: true,
+            tool_result_max_chars: Some(100),
+        },
+    ] {
+        for m in &t.messages {
+            let rendered = render_message(m, Action::Include, &options).expect("renders");
+            assert_eq!(c.verbatim(m, &options), c.message(&rendered), "{}", m.id);
+            let record = ClearRecord {
+                span: SpanReference::of(&t, &[0]),
+                preserved_fields: Default::default(),
+                reason: ClearReason::Expired,
+                replacement: "[result expired] tool: success".into(),
+            };
+            let cleared = render_message(m, Action::Clear(&record), &options).expect("renders");
+            assert_eq!(c.cleared(m, &record.replacement), c.message(&cleared));
+        }
+    }
+}
