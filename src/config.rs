@@ -1,15 +1,19 @@
 //! Configuration: embedded defaults → YAML file → environment overrides
 //! (`COMPACTD__SECTION__KEY=value`, e.g. `COMPACTD__POLICY__TRIGGER_RATIO=0.9`
 //! or `COMPACTD__LISTEN=127.0.0.1:6000`), validated once at start-up with
-//! errors that give the field path.
+//! errors that give the field path and where the value came from.
 //!
-//! The file has the shape of [`ServerSettings`]: top-level server keys
-//! (`listen`, `data_dir`, limits, `default_model`, …) plus the `policy` and
-//! `auth` sections. The offline `compact` command reads the same file.
+//! The layering is figment's; YAML is parsed with `serde_norway` (a
+//! maintained fork of the deprecated `serde_yaml`). The file has the shape of
+//! [`ServerSettings`]: top-level server keys (`listen`, `data_dir`, limits,
+//! `default_model`, …) plus the `policy` and `auth` sections. The offline
+//! `compact` command reads the same file.
 
 use std::path::Path;
 
-use serde_yaml::{Mapping, Value};
+use figment::providers::{Data, Format};
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider};
 use thiserror::Error;
 
 use crate::server::{check_startup, ServerSettings};
@@ -28,12 +32,12 @@ pub enum ConfigError {
         /// Why.
         source: std::io::Error,
     },
-    /// YAML syntax, or an unknown or mistyped field (the message names it).
+    /// YAML syntax, or an unknown or mistyped field.
     #[error("{origin}: {message}")]
     Parse {
-        /// The file, or "environment".
+        /// The file, or the environment variable.
         origin: String,
-        /// The parser's message, with the field path.
+        /// What is wrong, starting with the field path when one is at fault.
         message: String,
     },
     /// A value out of range.
@@ -41,74 +45,121 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// Loads defaults, then `path` (if any), then overrides from `env`.
+/// YAML through `serde_norway`.
+struct Yaml;
+
+impl Format for Yaml {
+    type Error = serde_norway::Error;
+    const NAME: &'static str = "YAML";
+
+    fn from_str<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, Self::Error> {
+        serde_norway::from_str(s)
+    }
+}
+
+/// `COMPACTD__…` variables as a figment provider. The variables are passed
+/// in (not read from the process) so callers and tests choose them; errors
+/// name the variable itself.
+struct EnvOverrides {
+    vars: Vec<(String, String)>,
+}
+
+impl Provider for EnvOverrides {
+    fn metadata(&self) -> Metadata {
+        Metadata::named("environment").interpolater(|_: &Profile, keys: &[&str]| {
+            format!("{ENV_PREFIX}{}", keys.join("__").to_ascii_uppercase())
+        })
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        let mut dict = Dict::new();
+        for (key, raw) in &self.vars {
+            let path: Vec<String> = key[ENV_PREFIX.len()..]
+                .split("__")
+                .map(str::to_ascii_lowercase)
+                .collect();
+            if path.iter().any(String::is_empty) {
+                return Err(figment::Error::from(format!("{key}: empty path segment")));
+            }
+            // Numbers, booleans and lists like `[system, developer]` parse as
+            // such; anything else is a string (parsing never fails).
+            let value: Value = raw
+                .parse()
+                .unwrap_or_else(|e: std::convert::Infallible| match e {});
+            insert(&mut dict, &path, value)
+                .map_err(|m| figment::Error::from(format!("{key}: {m}")))?;
+        }
+        Ok(Profile::Default.collect(dict))
+    }
+}
+
+/// Sets `path` in `dict`, creating sections on the way.
+fn insert(dict: &mut Dict, path: &[String], value: Value) -> Result<(), String> {
+    let Some((last, sections)) = path.split_last() else {
+        return Ok(());
+    };
+    let mut cur = dict;
+    for (i, seg) in sections.iter().enumerate() {
+        let entry = cur
+            .entry(seg.clone())
+            .or_insert_with(|| Value::from(Dict::new()));
+        cur = match entry {
+            Value::Dict(_, d) => d,
+            _ => return Err(format!("{} is not a section", path[..=i].join("."))),
+        };
+    }
+    cur.insert(last.clone(), value);
+    Ok(())
+}
+
+/// Loads defaults, then `path` (if any), then overrides from `env` (only
+/// `COMPACTD__` variables are looked at).
 pub fn load(
     path: Option<&Path>,
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<ServerSettings, ConfigError> {
-    let mut doc = match path {
-        Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
-                path: p.display().to_string(),
-                source,
-            })?;
-            let v: Value = serde_yaml::from_str(&text).map_err(|e| ConfigError::Parse {
-                origin: p.display().to_string(),
-                message: e.to_string(),
-            })?;
-            match v {
-                Value::Null => Value::Mapping(Mapping::new()),
-                Value::Mapping(m) => Value::Mapping(m),
-                _ => {
-                    return Err(ConfigError::Parse {
-                        origin: p.display().to_string(),
-                        message: "the top level must be a mapping".into(),
-                    })
-                }
-            }
-        }
-        None => Value::Mapping(Mapping::new()),
-    };
-    let mut overridden = Vec::new();
-    let mut env: Vec<(String, String)> = env
+    let mut figment = Figment::new();
+    if let Some(p) = path {
+        // Read first: a missing or unreadable file is its own error.
+        std::fs::metadata(p).map_err(|source| ConfigError::Read {
+            path: p.display().to_string(),
+            source,
+        })?;
+        figment = figment.merge(Data::<Yaml>::file_exact(p));
+    }
+    let mut vars: Vec<(String, String)> = env
         .into_iter()
         .filter(|(k, _)| k.starts_with(ENV_PREFIX))
         .collect();
-    env.sort();
-    for (key, value) in env {
-        let path: Vec<String> = key[ENV_PREFIX.len()..]
-            .split("__")
-            .map(str::to_ascii_lowercase)
-            .collect();
-        if path.iter().any(String::is_empty) {
-            return Err(ConfigError::Parse {
-                origin: "environment".into(),
-                message: format!("{key}: empty path segment"),
-            });
+    vars.sort();
+    figment
+        .merge(EnvOverrides { vars })
+        .extract::<ServerSettings>()
+        .map_err(parse_error)
+}
+
+/// The first error, as `origin: field: what` (figment stops at the first
+/// deserialization error; provider errors come first in its chain).
+fn parse_error(e: figment::Error) -> ConfigError {
+    let origin = match e.metadata.as_ref() {
+        Some(md) => match &md.source {
+            Some(source) => source.to_string(),
+            None => md.name.to_string(),
+        },
+        None => "defaults".to_string(),
+    };
+    let field = match (&e.metadata, &e.profile) {
+        (Some(md), Some(profile)) if md.name == "environment" && !e.path.is_empty() => {
+            md.interpolate(profile, &e.path)
         }
-        // Values are YAML scalars or flow collections: numbers, booleans and
-        // lists like `[system, developer]` parse as such, anything else is a string.
-        let parsed: Value =
-            serde_yaml::from_str(&value).unwrap_or_else(|_| Value::String(value.clone()));
-        set_path(&mut doc, &path, parsed).map_err(|m| ConfigError::Parse {
-            origin: "environment".into(),
-            message: format!("{key}: {m}"),
-        })?;
-        overridden.push(key);
-    }
-    // Through text, because serde_yaml names the field path only when parsing text.
-    let merged = serde_yaml::to_string(&doc).map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    let settings: ServerSettings =
-        serde_yaml::from_str(&merged).map_err(|e| ConfigError::Parse {
-            origin: match (path, overridden.is_empty()) {
-                (Some(p), true) => p.display().to_string(),
-                (Some(p), false) => format!("{} + {}", p.display(), overridden.join(", ")),
-                (None, false) => overridden.join(", "),
-                (None, true) => "defaults".into(),
-            },
-            message: e.to_string(),
-        })?;
-    Ok(settings)
+        _ => e.path.join("."),
+    };
+    let message = if field.is_empty() {
+        e.kind.to_string()
+    } else {
+        format!("{field}: {}", e.kind)
+    };
+    ConfigError::Parse { origin, message }
 }
 
 /// Validates everything that can be checked without starting: ranges, the
@@ -119,26 +170,7 @@ pub fn check(settings: &ServerSettings) -> Result<(), ConfigError> {
 
 /// The settings as YAML, as `config check` prints them.
 pub fn to_yaml(settings: &ServerSettings) -> Result<String, ConfigError> {
-    serde_yaml::to_string(settings).map_err(|e| ConfigError::Invalid(e.to_string()))
-}
-
-fn set_path(doc: &mut Value, path: &[String], value: Value) -> Result<(), String> {
-    let mut cur = doc;
-    for (i, seg) in path.iter().enumerate() {
-        let map = match cur {
-            Value::Mapping(m) => m,
-            _ => return Err(format!("{} is not a section", path[..i].join("."))),
-        };
-        let key = Value::String(seg.clone());
-        if i + 1 == path.len() {
-            map.insert(key, value);
-            return Ok(());
-        }
-        cur = map
-            .entry(key)
-            .or_insert_with(|| Value::Mapping(Mapping::new()));
-    }
-    Ok(())
+    serde_norway::to_string(settings).map_err(|e| ConfigError::Invalid(e.to_string()))
 }
 
 #[cfg(test)]
@@ -152,43 +184,72 @@ mod tests {
         f
     }
 
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     #[test]
     fn defaults_load_and_pass_the_checks() {
         let s = load(None, Vec::new()).unwrap();
+        assert_eq!(s, ServerSettings::default());
         assert_eq!(s.listen.to_string(), "127.0.0.1:50051");
         check(&s).unwrap();
+        // An empty file is the defaults too.
+        assert_eq!(load(Some(file("").path()), Vec::new()).unwrap(), s);
     }
 
     #[test]
     fn file_then_environment() {
         let f =
             file("default_model: gpt-4.1\npolicy:\n  trigger_ratio: 0.8\n  keep_recent_turns: 4\n");
-        let env = vec![
-            (
-                "COMPACTD__POLICY__KEEP_RECENT_TURNS".to_string(),
-                "9".to_string(),
-            ),
-            ("COMPACTD__LISTEN".to_string(), "127.0.0.1:6000".to_string()),
-            ("UNRELATED".to_string(), "x".to_string()),
-        ];
-        let s = load(Some(f.path()), env).unwrap();
+        let s = load(
+            Some(f.path()),
+            env(&[
+                ("COMPACTD__POLICY__KEEP_RECENT_TURNS", "9"),
+                ("COMPACTD__LISTEN", "127.0.0.1:6000"),
+                ("COMPACTD__POLICY__ROLES_NEVER_PRUNE", "[system]"),
+                ("COMPACTD__POLICY__TARGET_RATIO", "0.5"),
+                ("COMPACTD__POLICY__ENABLE__DROP", "false"),
+                ("UNRELATED", "x"),
+            ]),
+        )
+        .unwrap();
         assert_eq!(s.default_model, "gpt-4.1");
         assert_eq!(s.policy.trigger_ratio, 0.8);
+        assert_eq!(s.policy.target_ratio, 0.5);
         assert_eq!(s.policy.keep_recent_turns, 9);
         assert_eq!(s.listen.port(), 6000);
+        assert_eq!(s.policy.roles_never_prune.len(), 1);
+        assert!(!s.policy.enable.drop);
+        // Integers are accepted where a ratio is expected.
+        let s = load(None, env(&[("COMPACTD__POLICY__TRIGGER_RATIO", "1")])).unwrap();
+        assert_eq!(s.policy.trigger_ratio, 1.0);
     }
 
     #[test]
-    fn unknown_fields_are_named() {
+    fn unknown_fields_are_named_with_their_origin() {
         let f = file("policy:\n  trigerr_ratio: 0.8\n");
         let e = load(Some(f.path()), Vec::new()).unwrap_err().to_string();
-        assert!(e.contains("trigerr_ratio"), "{e}");
-        let env = vec![("COMPACTD__POLICY__NOPE".to_string(), "1".to_string())];
-        let e = load(None, env).unwrap_err().to_string();
+        assert!(e.contains("policy.trigerr_ratio"), "{e}");
+        assert!(e.contains(&f.path().display().to_string()), "{e}");
+        let e = load(None, env(&[("COMPACTD__POLICY__NOPE", "1")]))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("COMPACTD__POLICY__NOPE") && e.contains("nope"),
             "{e}"
         );
+        let e = load(None, env(&[("COMPACTD__POLICY____X", "1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("empty path segment"), "{e}");
+        let e = load(None, env(&[("COMPACTD__LISTEN__PORT", "1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("COMPACTD__LISTEN"), "{e}");
     }
 
     #[test]
@@ -203,13 +264,40 @@ mod tests {
     fn mistyped_values_are_named() {
         let f = file("policy:\n  keep_recent_turns: many\n");
         let e = load(Some(f.path()), Vec::new()).unwrap_err().to_string();
-        assert!(e.contains("keep_recent_turns"), "{e}");
+        assert!(e.contains("policy.keep_recent_turns"), "{e}");
+        let e = load(None, env(&[("COMPACTD__MAX_MESSAGE_BYTES", "lots")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("COMPACTD__MAX_MESSAGE_BYTES"), "{e}");
+    }
+
+    #[test]
+    fn files_that_are_not_config_are_refused() {
+        let e = load(Some(Path::new("/nonexistent/compactd.yaml")), Vec::new()).unwrap_err();
+        assert!(matches!(e, ConfigError::Read { .. }), "{e}");
+        let e = load(Some(file("policy: [\n").path()), Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(!e.is_empty());
+        let e = load(Some(file("just a string\n").path()), Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(!e.is_empty());
+    }
+
+    #[test]
+    fn the_printed_yaml_loads_back_to_the_same_settings() {
+        let f = file(
+            "default_model: gpt-4.1\npolicy:\n  retention:\n    search:\n      keep_last: 2\n",
+        );
+        let s = load(Some(f.path()), Vec::new()).unwrap();
+        let again = load(Some(file(&to_yaml(&s).unwrap()).path()), Vec::new()).unwrap();
+        assert_eq!(again, s);
     }
 
     #[test]
     fn exposure_without_auth_is_refused() {
-        let env = vec![("COMPACTD__LISTEN".to_string(), "0.0.0.0:50051".to_string())];
-        let s = load(None, env).unwrap();
+        let s = load(None, env(&[("COMPACTD__LISTEN", "0.0.0.0:50051")])).unwrap();
         let e = check(&s).unwrap_err().to_string();
         assert!(e.contains("without authentication"), "{e}");
     }

@@ -778,7 +778,7 @@ api_keys:
     requester: ci
     permissions: [compact, render]
 "#;
-    let c: AuthConfig = serde_yaml::from_str(yaml).expect("yaml");
+    let c: AuthConfig = serde_norway::from_str(yaml).expect("yaml");
     let jwt = c.jwt.expect("jwt");
     assert_eq!(jwt.tenant_claim, "tenant");
     assert_eq!(jwt.permissions_claim, "permissions");
@@ -786,7 +786,7 @@ api_keys:
     assert!(!c.dev && c.mtls.is_none());
     assert_eq!(
         AuthConfig::default(),
-        serde_yaml::from_str("{}").expect("empty")
+        serde_norway::from_str("{}").expect("empty")
     );
 
     for bad in [
@@ -795,7 +795,7 @@ api_keys:
         "jwt: {issuer: a}",
         "api_keys: [{sha256: ab, tenant: t, requester: r, key: k}]",
     ] {
-        assert!(serde_yaml::from_str::<AuthConfig>(bad).is_err(), "{bad}");
+        assert!(serde_norway::from_str::<AuthConfig>(bad).is_err(), "{bad}");
     }
 }
 
