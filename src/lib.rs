@@ -10,6 +10,7 @@
 //!   the gRPC edge, `client` a Rust client, `config` the settings.
 
 pub mod app;
+mod cache;
 pub mod client;
 pub mod config;
 pub mod model;

@@ -5,69 +5,35 @@
 //!
 //! Keys hash every input that changes the result (content, summarizer id,
 //! schema version, size caps), so a cached value is never stale. Memory is
-//! bounded by two generations: when the young one fills, the old one is
-//! dropped, which approximates LRU at O(1) cost.
+//! bounded in bytes by the crate's one bounded cache type.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
+use crate::cache::{json_weight, strings_weight, BoundedCache, Weigh};
 use crate::model::StructuredSummary;
 use crate::summarize::Compressed;
 
-type FastMap<V> = HashMap<u128, V, xxhash_rust::xxh3::Xxh3DefaultBuilder>;
+/// Bytes each kind of entry may hold by default.
+pub const DEFAULT_MEMO_BYTES: u64 = 64 * 1024 * 1024;
 
-#[derive(Debug)]
-struct Generations<V> {
-    young: FastMap<V>,
-    old: FastMap<V>,
-    cap: usize,
-}
-
-impl<V: Clone> Generations<V> {
-    fn new(cap: usize) -> Self {
-        Generations {
-            young: FastMap::default(),
-            old: FastMap::default(),
-            cap: cap.max(1),
-        }
-    }
-
-    fn get(&mut self, k: u128) -> Option<V> {
-        if let Some(v) = self.young.get(&k) {
-            return Some(v.clone());
-        }
-        let v = self.old.remove(&k)?;
-        self.insert(k, v.clone());
-        Some(v)
-    }
-
-    fn insert(&mut self, k: u128, v: V) {
-        if self.young.len() >= self.cap {
-            self.old = std::mem::take(&mut self.young);
-        }
-        self.young.insert(k, v);
-    }
-}
-
-/// Process-wide cache of summaries and compressions.
+/// Process-wide cache of summaries and compressions, bounded in bytes.
 #[derive(Debug)]
 pub struct Memo {
-    summaries: Mutex<Generations<StructuredSummary>>,
-    compressed: Mutex<Generations<Option<Compressed>>>,
+    summaries: BoundedCache<u128, StructuredSummary>,
+    compressed: BoundedCache<u128, Option<Compressed>>,
 }
 
 impl Default for Memo {
     fn default() -> Self {
-        Memo::new(50_000)
+        Memo::new(DEFAULT_MEMO_BYTES)
     }
 }
 
 impl Memo {
-    /// A memo holding up to about `2 × per_kind` entries of each kind.
-    pub fn new(per_kind: usize) -> Self {
+    /// A memo holding up to about `bytes_per_kind` of summaries and as much
+    /// of compressions.
+    pub fn new(bytes_per_kind: u64) -> Self {
         Memo {
-            summaries: Mutex::new(Generations::new(per_kind)),
-            compressed: Mutex::new(Generations::new(per_kind)),
+            summaries: BoundedCache::new(bytes_per_kind),
+            compressed: BoundedCache::new(bytes_per_kind),
         }
     }
 
@@ -77,11 +43,11 @@ impl Memo {
         key: u128,
         make: impl FnOnce() -> Result<StructuredSummary, E>,
     ) -> Result<StructuredSummary, E> {
-        if let Some(s) = lock(&self.summaries).get(key) {
+        if let Some(s) = self.summaries.get(&key) {
             return Ok(s);
         }
         let s = make()?;
-        lock(&self.summaries).insert(key, s.clone());
+        self.summaries.insert(key, s.clone());
         Ok(s)
     }
 
@@ -91,18 +57,70 @@ impl Memo {
         key: u128,
         make: impl FnOnce() -> Option<Compressed>,
     ) -> Option<Compressed> {
-        if let Some(c) = lock(&self.compressed).get(key) {
+        if let Some(c) = self.compressed.get(&key) {
             return c;
         }
         let c = make();
-        lock(&self.compressed).insert(key, c.clone());
+        self.compressed.insert(key, c.clone());
         c
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding the lock cannot leave a half-written map entry.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+impl Weigh for StructuredSummary {
+    fn weight(&self) -> u64 {
+        let s = self;
+        let span = strings_weight(&s.span.message_ids);
+        let decisions: u64 = s
+            .decisions
+            .iter()
+            .map(|d| 48 + (d.decision.len() + d.rationale.len()) as u64)
+            .sum();
+        let open: u64 = s
+            .open_items
+            .iter()
+            .map(|o| 48 + (o.description.len() + o.context.len()) as u64)
+            .sum();
+        let artifacts: u64 = s
+            .artifacts
+            .iter()
+            .map(|a| {
+                72 + (a.artifact_id.len() + a.description.len() + a.rehydrate_hint.len()) as u64
+            })
+            .sum();
+        let tools: u64 = s
+            .tool_outcomes
+            .iter()
+            .map(|t| {
+                64 + t.tool_name.len() as u64
+                    + t.error_message.as_ref().map_or(0, |e| e.len() as u64)
+                    + t.key_fields
+                        .iter()
+                        .map(|(k, v)| k.len() as u64 + json_weight(v))
+                        .sum::<u64>()
+            })
+            .sum();
+        let task = s.current_task.as_ref().map_or(0, |t| t.len() as u64);
+        200 + span
+            + strings_weight(&s.facts)
+            + decisions
+            + open
+            + artifacts
+            + tools
+            + task
+            + strings_weight(&s.current_plan)
+    }
+}
+
+impl Weigh for Option<Compressed> {
+    fn weight(&self) -> u64 {
+        64 + self.as_ref().map_or(0, |c| {
+            c.text.len() as u64
+                + c.preserved
+                    .iter()
+                    .map(|(k, v)| k.len() as u64 + json_weight(v))
+                    .sum::<u64>()
+        })
+    }
 }
 
 /// Streaming key builder: every part is length-prefixed.
@@ -129,16 +147,18 @@ mod tests {
     use crate::model::SpanReference;
 
     fn summary(n: u32) -> StructuredSummary {
-        StructuredSummary::empty(SpanReference {
+        let mut s = StructuredSummary::empty(SpanReference {
             message_ids: vec![n.to_string()],
             first_turn: n,
             last_turn: n,
-        })
+        });
+        s.facts.push("x".repeat(500));
+        s
     }
 
     #[test]
     fn caches_and_stays_bounded() {
-        let m = Memo::new(2);
+        let m = Memo::new(1 << 20);
         let mut calls = 0;
         for round in 0..2 {
             for k in 0..2u32 {
@@ -152,16 +172,35 @@ mod tests {
             }
             assert_eq!(calls, 2, "round {round}");
         }
-        for k in 2..10u32 {
-            m.summary::<()>(u128::from(k), || Ok(summary(k))).unwrap();
+        let small = Memo::new(64 * 1024);
+        for k in 0..1_000u32 {
+            small
+                .summary::<()>(u128::from(k), || Ok(summary(k)))
+                .unwrap();
         }
-        let g = lock(&m.summaries);
-        assert!(g.young.len() + g.old.len() <= 4);
+        assert!(small.summaries.weight() <= 64 * 1024);
+    }
+
+    #[test]
+    fn weights_grow_with_content() {
+        let a = summary(1);
+        let mut b = a.clone();
+        b.facts.push("y".repeat(10_000));
+        assert!(b.weight() >= a.weight() + 10_000);
+        assert!(
+            Some(Compressed {
+                kind: crate::summarize::OutputKind::FileRead,
+                text: "z".repeat(4_000),
+                preserved: Default::default(),
+            })
+            .weight()
+                >= 4_000
+        );
     }
 
     #[test]
     fn failures_are_not_cached() {
-        let m = Memo::new(4);
+        let m = Memo::new(1 << 20);
         assert!(m.summary(1, || Err("down")).is_err());
         assert!(m.summary::<&str>(1, || Ok(summary(1))).is_ok());
     }

@@ -3,11 +3,14 @@
 
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::fs::{self, DataDir, KeyedLocks};
 use super::{PlanStore, StoreError, StoredPlan};
+use crate::cache::{json_weight, strings_weight, BoundedCache, Weigh};
 use crate::model::CompactionPlan;
 
 const PLAN_FILE: &str = "plan.json";
@@ -31,59 +34,55 @@ struct PlanFile {
 /// correct within one process only. Several replicas sharing a data
 /// directory would race; they need a shared backend with a real CAS.
 ///
-/// The latest committed plan of recently used threads is kept in memory:
-/// agents call once per turn with the same thread, and parsing `plan.json`
-/// on every call was a visible part of a warm round trip. The cache is
-/// written only after a successful commit, so it never runs ahead of disk.
+/// The latest committed plan of recently used threads is kept in memory
+/// (bounded in bytes): agents call once per turn with the same thread, and
+/// parsing `plan.json` on every call was a visible part of a warm round trip.
+/// The cache is only written under the thread's lock — after a successful
+/// commit, or after a read that missed — so it never runs ahead of disk and
+/// a read can never put back a plan older than one just committed.
 #[derive(Debug)]
 pub struct FsPlanStore {
     dir: DataDir,
     pub(super) locks: KeyedLocks,
-    cache: std::sync::Arc<std::sync::Mutex<PlanCache>>,
+    cache: Arc<BoundedCache<PathBuf, StoredPlan>>,
 }
 
-/// Two generations of recently read or committed plans (bounded, O(1)).
-#[derive(Debug, Default)]
-struct PlanCache {
-    young: std::collections::HashMap<PathBuf, StoredPlan>,
-    old: std::collections::HashMap<PathBuf, StoredPlan>,
-}
+/// Bytes of committed plans kept in memory.
+const PLAN_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 
-const PLAN_CACHE_ENTRIES: usize = 4096;
-
-fn lock_cache(c: &std::sync::Mutex<PlanCache>) -> std::sync::MutexGuard<'_, PlanCache> {
-    c.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-impl PlanCache {
-    fn get(&mut self, path: &Path) -> Option<StoredPlan> {
-        if let Some(p) = self.young.get(path) {
-            return Some(p.clone());
-        }
-        let p = self.old.remove(path)?;
-        self.put(path.to_path_buf(), p.clone());
-        Some(p)
-    }
-
-    /// Inserts a plan read from disk unless a newer one is already cached (a
-    /// commit may have landed between the read and this insert).
-    fn put_read(&mut self, path: PathBuf, plan: StoredPlan) {
-        let newer = self
-            .young
-            .get(&path)
-            .or_else(|| self.old.get(&path))
-            .is_some_and(|c| c.version >= plan.version);
-        if !newer {
-            self.put(path, plan);
-        }
-    }
-
-    fn put(&mut self, path: PathBuf, plan: StoredPlan) {
-        if self.young.len() >= PLAN_CACHE_ENTRIES {
-            self.old = std::mem::take(&mut self.young);
-        }
-        self.old.remove(&path);
-        self.young.insert(path, plan);
+impl Weigh for StoredPlan {
+    fn weight(&self) -> u64 {
+        let p = &self.plan;
+        let spans = |ids: &Vec<String>| strings_weight(ids);
+        128 + (p.thread_id.len() + p.fingerprint.len()) as u64
+            + p.externalizations
+                .iter()
+                .map(|r| spans(&r.span.message_ids) + r.summary.weight() + 256)
+                .sum::<u64>()
+            + p.summarizations
+                .iter()
+                .map(|r| spans(&r.span.message_ids) + r.summary.weight())
+                .sum::<u64>()
+            + p.clearings
+                .iter()
+                .map(|r| {
+                    spans(&r.span.message_ids)
+                        + r.replacement.len() as u64
+                        + r.preserved_fields
+                            .iter()
+                            .map(|(k, v)| k.len() as u64 + json_weight(v))
+                            .sum::<u64>()
+                })
+                .sum::<u64>()
+            + p.drops
+                .iter()
+                .map(|r| {
+                    spans(&r.span.message_ids)
+                        + r.reason.len() as u64
+                        + strings_weight(&r.index.keywords)
+                        + r.index.summary.len() as u64
+                })
+                .sum::<u64>()
     }
 }
 
@@ -93,12 +92,8 @@ impl FsPlanStore {
         Ok(FsPlanStore {
             dir: DataDir::open(data_dir)?,
             locks: KeyedLocks::default(),
-            cache: Default::default(),
+            cache: Arc::new(BoundedCache::new(PLAN_CACHE_BYTES)),
         })
-    }
-
-    fn cache(&self) -> std::sync::MutexGuard<'_, PlanCache> {
-        lock_cache(&self.cache)
     }
 
     fn plan_path(&self, tenant: &str, thread_id: &str) -> Result<PathBuf, StoreError> {
@@ -137,14 +132,20 @@ fn read_plan(path: &Path, tenant: &str, thread_id: &str) -> Result<Option<Stored
 impl PlanStore for FsPlanStore {
     async fn get(&self, tenant: &str, thread_id: &str) -> Result<Option<StoredPlan>, StoreError> {
         let path = self.plan_path(tenant, thread_id)?;
-        if let Some(p) = self.cache().get(&path) {
+        if let Some(p) = self.cache.get(&path) {
+            return Ok(Some(p));
+        }
+        // A miss reads under the thread's lock, so a commit cannot land
+        // between the read and the cache insert.
+        let _guard = self.locks.get(&path).lock_owned().await;
+        if let Some(p) = self.cache.get(&path) {
             return Ok(Some(p));
         }
         let (tenant, thread_id) = (tenant.to_owned(), thread_id.to_owned());
         let key = path.clone();
         let plan = fs::blocking(move || read_plan(&path, &tenant, &thread_id)).await?;
         if let Some(p) = &plan {
-            self.cache().put_read(key, p.clone());
+            self.cache.insert(key, p.clone());
         }
         Ok(plan)
     }
@@ -186,7 +187,7 @@ impl PlanStore for FsPlanStore {
             plan: file.plan.clone(),
             committed_at_unix_ms: file.committed_at_unix_ms,
         };
-        let cache = std::sync::Arc::clone(&self.cache);
+        let cache = Arc::clone(&self.cache);
         fs::blocking(move || {
             // The guard moves in here: if the caller is cancelled mid-commit,
             // the lock is held until the write has finished, not released early.
@@ -204,7 +205,7 @@ impl PlanStore for FsPlanStore {
             dir.ensure_dir(thread_dir)?;
             fs::write_atomic(thread_dir, PLAN_FILE, &bytes)?;
             // Still under the thread's lock, so caches are updated in commit order.
-            lock_cache(&cache).put(key, cached);
+            cache.insert(key, cached);
             Ok(version)
         })
         .await

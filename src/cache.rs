@@ -1,0 +1,123 @@
+//! The one bounded cache for derived results (summaries, compressions,
+//! committed plans): weighed in bytes so memory stays within a budget
+//! whatever the entry sizes, with quick_cache's S3-FIFO eviction so a burst
+//! of one-off entries does not push out the ones every turn reuses.
+//!
+//! Values report their approximate heap size through [`Weigh`]. The token
+//! ledger keeps its own CLOCK cache: it is on the hot path of every call and
+//! measured faster for its fixed-size entries.
+
+use std::hash::Hash;
+
+use quick_cache::sync::Cache;
+use quick_cache::Weighter;
+
+/// Approximate heap bytes of a cached value.
+pub(crate) trait Weigh {
+    /// The estimate; a few bytes off is fine, orders of magnitude are not.
+    fn weight(&self) -> u64;
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ByWeight;
+
+impl<K, V: Weigh> Weighter<K, V> for ByWeight {
+    fn weight(&self, _key: &K, value: &V) -> u64 {
+        // Zero-weight entries would never be evicted.
+        value.weight().max(1)
+    }
+}
+
+/// A concurrent cache holding at most about `max_bytes` of values.
+pub(crate) struct BoundedCache<K, V> {
+    inner: Cache<K, V, ByWeight>,
+}
+
+impl<K, V> std::fmt::Debug for BoundedCache<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundedCache").finish_non_exhaustive()
+    }
+}
+
+/// Typical entry size the shard layout is planned for.
+const TYPICAL_ENTRY_BYTES: u64 = 2048;
+
+impl<K: Eq + Hash + Clone, V: Clone + Weigh> BoundedCache<K, V> {
+    /// A cache of at most about `max_bytes`. A value larger than a shard's
+    /// share is not cached at all (it would evict everything else).
+    pub(crate) fn new(max_bytes: u64) -> Self {
+        let items = usize::try_from(max_bytes / TYPICAL_ENTRY_BYTES)
+            .unwrap_or(usize::MAX)
+            .max(16);
+        BoundedCache {
+            inner: Cache::with_weighter(items, max_bytes.max(1), ByWeight),
+        }
+    }
+
+    /// A clone of the cached value.
+    pub(crate) fn get(&self, key: &K) -> Option<V> {
+        self.inner.get(key)
+    }
+
+    /// Inserts or replaces.
+    pub(crate) fn insert(&self, key: K, value: V) {
+        self.inner.insert(key, value);
+    }
+
+    /// Total weight held, for tests and stats.
+    #[cfg(test)]
+    pub(crate) fn weight(&self) -> u64 {
+        self.inner.weight()
+    }
+}
+
+/// Heap bytes of a JSON value (strings, keys and a node overhead).
+pub(crate) fn json_weight(v: &serde_json::Value) -> u64 {
+    use serde_json::Value;
+    const NODE: u64 = 32;
+    NODE + match v {
+        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        Value::String(s) => s.len() as u64,
+        Value::Array(a) => a.iter().map(json_weight).sum(),
+        Value::Object(m) => m.iter().map(|(k, v)| k.len() as u64 + json_weight(v)).sum(),
+    }
+}
+
+/// Heap bytes of a list of strings.
+pub(crate) fn strings_weight<'a>(s: impl IntoIterator<Item = &'a String>) -> u64 {
+    s.into_iter().map(|s| 24 + s.len() as u64).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone)]
+    struct Blob(usize);
+
+    impl Weigh for Blob {
+        fn weight(&self) -> u64 {
+            self.0 as u64
+        }
+    }
+
+    #[test]
+    fn stays_within_its_byte_budget() {
+        let c: BoundedCache<u32, Blob> = BoundedCache::new(64 * 1024);
+        for k in 0..10_000 {
+            c.insert(k, Blob(1000));
+        }
+        assert!(c.weight() <= 64 * 1024, "{}", c.weight());
+        assert!(c.get(&9_999).is_some(), "the newest entry is cached");
+    }
+
+    #[test]
+    fn entries_are_returned_until_evicted() {
+        let c: BoundedCache<&str, Blob> = BoundedCache::new(1 << 20);
+        c.insert("a", Blob(10));
+        assert_eq!(c.get(&"a").map(|b| b.0), Some(10));
+        c.insert("a", Blob(20));
+        assert_eq!(c.get(&"a").map(|b| b.0), Some(20));
+        assert!(c.get(&"b").is_none());
+    }
+}
