@@ -13,8 +13,8 @@
 //! - **render, unchanged**: `Render` with `compact_first` on a thread that did
 //!   not change since the last call: the committed plan's fingerprint matches
 //!   (`reused`), so the call is validate → fingerprint → plan load → render →
-//!   count. This is the target of issue 3 (p50 at concurrency 1 within 1.5× of
-//!   the echo once the ledger is warm).
+//!   count. The target is a p50 at concurrency 1 within 1.5× of the echo
+//!   once the ledger is warm.
 //! - **render, +1 msg**: each call appends one message first, as a live agent
 //!   does between turns, so the pipeline runs against the previous plan and a
 //!   new version is committed (plan store write with fsync).

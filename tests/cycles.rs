@@ -1,4 +1,4 @@
-//! Seed 000's invariant tests: facts and constraints survive repeated
+//! Facts and constraints survive repeated
 //! compaction cycles (the agent must not "forget" them after summarization).
 
 mod common;

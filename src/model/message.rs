@@ -166,7 +166,8 @@ impl Outcome {
     }
 }
 
-/// How safely a tool result can be removed from the prompt (seed 000).
+/// How safely a tool result can be removed from the prompt: what can be
+/// fetched again may go, what cannot must stay or be externalized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Durability {
@@ -328,8 +329,9 @@ impl ToolContent {
     }
 }
 
-/// The structured envelope around every tool result (seed 000): without it a
-/// cleared result would have nothing to keep.
+/// The structured envelope around every tool result: outcome, key fields and
+/// durability travel with the content, so a cleared result still keeps what
+/// the agent needs (without them it would have nothing to keep).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResultEnvelope {
     /// Tool name (must match the call's name).

@@ -1,4 +1,4 @@
-//! Clearing by durability (seed 000). EPHEMERAL results are cleared;
+//! Clearing by durability. EPHEMERAL results are cleared;
 //! ANCHORING ones keep their key fields and a one-line gist; REPLAYABLE ones
 //! are cleared only when their determinism metadata shows the source is
 //! unchanged (otherwise they are treated as NON_REPLAYABLE); NON_REPLAYABLE

@@ -1,4 +1,4 @@
-//! Tool-output post-processing (seed 004): keep the essentials of large
+//! Tool-output post-processing: keep the essentials of large
 //! search results, file reads, query results and API responses. Errors and
 //! small results are never touched; non-replayable results go to the
 //! artifact store instead, so nothing that cannot be fetched again is lost.

@@ -77,8 +77,8 @@ pub struct PipelineState<'a> {
     pub memo: &'a Memo,
     /// Current determinism metadata by tool call id, from the caller.
     pub observations: &'a BTreeMap<String, DeterminismMetadata>,
-    /// Rehydration happened this turn: skip externalize and drop (seed 000's
-    /// loop breaker).
+    /// Rehydration happened this turn: skip externalize and drop, so content
+    /// the agent just read back is not evicted again at once (no fetch loop).
     pub skip_aggressive: bool,
     /// Turn of the last message.
     pub current_turn: u32,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::{Durability, Role};
 use crate::render::RenderOptions;
 
-/// Retention of one tool's results (seed 001): age- and count-based.
+/// Retention of one tool's results: age- and count-based.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ToolRetention {

@@ -1,4 +1,4 @@
-//! Tool-result retention (seed 001): the fattest target and the first cut.
+//! Tool-result retention: old tool output is the fattest target and the first cut.
 //! Age-based (keep K turns) and count-based (keep the last N of this tool),
 //! per tool with a global default. An expired result is stubbed, never
 //! removed: the call stays paired and the model sees that it happened, so it

@@ -62,8 +62,8 @@ fn chunk_unit(p: &Projection<'_>, u: usize) -> bool {
     p.unit_is_free(u) && (s..=e).all(|i| !p.is_summarized(i) && !p.is_dropped(i))
 }
 
-/// Summarizes `indices`; false when the summarizer failed (the pipeline then
-/// falls back to dropping, with a warning, as seed 002 prescribes).
+/// Summarizes `indices`; false when the summarizer failed. A failed summary
+/// is never committed: the pipeline falls back to dropping, with a warning.
 fn apply(p: &mut Projection<'_>, state: &mut PipelineState<'_>, indices: &[usize]) -> bool {
     let span = SpanReference::of(p.thread, indices);
     let messages: Vec<&crate::model::Message> = indices.iter().map(|&i| p.message(i)).collect();

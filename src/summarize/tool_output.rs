@@ -1,4 +1,4 @@
-//! Tool-output post-processing (seed 004): token-heavy outputs are reduced to
+//! Tool-output post-processing: token-heavy outputs are reduced to
 //! what the agent needs to act and to re-fetch; errors and small or
 //! unrecognized outputs are kept as they are. The shape of the content decides
 //! first and the tool name only breaks ties, because tool names are arbitrary.
@@ -49,7 +49,7 @@ pub struct Compressed {
     pub preserved: BTreeMap<String, Value>,
 }
 
-/// Thresholds of seed 004.
+/// When and how far tool outputs are reduced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompressRules {
     /// Outputs under this many tokens are already compact.
@@ -79,8 +79,8 @@ impl Default for CompressRules {
     }
 }
 
-/// Seed 004: structured data under 500 tokens is kept for validation, so a
-/// plain API response is only compressed at or above this size.
+/// Structured data under 500 tokens is kept whole, because the agent may
+/// still validate it; a plain API response is only compressed at or above this size.
 pub const STRUCTURED_KEEP_TOKENS: usize = 500;
 
 const FILE_HEAD_LINES: usize = 20;

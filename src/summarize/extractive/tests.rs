@@ -155,7 +155,8 @@ fn cycle_messages(cycle: u32) -> Vec<Message> {
     ]
 }
 
-/// Seed 000 invariant: facts survive N rolling cycles, even under a cap that
+/// Facts and constraints survive N rolling cycles (an agent must not forget
+/// them after summarization), even under a cap that
 /// forces trimming on every cycle.
 fn rolling(cycles: u32, max_chars: usize) -> StructuredSummary {
     let mut first = vec![

@@ -45,7 +45,7 @@ fn search_payload(n: usize) -> Value {
 }
 
 #[test]
-fn defaults_match_seed_004() {
+fn defaults_match_the_documented_thresholds() {
     let r = CompressRules::default();
     assert_eq!(
         (
@@ -307,7 +307,7 @@ fn api_response_keeps_status_ids_and_key_fields() {
 
 #[test]
 fn small_structured_data_is_kept() {
-    // Seed 004: JSON under 500 tokens is kept for validation.
+    // Structured data under 500 tokens is kept whole: the agent may validate it.
     assert_eq!(
         compress_tool_output(&ok_json("api", api_payload()), None, 499, &rules()),
         None
