@@ -14,6 +14,22 @@ use super::render::output_format;
 use super::thread::{observations_from_pb, policy_from_overrides};
 use super::{each, pb, required, Result};
 
+/// The shared fields of a Compact or Render request, moved out.
+macro_rules! inputs {
+    ($r:ident) => {
+        Inputs {
+            thread: $r.thread,
+            policy: $r.policy,
+            model: $r.model,
+            max_input_tokens: $r.max_input_tokens,
+            system_prompt: $r.system_prompt,
+            tools: $r.tools,
+            expected_version: $r.expected_version,
+            observations: $r.observations,
+        }
+    };
+}
+
 /// What Compact and Render requests both carry.
 struct Inputs {
     thread: Option<pb::Thread>,
@@ -45,18 +61,9 @@ impl Inputs {
 /// A Compact request as a command; `base` is the server's policy the
 /// request's overrides apply to.
 pub fn compact_command(r: pb::CompactRequest, base: &Policy) -> Result<CompactCommand> {
-    let mut cmd = Inputs {
-        thread: r.thread,
-        policy: r.policy,
-        model: r.model,
-        max_input_tokens: r.max_input_tokens,
-        system_prompt: r.system_prompt,
-        tools: r.tools,
-        expected_version: r.expected_version,
-        observations: r.observations,
-    }
-    .into_command(base)?;
-    cmd.rehydrated_this_turn = r.rehydrated_this_turn;
+    let rehydrated_this_turn = r.rehydrated_this_turn;
+    let mut cmd = inputs!(r).into_command(base)?;
+    cmd.rehydrated_this_turn = rehydrated_this_turn;
     Ok(cmd)
 }
 
@@ -64,21 +71,11 @@ pub fn compact_command(r: pb::CompactRequest, base: &Policy) -> Result<CompactCo
 pub fn render_command(r: pb::RenderRequest, base: &Policy) -> Result<RenderCommand> {
     Ok(RenderCommand {
         format: output_format(r.format, "format")?,
-        request: Inputs {
-            thread: r.thread,
-            policy: r.policy,
-            model: r.model,
-            max_input_tokens: r.max_input_tokens,
-            system_prompt: r.system_prompt,
-            tools: r.tools,
-            expected_version: r.expected_version,
-            observations: r.observations,
-        }
-        .into_command(base)?,
         compact_first: r.compact_first,
         plan_version: r.plan_version,
         max_output_tokens: r.max_output_tokens,
         rehydrate_artifact_ids: r.rehydrate_artifact_ids,
+        request: inputs!(r).into_command(base)?,
     })
 }
 

@@ -60,13 +60,8 @@ fn check_meta(line: &[u8], tenant: &str, thread_id: &str) -> Result<ArtifactMeta
             "artifact belongs to a different tenant or thread".into(),
         ));
     }
-    if let Some(ttl) = meta.ttl_seconds {
-        let expires = meta
-            .created_at_unix_ms
-            .saturating_add(ttl.saturating_mul(1000));
-        if fs::now_unix_ms() >= expires {
-            return Err(StoreError::NotFound);
-        }
+    if meta.is_expired(fs::now_unix_ms()) {
+        return Err(StoreError::NotFound);
     }
     Ok(meta)
 }
@@ -120,15 +115,7 @@ fn read_artifact(
 impl ArtifactStore for FsArtifactStore {
     async fn put(&self, meta: &ArtifactMeta, content: &[u8]) -> Result<String, StoreError> {
         let dir = self.artifacts_dir(&meta.tenant, &meta.thread_id)?;
-        let hash = content_hash(content);
-        if !meta.content_hash.is_empty() && meta.content_hash != hash {
-            return Err(StoreError::Corrupt(
-                "meta.content_hash does not match the content".into(),
-            ));
-        }
-        let mut meta = meta.clone();
-        meta.content_hash = hash;
-        meta.size_bytes = content.len() as u64;
+        let meta = meta.for_content(content)?;
         let header = serde_json::to_vec(&meta)
             .map_err(|e| StoreError::Corrupt(format!("metadata does not serialize: {e}")))?;
         let mut bytes = Vec::with_capacity(MAGIC.len() + header.len() + 1 + content.len());

@@ -13,8 +13,8 @@ use crate::model::CompactionPlan;
 use crate::runtime::now_unix_ms;
 
 use super::{
-    content_hash, validate_artifact_id, validate_path_segment, ArtifactMeta, ArtifactStore,
-    PlanStore, StoreError, StoredPlan,
+    validate_artifact_id, validate_path_segment, ArtifactMeta, ArtifactStore, PlanStore,
+    StoreError, StoredPlan,
 };
 
 type Key = (String, String);
@@ -53,14 +53,7 @@ impl PlanStore for MemoryPlanStore {
         expected_version: u64,
     ) -> Result<u64, StoreError> {
         let k = key(tenant, thread_id)?;
-        if plan.thread_id != thread_id {
-            return Err(StoreError::InvalidId(
-                "plan.thread_id does not match the thread it is committed to".into(),
-            ));
-        }
-        let version = expected_version
-            .checked_add(1)
-            .ok_or_else(|| StoreError::InvalidId("expected_version is out of range".into()))?;
+        let version = super::next_version(plan, thread_id, expected_version)?;
         let mut plans = lock(&self.plans);
         let current = plans.get(&k).map_or(0, |p| p.version);
         if current != expected_version {
@@ -144,14 +137,8 @@ impl MemoryArtifactStore {
             .get(&(k, artifact_id.to_string()))
             .cloned()
             .ok_or(StoreError::NotFound)?;
-        if let Some(ttl) = found.0.ttl_seconds {
-            let expires = found
-                .0
-                .created_at_unix_ms
-                .saturating_add(ttl.saturating_mul(1000));
-            if now_unix_ms() >= expires {
-                return Err(StoreError::NotFound);
-            }
+        if found.0.is_expired(now_unix_ms()) {
+            return Err(StoreError::NotFound);
         }
         Ok(found)
     }
@@ -161,16 +148,8 @@ impl MemoryArtifactStore {
 impl ArtifactStore for MemoryArtifactStore {
     async fn put(&self, meta: &ArtifactMeta, content: &[u8]) -> Result<String, StoreError> {
         let k = key(&meta.tenant, &meta.thread_id)?;
-        let hash = content_hash(content);
-        if !meta.content_hash.is_empty() && meta.content_hash != hash {
-            return Err(StoreError::Corrupt(
-                "meta.content_hash does not match the content".into(),
-            ));
-        }
-        let mut meta = meta.clone();
-        meta.size_bytes = content.len() as u64;
-        let id = self.id(&meta.thread_id, &hash);
-        meta.content_hash = hash;
+        let meta = meta.for_content(content)?;
+        let id = self.id(&meta.thread_id, &meta.content_hash);
         lock(&self.artifacts).insert((k, id.clone()), (meta, content.to_vec()));
         Ok(id)
     }
@@ -212,6 +191,7 @@ impl ArtifactStore for MemoryArtifactStore {
 mod tests {
     use super::*;
     use crate::model::Sensitivity;
+    use crate::store::content_hash;
 
     fn meta(tenant: &str, thread: &str, content: &[u8]) -> ArtifactMeta {
         ArtifactMeta {

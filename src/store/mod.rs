@@ -119,6 +119,51 @@ pub struct ArtifactMeta {
     pub message_ids: Vec<String>,
 }
 
+impl ArtifactMeta {
+    /// The metadata to store with `content`: its real hash and length. A
+    /// caller-supplied hash that does not match the content is refused.
+    pub fn for_content(&self, content: &[u8]) -> Result<ArtifactMeta, StoreError> {
+        let hash = content_hash(content);
+        if !self.content_hash.is_empty() && self.content_hash != hash {
+            return Err(StoreError::Corrupt(
+                "meta.content_hash does not match the content".into(),
+            ));
+        }
+        let mut meta = self.clone();
+        meta.content_hash = hash;
+        meta.size_bytes = content.len() as u64;
+        Ok(meta)
+    }
+
+    /// Past its TTL at `now_unix_ms`: it then reads as `NotFound`, like a
+    /// deleted artifact.
+    pub fn is_expired(&self, now_unix_ms: u64) -> bool {
+        self.ttl_seconds.is_some_and(|ttl| {
+            now_unix_ms
+                >= self
+                    .created_at_unix_ms
+                    .saturating_add(ttl.saturating_mul(1000))
+        })
+    }
+}
+
+/// The version a commit creates: `expected_version + 1`, for a plan that
+/// names the thread it is committed to.
+pub(crate) fn next_version(
+    plan: &CompactionPlan,
+    thread_id: &str,
+    expected_version: u64,
+) -> Result<u64, StoreError> {
+    if plan.thread_id != thread_id {
+        return Err(StoreError::InvalidId(
+            "plan.thread_id does not match the thread it is committed to".into(),
+        ));
+    }
+    expected_version
+        .checked_add(1)
+        .ok_or_else(|| StoreError::InvalidId("expected_version is out of range".into()))
+}
+
 /// SHA-256 hex, as recorded in [`ArtifactMeta::content_hash`].
 pub fn content_hash(content: &[u8]) -> String {
     hex::encode(Sha256::digest(content))

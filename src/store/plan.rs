@@ -158,14 +158,7 @@ impl PlanStore for FsPlanStore {
         expected_version: u64,
     ) -> Result<u64, StoreError> {
         let path = self.plan_path(tenant, thread_id)?;
-        if plan.thread_id != thread_id {
-            return Err(StoreError::InvalidId(
-                "plan.thread_id does not match the thread it is committed to".into(),
-            ));
-        }
-        let version = expected_version
-            .checked_add(1)
-            .ok_or_else(|| StoreError::InvalidId("expected_version is out of range".into()))?;
+        let version = super::next_version(plan, thread_id, expected_version)?;
         let mut plan = plan.clone();
         plan.version = version;
         let file = PlanFile {
