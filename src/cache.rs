@@ -9,8 +9,8 @@
 
 use std::hash::Hash;
 
-use quick_cache::sync::Cache;
-use quick_cache::Weighter;
+use quick_cache::sync::{Cache, DefaultLifecycle};
+use quick_cache::{DefaultHashBuilder, OptionsBuilder, Weighter};
 
 /// Approximate heap bytes of a cached value.
 pub(crate) trait Weigh {
@@ -41,6 +41,10 @@ impl<K, V> std::fmt::Debug for BoundedCache<K, V> {
 
 /// Typical entry size the shard layout is planned for.
 const TYPICAL_ENTRY_BYTES: u64 = 2048;
+/// Shards, fixed rather than derived from the core count: a value larger
+/// than about a shard's share of the budget is not cached, so the largest
+/// cacheable value must not shrink on bigger machines.
+const SHARDS: usize = 8;
 
 impl<K: Eq + Hash + Clone, V: Clone + Weigh> BoundedCache<K, V> {
     /// A cache of at most about `max_bytes`. A value larger than a shard's
@@ -49,9 +53,22 @@ impl<K: Eq + Hash + Clone, V: Clone + Weigh> BoundedCache<K, V> {
         let items = usize::try_from(max_bytes / TYPICAL_ENTRY_BYTES)
             .unwrap_or(usize::MAX)
             .max(16);
-        BoundedCache {
-            inner: Cache::with_weighter(items, max_bytes.max(1), ByWeight),
-        }
+        let options = OptionsBuilder::new()
+            .estimated_items_capacity(items)
+            .weight_capacity(max_bytes.max(1))
+            .shards(SHARDS)
+            .build();
+        let inner = match options {
+            Ok(o) => Cache::with_options(
+                o,
+                ByWeight,
+                DefaultHashBuilder::default(),
+                DefaultLifecycle::default(),
+            ),
+            // Only reachable with a zero capacity, which `max(1)` rules out.
+            Err(_) => Cache::with_weighter(items, max_bytes.max(1), ByWeight),
+        };
+        BoundedCache { inner }
     }
 
     /// A clone of the cached value.
@@ -62,6 +79,11 @@ impl<K: Eq + Hash + Clone, V: Clone + Weigh> BoundedCache<K, V> {
     /// Inserts or replaces.
     pub(crate) fn insert(&self, key: K, value: V) {
         self.inner.insert(key, value);
+    }
+
+    /// Drops an entry (when what it mirrors may have changed).
+    pub(crate) fn remove(&self, key: &K) {
+        self.inner.remove(key);
     }
 
     /// Total weight held, for tests and stats.
@@ -112,6 +134,14 @@ mod tests {
     }
 
     #[test]
+    fn a_large_value_fits_whatever_the_core_count() {
+        // 64 MiB over 8 shards: a 4 MB plan is still cached.
+        let c: BoundedCache<u32, Blob> = BoundedCache::new(64 * 1024 * 1024);
+        c.insert(1, Blob(4_000_000));
+        assert!(c.get(&1).is_some());
+    }
+
+    #[test]
     fn entries_are_returned_until_evicted() {
         let c: BoundedCache<&str, Blob> = BoundedCache::new(1 << 20);
         c.insert("a", Blob(10));
@@ -119,5 +149,7 @@ mod tests {
         c.insert("a", Blob(20));
         assert_eq!(c.get(&"a").map(|b| b.0), Some(20));
         assert!(c.get(&"b").is_none());
+        c.remove(&"a");
+        assert!(c.get(&"a").is_none());
     }
 }

@@ -81,11 +81,11 @@ impl Provider for EnvOverrides {
             if path.iter().any(String::is_empty) {
                 return Err(figment::Error::from(format!("{key}: empty path segment")));
             }
-            // Numbers, booleans and lists like `[system, developer]` parse as
-            // such; anything else is a string (parsing never fails).
-            let value: Value = raw
-                .parse()
-                .unwrap_or_else(|e: std::convert::Infallible| match e {});
+            // Values are YAML, like the file: numbers, booleans and flow
+            // collections (`[system, developer]`, `{keep_last: 2}`) parse as
+            // such; anything that is not valid YAML is taken as a string.
+            let value: Value =
+                serde_norway::from_str(raw).unwrap_or_else(|_| Value::from(raw.as_str()));
             insert(&mut dict, &path, value)
                 .map_err(|m| figment::Error::from(format!("{key}: {m}")))?;
         }
@@ -213,6 +213,8 @@ mod tests {
                 ("COMPACTD__POLICY__ROLES_NEVER_PRUNE", "[system]"),
                 ("COMPACTD__POLICY__TARGET_RATIO", "0.5"),
                 ("COMPACTD__POLICY__ENABLE__DROP", "false"),
+                ("COMPACTD__POLICY__RETENTION", "{search: {keep_last: 2}}"),
+                ("COMPACTD__DATA_DIR", "'/var/lib/compactd'"),
                 ("UNRELATED", "x"),
             ]),
         )
@@ -224,6 +226,8 @@ mod tests {
         assert_eq!(s.listen.port(), 6000);
         assert_eq!(s.policy.roles_never_prune.len(), 1);
         assert!(!s.policy.enable.drop);
+        assert_eq!(s.policy.retention["search"].keep_last, Some(2));
+        assert_eq!(s.data_dir, std::path::PathBuf::from("/var/lib/compactd"));
         // Integers are accepted where a ratio is expected.
         let s = load(None, env(&[("COMPACTD__POLICY__TRIGGER_RATIO", "1")])).unwrap();
         assert_eq!(s.policy.trigger_ratio, 1.0);

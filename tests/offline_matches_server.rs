@@ -20,21 +20,23 @@ const STATES: [&str; 3] = ["open", "paid", "disputed"];
 
 /// `compactd compact` run as a user would; its JSON document.
 fn offline(input: &str, max_input_tokens: u32, format: &str) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_compactd"))
-        .args([
-            "compact",
-            "--input",
-            input,
-            "--model",
-            MODEL,
-            "--max-input-tokens",
-            &max_input_tokens.to_string(),
-            "--format",
-            format,
-        ])
-        .env_remove("COMPACTD_CONFIG")
-        .output()
-        .expect("run compactd");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_compactd"));
+    cmd.args([
+        "compact",
+        "--input",
+        input,
+        "--model",
+        MODEL,
+        "--max-input-tokens",
+        &max_input_tokens.to_string(),
+        "--format",
+        format,
+    ]);
+    // Same policy as the test server: no settings from the environment.
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("COMPACTD")) {
+        cmd.env_remove(k);
+    }
+    let out = cmd.output().expect("run compactd");
     assert!(
         out.status.success(),
         "{}",

@@ -27,9 +27,9 @@ pub struct CompactCommand {
     pub thread: Arc<Thread>,
     /// The policy with the request's overrides applied (validated by the use case).
     pub policy: Arc<Policy>,
-    /// Model; `None` or empty = the default.
+    /// Model; `None` = the default. Never empty.
     pub model: Option<String>,
-    /// The model's input limit; `None` or 0 = the default.
+    /// The model's input limit; `None` = the default. Zero is refused.
     pub max_input_tokens: Option<u32>,
     /// System prompt the request will carry.
     pub system: Option<String>,
@@ -185,7 +185,7 @@ impl App {
             .validate()
             .map_err(|e| AppError::invalid(e.field, e.reason))?;
         let resolved = Arc::new(Resolved {
-            model: self.model(cmd.model.clone()),
+            model: self.model(cmd.model.clone())?,
             max_input_tokens: self.max_input_tokens(cmd.max_input_tokens),
             cmd,
         });
@@ -350,4 +350,74 @@ fn bind(
         )));
     }
     Ok(compaction)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::Defaults;
+    use crate::model::ToolSchema;
+
+    fn resolved() -> Resolved {
+        let thread = crate::model::thread_from_json(
+            &serde_json::json!([
+                {"role": "user", "content": "Find order A-17 and tell me its status."},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{\"q\":\"A-17\"}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "c1", "content": "order A-17: shipped"},
+                {"role": "assistant", "content": "A-17 has shipped."}
+            ]),
+            "t",
+        )
+        .expect("thread")
+        .thread;
+        let mut cmd = CompactCommand::new(thread, Policy::default());
+        cmd.system = Some("be brief".into());
+        cmd.tools = Arc::new(vec![ToolSchema {
+            name: "search".into(),
+            description: "web search".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }]);
+        Resolved {
+            cmd,
+            model: "gpt-4o".into(),
+            max_input_tokens: 50_000,
+        }
+    }
+
+    /// The reuse check fingerprints the request without the previous plan;
+    /// the pipeline fingerprints it with one. If the two drifted, every
+    /// unchanged turn would recompact instead of reusing the committed plan.
+    #[test]
+    fn the_reuse_check_fingerprints_what_compaction_does() {
+        let app = App::offline(Defaults::default());
+        let r = resolved();
+        let parts = app.engine_parts(&r.model);
+        let engine = parts.engine();
+        let fresh = compact(&r.request(None, &app), &engine).expect("compacts");
+        let fast = request_fingerprint(&r.request(None, &app), &engine);
+        assert_eq!(fresh.plan.fingerprint, fast);
+        let again = compact(&r.request(Some(&fresh.plan), &app), &engine).expect("compacts");
+        assert_eq!(again.plan.fingerprint, fast);
+    }
+
+    #[tokio::test]
+    async fn an_unchanged_thread_reuses_the_committed_plan() {
+        let app = App::offline(Defaults::default());
+        let ctx = SecurityContext::dev();
+        let first = app.compact(&ctx, resolved().cmd).await.expect("first");
+        assert!(!first.reused);
+        let second = app.compact(&ctx, resolved().cmd).await.expect("second");
+        assert!(second.reused);
+        assert_eq!(second.plan, first.plan);
+        let mut zero = resolved().cmd;
+        zero.max_input_tokens = Some(0);
+        let e = app.compact(&ctx, zero).await.unwrap_err();
+        assert_eq!(e.field(), "max_input_tokens");
+        let mut unnamed = resolved().cmd;
+        unnamed.model = Some(String::new());
+        let e = app.compact(&ctx, unnamed).await.unwrap_err();
+        assert_eq!(e.field(), "model");
+    }
 }

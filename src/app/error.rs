@@ -71,7 +71,12 @@ impl AppError {
             AppError::InvalidArgument { field, .. } => field,
             AppError::InsufficientBudget { .. } => "max_input_tokens",
             AppError::PlanMismatch { .. } => "thread",
-            _ => "",
+            AppError::VersionConflict { .. }
+            | AppError::PermissionDenied(_)
+            | AppError::Unauthenticated(_)
+            | AppError::NotFound(_)
+            | AppError::Unavailable(_)
+            | AppError::Internal(_) => "",
         }
     }
 }

@@ -78,6 +78,9 @@ impl std::fmt::Debug for App {
     }
 }
 
+/// Every use case authorizes itself, even though the gRPC handlers already
+/// did before converting the request: callers other than the service (the
+/// offline CLI, tests, embedders) get the same checks.
 impl App {
     /// An application over the given stores.
     pub fn new(
@@ -115,16 +118,19 @@ impl App {
         &self.inner.defaults
     }
 
-    fn model(&self, requested: Option<String>) -> String {
-        requested
-            .filter(|m| !m.is_empty())
-            .unwrap_or_else(|| self.inner.defaults.model.clone())
+    /// The model to use: the requested one, else the default; never empty.
+    fn model(&self, requested: Option<String>) -> Result<String> {
+        let model = requested.unwrap_or_else(|| self.inner.defaults.model.clone());
+        if model.is_empty() {
+            return Err(AppError::invalid("model", "must not be empty"));
+        }
+        Ok(model)
     }
 
+    /// The input limit: the requested one, else the default. Zero is passed
+    /// on, so the core rejects it by name.
     fn max_input_tokens(&self, requested: Option<u32>) -> u32 {
-        requested
-            .filter(|&n| n != 0)
-            .unwrap_or(self.inner.defaults.max_input_tokens)
+        requested.unwrap_or(self.inner.defaults.max_input_tokens)
     }
 
     /// Validates a thread against the size limits; errors name `thread.…`.

@@ -16,9 +16,9 @@ pub struct RehydrateCommand {
     pub thread_id: String,
     /// The artifact.
     pub artifact_id: String,
-    /// Token cap on the content; `None` or 0 = the policy's rehydration reserve.
+    /// Token cap on the content; `None` = the policy's rehydration reserve.
     pub max_tokens: Option<u32>,
-    /// Tokenizer for the cap; `None` or empty = the default model's.
+    /// Tokenizer for the cap; `None` = the default model's.
     pub model: Option<String>,
 }
 
@@ -64,9 +64,8 @@ impl App {
         check_sensitivity(ctx, meta.sensitivity)?;
         let cap = cmd
             .max_tokens
-            .filter(|&n| n != 0)
             .unwrap_or(self.inner.defaults.policy.rehydration_reserve_tokens);
-        let parts = self.engine_parts(&self.model(cmd.model));
+        let parts = self.engine_parts(&self.model(cmd.model)?);
         let (content, truncated, tokens) = blocking(move || {
             let text = String::from_utf8_lossy(&bytes);
             let (content, truncated) = truncate_to_tokens(parts.counter.as_ref(), &text, cap);

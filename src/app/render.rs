@@ -77,7 +77,7 @@ impl App {
         let fetched = self
             .fetch_artifacts(ctx, &cmd.request.thread.id, &cmd.rehydrate_artifact_ids)
             .await?;
-        let model = self.model(cmd.request.model.clone());
+        let model = self.model(cmd.request.model.clone())?;
         let max_input_tokens = self.max_input_tokens(cmd.request.max_input_tokens);
         let parts = self.engine_parts(&model);
         let summarizer_id = self.inner.summarizer.id().to_string();

@@ -69,7 +69,7 @@ pub struct CallArgs {
     #[arg(long)]
     system: Option<String>,
     /// Render output.
-    #[arg(long, value_enum, default_value = "neutral")]
+    #[arg(long, value_enum, ignore_case = true, default_value = "neutral")]
     format: Format,
     /// Render: compact first, in the same round trip.
     #[arg(long)]
@@ -223,10 +223,7 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<Value, ConvertError> {
 
 /// A `CompactResponse` as JSON.
 fn compact_json(r: pb::CompactResponse) -> Result<Value, ConvertError> {
-    let plan: Option<CompactionPlan> = r
-        .plan
-        .map(|p| CompactionPlan::try_from(p).map_err(|e| e.within("plan")))
-        .transpose()?;
+    let plan: CompactionPlan = required(r.plan, "plan")?;
     let budget: Option<BudgetReport> = r
         .budget
         .map(|b| BudgetReport::try_from(b).map_err(|e| e.within("budget")))
@@ -568,6 +565,13 @@ mod tests {
             "{}",
             e.message
         );
+
+        // INVALID_ARGUMENT from the server exits 2, naming the field.
+        let e = call(&with(&["compact", "--thread-id", ""]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, 2, "{}", e.message);
+        assert!(e.message.contains("field thread.id"), "{}", e.message);
 
         // An impossible budget exits 3, like the offline command.
         let e = call(&args(&[

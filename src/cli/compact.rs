@@ -29,7 +29,7 @@ pub struct CompactArgs {
     #[arg(long)]
     max_input_tokens: Option<u32>,
     /// Output form of the request.
-    #[arg(long, value_enum, default_value = "neutral")]
+    #[arg(long, value_enum, ignore_case = true, default_value = "neutral")]
     format: Format,
     /// System prompt (overrides one in the input file).
     #[arg(long)]
@@ -44,9 +44,6 @@ pub fn run(args: &CompactArgs) -> Result<String, Failure> {
     let settings =
         config::load(args.config.as_deref(), std::env::vars()).map_err(Failure::bad_input)?;
     settings.policy.validate().map_err(Failure::bad_input)?;
-    if args.model.as_deref() == Some("") {
-        return Err(Failure::bad_input("--model must not be empty"));
-    }
     let input = read_thread(&args.input)?;
     let policy = settings.policy.clone();
     let app = App::offline(Defaults {

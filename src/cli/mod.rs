@@ -58,7 +58,12 @@ impl From<AppError> for Failure {
                 Failure::bad_input(e)
             }
             AppError::InsufficientBudget { .. } => Failure::budget(e),
-            _ => Failure::other(e),
+            AppError::VersionConflict { .. }
+            | AppError::PermissionDenied(_)
+            | AppError::Unauthenticated(_)
+            | AppError::NotFound(_)
+            | AppError::Unavailable(_)
+            | AppError::Internal(_) => Failure::other(e),
         }
     }
 }

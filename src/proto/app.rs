@@ -47,8 +47,8 @@ impl Inputs {
         Ok(CompactCommand {
             thread: Arc::new(required::<_, Thread>(self.thread, "thread")?),
             policy: Arc::new(policy_from_overrides(base, self.policy)?),
-            model: Some(self.model),
-            max_input_tokens: Some(self.max_input_tokens),
+            model: unset_if_empty(self.model),
+            max_input_tokens: unset_if_zero(self.max_input_tokens),
             system: self.system_prompt,
             tools: Arc::new(each::<_, ToolSchema>(self.tools, "tools")?),
             expected_version: self.expected_version,
@@ -56,6 +56,16 @@ impl Inputs {
             rehydrated_this_turn: false,
         })
     }
+}
+
+/// proto3 scalars cannot be absent: the zero value means "the server's default".
+fn unset_if_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+/// See [`unset_if_empty`].
+fn unset_if_zero(n: u32) -> Option<u32> {
+    (n != 0).then_some(n)
 }
 
 /// A Compact request as a command; `base` is the server's policy the
@@ -84,8 +94,8 @@ pub fn rehydrate_command(r: pb::RehydrateRequest) -> RehydrateCommand {
     RehydrateCommand {
         thread_id: r.thread_id,
         artifact_id: r.artifact_id,
-        max_tokens: Some(r.max_tokens),
-        model: Some(r.model),
+        max_tokens: unset_if_zero(r.max_tokens),
+        model: unset_if_empty(r.model),
     }
 }
 

@@ -63,7 +63,8 @@ impl ErrorDescription {
     /// the transport) carry none: every field is then empty.
     pub fn of(status: &Status) -> Self {
         let details = status.get_error_details();
-        let info = details.error_info();
+        // Reasons and field names are only meaningful in compactd's domain.
+        let info = details.error_info().filter(|i| i.domain == ERROR_DOMAIN);
         let field = details
             .bad_request()
             .and_then(|b| b.field_violations.first())
@@ -71,10 +72,7 @@ impl ErrorDescription {
             .or_else(|| info.and_then(|i| i.metadata.get(FIELD_KEY).cloned()))
             .unwrap_or_default();
         ErrorDescription {
-            reason: info
-                .filter(|i| i.domain == ERROR_DOMAIN)
-                .map(|i| i.reason.clone())
-                .unwrap_or_default(),
+            reason: info.map(|i| i.reason.clone()).unwrap_or_default(),
             field,
             retry_after: details.retry_info().and_then(|r| r.retry_delay),
         }

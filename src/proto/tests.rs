@@ -22,8 +22,8 @@ use crate::render::{Origin, OutputFormat, RehydrationReport, RenderedMessage, Re
 // ───────────────────────────── strategies ─────────────────────────────
 
 fn text() -> impl Strategy<Value = String> {
-    // Any Unicode, including quotes, backslashes and control characters.
-    prop_oneof![".{0,12}", "[a-z0-9_]{1,8}"]
+    // Any Unicode, including quotes, backslashes, newlines and control characters.
+    prop_oneof!["(?s).{0,12}", "[a-z0-9_]{1,8}"]
 }
 
 fn json() -> impl Strategy<Value = Value> {
@@ -487,7 +487,25 @@ proptest! {
 
     #[test]
     fn observations_round_trip(o in btree_map(text(), determinism(), 0..4)) {
-        prop_assert_eq!(observations_from_pb(observations_to_pb(&o)), o);
+        let request = pb::CompactRequest {
+            observations: observations_to_pb(&o),
+            ..Default::default()
+        };
+        let bytes = prost::Message::encode_to_vec(&request);
+        let decoded = <pb::CompactRequest as prost::Message>::decode(bytes.as_slice()).expect("decodes");
+        prop_assert_eq!(observations_from_pb(decoded.observations), o);
+    }
+
+    /// A thread sent in a Compact request arrives in the command unchanged.
+    #[test]
+    fn requests_carry_their_thread_into_the_command(t in thread()) {
+        let base = crate::reduce::Policy::default();
+        let cmd = compact_command(pb::CompactRequest {
+            thread: Some(pb::Thread::from(&t)),
+            ..Default::default()
+        }, &base)?;
+        prop_assert_eq!(cmd.thread.as_ref(), &t);
+        prop_assert_eq!(cmd.policy.as_ref(), &base);
     }
 }
 
@@ -666,4 +684,87 @@ fn overrides_apply_and_unset_fields_keep_the_base() {
     )
     .unwrap_err();
     assert_eq!(e.field, "policy.durability[\"search\"]");
+}
+
+#[test]
+fn requests_become_commands_and_name_the_field_at_fault() {
+    let base = crate::reduce::Policy::default();
+    let thread = pb::Thread {
+        id: "t".into(),
+        messages: vec![msg("a", pb::Role::User)],
+    };
+    // proto3 zero values mean "the server's default".
+    let cmd = compact_command(
+        pb::CompactRequest {
+            thread: Some(thread.clone()),
+            rehydrated_this_turn: true,
+            ..Default::default()
+        },
+        &base,
+    )
+    .expect("valid");
+    assert_eq!((cmd.model, cmd.max_input_tokens), (None, None));
+    assert!(cmd.rehydrated_this_turn);
+    let cmd = compact_command(
+        pb::CompactRequest {
+            thread: Some(thread.clone()),
+            model: "gpt-4.1".into(),
+            max_input_tokens: 9000,
+            expected_version: Some(3),
+            policy: Some(pb::PolicyOverrides {
+                keep_recent_turns: Some(2),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        &base,
+    )
+    .expect("valid");
+    assert_eq!(cmd.model.as_deref(), Some("gpt-4.1"));
+    assert_eq!(cmd.max_input_tokens, Some(9000));
+    assert_eq!(cmd.expected_version, Some(3));
+    assert_eq!(cmd.policy.keep_recent_turns, 2);
+
+    let missing = compact_command(pb::CompactRequest::default(), &base).unwrap_err();
+    assert_eq!(missing.field, "thread");
+    let bad_tool = render_command(
+        pb::RenderRequest {
+            thread: Some(thread.clone()),
+            tools: vec![pb::ToolSchema::default()],
+            ..Default::default()
+        },
+        &base,
+    )
+    .unwrap_err();
+    assert_eq!(bad_tool.field, "tools[0].name");
+    let bad_format = render_command(
+        pb::RenderRequest {
+            thread: Some(thread.clone()),
+            format: 7,
+            ..Default::default()
+        },
+        &base,
+    )
+    .unwrap_err();
+    assert_eq!(bad_format.field, "format");
+    let bad_policy = compact_command(
+        pb::CompactRequest {
+            thread: Some(thread),
+            policy: Some(pb::PolicyOverrides {
+                default_durability: 12,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        &base,
+    )
+    .unwrap_err();
+    assert_eq!(bad_policy.field, "policy.default_durability");
+
+    let r = rehydrate_command(pb::RehydrateRequest {
+        thread_id: "t".into(),
+        artifact_id: "art_x".into(),
+        ..Default::default()
+    });
+    assert_eq!((r.max_tokens, r.model), (None, None));
 }

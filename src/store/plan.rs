@@ -196,7 +196,13 @@ impl PlanStore for FsPlanStore {
                 .parent()
                 .ok_or_else(|| StoreError::InvalidId("plan path has no parent".into()))?;
             dir.ensure_dir(thread_dir)?;
-            fs::write_atomic(thread_dir, PLAN_FILE, &bytes)?;
+            if let Err(e) = fs::write_atomic(thread_dir, PLAN_FILE, &bytes) {
+                // The rename may have happened before the failure (a failed
+                // directory fsync): forget the cached plan so the next read
+                // sees what is on disk.
+                cache.remove(&key);
+                return Err(e.into());
+            }
             // Still under the thread's lock, so caches are updated in commit order.
             cache.insert(key, cached);
             Ok(version)

@@ -153,6 +153,39 @@ async fn concurrent_commits_exactly_one_wins() {
     assert_eq!(store.locks.len(), 1);
 }
 
+/// A read that misses the plan cache waits for a commit in flight on the
+/// same thread: otherwise it could read the older plan from disk and cache it
+/// after the commit cached the newer one, and every later read would serve a
+/// stale version (and the caller's compare-and-swap would keep failing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_that_misses_waits_for_a_commit_in_flight() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let other = FsPlanStore::open(dir.path()).expect("open");
+    other
+        .commit("acme", "t", &plan("t", "v1"), 0)
+        .await
+        .expect("v1");
+    let store = Arc::new(FsPlanStore::open(dir.path()).expect("open"));
+    let path = thread_dir(dir.path(), "acme", "t").join("plan.json");
+    // What a commit holds while it writes.
+    let in_flight = store.locks.get(&path).lock_owned().await;
+    let reader = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move { store.get("acme", "t").await })
+    };
+    // Long enough for a read that did not wait to have read v1 from disk.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    other
+        .commit("acme", "t", &plan("t", "v2"), 1)
+        .await
+        .expect("v2");
+    drop(in_flight);
+    let read = reader.await.expect("join").expect("read").expect("plan");
+    assert_eq!(read.version, 2, "the read saw the plan the commit wrote");
+    let cached = store.get("acme", "t").await.expect("get").expect("plan");
+    assert_eq!(cached.version, 2);
+}
+
 #[test]
 fn keyed_locks_prune_unused_entries() {
     let locks = KeyedLocks::default();
