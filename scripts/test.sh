@@ -13,7 +13,7 @@ fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements.txt
 
 cargo fmt --all -- --check
-cargo clippy --locked --all-targets -- -D warnings
-cargo test --locked
+cargo clippy --locked --workspace --all-targets -- -D warnings
+cargo test --locked --workspace
 # The Python test drives the binary that `cargo test` just built.
 COMPACTD_BIN="$PWD/target/debug/compactd" "$venv/bin/python" -m pytest -q tests/python
