@@ -16,4 +16,4 @@ cargo fmt --all -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 cargo test --locked --workspace
 # The Python test drives the binary that `cargo test` just built.
-COMPACTD_BIN="$PWD/target/debug/compactd" "$venv/bin/python" -m pytest -q tests/python
+COMPACTD_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/compactd" "$venv/bin/python" -m pytest -q tests/python
