@@ -142,8 +142,12 @@ pub fn load(
 /// deserialization error; provider errors come first in its chain).
 fn parse_error(e: figment::Error) -> ConfigError {
     let origin = match e.metadata.as_ref() {
+        // The file's own path: figment's display of a source is relative to
+        // the working directory, which would make messages depend on it.
         Some(md) => match &md.source {
-            Some(source) => source.to_string(),
+            Some(source) => source
+                .file_path()
+                .map_or_else(|| source.to_string(), |p| p.display().to_string()),
             None => md.name.to_string(),
         },
         None => "defaults".to_string(),
