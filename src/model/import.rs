@@ -12,6 +12,7 @@ use super::message::{
     Content, ContentPart, Message, MessageMetadata, Outcome, Role, ToolCall, ToolContent,
     ToolResultEnvelope, ToolSchema,
 };
+use super::outcome::infer_outcome;
 use super::thread::Thread;
 
 /// A thread file: the thread plus what the request around it carries.
@@ -99,8 +100,15 @@ pub fn thread_from_json(v: &Value, default_id: &str) -> Result<ThreadInput, Impo
                     ));
                 }
             }
-            let msg: Message = serde_json::from_value(m.clone())
+            let mut msg: Message = serde_json::from_value(m.clone())
                 .map_err(|e| err(format!("messages[{i}]"), e.to_string()))?;
+            // An envelope that does not state its outcome gets the one its
+            // output reports, as for provider logs.
+            if m.pointer("/tool_result/outcome").is_none() {
+                if let Some(env) = &mut msg.tool_result {
+                    env.outcome = infer_outcome(&env.content);
+                }
+            }
             parsed.push(msg);
         }
         let mut thread = Thread {
@@ -227,11 +235,19 @@ fn openai_messages(messages: &[Value], id: String) -> Result<Thread, ImportError
                 )
             })?;
             let text = std::mem::take(&mut message.content).text().into_owned();
+            let content = ToolContent::Text(text);
+            // Chat Completions tool messages carry no outcome; some logs add
+            // `is_error`. Otherwise the output's own shape says.
+            let outcome = if m.get("is_error").and_then(Value::as_bool) == Some(true) {
+                Outcome::Failure
+            } else {
+                infer_outcome(&content)
+            };
             message.tool_result = Some(ToolResultEnvelope {
                 tool_name,
                 tool_call_id: call_id.to_string(),
-                outcome: Outcome::Success,
-                content: ToolContent::Text(text),
+                outcome,
+                content,
                 key_fields: BTreeMap::new(),
                 durability: None,
                 determinism: None,
@@ -319,6 +335,59 @@ mod tests {
         let env = t.thread.messages[3].tool_result.as_ref().unwrap();
         assert_eq!(env.tool_name, "weather");
         t.thread.validate(&Default::default()).unwrap();
+    }
+
+    #[test]
+    fn tool_results_that_report_an_error_import_as_failures() {
+        let v = json!([
+            {"role": "user", "content": "ship it"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "d1", "type": "function", "function": {"name": "deploy", "arguments": "{}"}},
+                {"id": "d2", "type": "function", "function": {"name": "deploy", "arguments": "{}"}},
+                {"id": "d3", "type": "function", "function": {"name": "lint", "arguments": "{}"}},
+                {"id": "d4", "type": "function", "function": {"name": "lint", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "d1",
+             "content": "{\"status\":\"error\",\"error\":\"Deployment failed: quota exceeded for project p-77 (code Q9)\"}"},
+            {"role": "tool", "tool_call_id": "d2", "content": "{\"status\":\"ok\",\"release\":\"r-12\"}"},
+            {"role": "tool", "tool_call_id": "d3", "content": "Error: 3 files would be reformatted", "is_error": false},
+            {"role": "tool", "tool_call_id": "d4", "content": "all clean", "is_error": true}
+        ]);
+        let t = thread_from_json(&v, "t").unwrap().thread;
+        let outcomes: Vec<Outcome> = t.messages[2..]
+            .iter()
+            .map(|m| m.tool_result.as_ref().unwrap().outcome)
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::Failure,
+                Outcome::Success,
+                Outcome::Failure,
+                Outcome::Failure
+            ]
+        );
+
+        // Canonical threads: a stated outcome wins, an unstated one is read.
+        let v = json!({"id": "t", "messages": [
+            {"id": "a", "role": "assistant", "tool_calls": [
+                {"id": "c1", "name": "deploy", "arguments": {}},
+                {"id": "c2", "name": "deploy", "arguments": {}}
+            ]},
+            {"id": "b", "role": "tool", "tool_result": {"tool_name": "deploy", "tool_call_id": "c1",
+                "content": {"ok": false, "reason": "denied"}}},
+            {"id": "c", "role": "tool", "tool_result": {"tool_name": "deploy", "tool_call_id": "c2",
+                "outcome": "success", "content": {"ok": false}}}
+        ]});
+        let t = thread_from_json(&v, "x").unwrap().thread;
+        assert_eq!(
+            t.messages[1].tool_result.as_ref().unwrap().outcome,
+            Outcome::Failure
+        );
+        assert_eq!(
+            t.messages[2].tool_result.as_ref().unwrap().outcome,
+            Outcome::Success
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@ mod audit;
 mod ids;
 mod import;
 mod message;
+mod outcome;
 mod plan;
 mod summary;
 mod thread;
@@ -15,6 +16,7 @@ pub use message::{
     Content, ContentPart, DeterminismMetadata, Durability, JsonText, Message, MessageMetadata,
     Outcome, Role, Sensitivity, ToolCall, ToolContent, ToolResultEnvelope, ToolSchema,
 };
+pub use outcome::{error_message, infer_outcome, ERROR_MESSAGE_MAX_CHARS};
 pub use plan::{
     fingerprint, message_digest, thread_digest, Action, ActionKind, ActionMap, ClearReason,
     ClearRecord, CompactionPlan, DropRecord, DroppedSpanIndex, ExternalizationRecord,

@@ -768,3 +768,34 @@ fn requests_become_commands_and_name_the_field_at_fault() {
     });
     assert_eq!((r.max_tokens, r.model), (None, None));
 }
+
+#[test]
+fn an_unspecified_outcome_is_read_from_the_output() {
+    let result = |outcome: i32, text: &str| pb::Message {
+        id: "r".into(),
+        role: pb::Role::Tool as i32,
+        tool_result: Some(pb::ToolResultEnvelope {
+            tool_name: "deploy".into(),
+            tool_call_id: "c1".into(),
+            outcome,
+            content: Some(pb::tool_result_envelope::Content::ContentText(text.into())),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let outcome = |m: pb::Message| {
+        Message::try_from(m)
+            .expect("converts")
+            .tool_result
+            .expect("envelope")
+            .outcome
+    };
+    let failed = r#"{"status":"error","error":"quota exceeded (code Q9)"}"#;
+    assert_eq!(outcome(result(0, failed)), Outcome::Failure);
+    assert_eq!(outcome(result(0, "deployed r-12")), Outcome::Success);
+    // A stated outcome is never second-guessed.
+    assert_eq!(
+        outcome(result(pb::Outcome::Success as i32, failed)),
+        Outcome::Success
+    );
+}

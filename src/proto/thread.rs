@@ -6,8 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::Value;
 
 use crate::model::{
-    Content, ContentPart, DeterminismMetadata, Durability, JsonText, Message, MessageMetadata,
-    Outcome, Role, Sensitivity, Thread, ToolCall, ToolContent, ToolResultEnvelope, ToolSchema,
+    infer_outcome, Content, ContentPart, DeterminismMetadata, Durability, JsonText, Message,
+    MessageMetadata, Outcome, Role, Sensitivity, Thread, ToolCall, ToolContent, ToolResultEnvelope,
+    ToolSchema,
 };
 use crate::reduce::{Policy, ToolRetention};
 
@@ -50,7 +51,19 @@ impl From<Outcome> for pb::Outcome {
     }
 }
 
-/// Unspecified is documented as success.
+/// An outcome the caller stated; `None` when it left it unspecified.
+pub(super) fn stated_outcome(v: i32, field: &str) -> Result<Option<Outcome>> {
+    match pb::Outcome::try_from(v) {
+        Ok(pb::Outcome::Unspecified) => Ok(None),
+        Ok(pb::Outcome::Success) => Ok(Some(Outcome::Success)),
+        Ok(pb::Outcome::Failure) => Ok(Some(Outcome::Failure)),
+        Ok(pb::Outcome::Partial) => Ok(Some(Outcome::Partial)),
+        Err(_) => Err(unknown_enum(field, v)),
+    }
+}
+
+/// Unspecified is success where there is no output to read it from
+/// (summaries' tool outcomes are always stated by the server).
 pub(super) fn outcome(v: i32, field: &str) -> Result<Outcome> {
     match pb::Outcome::try_from(v) {
         Ok(pb::Outcome::Unspecified | pb::Outcome::Success) => Ok(Outcome::Success),
@@ -338,8 +351,12 @@ impl TryFrom<pb::ToolResultEnvelope> for ToolResultEnvelope {
                     .map_err(|e| ConvertError::new("content_json", format!("invalid JSON: {e}")))?,
             ),
         };
+        // Unspecified: the output's own shape says (an error member, a failed
+        // status, an `Error:` line), as for imported provider logs.
+        let outcome =
+            stated_outcome(e.outcome, "outcome")?.unwrap_or_else(|| infer_outcome(&content));
         Ok(ToolResultEnvelope {
-            outcome: outcome(e.outcome, "outcome")?,
+            outcome,
             content,
             key_fields: json_map(e.key_fields, "key_fields")?,
             durability: durability(e.durability, "durability")?,

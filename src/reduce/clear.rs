@@ -86,6 +86,10 @@ impl Reducer for Clear {
 /// `[tool: outcome]`, the key fields, and for anchoring results a one-line gist.
 fn placeholder(env: &ToolResultEnvelope, gist: bool) -> String {
     let mut out = format!("[{}: {}]", env.tool_name, env.outcome.as_str());
+    if let Some(error) = super::retention::stub_error(env) {
+        out.push_str("\nError: ");
+        out.push_str(&error);
+    }
     if !env.key_fields.is_empty() {
         out.push_str("\nKey data: ");
         out.push_str(&serde_json::to_string(&env.key_fields).unwrap_or_default());

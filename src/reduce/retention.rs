@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
-use crate::model::{ClearReason, Durability, Outcome};
+use crate::model::{error_message, ClearReason, Durability, Outcome, ToolResultEnvelope};
 
 use super::{PipelineState, Projection, Reducer, TokenBudget};
 use crate::reduce::CompactError;
@@ -75,6 +75,12 @@ impl Reducer for Retention {
                 env.tool_name,
                 env.outcome.as_str()
             );
+            // A partial result's error outlives its output.
+            if let Some(error) = stub_error(env) {
+                text.push_str("\nError: ");
+                text.push_str(&error);
+                preserved.insert("error_message".into(), Value::String(error));
+            }
             if !env.key_fields.is_empty() {
                 let fields = serde_json::to_string(&env.key_fields).unwrap_or_default();
                 text.push_str("\nKey data: ");
@@ -92,4 +98,11 @@ impl Reducer for Retention {
         }
         Ok(())
     }
+}
+
+/// The error a stub must keep: any result that did not fully succeed.
+pub(super) fn stub_error(env: &ToolResultEnvelope) -> Option<String> {
+    (env.outcome != Outcome::Success)
+        .then(|| error_message(&env.content))
+        .flatten()
 }

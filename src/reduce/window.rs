@@ -1,9 +1,13 @@
 //! Sliding window / drop: the last resort. Drops the oldest free call groups
-//! and dialogue until the target is met; summaries are dropped only when the
-//! request would otherwise exceed the hard limit, because they carry the
-//! constraints. Every drop keeps a keyword index for later recall.
+//! and dialogue until the target is met. Summaries, and call groups whose
+//! tool failed, are dropped only when the request would otherwise exceed the
+//! hard limit: summaries carry the constraints, and an error the model no
+//! longer sees is an error it repeats. Every drop keeps a keyword index for
+//! later recall.
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::Outcome;
 
 use super::{CompactError, PipelineState, Projection, Reducer, TokenBudget};
 
@@ -37,8 +41,14 @@ impl Reducer for Window {
                 continue;
             }
             let mut indices: BTreeSet<usize> = (s..=e).collect();
-            let summarized = (s..=e).any(|i| p.is_summarized(i));
-            if summarized && p.total() <= budget.hard_limit() {
+            let precious = (s..=e).any(|i| {
+                p.is_summarized(i)
+                    || p.message(i)
+                        .tool_result
+                        .as_ref()
+                        .is_some_and(|env| env.outcome == Outcome::Failure && !p.is_dropped(i))
+            });
+            if precious && p.total() <= budget.hard_limit() {
                 continue;
             }
             for i in s..=e {

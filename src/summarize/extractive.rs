@@ -6,15 +6,13 @@
 use std::cmp::Reverse;
 use std::collections::HashSet;
 
-use serde_json::Value;
-
 use super::text::{
     cap_chars, clean, collapse_ws, dedup_key, find_ascii_ci, has_phrase, strip_list_marker, words,
 };
 use super::{SummarizeError, Summarizer, SummaryRequest};
 use crate::model::{
     ArtifactReference, Decision, Message, OpenItem, Outcome, Priority, Role, SpanReference,
-    StructuredSummary, ToolContent, ToolOutcome, ToolResultEnvelope,
+    StructuredSummary, ToolOutcome, ToolResultEnvelope,
 };
 
 /// Cache-key id; bump the suffix whenever extraction output changes.
@@ -717,22 +715,8 @@ fn is_ack(text: &str) -> bool {
 }
 
 fn error_line(env: &ToolResultEnvelope) -> Option<String> {
-    let line = match &env.content {
-        ToolContent::Json(raw) => {
-            let v = raw.parse();
-            let obj = v.as_object();
-            let msg = obj.and_then(|o| match o.get("error") {
-                Some(Value::String(s)) => Some(s.clone()),
-                Some(Value::Object(e)) => {
-                    e.get("message").and_then(Value::as_str).map(String::from)
-                }
-                _ => o.get("message").and_then(Value::as_str).map(String::from),
-            });
-            msg.unwrap_or_else(|| v.to_string())
-        }
-        ToolContent::Text(s) => s.lines().find(|l| !l.trim().is_empty())?.to_string(),
-    };
-    let line = clean(line.lines().next().unwrap_or(""), ERROR_MAX_CHARS);
+    let line = crate::model::error_message(&env.content)?;
+    let line = clean(&line, ERROR_MAX_CHARS);
     (!line.is_empty()).then_some(line)
 }
 
@@ -752,10 +736,10 @@ fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
                 tool_name: env.tool_name.clone(),
                 outcome: env.outcome,
                 key_fields: env.key_fields.clone(),
-                error_message: if env.outcome == Outcome::Failure {
-                    error_line(env)
-                } else {
+                error_message: if env.outcome == Outcome::Success {
                     None
+                } else {
+                    error_line(env)
                 },
             });
             for (k, v) in &env.key_fields {

@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::*;
 use crate::model::{Content, MessageMetadata, ToolContent, ToolResultEnvelope};
+use serde_json::Value;
 
 fn msg(id: &str, role: Role, turn: u32, text: &str) -> Message {
     Message {
