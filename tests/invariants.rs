@@ -61,7 +61,7 @@ proptest! {
                 let mut plan = out.plan.clone();
                 prop_assert!(plan.normalize().is_empty());
                 prop_assert_eq!(&plan, &out.plan);
-                prop_assert!(plan.validate_against(&t).is_ok());
+                prop_assert!(plan.validate_against(&t, &h.policy.roles_never_prune).is_ok());
             }
             Err(AppError::InsufficientBudget { .. }) => {
                 // The core agrees, and its numbers say why.

@@ -106,9 +106,6 @@ impl From<CompactError> for AppError {
             e @ CompactError::InsufficientBudget { .. } => AppError::InsufficientBudget {
                 message: e.to_string(),
             },
-            CompactError::InvalidPlan(p) => AppError::PlanMismatch {
-                message: p.to_string(),
-            },
             CompactError::Internal(m) => AppError::Internal(m),
         }
     }

@@ -139,7 +139,7 @@ impl App {
                 current: plan.version,
             });
         }
-        plan.validate_against(thread)
+        plan.validate_against(thread, &cmd.request.policy.roles_never_prune)
             .map_err(|e| AppError::PlanMismatch {
                 message: e.to_string(),
             })?;

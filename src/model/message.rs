@@ -96,6 +96,24 @@ impl Content {
         }
     }
 
+    /// Every part as text, images as `[image: <url>]` references: what an
+    /// artifact stores, so moving content out of the prompt loses no part.
+    pub fn text_with_references(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Content::Text(s) => std::borrow::Cow::Borrowed(s),
+            Content::Parts(parts) => std::borrow::Cow::Owned(
+                parts
+                    .iter()
+                    .map(|p| match p {
+                        ContentPart::Text { text } => text.clone(),
+                        ContentPart::Image { url } => format!("[image: {url}]"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            ),
+        }
+    }
+
     /// Number of image parts (each costs a fixed token estimate).
     pub fn image_count(&self) -> usize {
         match self {
@@ -441,6 +459,15 @@ impl Message {
         match &self.tool_result {
             Some(env) => env.content.to_text(),
             None => self.content.text(),
+        }
+    }
+
+    /// Everything the message carries as text, images as references: what
+    /// an artifact stores when the message leaves the prompt.
+    pub fn archived_text(&self) -> std::borrow::Cow<'_, str> {
+        match &self.tool_result {
+            Some(env) => env.content.to_text(),
+            None => self.content.text_with_references(),
         }
     }
 

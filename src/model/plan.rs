@@ -285,6 +285,31 @@ pub enum PlanError {
         /// The id.
         id: String,
     },
+    /// A message of a role that is never pruned, in a record.
+    #[error(
+        "plan.{list}[{record}].span includes message {id:?}, whose role {role} is never pruned"
+    )]
+    PinnedRole {
+        /// Record list.
+        list: &'static str,
+        /// Record index.
+        record: usize,
+        /// The id.
+        id: String,
+        /// Its role.
+        role: &'static str,
+    },
+    /// A span whose replacement would render on one side of a pinned message
+    /// content from the other side, so later facts would precede it.
+    #[error("plan.{list}[{record}].span reaches across pinned message {id:?}")]
+    StraddlesPinned {
+        /// Record list.
+        list: &'static str,
+        /// Record index.
+        record: usize,
+        /// The pinned message in between.
+        id: String,
+    },
     /// A record for another thread.
     #[error("plan.thread_id {got:?} does not match thread.id {expected:?}")]
     WrongThread {
@@ -403,10 +428,18 @@ impl CompactionPlan {
     }
 
     /// Checks that the plan can be rendered against `thread` without breaking an
-    /// invariant: known ids in thread order, protected messages untouched, and no
+    /// invariant: known ids in thread order; pinned messages (the protected
+    /// flag, or a role in `pinned_roles`) untouched and never straddled by a
+    /// span, so nothing after a pinned instruction renders before it; and no
     /// span that separates a tool call from its result. Clears are exempt from
     /// the pairing rule because a cleared message keeps its role and call id.
-    pub fn validate_against(&self, thread: &Thread) -> Result<(), PlanError> {
+    pub fn validate_against(
+        &self,
+        thread: &Thread,
+        pinned_roles: &[Role],
+    ) -> Result<(), PlanError> {
+        let pinned =
+            |m: &super::message::Message| m.metadata.protected || pinned_roles.contains(&m.role);
         if self.thread_id != thread.id {
             return Err(PlanError::WrongThread {
                 expected: thread.id.clone(),
@@ -442,11 +475,32 @@ impl CompactionPlan {
                 }
                 last = Some(i);
                 members.insert(i);
-                if thread.messages[i].metadata.protected {
+                let m = &thread.messages[i];
+                if m.metadata.protected {
                     return Err(PlanError::Protected {
                         list,
                         record,
                         id: id.clone(),
+                    });
+                }
+                if pinned(m) {
+                    return Err(PlanError::PinnedRole {
+                        list,
+                        record,
+                        id: id.clone(),
+                        role: m.role.as_str(),
+                    });
+                }
+            }
+            if let (Some(&first), Some(last)) = (
+                span.message_ids.first().and_then(|id| pos.get(id.as_str())),
+                last,
+            ) {
+                if let Some(p) = (first..=last).find(|&j| pinned(&thread.messages[j])) {
+                    return Err(PlanError::StraddlesPinned {
+                        list,
+                        record,
+                        id: thread.messages[p].id.clone(),
                     });
                 }
             }

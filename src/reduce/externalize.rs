@@ -45,7 +45,9 @@ impl Reducer for Externalize {
             if !m.tool_calls.is_empty() {
                 continue;
             }
-            let content = m.text().into_owned();
+            // Every part goes to the store (images as references); what the
+            // model reads of it decides whether moving it pays off.
+            let content = m.archived_text().into_owned();
             let tokens = p.counter.text(&content);
             if tokens <= threshold {
                 continue;

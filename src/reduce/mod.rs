@@ -34,8 +34,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::model::{
-    fingerprint, CompactionPlan, DeterminismMetadata, PlanError, Thread, ThreadError, ThreadLimits,
-    ToolSchema,
+    fingerprint, CompactionPlan, DeterminismMetadata, Thread, ThreadError, ThreadLimits, ToolSchema,
 };
 use crate::render::RequestCounter;
 use crate::summarize::{Summarizer, SummaryRequest};
@@ -194,9 +193,6 @@ pub enum CompactError {
     /// The policy is out of range.
     #[error(transparent)]
     InvalidPolicy(#[from] PolicyError),
-    /// The previous plan does not fit the thread.
-    #[error("previous plan: {0}")]
-    InvalidPlan(PlanError),
     /// `max_input_tokens` was zero.
     #[error("max_input_tokens must be at least 1")]
     ZeroBudget,
@@ -400,10 +396,23 @@ pub fn compact_with(
     let start = match req.previous {
         Some(prev) => {
             let mut prev = prev.clone();
-            warnings.extend(prev.normalize().iter().map(ToString::to_string));
-            prev.validate_against(thread)
-                .map_err(CompactError::InvalidPlan)?;
-            prev
+            let normalized = prev.normalize();
+            match prev.validate_against(thread, &policy.roles_never_prune) {
+                Ok(()) => {
+                    warnings.extend(normalized.iter().map(ToString::to_string));
+                    prev
+                }
+                // The client edited history (a message the plan names is gone
+                // or now pinned). Failing would fail every later turn the same
+                // way; a fresh plan supersedes the stale one instead.
+                Err(e) => {
+                    warnings.push(format!(
+                        "previous plan version {} no longer fits the thread ({e}); superseded by a fresh plan",
+                        prev.version
+                    ));
+                    CompactionPlan::new(thread.id.clone())
+                }
+            }
         }
         None => CompactionPlan::new(thread.id.clone()),
     };
@@ -505,7 +514,7 @@ pub fn compact_with(
     for w in plan.normalize() {
         state.warn(w.to_string());
     }
-    plan.validate_against(thread)
+    plan.validate_against(thread, &policy.roles_never_prune)
         .map_err(|e| CompactError::Internal(format!("pipeline produced an invalid plan: {e}")))?;
     // Only write what the final plan still references.
     let referenced = referenced_artifacts(&plan);

@@ -3,7 +3,11 @@
 //! the tail: rewriting the middle of a prompt would invalidate the provider's
 //! prompt cache for everything after it. New chunks append new summary
 //! messages (the prefix before them stays byte-stable); when there are more
-//! than `max_summaries`, all of them roll into one, carrying every fact forward.
+//! than `max_summaries`, neighbouring summaries roll into one, carrying every
+//! fact forward. A roll-up never reaches across a message that still renders
+//! (a pinned instruction, above all): the merged summary renders where its
+//! first span was, so anything it absorbed from beyond that message would
+//! appear before it.
 
 use crate::model::{ArtifactReference, SpanReference, StructuredSummary};
 use crate::summarize::SummaryRequest;
@@ -46,12 +50,13 @@ impl Reducer for Summarize {
             if !apply(p, state, &indices) {
                 return Ok(());
             }
-            if p.plan.summarizations.len() as u32 > state.policy.max_summaries {
-                roll_up(p, state);
+            let max = state.policy.max_summaries as usize;
+            if p.plan.summarizations.len() > max {
+                roll_up(p, state, Some(max));
             }
         }
         if p.total() > budget.target() && p.plan.summarizations.len() > 1 {
-            roll_up(p, state);
+            roll_up(p, state, None);
         }
         Ok(())
     }
@@ -108,12 +113,48 @@ fn apply(p: &mut Projection<'_>, state: &mut PipelineState<'_>, indices: &[usize
     true
 }
 
-/// Rolls every summary into one, oldest span first.
-fn roll_up(p: &mut Projection<'_>, state: &mut PipelineState<'_>) {
-    let mut indices: Vec<usize> = (0..p.len()).filter(|&i| p.is_summarized(i)).collect();
-    indices.sort_unstable();
-    if indices.is_empty() {
-        return;
+/// Rolls neighbouring summaries into one, oldest stretch first: a stretch
+/// ends at any message that still renders on its own (verbatim, cleared or
+/// a pointer). Stops once at most `until` summaries remain (`None`: rolls
+/// every stretch).
+fn roll_up(p: &mut Projection<'_>, state: &mut PipelineState<'_>, until: Option<usize>) {
+    for stretch in stretches(p) {
+        if until.is_some_and(|max| p.plan.summarizations.len() <= max) {
+            return;
+        }
+        if p.covering(&stretch).0.len() < 2 {
+            continue;
+        }
+        if !apply(p, state, &stretch) {
+            return;
+        }
     }
-    apply(p, state, &indices);
+    if let Some(max) = until {
+        if p.plan.summarizations.len() > max {
+            let warning = format!(
+                "summaries exceed max_summaries {max}: pinned or verbatim messages lie between them, and summaries are never merged across those"
+            );
+            if !state.warnings.contains(&warning) {
+                state.warn(warning);
+            }
+        }
+    }
+}
+
+/// Summarized messages grouped into stretches that no rendering message
+/// interrupts (dropped messages do not render, so they do not interrupt).
+fn stretches(p: &Projection<'_>) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut cur: Vec<usize> = Vec::new();
+    for i in 0..p.len() {
+        if p.is_summarized(i) {
+            cur.push(i);
+        } else if !p.is_dropped(i) && !cur.is_empty() {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
 }

@@ -256,6 +256,12 @@ impl ThreadBuilder {
         self
     }
 
+    /// A developer instruction in the current turn (pinned by the default policy).
+    pub fn developer(&mut self, text: &str) -> &mut Self {
+        self.push(Role::Developer, text);
+        self
+    }
+
     pub fn assistant(&mut self, text: &str) -> &mut Self {
         self.push(Role::Assistant, text);
         self

@@ -1,0 +1,1689 @@
+"""Rendered provider payloads, checked against the providers themselves.
+
+`compactd` renders a (compacted) thread as an OpenAI Chat Completions or an
+Anthropic Messages request body. This file checks those bodies from the
+outside, with nothing taken from the Rust code:
+
+1. **Schema**: every payload is validated with pydantic against the official
+   SDK request types, `openai.types.chat.completion_create_params.
+   CompletionCreateParamsNonStreaming` and `anthropic.types.
+   message_create_params.MessageCreateParamsNonStreaming` (TypedDicts), made
+   strict (see "How strict the SDK adapters are" below).
+2. **Ordering rules** from the providers' documentation, written here in
+   Python: OpenAI's "an assistant message with `tool_calls` must be followed
+   by tool messages responding to each `tool_call_id`", Anthropic's
+   user-first strict alternation, `tool_result` blocks first in the
+   immediately following user message, non-blank text blocks, object
+   `tool_use.input`, unique `tool_use` ids matching `^[a-zA-Z0-9_-]+$`, and
+   image sources Anthropic accepts.
+3. **Inputs**: threads built here with a seeded `random.Random` (plain
+   dialogue, up to 8 parallel tool calls answered in shuffled order, failed
+   and partial results, images by https and data: URL, mid-thread
+   system/developer messages, a thread opening with the assistant, huge tool
+   outputs, random agent sessions) plus `examples/threads/*.json`, each
+   rendered with `compact_first` in both formats at a roomy, a tight and a
+   squeezed budget, so summaries, clearings and externalization pointers are
+   in the payloads too.
+
+Negative tests feed hand-made bad payloads to both layers so neither can pass
+everything silently.
+
+Reproduce a failure with the seed printed in its message:
+    COMPACTD_PAYLOAD_SEED=<seed> COMPACTD_BIN=target/debug/compactd \\
+        .venv/bin/python -m pytest -q tests/python/test_provider_payloads.py
+
+How strict the SDK adapters are
+-------------------------------
+- `TypeAdapter(SomeTypedDict, config=ConfigDict(...))` is refused by pydantic
+  for TypedDicts ("Cannot use `config` when the type is a BaseModel,
+  dataclass or TypedDict"). Instead the SDK class is subclassed and the
+  subclass decorated with `pydantic.with_config(ConfigDict(extra="forbid",
+  strict=True))`; the SDK classes themselves are not touched.
+- That config reaches the nested TypedDicts too (messages, content parts,
+  `tool_calls[].function`, tool definitions...): pydantic builds a nested
+  TypedDict that has no config of its own with the enclosing one.
+  `test_adapters_forbid_unknown_keys` walks the adapters' core schemas: every
+  OpenAI TypedDict forbids extras, and every Anthropic one but the 3 below.
+  `strict=True` also stops lax coercions (`"max_tokens": "1024"`,
+  `"is_error": "true"`).
+- The 3 exceptions are set by the anthropic SDK itself: `Base64ImageSourceParam`
+  and `Base64PDFSourceParam` carry their own `__pydantic_config__`
+  (`arbitrary_types_allowed`), so unknown keys there are silently IGNORED,
+  and `InputSchemaTyped` (a JSON Schema) allows extras on purpose. Also,
+  anthropic's `MessageContentParam` union includes the RESPONSE type
+  `ContentBlock` (pydantic models that allow extras), so a text block with an
+  unknown key validates as a `TextBlock` model. Both holes are closed by
+  `_no_silent_acceptance`: after validation, a key missing from the output
+  or a value that came out as a response model is a violation.
+- Fields typed `Iterable[...]` (`messages`, `content`, `tool_calls`, `tools`,
+  `system`...) are validated LAZILY by pydantic: `validate_python` returns a
+  `ValidatorIterator` and a bad message only raises when iterated. Left as
+  is, the adapter would pass a tool message without `tool_call_id`. `_drain`
+  below iterates every such iterator recursively, with the path, so nothing
+  is left unvalidated.
+- Not strict, by the SDK's own typing: values typed `Dict[str, object]` or
+  `object` (`tool_use.input` — its object-ness is checked by the rule layer —,
+  JSON Schemas in `tools[].function.parameters` / `input_schema`,
+  `metadata`), and whatever a union accepts (e.g. Anthropic's `input_schema`
+  falls back to a plain dict). Anthropic's SDK also has a `system` message
+  role; the rule layer allows only `user` / `assistant` in `messages`.
+
+Known-bad inputs
+----------------
+`XFAIL` below lists them: one xfail(strict=False) test each, green now and
+XPASS once compactd handles them.
+"""
+
+import base64
+import importlib
+import json
+import os
+import queue
+import random
+import re
+import string
+import struct
+import subprocess
+import sys
+import threading
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, with_config
+
+# ───────────────────────────── known failures ─────────────────────────────
+
+# Inputs compactd mishandles today; the Rust fixes are in progress. Each is one
+# xfail test at the bottom of this file (both formats inside the test).
+XFAIL = {
+    "interleaved_user_message": (
+        "a user message between an assistant tool call and its tool result is not "
+        "rendered as a valid provider payload yet"
+    ),
+    "reused_tool_call_ids": (
+        "tool call ids reused across turns (`call_0` every turn) are not accepted and "
+        "made unique for Anthropic yet"
+    ),
+    "status_error_json_result": (
+        'a result whose JSON says {"status": "error", ...} with no outcome is not '
+        "treated as a failure yet (Anthropic is_error, never cleared)"
+    ),
+}
+
+REPO = Path(__file__).resolve().parents[2]
+PROTO_ROOT = REPO / "proto"
+PROTO_FILE = PROTO_ROOT / "compactd" / "v1" / "compactd.proto"
+EXAMPLES = REPO / "examples" / "threads"
+STARTUP_TIMEOUT_S = 60
+CALL_TIMEOUT_S = 60
+SEED = int(os.environ.get("COMPACTD_PAYLOAD_SEED", "20260301"))
+OPENAI_MODELS = ["gpt-4o", "gpt-4.1", "gpt-4o-mini"]
+ANTHROPIC_MODELS = ["claude-sonnet-4-5", "claude-opus-4-1", "claude-3-5-haiku-latest"]
+
+
+# ───────────────────────────── strict SDK adapters ─────────────────────────────
+
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+@with_config(STRICT)
+class StrictOpenAIChatRequest(CompletionCreateParamsNonStreaming):
+    """The SDK's non-streaming Chat Completions params, unknown keys forbidden."""
+
+
+@with_config(STRICT)
+class StrictAnthropicMessagesRequest(MessageCreateParamsNonStreaming):
+    """The SDK's non-streaming Messages params, unknown keys forbidden."""
+
+
+OPENAI_ADAPTER = TypeAdapter(StrictOpenAIChatRequest)
+ANTHROPIC_ADAPTER = TypeAdapter(StrictAnthropicMessagesRequest)
+
+
+class SchemaViolation(AssertionError):
+    """A payload the official SDK types reject."""
+
+
+class RuleViolation(AssertionError):
+    """A payload that breaks a provider's documented ordering/content rules."""
+
+
+def _drain(value, path):
+    """Iterates every lazily validated `Iterable[...]` so its items get validated."""
+    if isinstance(value, dict):
+        return {k: _drain(v, f"{path}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_drain(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, Iterator):  # pydantic's ValidatorIterator
+        items = []
+        try:
+            for item in value:
+                items.append(_drain(item, f"{path}[{len(items)}]"))
+        except ValidationError as e:
+            raise SchemaViolation(f"{path}[{len(items)}]: {e}") from None
+        return items
+    return value
+
+
+def _no_silent_acceptance(given, validated, path):
+    """What `extra="forbid"` cannot reach: a key an SDK type ignored, or a value
+    accepted only by a response model in a union (anthropic's
+    `MessageContentParam` includes `ContentBlock`, whose models allow extras)."""
+    if isinstance(validated, BaseModel):
+        raise SchemaViolation(
+            f"{path}: accepted only as the SDK response type {type(validated).__name__}, "
+            f"not by a request param type: {json.dumps(given)[:300]}"
+        )
+    if isinstance(given, dict) and isinstance(validated, dict):
+        dropped = sorted(set(given) - set(validated))
+        if dropped:
+            raise SchemaViolation(f"{path}: keys ignored by the SDK type: {dropped}")
+        for k in given:
+            _no_silent_acceptance(given[k], validated[k], f"{path}.{k}")
+    elif isinstance(given, list) and isinstance(validated, list):
+        for i, (g, v) in enumerate(zip(given, validated)):
+            _no_silent_acceptance(g, v, f"{path}[{i}]")
+
+
+def _sdk_validate(adapter, payload, what):
+    try:
+        validated = adapter.validate_python(payload)
+    except ValidationError as e:
+        raise SchemaViolation(f"{what}: {e}") from None
+    validated = _drain(validated, what)
+    _no_silent_acceptance(payload, validated, what)
+    return validated
+
+
+def validate_openai_schema(payload):
+    return _sdk_validate(OPENAI_ADAPTER, payload, "openai")
+
+
+def validate_anthropic_schema(payload):
+    return _sdk_validate(ANTHROPIC_ADAPTER, payload, "anthropic")
+
+
+# ───────────────────────────── provider rules ─────────────────────────────
+
+# Written from the providers' docs (Chat Completions "function calling";
+# Messages API "tool use": handling tool results, and the API errors), not
+# from compactd's Rust checkers.
+
+ANTHROPIC_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+ANTHROPIC_IMAGE_TYPES = {"image/jpeg", "image/png", "image/gif", "image/webp"}
+IMAGE_MAGIC = {
+    "image/png": b"\x89PNG\r\n\x1a\n",
+    "image/jpeg": b"\xff\xd8\xff",
+    "image/gif": b"GIF8",
+    "image/webp": b"RIFF",
+}
+DATA_URL = re.compile(r"^data:(image/[a-z0-9.+-]+);base64,(.*)$", re.S)
+
+
+def _fail(cls, msg):
+    raise cls(msg)
+
+
+def _b64(data, where):
+    try:
+        return base64.b64decode(data, validate=True)
+    except Exception as e:  # binascii.Error, ValueError
+        _fail(RuleViolation, f"{where}: not valid base64 ({e})")
+
+
+def _check_openai_image_url(url, where):
+    if url.startswith("https://") or url.startswith("http://"):
+        return
+    m = DATA_URL.match(url)
+    if not m:
+        _fail(RuleViolation, f"{where}: image_url is neither http(s) nor a base64 data: URL: {url[:60]!r}")
+    _b64(m.group(2), where)
+
+
+def check_openai_rules(payload):
+    """Chat Completions: tool-call pairing and required content.
+
+    - A `tool` message answers a `tool_calls` id of the closest preceding
+      assistant message, with only tool messages in between.
+    - Every id of an assistant's `tool_calls` is answered (once) before the
+      next non-tool message, and before the end of the request.
+    - `function.arguments` is a JSON string (the API rejects non-JSON).
+    - Content is required for system/developer/user/tool messages, and for
+      an assistant message without tool_calls; content arrays are never
+      empty. Here system/developer/user/assistant text must also be non-empty
+      (stricter than the API, which takes "": such a message says nothing);
+      a tool's "" stays allowed (a command may print nothing).
+    """
+    msgs = payload.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        _fail(RuleViolation, "messages must be a non-empty list")
+    pending = None  # ids of the open tool_calls block, None when there is none
+    for i, m in enumerate(msgs):
+        role = m.get("role")
+        where = f"messages[{i}] ({role})"
+        content = m.get("content")
+        if role == "tool":
+            tid = m.get("tool_call_id")
+            if pending is None or tid not in pending:
+                _fail(RuleViolation, f"{where}: tool_call_id {tid!r} answers no open call of the preceding assistant message")
+            pending.discard(tid)
+            if not _openai_has_content(content, allow_empty_string=True):
+                _fail(RuleViolation, f"{where}: missing tool content")
+            continue
+        if pending:
+            _fail(RuleViolation, f"{where}: tool calls {sorted(pending)} are not answered before this message")
+        pending = None
+        if role == "assistant":
+            calls = m.get("tool_calls") or []
+            ids = []
+            for j, c in enumerate(calls):
+                if not c.get("id"):
+                    _fail(RuleViolation, f"{where}.tool_calls[{j}]: empty id")
+                fn = c.get("function") or {}
+                if not fn.get("name"):
+                    _fail(RuleViolation, f"{where}.tool_calls[{j}]: empty function name")
+                try:
+                    json.loads(fn.get("arguments"))
+                except (TypeError, ValueError):
+                    _fail(RuleViolation, f"{where}.tool_calls[{j}]: arguments is not a JSON string: {fn.get('arguments')!r}")
+                ids.append(c["id"])
+            if len(set(ids)) != len(ids):
+                _fail(RuleViolation, f"{where}: duplicate tool call ids {ids}")
+            if ids:
+                pending = set(ids)
+            elif not _openai_has_content(content):
+                _fail(RuleViolation, f"{where}: assistant message with neither content nor tool_calls")
+        elif role in ("system", "developer", "user"):
+            if not _openai_has_content(content):
+                _fail(RuleViolation, f"{where}: empty content")
+            if isinstance(content, list):
+                for j, part in enumerate(content):
+                    if part.get("type") == "image_url":
+                        _check_openai_image_url(part["image_url"]["url"], f"{where}.content[{j}]")
+        else:
+            _fail(RuleViolation, f"{where}: unexpected role")
+    if pending:
+        _fail(RuleViolation, f"tool calls {sorted(pending)} are never answered")
+
+
+def _openai_has_content(content, allow_empty_string=False):
+    if isinstance(content, str):
+        return allow_empty_string or content != ""
+    if isinstance(content, list):
+        return bool(content) and all(p.get("type") != "text" or p.get("text") for p in content)
+    return False
+
+
+def _anthropic_blocks(content):
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return content
+
+
+def _check_anthropic_text(text, where):
+    if not isinstance(text, str) or not text.strip():
+        _fail(RuleViolation, f"{where}: text blocks must contain non-whitespace text, got {text!r}")
+
+
+def _check_anthropic_image(block, where):
+    src = block.get("source") or {}
+    if src.get("type") == "base64":
+        if src.get("media_type") not in ANTHROPIC_IMAGE_TYPES:
+            _fail(RuleViolation, f"{where}: media_type {src.get('media_type')!r} not accepted")
+        raw = _b64(src.get("data", ""), where)
+        if not raw.startswith(IMAGE_MAGIC[src["media_type"]]):
+            _fail(RuleViolation, f"{where}: data does not look like {src['media_type']}")
+    elif src.get("type") == "url":
+        if not re.match(r"^https?://", src.get("url", "")):
+            _fail(RuleViolation, f"{where}: url image sources must be http(s): {src.get('url', '')[:60]!r}")
+    else:
+        _fail(RuleViolation, f"{where}: unexpected image source {src.get('type')!r}")
+
+
+def check_anthropic_rules(payload):
+    """Messages API: alternation, tool_use/tool_result pairing, content.
+
+    - `messages` alternate strictly `user` / `assistant`, starting with `user`.
+    - Every `tool_use` of an assistant message is answered by a `tool_result`
+      in the immediately following user message; in that message all
+      `tool_result` blocks come first, before any other block.
+    - A `tool_result` answers a `tool_use` of the immediately preceding
+      assistant message, once.
+    - `tool_use.id` is unique in the request and matches `^[a-zA-Z0-9_-]+$`;
+      `tool_use.input` is an object.
+    - Text blocks (and string content) are non-empty and not whitespace
+      only; a final assistant message does not end with whitespace.
+    - Images are base64 (an accepted media type, data that decodes to it)
+      or http(s) URLs.
+    """
+    system = payload.get("system")
+    if isinstance(system, list):
+        for j, b in enumerate(system):
+            _check_anthropic_text(b.get("text"), f"system[{j}]")
+    msgs = payload.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        _fail(RuleViolation, "messages must be a non-empty list")
+    if msgs[0].get("role") != "user":
+        _fail(RuleViolation, f"messages[0]: the first message must be user, got {msgs[0].get('role')!r}")
+    seen_ids = set()
+    prev_uses = []
+    for i, m in enumerate(msgs):
+        role = m.get("role")
+        where = f"messages[{i}] ({role})"
+        if role not in ("user", "assistant"):
+            _fail(RuleViolation, f"{where}: role must be user or assistant")
+        if i and msgs[i - 1].get("role") == role:
+            _fail(RuleViolation, f"{where}: two {role} messages in a row (roles must alternate)")
+        blocks = _anthropic_blocks(m.get("content"))
+        if not isinstance(blocks, list) or not blocks:
+            _fail(RuleViolation, f"{where}: empty content")
+        uses, results, first_other = [], [], None
+        for j, b in enumerate(blocks):
+            t = b.get("type")
+            bw = f"{where}.content[{j}] ({t})"
+            if t == "text":
+                _check_anthropic_text(b.get("text"), bw)
+            elif t == "image":
+                if role != "user":
+                    _fail(RuleViolation, f"{bw}: images only in user messages")
+                _check_anthropic_image(b, bw)
+            elif t == "tool_use":
+                if role != "assistant":
+                    _fail(RuleViolation, f"{bw}: tool_use only in assistant messages")
+                uid = b.get("id")
+                if not isinstance(uid, str) or not ANTHROPIC_ID.match(uid):
+                    _fail(RuleViolation, f"{bw}: tool_use id {uid!r} does not match {ANTHROPIC_ID.pattern}")
+                if uid in seen_ids:
+                    _fail(RuleViolation, f"{bw}: tool_use ids must be unique, {uid!r} repeats")
+                seen_ids.add(uid)
+                if not isinstance(b.get("input"), dict):
+                    _fail(RuleViolation, f"{bw}: tool_use.input must be an object, got {type(b.get('input')).__name__}")
+                if not b.get("name"):
+                    _fail(RuleViolation, f"{bw}: empty tool name")
+                uses.append(uid)
+            elif t == "tool_result":
+                if role != "user":
+                    _fail(RuleViolation, f"{bw}: tool_result only in user messages")
+                if first_other is not None:
+                    _fail(
+                        RuleViolation,
+                        f"{bw}: tool_result blocks must come first in the user message "
+                        f"(a {blocks[first_other]['type']} block is at {first_other})",
+                    )
+                results.append(b.get("tool_use_id"))
+                inner = b.get("content")
+                if isinstance(inner, list):
+                    for k, ib in enumerate(inner):
+                        if ib.get("type") == "text":
+                            _check_anthropic_text(ib.get("text"), f"{bw}.content[{k}]")
+                        elif ib.get("type") == "image":
+                            _check_anthropic_image(ib, f"{bw}.content[{k}]")
+            else:
+                _fail(RuleViolation, f"{bw}: unexpected block type")
+            if t != "tool_result" and first_other is None:
+                first_other = j
+        if role == "user":
+            for rid in results:
+                if rid not in prev_uses:
+                    _fail(RuleViolation, f"{where}: tool_result {rid!r} has no tool_use in the immediately preceding assistant message")
+            if len(set(results)) != len(results):
+                _fail(RuleViolation, f"{where}: a tool_use is answered twice: {results}")
+            missing = [u for u in prev_uses if u not in results]
+            if missing:
+                _fail(RuleViolation, f"{where}: tool_use ids {missing} are not answered in this (the immediately following) user message")
+            prev_uses = []
+        else:
+            prev_uses = uses
+    if prev_uses:
+        _fail(RuleViolation, f"tool_use ids {prev_uses} of the last message are never answered")
+    last = msgs[-1]
+    if last["role"] == "assistant":
+        tail = _anthropic_blocks(last["content"])[-1]
+        if tail.get("type") == "text" and tail["text"] != tail["text"].rstrip():
+            _fail(RuleViolation, "the final assistant content cannot end with trailing whitespace")
+
+
+def validate_openai(payload):
+    validate_openai_schema(payload)
+    check_openai_rules(payload)
+
+
+def validate_anthropic(payload):
+    validate_anthropic_schema(payload)
+    check_anthropic_rules(payload)
+
+
+# ───────────────────────────── fixtures ─────────────────────────────
+
+
+@pytest.fixture(scope="session")
+def api(tmp_path_factory):
+    """Generated `compactd_pb2` and `compactd_pb2_grpc` modules."""
+    out = tmp_path_factory.mktemp("payload_stubs")
+    cmd = [
+        sys.executable,
+        "-m",
+        "grpc_tools.protoc",
+        f"-I{PROTO_ROOT}",
+        f"--python_out={out}",
+        f"--grpc_python_out={out}",
+        str(PROTO_FILE),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"protoc failed:\n{done.stderr}"
+    sys.path.insert(0, str(out))
+    try:
+        pb2 = importlib.import_module("compactd.v1.compactd_pb2")
+        pb2_grpc = importlib.import_module("compactd.v1.compactd_pb2_grpc")
+    finally:
+        sys.path.remove(str(out))
+    return pb2, pb2_grpc
+
+
+def _binary():
+    path = Path(os.environ.get("COMPACTD_BIN", "target/debug/compactd"))
+    if not path.is_absolute():
+        path = path if path.exists() else REPO / path
+    if not path.exists():
+        pytest.fail(f"compactd binary not found at {path}: run `cargo build --bin compactd` or set COMPACTD_BIN")
+    return path.resolve()
+
+
+@pytest.fixture(scope="session")
+def stub(api, tmp_path_factory):
+    """A `compactd serve` on a free loopback port (dev mode) and a stub for it."""
+    _, pb2_grpc = api
+    data_dir = tmp_path_factory.mktemp("payload_data")
+    log_path = data_dir.parent / "compactd-payloads-server.log"
+    log = open(log_path, "wb")
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("COMPACTD__") or k == "COMPACTD_CONFIG")}
+    proc = subprocess.Popen(
+        [str(_binary()), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        env=env,
+    )
+    lines = queue.Queue()
+
+    def read_stdout():
+        for raw in proc.stdout:
+            lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=read_stdout, daemon=True).start()
+    channel = None
+    try:
+        try:
+            first = lines.get(timeout=STARTUP_TIMEOUT_S)
+        except queue.Empty:
+            first = None
+        prefix = "compactd listening on "
+        if first is None or not first.startswith(prefix):
+            raise AssertionError(
+                f"server did not report its address (got {first!r}); log:\n" + log_path.read_text(errors="replace")
+            )
+        channel = grpc.insecure_channel(
+            first[len(prefix):].strip(),
+            options=[
+                ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ],
+        )
+        grpc.channel_ready_future(channel).result(timeout=STARTUP_TIMEOUT_S)
+        yield pb2_grpc.CompactionServiceStub(channel)
+    finally:
+        if channel is not None:
+            channel.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+        log.close()
+
+
+# ───────────────────────────── thread model ─────────────────────────────
+
+# Threads are built as plain dicts in the README's canonical thread format
+# (the same shape as examples/threads/incident.json) and converted to proto.
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def to_proto(pb2, thread_id, messages):
+    role = {r: getattr(pb2, f"ROLE_{r.upper()}") for r in ROLES}
+    out = []
+    for m in messages:
+        kw = {"id": m["id"], "role": role[m["role"]], "turn": m.get("turn", 0)}
+        content = m.get("content")
+        if isinstance(content, str):
+            kw["text"] = content
+        elif isinstance(content, list):
+            kw["parts"] = [
+                pb2.ContentPart(text=p["text"]) if p["type"] == "text" else pb2.ContentPart(image_url=p["url"])
+                for p in content
+            ]
+        if m.get("tool_calls"):
+            kw["tool_calls"] = [
+                pb2.ToolCall(id=c["id"], name=c["name"], arguments_json=json.dumps(c["arguments"]))
+                for c in m["tool_calls"]
+            ]
+        if "tool_result" in m:
+            r = m["tool_result"]
+            env = pb2.ToolResultEnvelope(tool_name=r["tool_name"], tool_call_id=r["tool_call_id"])
+            if r.get("outcome"):
+                env.outcome = getattr(pb2, f"OUTCOME_{r['outcome'].upper()}")
+            if r.get("durability"):
+                env.durability = getattr(pb2, f"DURABILITY_{r['durability'].upper()}")
+            c = r.get("content", "")
+            if isinstance(c, str):
+                env.content_text = c
+            else:
+                env.content_json = json.dumps(c)
+            for k, v in (r.get("key_fields") or {}).items():
+                env.key_fields[k] = json.dumps(v)
+            for k, v in (r.get("determinism") or {}).items():
+                setattr(env.determinism, k, v)
+            kw["tool_result"] = env
+        md = m.get("metadata")
+        if md:
+            meta = pb2.MessageMetadata(protected=md.get("protected", False))
+            if "label" in md:
+                meta.label = md["label"]
+            if "source" in md:
+                meta.source = md["source"]
+            if "sensitivity" in md:
+                meta.sensitivity = getattr(pb2, f"SENSITIVITY_{md['sensitivity'].upper()}")
+            kw["metadata"] = meta
+        out.append(pb2.Message(**kw))
+    return pb2.Thread(id=thread_id, messages=out)
+
+
+def from_openai_messages(msgs):
+    """A plain OpenAI `messages` array in the canonical form (README: ids m0,
+    m1..., each user message opens a turn, results named by their call)."""
+    names, out, turn = {}, [], 0
+    for i, m in enumerate(msgs):
+        c = {"id": f"m{i}", "role": m["role"]}
+        if m["role"] == "user":
+            turn += 1
+        c["turn"] = turn
+        if m["role"] == "tool":
+            c["tool_result"] = {
+                "tool_name": names[m["tool_call_id"]],
+                "tool_call_id": m["tool_call_id"],
+                "content": m["content"],
+            }
+        else:
+            c["content"] = m.get("content") or ""
+        for call in m.get("tool_calls") or []:
+            names[call["id"]] = call["function"]["name"]
+            c.setdefault("tool_calls", []).append(
+                {"id": call["id"], "name": call["function"]["name"], "arguments": json.loads(call["function"]["arguments"])}
+            )
+        out.append(c)
+    return out
+
+
+# ───────────────────────────── thread generators ─────────────────────────────
+
+SERVICES = ["payments-api", "checkout", "ledger-db", "auth-gateway", "search-indexer", "notifier", "billing-cron"]
+FILES = ["src/utils.py", "lib/parser.rs", "app/models/order.rb", "cmd/server/main.go", "web/src/App.tsx", "docs/RUNBOOK.md"]
+DBS = ["orders", "ledger", "analytics", "users_eu", "inventory"]
+VERSIONS = ["v2.3.1", "14.2", "2026.03", "1.0.0-rc2", "3.11"]
+
+USER_ASKS = [
+    "Can you check why {svc} is slow since {time}?",
+    "Please look into the failing {db} backup job; it broke after the {ver} upgrade.",
+    "i need a quick summary of {file}, nothing fancy",
+    "What's the p99 latency of {svc} over the last {n} minutes?",
+    "Refactor {file} so it stops using globals. Keep the public API exactly as it is.",
+    "Compare {svc} and {svc2} error rates and give me a table.",
+    "Über-quick question: does {file} handle UTF-8 input like “naïve café”?",
+    "{db} 数据库现在有多少个连接？请简短回答。",
+    "Let's plan the migration of {db} to {ver}.\nConstraints:\n- no downtime\n- budget ${n}\n- finish by Friday",
+    "ok",
+    "Thanks! Now do the same for {svc2}.",
+    "Never delete anything in {db} without asking me first. Then find the orphaned rows.",
+    "hmm, that number looks off. Can you double-check with the raw data?",
+    "Write a short post-mortem for the {svc} outage at {time} 🚒",
+    "Run the test suite for {file} and tell me what fails.",
+]
+ASSISTANT_REPLIES = [
+    "Done. {svc} looks healthy now; p99 is {n} ms.",
+    "I checked {file}: it has {n} functions and no global state left.",
+    "Here's the comparison:\n\n| service | errors |\n|---|---|\n| {svc} | {n} |\n| {svc2} | {n2} |",
+    "The {db} job failed because the {ver} client dropped the `--compress` flag. I patched the cron entry.",
+    "Short answer: yes.",
+    "I couldn't confirm that yet — the logs for {time} are incomplete. Shall I pull the archived ones?",
+    "```python\ndef handler(event):\n    return {{\"ok\": True, \"n\": {n}}}\n```\nThat's the minimal fix.",
+    "Understood, I won't touch {db} without your approval.",
+    "Summary: {n} of {n2} requests timed out, all routed through {svc}.",
+]
+THINKING = [
+    "Let me look.",
+    "I'll check a few things in parallel.",
+    "Pulling the data now.",
+    "",
+    "",
+    "First I need the current state of {svc}.",
+]
+
+
+def fill(rng, template):
+    svc, svc2 = rng.sample(SERVICES, 2)
+    return template.format(
+        svc=svc,
+        svc2=svc2,
+        file=rng.choice(FILES),
+        db=rng.choice(DBS),
+        ver=rng.choice(VERSIONS),
+        n=rng.randint(2, 900),
+        n2=rng.randint(900, 5000),
+        time=f"{rng.randint(0, 23):02}:{rng.choice(['00', '15', '30', '45'])} UTC",
+    )
+
+
+def tiny_png(rng):
+    """A valid 2x2 PNG with random colours."""
+    raw = b"".join(b"\x00" + bytes(rng.randrange(256) for _ in range(6)) for _ in range(2))
+
+    def chunk(tag, data):
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    ihdr = struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def data_url(rng):
+    return "data:image/png;base64," + base64.b64encode(tiny_png(rng)).decode()
+
+
+def https_image(rng):
+    return f"https://images.example.com/{rng.choice(['screens', 'charts', 'photos'])}/{rng.randrange(10**6):06}.png"
+
+
+def log_lines(rng, n):
+    svc = rng.choice(SERVICES)
+    return "".join(
+        f"2026-03-{1 + i % 28:02}T{i % 24:02}:{i % 60:02}:00Z "
+        f"{rng.choice(['INFO', 'INFO', 'INFO', 'WARN', 'DEBUG'])} {svc} req={rng.randrange(10**6)} "
+        f"{rng.choice(['ok', 'ok', 'retry', 'cache-miss'])} {rng.randint(1, 999)}ms\n"
+        for i in range(n)
+    )
+
+
+def code_lines(rng, n):
+    return "\n".join(
+        f"def helper_{i}(x, y={rng.randint(0, 9)}):\n    return x * {i} + y  # {rng.choice(['fast', 'slow', 'todo'])}"
+        for i in range(n)
+    )
+
+
+def _schema(props, required=()):
+    return {"type": "object", "properties": props, "required": list(required)}
+
+
+def _tool_read_file(rng, size):
+    path = rng.choice(FILES)
+    return {"path": path}, code_lines(rng, size), None
+
+
+def _tool_search(rng, size):
+    q = fill(rng, rng.choice(["{svc} timeout", "{db} vacuum settings", "postmortem {svc}", "{ver} changelog"]))
+    hits = [
+        {
+            "title": f"Result {i}: {fill(rng, '{svc} and {db}')}",
+            "url": f"https://wiki.example.com/page/{rng.randrange(10**5)}",
+            "snippet": " ".join(rng.choice(["latency", "pool", "retry", "storm", "index", "lock"]) for _ in range(12)),
+        }
+        for i in range(max(1, size // 3))
+    ]
+    return {"query": q, "limit": len(hits)}, hits, None
+
+
+def _tool_sql(rng, size):
+    db = rng.choice(DBS)
+    rows = [[f"ord_{5000 + i}", rng.choice(["paid", "failed", "refunded"]), round(rng.uniform(1, 500), 2)] for i in range(size)]
+    return (
+        {"sql": f"select id, status, amount from {db} limit {size}", "database": db},
+        {"columns": ["id", "status", "amount"], "rows": rows, "row_count": size},
+        {"row_count": size},
+    )
+
+
+def _tool_http(rng, size):
+    tid = f"PAY-{rng.randint(1000, 9999)}"
+    body = {"status": 201, "id": tid, "url": f"https://tickets.example.com/{tid}", "watchers": [f"user{i}" for i in range(size // 10)]}
+    return {"method": "POST", "url": "https://tickets.example.com/api", "body": {"title": fill(rng, "{svc} incident")}}, body, {"ticket_id": tid}
+
+
+def _tool_shell(rng, size):
+    cmd = rng.choice(["pytest -q", "cargo test --quiet", "kubectl get pods -A", "df -h", "git log --oneline -n 40"])
+    return {"cmd": cmd, "timeout_s": rng.choice([30, 60, 600])}, f"$ {cmd}\n{log_lines(rng, size)}exit code 0\n", None
+
+
+def _tool_metrics(rng, size):
+    svc = rng.choice(SERVICES)
+    series = [{"t": 1700000000 + 60 * i, "p50": rng.randint(5, 50), "p99": rng.randint(60, 900)} for i in range(size)]
+    return {"service": svc, "window_minutes": size, "percentiles": [50, 99]}, {"service": svc, "series": series}, None
+
+
+TOOLS = {
+    "read_file": ("Read a file from the repository.", _schema({"path": {"type": "string"}}, ["path"]), _tool_read_file),
+    "search_wiki": (
+        "Search the internal wiki.",
+        _schema({"query": {"type": "string"}, "limit": {"type": "integer"}}, ["query"]),
+        _tool_search,
+    ),
+    "run_sql": ("Run a read-only SQL query.", _schema({"sql": {"type": "string"}, "database": {"type": "string"}}, ["sql"]), _tool_sql),
+    "http_request": (
+        "Send an HTTP request to an internal API.",
+        _schema({"method": {"type": "string"}, "url": {"type": "string"}, "body": {"type": "object"}}, ["method", "url"]),
+        _tool_http,
+    ),
+    "shell": ("Run a shell command in the sandbox.", _schema({"cmd": {"type": "string"}, "timeout_s": {"type": "integer"}}, ["cmd"]), _tool_shell),
+    "get_metrics": (
+        "Fetch latency metrics for a service.",
+        _schema({"service": {"type": "string"}, "window_minutes": {"type": "integer"}, "percentiles": {"type": "array"}}),
+        _tool_metrics,
+    ),
+}
+
+FAILURES = [
+    "Error: ENOENT: no such file or directory, open '{file}'",
+    "Traceback (most recent call last):\n  File \"runner.py\", line 12, in <module>\nTimeoutError: {svc} did not answer in 30s",
+    "fatal: could not read from remote repository",
+    "permission denied: role reader cannot query {db}",
+]
+
+
+class ThreadBuilder:
+    """Appends canonical messages; ids, turns and call ids vary by seed."""
+
+    def __init__(self, rng):
+        self.rng = rng
+        self.messages = []
+        self.turn = 0
+        self.tools_used = set()
+        self.id_style = rng.choice(["openai", "anthropic", "short"])
+        self.msg_prefix = rng.choice(["m", "msg-", "evt_", ""])
+
+    def _append(self, m):
+        m["id"] = f"{self.msg_prefix}{len(self.messages)}"
+        m["turn"] = self.turn
+        self.messages.append(m)
+        return m
+
+    def call_id(self):
+        tail = "".join(self.rng.choices(string.ascii_letters + string.digits, k=self.rng.choice([8, 24])))
+        return {"openai": f"call_{tail}", "anthropic": f"toolu_01{tail}", "short": f"c{len(self.messages)}_{tail[:4]}"}[self.id_style]
+
+    def user(self, content=None, **meta):
+        self.turn += 1
+        m = {"role": "user", "content": content if content is not None else fill(self.rng, self.rng.choice(USER_ASKS))}
+        if meta:
+            m["metadata"] = meta
+        return self._append(m)
+
+    def assistant(self, content=None, calls=()):
+        m = {"role": "assistant", "content": content if content is not None else fill(self.rng, self.rng.choice(ASSISTANT_REPLIES))}
+        if calls:
+            m["tool_calls"] = list(calls)
+        return self._append(m)
+
+    def system(self, role, content, **meta):
+        m = {"role": role, "content": content}
+        if meta:
+            m["metadata"] = meta
+        return self._append(m)
+
+    def new_call(self, name=None, size=None):
+        """A call plus the result it will get: (call, (content, key_fields))."""
+        name = name or self.rng.choice(sorted(TOOLS))
+        self.tools_used.add(name)
+        size = size if size is not None else self.rng.choice([2, 4, 8, 15, 30])
+        args, output, key_fields = TOOLS[name][2](self.rng, size)
+        return {"id": self.call_id(), "name": name, "arguments": args}, (output, key_fields)
+
+    def result(self, call, output, key_fields=None, outcome=None, durability=None):
+        r = {"tool_name": call["name"], "tool_call_id": call["id"], "content": output}
+        if outcome:
+            r["outcome"] = outcome
+        if key_fields:
+            r["key_fields"] = key_fields
+        durability = durability or self.rng.choice([None, None, "ephemeral", "anchoring", "replayable", "non_replayable"])
+        if durability:
+            r["durability"] = durability
+            if durability == "replayable" and self.rng.random() < 0.5:
+                r["determinism"] = {"content_hash": f"sha256:{self.rng.randrange(16**12):012x}"}
+        return self._append({"role": "tool", "tool_result": r})
+
+    def tool_round(self, k, *, text=None, shuffle=True, fail_rate=0.0, size=None, names=None):
+        pairs = [self.new_call(names[i] if names else None, size) for i in range(k)]
+        self.assistant(text if text is not None else fill(self.rng, self.rng.choice(THINKING)), [c for c, _ in pairs])
+        order = list(pairs)
+        if shuffle:
+            self.rng.shuffle(order)
+        for call, (output, key_fields) in order:
+            if self.rng.random() < fail_rate:
+                self.result(call, fill(self.rng, self.rng.choice(FAILURES)), outcome="failure")
+            else:
+                self.result(call, output, key_fields, outcome=self.rng.choice([None, "success", "success"]))
+
+
+def gen_plain_dialogue(rng, tb):
+    for _ in range(rng.randint(3, 9)):
+        tb.user()
+        for _ in range(rng.choice([1, 1, 1, 2])):  # sometimes two assistant messages in a row
+            tb.assistant()
+    tb.user(rng.choice(["  and one more thing: what's next?\n", "Thanks — anything else I should know?", "¿Y ahora qué?"]))
+    return {"expect_compaction": False}
+
+
+def gen_parallel_tool_calls(rng, tb):
+    tb.user()
+    sizes = [8, rng.randint(2, 7), rng.randint(2, 8)]
+    rng.shuffle(sizes)
+    for i, k in enumerate(sizes):
+        tb.tool_round(k, text=rng.choice(["", "Checking everything at once.", fill(rng, "Fanning out over {svc}.")]))
+        if i < len(sizes) - 1:
+            tb.assistant() if rng.random() < 0.6 else tb.user()
+    # The request is made right after the last results: the thread ends with tool messages.
+    return {"expect_compaction": False}
+
+
+def gen_failed_tool_results(rng, tb):
+    tb.user()
+    for _ in range(rng.randint(2, 4)):
+        call, (output, kf) = tb.new_call()
+        tb.assistant(rng.choice(["Trying.", ""]), [call])
+        if rng.random() < 0.7:
+            tb.result(call, fill(rng, rng.choice(FAILURES)), outcome="failure", durability=rng.choice([None, "ephemeral"]))
+            retry, (out2, kf2) = tb.new_call(call["name"])
+            tb.assistant("That failed; retrying with different arguments.", [retry])
+            tb.result(retry, out2, kf2, outcome=rng.choice(["success", "partial"]))
+        else:
+            tb.result(call, {"error": {"code": 403, "message": "forbidden"}}, outcome="failure")
+        tb.assistant()
+        tb.user()
+    return {"expect_compaction": False}
+
+
+def gen_multimodal_user(rng, tb):
+    tb.user([{"type": "text", "text": "Here is the dashboard."}, {"type": "image", "url": https_image(rng)}])
+    tb.assistant()
+    tb.user([{"type": "image", "url": data_url(rng)}, {"type": "text", "text": fill(rng, "And this screenshot from {svc} — what's wrong?")}])
+    tb.tool_round(rng.randint(1, 3))
+    tb.assistant()
+    parts = [{"type": "image", "url": rng.choice([https_image(rng), data_url(rng)])} for _ in range(rng.randint(1, 3))]
+    if rng.random() < 0.5:
+        parts.append({"type": "text", "text": "Compare these."})
+    tb.user(parts)
+    return {"expect_compaction": False}
+
+
+def gen_mid_thread_system(rng, tb):
+    if rng.random() < 0.5:
+        tb.system("developer", "Answer in English. Prefer tables.", protected=True, label="Style")
+    tb.user()
+    tb.tool_round(rng.randint(1, 2))
+    tb.assistant()
+    tb.system(rng.choice(["system", "developer"]), fill(rng, "Policy update: {db} is read-only from now on."))
+    tb.user()
+    tb.assistant()
+    if rng.random() < 0.5:
+        tb.system("developer", "Reminder: be brief.")
+        tb.assistant("Noted.")
+    tb.user()
+    return {"expect_compaction": False}
+
+
+def gen_starts_with_assistant(rng, tb):
+    if rng.random() < 0.5:
+        tb.assistant(rng.choice(["Hi! I'm the on-call assistant. What's up?", "Welcome back — resuming where we left off."]))
+    else:
+        # An agent that acts first: the thread opens with a tool call.
+        tb.tool_round(rng.randint(1, 3), text=rng.choice(["", "Loading your workspace."]))
+        tb.assistant()
+    tb.user()
+    tb.assistant()
+    tb.user()
+    return {"expect_compaction": False}
+
+
+def gen_large_tool_outputs(rng, tb):
+    tb.system("developer", "Never restart ledger-db without approval.", protected=True, label="Policy")
+    tb.user()
+    for _ in range(rng.randint(3, 5)):
+        k = rng.choice([1, 1, 2, 3])
+        tb.tool_round(k, size=rng.choice([120, 250, 400]), names=[rng.choice(["read_file", "shell", "run_sql", "search_wiki"]) for _ in range(k)])
+        tb.assistant()
+        tb.user()
+    tb.tool_round(rng.randint(1, 2), size=10)
+    return {"expect_compaction": True}
+
+
+def gen_agent_session(rng, tb):
+    turns = rng.randint(4, 10)
+    for t in range(turns):
+        if rng.random() < 0.2:
+            tb.user([{"type": "text", "text": fill(rng, rng.choice(USER_ASKS))}, {"type": "image", "url": rng.choice([https_image(rng), data_url(rng)])}])
+        else:
+            tb.user()
+        for _ in range(rng.choice([0, 1, 1, 2, 3])):
+            tb.tool_round(
+                rng.choice([1, 1, 1, 2, 3, 5, 8]),
+                fail_rate=0.15,
+                size=rng.choice([None, None, 60, 200]),
+            )
+        if t < turns - 1 or rng.random() < 0.5:
+            tb.assistant()
+            if t == turns - 1:
+                tb.user()
+    return {"expect_compaction": False}
+
+
+GENERATORS = {
+    "plain_dialogue": gen_plain_dialogue,
+    "parallel_tool_calls": gen_parallel_tool_calls,
+    "failed_tool_results": gen_failed_tool_results,
+    "multimodal_user_content": gen_multimodal_user,
+    "mid_thread_system_developer": gen_mid_thread_system,
+    "starts_with_assistant": gen_starts_with_assistant,
+    "large_tool_outputs": gen_large_tool_outputs,
+}
+CASES = [f"{name}#{v}" for name in GENERATORS for v in range(3)] + [f"agent_session#{v}" for v in range(10)]
+CASES += [f"example:{p.name}" for p in sorted(EXAMPLES.glob("*.json"))]
+
+
+def build_case(case):
+    """(canonical messages, system prompt or None, tool names, expectations, rng)."""
+    rng = random.Random(f"{SEED}:{case}")
+    if case.startswith("example:"):
+        data = json.loads((EXAMPLES / case.split(":", 1)[1]).read_text())
+        if isinstance(data, dict) and "messages" in data and all("id" in m for m in data["messages"]):
+            msgs, system = data["messages"], data.get("system")
+        else:
+            raw = data["messages"] if isinstance(data, dict) else data
+            msgs, system = from_openai_messages(raw), None
+        tools = sorted({c["name"] for m in msgs for c in m.get("tool_calls") or []})
+        return msgs, system, tools, {"expect_compaction": False}, rng
+    tb = ThreadBuilder(rng)
+    name = case.split("#")[0]
+    expect = (gen_agent_session if name == "agent_session" else GENERATORS[name])(rng, tb)
+    system = rng.choice([None, "You are a careful engineering agent.", "You help the SRE team.\nBe precise; cite tool output."])
+    tools = sorted(tb.tools_used) if rng.random() < 0.7 else []
+    return tb.messages, system, tools, expect, rng
+
+
+# ───────────────────────────── rendering ─────────────────────────────
+
+FORMATS = ("openai", "anthropic")
+
+
+def tool_schemas(pb2, names):
+    out = []
+    for n in names:
+        desc, params = (TOOLS[n][0], TOOLS[n][1]) if n in TOOLS else (f"The {n} tool.", {"type": "object"})
+        out.append(pb2.ToolSchema(name=n, description=desc, parameters_json=json.dumps(params)))
+    return out
+
+
+def render(pb2, stub, thread, fmt, *, budget, system=None, tools=(), policy=None, model=None, max_output=None):
+    req = pb2.RenderRequest(
+        thread=thread,
+        compact_first=True,
+        model=model or (OPENAI_MODELS[0] if fmt == "openai" else ANTHROPIC_MODELS[0]),
+        max_input_tokens=budget,
+        format=pb2.OUTPUT_FORMAT_OPENAI_CHAT if fmt == "openai" else pb2.OUTPUT_FORMAT_ANTHROPIC_MESSAGES,
+        tools=list(tools),
+    )
+    if system is not None:
+        req.system_prompt = system
+    if policy is not None:
+        req.policy.CopyFrom(policy)
+    if max_output is not None:
+        req.max_output_tokens = max_output
+    out = stub.Render(req, timeout=CALL_TIMEOUT_S)
+    return out, json.loads(out.provider_payload_json)
+
+
+def all_text(payload):
+    """Every string in the payload, decoded (for "does X survive" checks)."""
+    acc = []
+
+    def walk(v):
+        if isinstance(v, str):
+            acc.append(v)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk(payload)
+    return "\n".join(acc)
+
+
+def payload_call_ids(payload, fmt):
+    ids = []
+    for m in payload["messages"]:
+        if fmt == "openai":
+            ids += [c["id"] for c in m.get("tool_calls") or []]
+        elif isinstance(m["content"], list):
+            ids += [b["id"] for b in m["content"] if b.get("type") == "tool_use"]
+    return ids
+
+
+def error_reason(err):
+    """The stable `ErrorInfo.reason` of a failed call (google.rpc details)."""
+    status = rpc_status.from_call(err)
+    for d in status.details if status else ():
+        if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            d.Unpack(info)
+            return info.reason
+    return None
+
+
+def validate(payload, fmt):
+    (validate_openai if fmt == "openai" else validate_anthropic)(payload)
+
+
+def _dump(tmp_path, name, payload):
+    path = tmp_path / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.json"
+    path.write_text(json.dumps(payload, indent=1, ensure_ascii=False))
+    return path
+
+
+def render_options(pb2, rng, policy=None):
+    """Rendering options that change the text: user-content delimiting and
+    tool-result truncation, sometimes."""
+    policy = policy or pb2.PolicyOverrides()
+    if rng.random() < 0.25:
+        policy.delimit_user_content = True
+    cap = rng.choice([None, None, 300, 4000])
+    if cap:
+        policy.tool_result_max_chars = cap
+    return policy
+
+
+def squeeze_policy(pb2, rng=None):
+    """A tiny tail and no reserves, so compaction reaches the recent turns."""
+    policy = pb2.PolicyOverrides(
+        keep_recent_turns=1,
+        keep_tool_io_pairs=1,
+        externalize_threshold_tokens=300,
+        rehydration_reserve_tokens=0,
+        safety_buffer_tokens=100,
+    )
+    if rng is not None:
+        if rng.random() < 0.25:
+            policy.enable_externalize = False
+        render_options(pb2, rng, policy)
+    return policy
+
+
+# ───────────────────────────── the sweep ─────────────────────────────
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_rendered_payloads_satisfy_sdk_types_and_provider_rules(api, stub, tmp_path, case):
+    pb2, _ = api
+    msgs, system, tool_names, expect, rng = build_case(case)
+    thread = to_proto(pb2, f"pp-{SEED}-{case}", msgs)
+    tools = tool_schemas(pb2, tool_names)
+    ctx = f"[seed={SEED} case={case}]"
+
+    # Size the thread once, then pick budgets relative to it.
+    sizing, _ = render(pb2, stub, thread, "openai", budget=1_000_000, system=system, tools=tools)
+    total = sizing.tokens.total
+    configs = [
+        ("roomy", 1_000_000, None),
+        ("tight", max(int(total * 0.6), 1_000), render_options(pb2, rng)),
+        ("squeezed", max(int(total * 0.3), 300), squeeze_policy(pb2, rng)),
+    ]
+    thread_texts = [m["content"] for m in msgs if m["role"] == "user" and isinstance(m.get("content"), str)]
+    thread_call_ids = [c["id"] for m in msgs for c in m.get("tool_calls") or []]
+    compacted_any = False
+    for fmt in FORMATS:
+        for label, budget, policy in configs:
+            where = f"{ctx} format={fmt} budget={label}:{budget}"
+            model = rng.choice(OPENAI_MODELS if fmt == "openai" else ANTHROPIC_MODELS)
+            max_output = rng.choice([None, 1024, 8192]) if fmt == "anthropic" else None
+            # A budget below what the kept tail needs is refused (INSUFFICIENT_BUDGET);
+            # step it up by half until it fits.
+            while True:
+                try:
+                    out, payload = render(
+                        pb2,
+                        stub,
+                        pb2.Thread(id=f"{thread.id}-{fmt}-{label}-{budget}", messages=thread.messages),
+                        fmt,
+                        budget=budget,
+                        system=system,
+                        tools=tools,
+                        policy=policy,
+                        model=model,
+                        max_output=max_output,
+                    )
+                    break
+                except grpc.RpcError as e:
+                    if error_reason(e) != "INSUFFICIENT_BUDGET" or budget > 4 * total + 20_000:
+                        raise AssertionError(f"{where}: Render failed: {e.code()} {e.details()}") from None
+                    budget = int(budget * 1.5)
+                    where = f"{ctx} format={fmt} budget={label}:{budget}"
+            dump = _dump(tmp_path, f"{case}-{fmt}-{label}", payload)
+            try:
+                validate(payload, fmt)
+            except AssertionError as e:
+                raise AssertionError(f"{where}: {type(e).__name__}: {e}\npayload: {dump}") from None
+            assert payload["model"] == model, where
+            if fmt == "anthropic":
+                assert payload["max_tokens"] == (max_output or payload["max_tokens"]) > 0, where
+            if tools:
+                assert len(payload.get("tools") or []) == len(tools), f"{where}: tools not all sent"
+            plan = out.compaction.plan
+            records = len(plan.externalizations) + len(plan.summarizations) + len(plan.clearings) + len(plan.drops)
+            text = all_text(payload)
+            if records == 0:
+                # Nothing compacted: everything the user said and every call is there.
+                for t in thread_texts:
+                    assert t.strip() in text, f"{where}: user text lost without compaction: {t[:60]!r}\npayload: {dump}"
+                assert sorted(payload_call_ids(payload, fmt)) == sorted(thread_call_ids), f"{where}: tool calls changed\npayload: {dump}"
+            else:
+                compacted_any = True
+                # What the plan says replaced the content is what the payload shows.
+                for x in plan.externalizations:
+                    assert x.artifact_id in text, f"{where}: pointer to {x.artifact_id} missing\npayload: {dump}"
+                for c in plan.clearings:
+                    assert c.replacement.strip() in text, f"{where}: clear placeholder missing: {c.replacement[:80]!r}\npayload: {dump}"
+                if plan.summarizations:
+                    assert "[Context Summary" in text, f"{where}: summary missing\npayload: {dump}"
+            invented = set(payload_call_ids(payload, fmt)) - set(thread_call_ids)
+            assert not invented, f"{where}: tool call ids that are not in the thread: {sorted(invented)}\npayload: {dump}"
+            assert out.tokens.total <= out.compaction.budget.hard_limit or label == "roomy", where
+    if expect["expect_compaction"]:
+        assert compacted_any, f"{ctx}: the tight/squeezed budgets compacted nothing (total {total} tokens)"
+
+
+# ───────────────────────────── the validators bite ─────────────────────────────
+
+
+def _ok_openai():
+    return {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Look"}, {"type": "image_url", "image_url": {"url": "https://x.example/a.png"}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_a", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a"}'}},
+                    {"id": "call_b", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "b"}'}},
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_b", "content": "B"},
+            {"role": "tool", "tool_call_id": "call_a", "content": "A"},
+            {"role": "assistant", "content": "Both read."},
+            {"role": "developer", "content": "Mid-thread policy."},
+            {"role": "user", "content": "thanks"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "read_file", "description": "r", "parameters": {"type": "object"}}}],
+    }
+
+
+def _ok_anthropic():
+    png = base64.b64encode(tiny_png(random.Random(0))).decode()
+    return {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 1024,
+        "system": "Be brief.",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Look"}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Reading both."},
+                    {"type": "tool_use", "id": "toolu_a", "name": "read_file", "input": {"path": "a"}},
+                    {"type": "tool_use", "id": "toolu_b", "name": "read_file", "input": {"path": "b"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_b", "content": "B"},
+                    {"type": "tool_result", "tool_use_id": "toolu_a", "content": "boom", "is_error": True},
+                    {"type": "text", "text": "and then?"},
+                ],
+            },
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "thanks"},
+        ],
+        "tools": [{"name": "read_file", "description": "r", "input_schema": {"type": "object", "properties": {}}}],
+    }
+
+
+def _typed_dicts(schema):
+    """(class name, extra behaviour) of every TypedDict in a core schema."""
+    found = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("type") == "typed-dict":
+                found.add((node["cls"].__name__, node.get("extra_behavior", "ignore")))
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(schema)
+    return found
+
+
+def test_adapters_forbid_unknown_keys():
+    """Where `extra="forbid"` reaches, as documented at the top of this file."""
+    openai_tds = _typed_dicts(OPENAI_ADAPTER.core_schema)
+    assert len(openai_tds) > 30, "the walk found the nested TypedDicts"
+    assert {td for td in openai_tds if td[1] != "forbid"} == set()
+    anthropic_tds = _typed_dicts(ANTHROPIC_ADAPTER.core_schema)
+    assert len(anthropic_tds) > 100
+    assert {td for td in anthropic_tds if td[1] != "forbid"} == {
+        ("Base64ImageSourceParam", "ignore"),  # SDK-set config: caught by _no_silent_acceptance
+        ("Base64PDFSourceParam", "ignore"),
+        ("InputSchemaTyped", "allow"),  # a JSON Schema: open by design
+    }
+
+
+def test_valid_control_payloads_pass():
+    """The hand-made payloads the negative tests mutate are valid as they are."""
+    validate_openai(_ok_openai())
+    validate_anthropic(_ok_anthropic())
+
+
+def _mutate(base, fn):
+    p = json.loads(json.dumps(base))
+    fn(p)
+    return p
+
+
+def _set(path, value):
+    def fn(p):
+        obj = p
+        for k in path[:-1]:
+            obj = obj[k]
+        obj[path[-1]] = value
+
+    return fn
+
+
+def _delete(path):
+    def fn(p):
+        obj = p
+        for k in path[:-1]:
+            obj = obj[k]
+        del obj[path[-1]]
+
+    return fn
+
+
+OPENAI_SCHEMA_BAD = {
+    "tool message without tool_call_id": (_delete(["messages", 3, "tool_call_id"]), "tool_call_id"),
+    "unknown content part type": (_set(["messages", 1, "content", 1], {"type": "video_url", "video_url": {"url": "https://v"}}), "video_url"),
+    "unknown role": (_set(["messages", 6, "role"], "summary"), "role"),
+    "arguments as an object": (_set(["messages", 2, "tool_calls", 0, "function", "arguments"], {"path": "a"}), "arguments"),
+    "missing model": (_delete(["model"]), "model"),
+    "unknown top-level key": (_set(["thread_id"], "t1"), "extra_forbidden"),
+    "unknown message key": (_set(["messages", 7, "origin"], "verbatim"), "extra_forbidden"),
+    "unknown key in image_url": (_set(["messages", 1, "content", 1, "image_url", "alt"], "x"), "extra_forbidden"),
+    "unknown key in function": (_set(["messages", 2, "tool_calls", 0, "function", "id"], "x"), "extra_forbidden"),
+    "unknown key in a tool definition": (_set(["tools", 0, "function", "input_schema"], {}), "extra_forbidden"),
+    "max_tokens as a string (strict)": (_set(["max_tokens"], "1024"), "max_tokens"),
+    "tool content as a number": (_set(["messages", 4, "content"], 42), "content"),
+}
+
+ANTHROPIC_SCHEMA_BAD = {
+    "missing max_tokens": (_delete(["max_tokens"]), "max_tokens"),
+    "unknown content block type": (_set(["messages", 3, "content"], [{"type": "summary", "text": "x"}]), "summary"),
+    "tool_result without tool_use_id": (_delete(["messages", 2, "content", 0, "tool_use_id"]), "tool_use_id"),
+    "tool_use input as a JSON string": (_set(["messages", 1, "content", 1, "input"], '{"path": "a"}'), "input"),
+    "image without media_type": (_delete(["messages", 0, "content", 1, "source", "media_type"]), "media_type"),
+    "unknown image media_type": (_set(["messages", 0, "content", 1, "source", "media_type"], "image/bmp"), "media_type"),
+    "role tool": (_set(["messages", 2, "role"], "tool"), "role"),
+    # These two pass `extra="forbid"` (a response model in the content union; an
+    # SDK-set config on the base64 source) and are caught by the drop check.
+    "unknown key in a text block": (_set(["messages", 0, "content", 0, "origin"], "summary"), "response type TextBlock"),
+    "unknown key in an image source": (_set(["messages", 0, "content", 1, "source", "url"], "https://x"), "ignored by the SDK type: ['url']"),
+    "unknown key in a tool_use block": (_set(["messages", 1, "content", 1, "origin"], "summary"), "origin"),
+    "unknown key in a tool_result block": (_set(["messages", 2, "content", 0, "origin"], "summary"), "origin"),
+    "unknown key in a message": (_set(["messages", 3, "name"], "bot"), "extra_forbidden"),
+    "unknown top-level key": (_set(["format"], "anthropic"), "extra_forbidden"),
+    "max_tokens as a string (strict)": (_set(["max_tokens"], "1024"), "max_tokens"),
+    "is_error as a string (strict)": (_set(["messages", 2, "content", 1, "is_error"], "true"), "is_error"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPENAI_SCHEMA_BAD))
+def test_openai_schema_rejects(name):
+    fn, needle = OPENAI_SCHEMA_BAD[name]
+    with pytest.raises(SchemaViolation) as info:
+        validate_openai_schema(_mutate(_ok_openai(), fn))
+    assert needle in str(info.value), str(info.value)[:2000]
+
+
+@pytest.mark.parametrize("name", sorted(ANTHROPIC_SCHEMA_BAD))
+def test_anthropic_schema_rejects(name):
+    fn, needle = ANTHROPIC_SCHEMA_BAD[name]
+    with pytest.raises(SchemaViolation) as info:
+        validate_anthropic_schema(_mutate(_ok_anthropic(), fn))
+    assert needle in str(info.value), str(info.value)[:2000]
+
+
+def _insert(index, message):
+    return lambda p: p["messages"].insert(index, message)
+
+
+def _pop(index):
+    return lambda p: p["messages"].pop(index)
+
+
+# Each stays valid for the SDK types (so only the rule layer can catch it).
+OPENAI_RULES_BAD = {
+    "user message between calls and results": (_insert(3, {"role": "user", "content": "wait"}), "not answered before"),
+    "a call never answered": (lambda p: p.__setitem__("messages", p["messages"][:4]), "never answered"),
+    "a call not answered before the next assistant message": (_pop(4), "not answered before"),
+    "tool message with no call before it": (_insert(1, {"role": "tool", "tool_call_id": "call_a", "content": "x"}), "answers no open call"),
+    "result after the next assistant message": (
+        lambda p: p["messages"].insert(6, p["messages"].pop(4)),
+        "not answered before",
+    ),
+    "a call answered twice": (_insert(5, {"role": "tool", "tool_call_id": "call_a", "content": "again"}), "answers no open call"),
+    "duplicate ids in one assistant message": (
+        _set(["messages", 2, "tool_calls", 1, "id"], "call_a"),
+        "duplicate tool call ids",
+    ),
+    "assistant with neither content nor calls": (_set(["messages", 5, "content"], None), "neither content nor tool_calls"),
+    "empty user content": (_set(["messages", 7, "content"], ""), "empty content"),
+    "tool content as an empty array": (_set(["messages", 3, "content"], []), "missing tool content"),
+    "empty text part": (_set(["messages", 1, "content", 0, "text"], ""), "empty content"),
+    "arguments not JSON": (_set(["messages", 2, "tool_calls", 0, "function", "arguments"], "{path: a"), "not a JSON string"),
+    "image data URL that is not base64": (
+        _set(["messages", 1, "content", 1, "image_url", "url"], "data:image/png;base64,@@@"),
+        "base64",
+    ),
+}
+
+ANTHROPIC_RULES_BAD = {
+    "first message from the assistant": (_insert(0, {"role": "assistant", "content": "Hi"}), "first message must be user"),
+    "two user messages in a row": (_insert(1, {"role": "user", "content": "again"}), "in a row"),
+    "text before tool_result": (
+        lambda p: p["messages"][2]["content"].insert(0, {"type": "text", "text": "results:"}),
+        "must come first",
+    ),
+    "tool_use not answered in the next user message": (
+        lambda p: p["messages"][2]["content"].pop(1),
+        "not answered",
+    ),
+    "tool_result for a tool_use two messages back": (
+        _set(["messages", 4], {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "late"}]}),
+        "immediately preceding",
+    ),
+    "blank text block": (_set(["messages", 3, "content"], [{"type": "text", "text": "  \n"}]), "non-whitespace"),
+    "empty string content": (_set(["messages", 4, "content"], ""), "non-whitespace"),
+    "tool_use input not an object": (_set(["messages", 1, "content", 1, "input"], ["a"]), "must be an object"),
+    "tool_use id reused across turns": (
+        lambda p: p["messages"].extend(
+            [
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_a", "name": "read_file", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "again"}]},
+            ]
+        ),
+        "must be unique",
+    ),
+    "tool_use id with a dot": (
+        lambda p: (
+            p["messages"][1]["content"][1].__setitem__("id", "call.a"),
+            p["messages"][2]["content"][1].__setitem__("tool_use_id", "call.a"),
+        ),
+        "does not match",
+    ),
+    "data URL as an image url source": (
+        _set(["messages", 0, "content", 1, "source"], {"type": "url", "url": "data:image/png;base64,AAAA"}),
+        "must be http(s)",
+    ),
+    "base64 data that is not the media type": (
+        _set(["messages", 0, "content", 1, "source", "data"], base64.b64encode(b"GIF89a....").decode()),
+        "does not look like image/png",
+    ),
+    "final assistant text ends with whitespace": (
+        lambda p: p["messages"].append({"role": "assistant", "content": "The answer is "}),
+        "trailing whitespace",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPENAI_RULES_BAD))
+def test_openai_rules_reject(name):
+    fn, needle = OPENAI_RULES_BAD[name]
+    bad = _mutate(_ok_openai(), fn)
+    validate_openai_schema(bad)  # the SDK types cannot see it...
+    with pytest.raises(RuleViolation) as info:  # ...the rules do
+        check_openai_rules(bad)
+    assert needle in str(info.value), str(info.value)
+
+
+# The SDK types catch these too; every other rule case is schema-valid.
+ANTHROPIC_RULES_ALSO_SCHEMA = {"tool_use input not an object"}
+
+
+@pytest.mark.parametrize("name", sorted(ANTHROPIC_RULES_BAD))
+def test_anthropic_rules_reject(name):
+    fn, needle = ANTHROPIC_RULES_BAD[name]
+    bad = _mutate(_ok_anthropic(), fn)
+    if name in ANTHROPIC_RULES_ALSO_SCHEMA:
+        with pytest.raises(SchemaViolation):
+            validate_anthropic_schema(bad)
+    else:
+        validate_anthropic_schema(bad)
+    with pytest.raises(RuleViolation) as info:
+        check_anthropic_rules(bad)
+    assert needle in str(info.value), str(info.value)
+
+
+def _first(payload, pred):
+    return next(i for i, m in enumerate(payload["messages"]) if pred(m))
+
+
+def _blocks_of(m):
+    return m["content"] if isinstance(m["content"], list) else []
+
+
+def _corrupt_openai():
+    def drop_first_tool(p):
+        del p["messages"][_first(p, lambda m: m["role"] == "tool")]
+
+    def tool_after_next_assistant(p):
+        i = _first(p, lambda m: m["role"] == "tool")
+        j = next(k for k in range(i, len(p["messages"])) if p["messages"][k]["role"] != "tool")
+        p["messages"].insert(j, p["messages"].pop(i))
+
+    def unknown_key(p):
+        p["messages"][-1]["origin"] = "verbatim"
+
+    def no_tool_call_id(p):
+        del p["messages"][_first(p, lambda m: m["role"] == "tool")]["tool_call_id"]
+
+    def arguments_object(p):
+        m = p["messages"][_first(p, lambda m: m.get("tool_calls"))]
+        m["tool_calls"][0]["function"]["arguments"] = {"a": 1}
+
+    return {
+        "drop the first tool message": (drop_first_tool, RuleViolation),
+        "move a result after the next message": (tool_after_next_assistant, RuleViolation),
+        "unknown key on a message": (unknown_key, SchemaViolation),
+        "tool message without tool_call_id": (no_tool_call_id, SchemaViolation),
+        "arguments as an object": (arguments_object, SchemaViolation),
+    }
+
+
+def _corrupt_anthropic():
+    def text_before_results(p):
+        m = p["messages"][_first(p, lambda m: any(b.get("type") == "tool_result" for b in _blocks_of(m)))]
+        m["content"].insert(0, {"type": "text", "text": "Results follow."})
+
+    def drop_a_result(p):
+        m = p["messages"][_first(p, lambda m: any(b.get("type") == "tool_result" for b in _blocks_of(m)))]
+        k = next(j for j, b in enumerate(m["content"]) if b["type"] == "tool_result")
+        del m["content"][k]
+        if not m["content"]:
+            m["content"] = "(nothing)"
+
+    def blank_text(p):
+        p["messages"][-1]["content"] = [{"type": "text", "text": " "}]
+
+    def start_with_assistant(p):
+        del p["messages"][0]
+
+    def repeat_last_user(p):
+        p["messages"].append(json.loads(json.dumps(p["messages"][-1])))
+
+    def no_max_tokens(p):
+        del p["max_tokens"]
+
+    def input_as_string(p):
+        m = p["messages"][_first(p, lambda m: any(b.get("type") == "tool_use" for b in _blocks_of(m)))]
+        b = next(b for b in m["content"] if b["type"] == "tool_use")
+        b["input"] = json.dumps(b["input"])
+
+    return {
+        "text before the tool_result blocks": (text_before_results, RuleViolation),
+        "a tool_use left unanswered": (drop_a_result, RuleViolation),
+        "a blank text block": (blank_text, RuleViolation),
+        "first message from the assistant": (start_with_assistant, RuleViolation),
+        "two user messages in a row": (repeat_last_user, RuleViolation),
+        "no max_tokens": (no_max_tokens, SchemaViolation),
+        "tool_use input as a JSON string": (input_as_string, SchemaViolation),
+    }
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_corrupted_real_payloads_are_rejected(api, stub, fmt):
+    """Real compactd payloads, each broken one way, fail validation: the sweep's
+    passes are not vacuous."""
+    pb2, _ = api
+    rng = random.Random(f"{SEED}:corrupt")
+    tb = ThreadBuilder(rng)
+    tb.user()
+    tb.tool_round(3)
+    tb.assistant()
+    tb.user()
+    tb.tool_round(2)
+    tb.user("Thanks, and now?")  # results then text: merged into one Anthropic user message
+    _, payload = render(pb2, stub, to_proto(pb2, f"pp-{SEED}-corrupt-{fmt}", tb.messages), fmt, budget=1_000_000)
+    validate(payload, fmt)
+    for name, (corrupt, expected) in (_corrupt_openai() if fmt == "openai" else _corrupt_anthropic()).items():
+        bad = _mutate(payload, corrupt)
+        with pytest.raises(expected):
+            validate(bad, fmt)
+        assert bad != payload, name
+
+
+# ───────────────────────────── known failures (xfail) ─────────────────────────────
+
+
+def _render_both(pb2, stub, tmp_path, name, msgs, *, budgets=(1_000_000,), policy=None, system=None):
+    """Renders in both formats at each budget and validates; returns the payloads."""
+    out = {}
+    for fmt in FORMATS:
+        for budget in budgets:
+            thread = to_proto(pb2, f"pp-{SEED}-{name}-{fmt}-{budget}", msgs)
+            where = f"[seed={SEED} case={name}] format={fmt} budget={budget}"
+            try:
+                resp, payload = render(pb2, stub, thread, fmt, budget=budget, policy=policy, system=system)
+            except grpc.RpcError as e:
+                raise AssertionError(f"{where}: Render failed: {e.code()} {e.details()}") from None
+            dump = _dump(tmp_path, f"{name}-{fmt}-{budget}", payload)
+            try:
+                validate(payload, fmt)
+            except AssertionError as e:
+                raise AssertionError(f"{where}: {type(e).__name__}: {e}\npayload: {dump}") from None
+            out[(fmt, budget)] = (resp, payload)
+    return out
+
+
+@pytest.mark.xfail(strict=False, reason=XFAIL["interleaved_user_message"])
+def test_xfail_interleaved_user_message(api, stub, tmp_path):
+    pb2, _ = api
+    rng = random.Random(f"{SEED}:interleaved")
+    tb = ThreadBuilder(rng)
+    tb.user()
+    call, (output, kf) = tb.new_call("read_file")
+    tb.assistant("Reading it.", [call])
+    interjection = rng.choice(["wait — also check the tests folder", "Actually, use the staging branch.", "(sorry, typo above: I meant orders_v2)"])
+    tb.user(interjection)
+    tb.result(call, output, kf)
+    tb.assistant()
+    tb.user()
+    for (fmt, _), (_, payload) in _render_both(pb2, stub, tmp_path, "interleaved", tb.messages).items():
+        assert interjection in all_text(payload), f"[seed={SEED}] {fmt}: the interjected user message was lost"
+
+
+@pytest.mark.xfail(strict=False, reason=XFAIL["reused_tool_call_ids"])
+def test_xfail_reused_tool_call_ids(api, stub, tmp_path):
+    pb2, _ = api
+    rng = random.Random(f"{SEED}:reused-ids")
+    tb = ThreadBuilder(rng)
+    for _ in range(rng.randint(3, 5)):
+        tb.user()
+        k = rng.choice([1, 2, 3])
+        pairs = [tb.new_call() for _ in range(k)]
+        for i, (c, _) in enumerate(pairs):
+            c["id"] = f"call_{i}"  # the same ids every turn, as some agents do
+        tb.assistant("", [c for c, _ in pairs])
+        for c, (output, kf) in pairs:
+            tb.result(c, output, kf)
+        tb.assistant()
+    tb.user()
+    results = _render_both(pb2, stub, tmp_path, "reused-ids", tb.messages)
+    n_calls = sum(len(m.get("tool_calls") or []) for m in tb.messages)
+    for (fmt, _), (_, payload) in results.items():
+        assert len(payload_call_ids(payload, fmt)) == n_calls, f"[seed={SEED}] {fmt}: tool calls lost"
+
+
+@pytest.mark.xfail(strict=False, reason=XFAIL["status_error_json_result"])
+def test_xfail_status_error_json_result(api, stub, tmp_path):
+    pb2, _ = api
+    rng = random.Random(f"{SEED}:status-error")
+    tb = ThreadBuilder(rng)
+    tb.user("Deploy the new build of payments-api to staging.")
+    call, _ = tb.new_call("http_request")
+    tb.assistant("Deploying.", [call])
+    error = f"Deployment failed: quota exceeded (code Q{rng.randint(1, 99)})"
+    # No outcome: the caller does not say; the content does.
+    tb.result(call, {"status": "error", "error": error, "request_id": f"req_{rng.randrange(10**8)}"}, durability="ephemeral")
+    tb.assistant("The deploy did not go through.")
+    for _ in range(4):
+        tb.user()
+        tb.tool_round(1, size=300, names=[rng.choice(["shell", "read_file"])])
+        tb.assistant()
+    tb.user("So what happened with the deploy?")
+    results = _render_both(pb2, stub, tmp_path, "status-error", tb.messages, budgets=(1_000_000, 4_000), policy=squeeze_policy(pb2))
+    for (fmt, budget), (resp, payload) in results.items():
+        where = f"[seed={SEED}] {fmt} budget={budget}"
+        assert error in all_text(payload), f"{where}: the error text did not survive compaction"
+        if fmt == "anthropic" and budget == 1_000_000:
+            blocks = [b for m in payload["messages"] if isinstance(m["content"], list) for b in m["content"]]
+            res = [b for b in blocks if b.get("type") == "tool_result" and b["tool_use_id"] == call["id"]]
+            assert res and res[0].get("is_error") is True, f"{where}: the failed result is not marked is_error"
