@@ -76,6 +76,7 @@ fn compact_render(
             tools: &[],
             rehydrated: &[],
             options: &options,
+            omit_pending_calls: false,
         },
     );
     black_box(&request);

@@ -11,7 +11,7 @@ use crate::model::{
 };
 use crate::reduce::{budget_for, referenced_artifacts};
 use crate::render::{
-    anthropic, fit_rehydrated, openai, render, Origin, OutputFormat, ProviderOptions,
+    anthropic, fit_rehydrated, openai, render, responses, Origin, OutputFormat, ProviderOptions,
     RehydrationReport, RenderInput, Request, RequestCounter, RequestTokens, RENDER_FORMAT_VERSION,
 };
 use crate::runtime::blocking;
@@ -37,6 +37,8 @@ pub struct RenderCommand {
     pub max_output_tokens: Option<u32>,
     /// Artifacts to inject for this turn only.
     pub rehydrate_artifact_ids: Vec<String>,
+    /// Leave tool calls without a result out instead of refusing.
+    pub omit_pending_calls: bool,
 }
 
 /// A rendered request in the requested form.
@@ -198,6 +200,7 @@ fn render_and_count(
             tools: &cmd.request.tools,
             rehydrated: &injected,
             options: &policy.render,
+            omit_pending_calls: cmd.omit_pending_calls,
         },
     );
     let tokens = if counted {
@@ -268,6 +271,7 @@ fn output(
         OutputFormat::Neutral => return Ok(RenderedOutput::Neutral(request)),
         OutputFormat::OpenAiChat => openai::into_openai(request, &opts),
         OutputFormat::AnthropicMessages => anthropic::to_anthropic(&request, &opts),
+        OutputFormat::OpenAiResponses => responses::into_responses(request, &opts),
     };
     // `to_string` writes bytes directly; `Value`'s `Display` goes through
     // `fmt` and was 1.5× slower on a 340 KB payload.
@@ -298,5 +302,6 @@ fn audit(
             .filter(|r| !r.omitted)
             .map(|r| r.artifact_id.clone())
             .collect(),
+        warnings: Vec::new(),
     }
 }

@@ -94,6 +94,9 @@ pub struct CallArgs {
     /// written into provider payloads.
     #[arg(long)]
     max_tokens: Option<u32>,
+    /// Render: leave tool calls without a result out instead of failing.
+    #[arg(long)]
+    omit_pending_calls: bool,
 }
 
 /// A built request, ready to send.
@@ -187,6 +190,7 @@ fn build(args: &CallArgs) -> Result<Built, Failure> {
                 rehydrate_artifact_ids: args.artifact_id.iter().cloned().collect(),
                 max_input_tokens: args.max_input_tokens.unwrap_or(0),
                 expected_version: args.expected_version,
+                omit_pending_calls: args.omit_pending_calls,
                 ..Default::default()
             })
         }

@@ -37,6 +37,9 @@ pub struct CompactArgs {
     /// Response `max_tokens` written into provider payloads.
     #[arg(long)]
     max_output_tokens: Option<u32>,
+    /// Leave tool calls without a result out of the request instead of failing.
+    #[arg(long)]
+    omit_pending_calls: bool,
 }
 
 /// Compacts and renders the input; the JSON document to print.
@@ -63,6 +66,7 @@ pub fn run(args: &CompactArgs) -> Result<String, Failure> {
         format: args.format.output(),
         max_output_tokens: args.max_output_tokens,
         rehydrate_artifact_ids: Vec::new(),
+        omit_pending_calls: args.omit_pending_calls,
     };
     let out = runtime()?.block_on(app.render(&SecurityContext::dev(), cmd))?;
 

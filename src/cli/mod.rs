@@ -79,6 +79,9 @@ pub enum Format {
     /// An Anthropic Messages body.
     #[value(alias = "anthropic_messages")]
     Anthropic,
+    /// An OpenAI Responses body.
+    #[value(alias = "openai_responses")]
+    Responses,
 }
 
 impl Format {
@@ -88,6 +91,7 @@ impl Format {
             Format::Neutral => OutputFormat::Neutral,
             Format::Openai => OutputFormat::OpenAiChat,
             Format::Anthropic => OutputFormat::AnthropicMessages,
+            Format::Responses => OutputFormat::OpenAiResponses,
         }
     }
 
@@ -97,6 +101,7 @@ impl Format {
             Format::Neutral => "neutral",
             Format::Openai => "openai",
             Format::Anthropic => "anthropic",
+            Format::Responses => "responses",
         }
     }
 }

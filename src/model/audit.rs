@@ -31,6 +31,10 @@ pub struct AuditRecord {
     pub artifact_ids: Vec<String>,
     /// Artifacts injected into this request.
     pub rehydrated_artifact_ids: Vec<String>,
+    /// What rendering changed to satisfy the provider (results moved next
+    /// to their call, pending calls left out, tool ids rewritten).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Messages affected by each kind of plan record.

@@ -60,6 +60,66 @@ pub enum ContentPart {
         /// Where the image is.
         url: String,
     },
+    /// Anthropic extended thinking, kept byte for byte: during a tool loop
+    /// the API rejects a turn whose thinking blocks were changed or dropped.
+    Thinking {
+        /// The thinking text as the model produced it.
+        thinking: String,
+        /// The signature that proves it unmodified.
+        signature: String,
+    },
+    /// Anthropic thinking the API returned encrypted.
+    RedactedThinking {
+        /// Opaque, passed back unchanged.
+        data: String,
+    },
+    /// An OpenAI Responses reasoning item, passed back with the calls it
+    /// preceded.
+    Reasoning {
+        /// The item id (`rs_…`).
+        id: String,
+        /// Summary texts.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        summary: Vec<String>,
+        /// Opaque reasoning state, passed back unchanged.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        encrypted_content: Option<String>,
+    },
+}
+
+impl ContentPart {
+    /// A model's own reasoning (thinking or reasoning items): sent back only
+    /// to the provider that produced it, never part of the conversation text.
+    pub fn is_reasoning(&self) -> bool {
+        matches!(
+            self,
+            ContentPart::Thinking { .. }
+                | ContentPart::RedactedThinking { .. }
+                | ContentPart::Reasoning { .. }
+        )
+    }
+
+    /// Bytes it carries, for size limits.
+    pub fn byte_len(&self) -> usize {
+        match self {
+            ContentPart::Text { text } => text.len(),
+            ContentPart::Image { url } => url.len(),
+            ContentPart::Thinking {
+                thinking,
+                signature,
+            } => thinking.len() + signature.len(),
+            ContentPart::RedactedThinking { data } => data.len(),
+            ContentPart::Reasoning {
+                id,
+                summary,
+                encrypted_content,
+            } => {
+                id.len()
+                    + summary.iter().map(String::len).sum::<usize>()
+                    + encrypted_content.as_ref().map_or(0, String::len)
+            }
+        }
+    }
 }
 
 /// Message content: a plain string, or a list of parts as providers accept.
@@ -79,7 +139,8 @@ impl Default for Content {
 }
 
 impl Content {
-    /// The text of the content; parts are joined by newlines, images omitted.
+    /// The text of the content; parts are joined by newlines, images and
+    /// reasoning omitted.
     pub fn text(&self) -> std::borrow::Cow<'_, str> {
         match self {
             Content::Text(s) => std::borrow::Cow::Borrowed(s),
@@ -88,7 +149,7 @@ impl Content {
                     .iter()
                     .filter_map(|p| match p {
                         ContentPart::Text { text } => Some(text.as_str()),
-                        ContentPart::Image { .. } => None,
+                        _ => None,
                     })
                     .collect();
                 std::borrow::Cow::Owned(texts.join("\n"))
@@ -104,14 +165,42 @@ impl Content {
             Content::Parts(parts) => std::borrow::Cow::Owned(
                 parts
                     .iter()
-                    .map(|p| match p {
-                        ContentPart::Text { text } => text.clone(),
-                        ContentPart::Image { url } => format!("[image: {url}]"),
+                    .filter_map(|p| match p {
+                        ContentPart::Text { text } => Some(text.clone()),
+                        ContentPart::Image { url } => Some(format!("[image: {url}]")),
+                        // The model's private reasoning is not conversation content.
+                        _ => None,
                     })
                     .collect::<Vec<_>>()
                     .join("\n"),
             ),
         }
+    }
+
+    /// The content without the model's reasoning parts: what a provider that
+    /// did not produce them is sent. Only reasoning left gives empty text.
+    pub fn without_reasoning(self) -> Content {
+        match self {
+            Content::Parts(parts) if parts.iter().any(ContentPart::is_reasoning) => {
+                let visible: Vec<ContentPart> =
+                    parts.into_iter().filter(|p| !p.is_reasoning()).collect();
+                if visible.is_empty() {
+                    Content::Text(String::new())
+                } else {
+                    Content::Parts(visible)
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// The reasoning parts, in order.
+    pub fn reasoning(&self) -> impl Iterator<Item = &ContentPart> {
+        let parts: &[ContentPart] = match self {
+            Content::Parts(parts) => parts,
+            Content::Text(_) => &[],
+        };
+        parts.iter().filter(|p| p.is_reasoning())
     }
 
     /// Number of image parts (each costs a fixed token estimate).
@@ -137,13 +226,7 @@ impl Content {
     pub fn byte_len(&self) -> usize {
         match self {
             Content::Text(s) => s.len(),
-            Content::Parts(parts) => parts
-                .iter()
-                .map(|p| match p {
-                    ContentPart::Text { text } => text.len(),
-                    ContentPart::Image { url } => url.len(),
-                })
-                .sum(),
+            Content::Parts(parts) => parts.iter().map(ContentPart::byte_len).sum(),
         }
     }
 }

@@ -26,4 +26,4 @@ pub use summary::{
     ArtifactReference, Decision, OpenItem, Priority, StructuredSummary, ToolOutcome,
     SUMMARY_RENDER_VERSION, SUMMARY_SCHEMA_VERSION,
 };
-pub use thread::{Thread, ThreadError, ThreadLimits};
+pub use thread::{Pairing, Thread, ThreadError, ThreadLimits};

@@ -647,6 +647,30 @@ fn hash_message(h: &mut xxhash_rust::xxh3::Xxh3, buf: &mut Vec<u8>, m: &super::m
                         field(b"image");
                         field(url.as_bytes());
                     }
+                    ContentPart::Thinking {
+                        thinking,
+                        signature,
+                    } => {
+                        field(b"thinking");
+                        field(thinking.as_bytes());
+                        field(signature.as_bytes());
+                    }
+                    ContentPart::RedactedThinking { data } => {
+                        field(b"redacted_thinking");
+                        field(data.as_bytes());
+                    }
+                    ContentPart::Reasoning {
+                        id,
+                        summary,
+                        encrypted_content,
+                    } => {
+                        field(b"reasoning");
+                        field(id.as_bytes());
+                        for s in summary {
+                            field(s.as_bytes());
+                        }
+                        field(encrypted_content.as_deref().unwrap_or("\u{0}").as_bytes());
+                    }
                 }
             }
         }

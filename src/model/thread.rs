@@ -135,8 +135,9 @@ pub enum ThreadError {
         /// `id` or `name`.
         field: &'static str,
     },
-    /// Two calls with one id.
-    #[error("messages[{index}].tool_calls[{call}].id {id:?} is used by an earlier tool call")]
+    /// A call id that an earlier call still waiting for its result uses: a
+    /// result could not tell which of the two it answers.
+    #[error("messages[{index}].tool_calls[{call}].id {id:?} is used by an earlier tool call that has no result yet")]
     DuplicateToolCallId {
         /// Message index.
         index: usize,
@@ -161,15 +162,15 @@ pub enum ThreadError {
         /// The id.
         id: String,
     },
-    /// A call that no later tool message answers; providers reject it.
-    #[error("messages[{index}].tool_calls[{call}].id {id:?} has no tool result")]
-    UnansweredToolCall {
+    /// Thinking or reasoning parts on a message the model did not write.
+    #[error(
+        "messages[{index}].content[{part}] is model reasoning, which only assistant messages carry"
+    )]
+    ReasoningOutsideAssistant {
         /// Message index.
         index: usize,
-        /// Call index.
-        call: usize,
-        /// The id.
-        id: String,
+        /// Part index.
+        part: usize,
     },
     /// Result names a different tool than its call.
     #[error("messages[{index}].tool_result.tool_name {got:?} does not match the call's name {expected:?}")]
@@ -207,9 +208,11 @@ impl ThreadError {
             ThreadError::EmptyToolCallField { index, call, field } => {
                 format!("thread.messages[{index}].tool_calls[{call}].{field}")
             }
-            ThreadError::DuplicateToolCallId { index, call, .. }
-            | ThreadError::UnansweredToolCall { index, call, .. } => {
+            ThreadError::DuplicateToolCallId { index, call, .. } => {
                 format!("thread.messages[{index}].tool_calls[{call}].id")
+            }
+            ThreadError::ReasoningOutsideAssistant { index, part } => {
+                format!("thread.messages[{index}].parts[{part}]")
             }
             ThreadError::OrphanToolResult { index, .. }
             | ThreadError::DuplicateToolResult { index, .. } => {
@@ -224,6 +227,13 @@ impl ThreadError {
 
 impl Thread {
     /// Checks every invariant the pipeline relies on.
+    ///
+    /// Tool results pair with calls by position: a result answers the
+    /// earlier call with its id that is still waiting, so an id may be reused
+    /// once its call was answered (local model servers name every turn's call
+    /// `call_0`). A call no result answers yet is pending (a human approval,
+    /// a tool still running): accepted here, kept verbatim by compaction, and
+    /// refused by Render unless the request asks to omit pending calls.
     pub fn validate(&self, limits: &ThreadLimits) -> Result<(), ThreadError> {
         if self.id.is_empty() {
             return Err(ThreadError::EmptyThreadId);
@@ -236,9 +246,10 @@ impl Thread {
         }
         let mut ids: IdMap<&str, usize> =
             IdMap::with_capacity_and_hasher(self.messages.len(), Default::default());
-        // call id -> tool name, for pairing checks
-        let mut calls: IdMap<&str, &str> = IdMap::default();
-        let mut answered: IdSet<&str> = IdSet::default();
+        // Calls still waiting for their result: id -> tool name.
+        let mut open: IdMap<&str, &str> = IdMap::default();
+        // Every call id seen, to tell "answered twice" from "never called".
+        let mut seen: IdSet<&str> = IdSet::default();
         let mut previous_turn = 0u32;
         for (index, m) in self.messages.iter().enumerate() {
             if m.id.is_empty() {
@@ -275,6 +286,13 @@ impl Thread {
                     limit: limits.max_message_bytes,
                 });
             }
+            if m.role != Role::Assistant {
+                if let super::message::Content::Parts(parts) = &m.content {
+                    if let Some(part) = parts.iter().position(|p| p.is_reasoning()) {
+                        return Err(ThreadError::ReasoningOutsideAssistant { index, part });
+                    }
+                }
+            }
             if !m.tool_calls.is_empty() && m.role != Role::Assistant {
                 return Err(ThreadError::UnexpectedToolCalls { index });
             }
@@ -293,33 +311,35 @@ impl Thread {
                         field: "name",
                     });
                 }
-                if calls.insert(&c.id, &c.name).is_some() {
+                if open.insert(&c.id, &c.name).is_some() {
                     return Err(ThreadError::DuplicateToolCallId {
                         index,
                         call,
                         id: c.id.clone(),
                     });
                 }
+                seen.insert(&c.id);
             }
             match (m.role, &m.tool_result) {
                 (Role::Tool, None) => return Err(ThreadError::MissingToolResult { index }),
                 (Role::Tool, Some(env)) => {
-                    let Some(name) = calls.get(env.tool_call_id.as_str()) else {
-                        return Err(ThreadError::OrphanToolResult {
-                            index,
-                            id: env.tool_call_id.clone(),
+                    let Some(name) = open.remove(env.tool_call_id.as_str()) else {
+                        return Err(if seen.contains(env.tool_call_id.as_str()) {
+                            ThreadError::DuplicateToolResult {
+                                index,
+                                id: env.tool_call_id.clone(),
+                            }
+                        } else {
+                            ThreadError::OrphanToolResult {
+                                index,
+                                id: env.tool_call_id.clone(),
+                            }
                         });
                     };
-                    if !answered.insert(&env.tool_call_id) {
-                        return Err(ThreadError::DuplicateToolResult {
-                            index,
-                            id: env.tool_call_id.clone(),
-                        });
-                    }
-                    if *name != env.tool_name {
+                    if name != env.tool_name {
                         return Err(ThreadError::ToolNameMismatch {
                             index,
-                            expected: (*name).to_string(),
+                            expected: name.to_string(),
                             got: env.tool_name.clone(),
                         });
                     }
@@ -328,20 +348,31 @@ impl Thread {
                 (_, None) => {}
             }
         }
-        if answered.len() != calls.len() {
-            for (index, m) in self.messages.iter().enumerate() {
-                for (call, c) in m.tool_calls.iter().enumerate() {
-                    if !answered.contains(c.id.as_str()) {
-                        return Err(ThreadError::UnansweredToolCall {
-                            index,
-                            call,
-                            id: c.id.clone(),
-                        });
-                    }
+        Ok(())
+    }
+
+    /// Which message answers which call, by position (see [`Thread::validate`]).
+    /// On a thread that does not validate, unmatched results pair with nothing.
+    pub fn pairing(&self) -> Pairing {
+        let mut answers: Vec<Vec<Option<usize>>> = self
+            .messages
+            .iter()
+            .map(|m| vec![None; m.tool_calls.len()])
+            .collect();
+        let mut answered = vec![None; self.messages.len()];
+        let mut open: IdMap<&str, (usize, usize)> = IdMap::default();
+        for (i, m) in self.messages.iter().enumerate() {
+            for (j, c) in m.tool_calls.iter().enumerate() {
+                open.insert(&c.id, (i, j));
+            }
+            if let Some(env) = &m.tool_result {
+                if let Some((ci, cj)) = open.remove(env.tool_call_id.as_str()) {
+                    answers[ci][cj] = Some(i);
+                    answered[i] = Some((ci, cj));
                 }
             }
         }
-        Ok(())
+        Pairing { answers, answered }
     }
 
     /// Index of a message by id.
@@ -352,5 +383,40 @@ impl Thread {
     /// Turn of the last message (the "current" turn).
     pub fn current_turn(&self) -> u32 {
         self.messages.last().map(|m| m.turn).unwrap_or(0)
+    }
+}
+
+/// Calls and results matched by position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pairing {
+    /// For each message, for each of its tool calls, the message that answers
+    /// it; `None` while the call is pending.
+    pub answers: Vec<Vec<Option<usize>>>,
+    /// For each tool message, the (message, call index) it answers.
+    pub answered: Vec<Option<(usize, usize)>>,
+}
+
+impl Pairing {
+    /// The call (message, call index) that result message `i` answers.
+    pub fn call_of(&self, i: usize) -> Option<(usize, usize)> {
+        self.answered.get(i).copied().flatten()
+    }
+
+    /// Calls without a result, as (message, call index), in thread order.
+    pub fn pending(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.answers.iter().enumerate().flat_map(|(i, calls)| {
+            calls
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.is_none())
+                .map(move |(j, _)| (i, j))
+        })
+    }
+
+    /// True when message `i` has a call without a result.
+    pub fn has_pending(&self, i: usize) -> bool {
+        self.answers
+            .get(i)
+            .is_some_and(|c| c.iter().any(Option::is_none))
     }
 }

@@ -85,6 +85,7 @@ pub fn render_command(r: pb::RenderRequest, base: &Policy) -> Result<RenderComma
         plan_version: r.plan_version,
         max_output_tokens: r.max_output_tokens,
         rehydrate_artifact_ids: r.rehydrate_artifact_ids,
+        omit_pending_calls: r.omit_pending_calls,
         request: inputs!(r).into_command(base)?,
     })
 }

@@ -14,6 +14,7 @@ impl From<OutputFormat> for pb::OutputFormat {
             OutputFormat::Neutral => pb::OutputFormat::Neutral,
             OutputFormat::OpenAiChat => pb::OutputFormat::OpenaiChat,
             OutputFormat::AnthropicMessages => pb::OutputFormat::AnthropicMessages,
+            OutputFormat::OpenAiResponses => pb::OutputFormat::OpenaiResponses,
         }
     }
 }
@@ -24,6 +25,7 @@ pub fn output_format(v: i32, field: &str) -> Result<OutputFormat> {
         Ok(pb::OutputFormat::Neutral) => Ok(OutputFormat::Neutral),
         Ok(pb::OutputFormat::OpenaiChat) => Ok(OutputFormat::OpenAiChat),
         Ok(pb::OutputFormat::AnthropicMessages) => Ok(OutputFormat::AnthropicMessages),
+        Ok(pb::OutputFormat::OpenaiResponses) => Ok(OutputFormat::OpenAiResponses),
         Err(_) => Err(unknown_enum(field, v)),
     }
 }
@@ -206,6 +208,7 @@ impl From<&AuditRecord> for pb::AuditRecord {
             }),
             artifact_ids: a.artifact_ids.clone(),
             rehydrated_artifact_ids: a.rehydrated_artifact_ids.clone(),
+            warnings: a.warnings.clone(),
         }
     }
 }
@@ -233,6 +236,7 @@ impl TryFrom<pb::AuditRecord> for AuditRecord {
             },
             artifact_ids: a.artifact_ids,
             rehydrated_artifact_ids: a.rehydrated_artifact_ids,
+            warnings: a.warnings,
         })
     }
 }

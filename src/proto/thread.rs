@@ -175,10 +175,30 @@ pub(super) fn content_to_pb(c: &Content) -> (String, Vec<pb::ContentPart>) {
 }
 
 fn part_to_pb(p: &ContentPart) -> pb::ContentPart {
+    use pb::content_part::Kind;
     pb::ContentPart {
         kind: Some(match p {
-            ContentPart::Text { text } => pb::content_part::Kind::Text(text.clone()),
-            ContentPart::Image { url } => pb::content_part::Kind::ImageUrl(url.clone()),
+            ContentPart::Text { text } => Kind::Text(text.clone()),
+            ContentPart::Image { url } => Kind::ImageUrl(url.clone()),
+            ContentPart::Thinking {
+                thinking,
+                signature,
+            } => Kind::Thinking(pb::ThinkingBlock {
+                thinking: thinking.clone(),
+                signature: signature.clone(),
+            }),
+            ContentPart::RedactedThinking { data } => {
+                Kind::RedactedThinking(pb::RedactedThinkingBlock { data: data.clone() })
+            }
+            ContentPart::Reasoning {
+                id,
+                summary,
+                encrypted_content,
+            } => Kind::Reasoning(pb::ReasoningItem {
+                id: id.clone(),
+                summary: summary.clone(),
+                encrypted_content: encrypted_content.clone(),
+            }),
         }),
     }
 }
@@ -200,12 +220,23 @@ pub(super) fn content(text: String, parts: Vec<pb::ContentPart>) -> Result<Conte
 impl TryFrom<pb::ContentPart> for ContentPart {
     type Error = ConvertError;
     fn try_from(p: pb::ContentPart) -> Result<Self> {
+        use pb::content_part::Kind;
         match p.kind {
-            Some(pb::content_part::Kind::Text(text)) => Ok(ContentPart::Text { text }),
-            Some(pb::content_part::Kind::ImageUrl(url)) => Ok(ContentPart::Image { url }),
+            Some(Kind::Text(text)) => Ok(ContentPart::Text { text }),
+            Some(Kind::ImageUrl(url)) => Ok(ContentPart::Image { url }),
+            Some(Kind::Thinking(t)) => Ok(ContentPart::Thinking {
+                thinking: t.thinking,
+                signature: t.signature,
+            }),
+            Some(Kind::RedactedThinking(r)) => Ok(ContentPart::RedactedThinking { data: r.data }),
+            Some(Kind::Reasoning(r)) => Ok(ContentPart::Reasoning {
+                id: r.id,
+                summary: r.summary,
+                encrypted_content: r.encrypted_content,
+            }),
             None => Err(ConvertError::new(
                 "",
-                "one of text or image_url is required",
+                "one of text, image_url, thinking, redacted_thinking or reasoning is required",
             )),
         }
     }

@@ -150,9 +150,12 @@ fn flat_text(c: &Content) -> String {
         Content::Text(s) => s.clone(),
         Content::Parts(parts) => parts
             .iter()
-            .map(|p| match p {
-                ContentPart::Text { text } => text.clone(),
-                ContentPart::Image { url } => image_as_text(url),
+            .filter_map(|p| match p {
+                ContentPart::Text { text } => Some(text.clone()),
+                ContentPart::Image { url } => Some(image_as_text(url)),
+                ContentPart::Thinking { .. }
+                | ContentPart::RedactedThinking { .. }
+                | ContentPart::Reasoning { .. } => None,
             })
             .filter(|s| !is_blank(s))
             .collect::<Vec<_>>()
@@ -161,22 +164,40 @@ fn flat_text(c: &Content) -> String {
 }
 
 /// Content blocks without blank text. Images become image blocks only where
-/// the API accepts them (user side).
+/// the API accepts them (user side). Thinking blocks are passed through byte
+/// for byte, first, in their order: the API rejects a tool-loop turn whose
+/// thinking was changed, dropped or moved. Responses reasoning items have no
+/// Anthropic form and are left out.
 fn content_blocks(c: &Content, images_allowed: bool) -> Vec<Value> {
     match c {
         Content::Text(s) if is_blank(s) => Vec::new(),
         Content::Text(s) => vec![text_block(s)],
-        Content::Parts(parts) => parts
-            .iter()
-            .filter_map(|p| match p {
+        Content::Parts(parts) => {
+            let thinking = parts.iter().filter_map(|p| match p {
+                ContentPart::Thinking {
+                    thinking,
+                    signature,
+                } => {
+                    Some(json!({"type": "thinking", "thinking": thinking, "signature": signature}))
+                }
+                ContentPart::RedactedThinking { data } => {
+                    Some(json!({"type": "redacted_thinking", "data": data}))
+                }
+                _ => None,
+            });
+            let visible = parts.iter().filter_map(|p| match p {
                 ContentPart::Text { text } if is_blank(text) => None,
                 ContentPart::Text { text } => Some(text_block(text)),
                 ContentPart::Image { url } => Some(match image_source(url) {
                     Some(source) if images_allowed => json!({"type": "image", "source": source}),
                     _ => text_block(&image_as_text(url)),
                 }),
-            })
-            .collect(),
+                ContentPart::Thinking { .. }
+                | ContentPart::RedactedThinking { .. }
+                | ContentPart::Reasoning { .. } => None,
+            });
+            thinking.chain(visible).collect()
+        }
     }
 }
 
@@ -463,6 +484,7 @@ mod tests {
             system: None,
             messages: vec![msg(Role::User, "hi")],
             tools: Vec::new(),
+            notes: Vec::new(),
         };
         assert_eq!(to_anthropic(&req, &opts())["max_tokens"], json!(4096));
         let o = ProviderOptions {
@@ -478,6 +500,7 @@ mod tests {
             system: Some("  ".into()),
             messages: Vec::new(),
             tools: Vec::new(),
+            notes: Vec::new(),
         };
         let body = to_anthropic(&empty, &opts());
         assert!(body.get("system").is_none());
@@ -488,6 +511,7 @@ mod tests {
             system: None,
             messages: vec![msg(Role::Developer, "rules"), summary("sum")],
             tools: Vec::new(),
+            notes: Vec::new(),
         };
         let body = to_anthropic(&req, &opts());
         assert_eq!(body["system"], "rules");
@@ -510,6 +534,7 @@ mod tests {
                 result("c1", "f", "  ", false),
             ],
             tools: Vec::new(),
+            notes: Vec::new(),
         };
         let body = to_anthropic(&req, &opts());
         check_structure(&body).unwrap();

@@ -95,6 +95,21 @@ impl<'a> RequestCounter<'a> {
                 .map(|p| match p {
                     ContentPart::Text { text } => self.text(text),
                     ContentPart::Image { .. } => self.overhead.per_image,
+                    ContentPart::Thinking { thinking, .. } => {
+                        self.overhead.per_block + self.text(thinking)
+                    }
+                    ContentPart::RedactedThinking { data } => {
+                        self.overhead.per_block + self.text(data)
+                    }
+                    ContentPart::Reasoning {
+                        summary,
+                        encrypted_content,
+                        ..
+                    } => {
+                        self.overhead.per_block
+                            + summary.iter().map(|s| self.text(s)).sum::<u32>()
+                            + encrypted_content.as_deref().map_or(0, |e| self.text(e))
+                    }
                 })
                 .sum(),
         }

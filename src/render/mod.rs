@@ -8,6 +8,7 @@ pub mod openai;
 mod rehydrate;
 mod renderer;
 mod request;
+pub mod responses;
 
 pub use count::{RequestCounter, RequestTokens};
 pub use rehydrate::{fit_rehydrated, RehydrationReport};

@@ -38,7 +38,7 @@ pub fn into_openai(req: Request, opts: &ProviderOptions) -> Value {
     if let Some(system) = req.system.filter(|s| !s.is_empty()) {
         messages.push(json!({"role": "system", "content": system}));
     }
-    messages.extend(req.messages.into_iter().map(message));
+    messages.extend(req.messages.into_iter().filter_map(message));
 
     let mut body = Map::new();
     body.insert("model".into(), Value::String(opts.model.clone()));
@@ -55,7 +55,14 @@ pub fn into_openai(req: Request, opts: &ProviderOptions) -> Value {
     Value::Object(body)
 }
 
-fn message(m: RenderedMessage) -> Value {
+fn message(mut m: RenderedMessage) -> Option<Value> {
+    // Thinking and reasoning items belong to the provider that produced them.
+    let had_reasoning = m.content.reasoning().next().is_some();
+    m.content = m.content.without_reasoning();
+    if had_reasoning && m.tool_calls.is_empty() && m.content.is_empty() {
+        // Nothing left to send: the message only held another provider's reasoning.
+        return None;
+    }
     let mut out = Map::new();
     out.insert("role".into(), Value::String(m.role.as_str().into()));
     match m.role {
@@ -83,7 +90,7 @@ fn message(m: RenderedMessage) -> Value {
             out.insert("content".into(), content(m.content, role == Role::User));
         }
     }
-    Value::Object(out)
+    Some(Value::Object(out))
 }
 
 /// Plain text stays a string; parts become a content array. Only user
@@ -95,14 +102,18 @@ fn content(c: Content, images_allowed: bool) -> Value {
         Content::Parts(parts) => Value::Array(
             parts
                 .into_iter()
-                .map(|p| match p {
-                    ContentPart::Text { text } => json!({"type": "text", "text": text}),
+                .filter_map(|p| match p {
+                    ContentPart::Text { text } => Some(json!({"type": "text", "text": text})),
                     ContentPart::Image { url } if images_allowed => {
-                        json!({"type": "image_url", "image_url": {"url": url}})
+                        Some(json!({"type": "image_url", "image_url": {"url": url}}))
                     }
                     ContentPart::Image { url } => {
-                        json!({"type": "text", "text": format!("[image: {url}]")})
+                        Some(json!({"type": "text", "text": format!("[image: {url}]")}))
                     }
+                    // Removed by `without_reasoning` before this is called.
+                    ContentPart::Thinking { .. }
+                    | ContentPart::RedactedThinking { .. }
+                    | ContentPart::Reasoning { .. } => None,
                 })
                 .collect(),
         ),
@@ -296,6 +307,7 @@ pub(crate) mod testgen {
                         msg(Role::User, "Tell me a joke."),
                     ],
                     tools: Vec::new(),
+                    notes: Vec::new(),
                 },
             ),
             (
@@ -316,6 +328,7 @@ pub(crate) mod testgen {
                         msg(Role::Assistant, "main.rs has an empty main."),
                     ],
                     tools: tools(),
+                    notes: Vec::new(),
                 },
             ),
             (
@@ -329,6 +342,7 @@ pub(crate) mod testgen {
                         msg(Role::Assistant, "I cannot read that file."),
                     ],
                     tools: tools(),
+                    notes: Vec::new(),
                 },
             ),
             (
@@ -340,6 +354,7 @@ pub(crate) mod testgen {
                         msg(Role::User, "Continue with the fix."),
                     ],
                     tools: Vec::new(),
+                    notes: Vec::new(),
                 },
             ),
             (
@@ -355,6 +370,7 @@ pub(crate) mod testgen {
                         msg(Role::Assistant, "The schema file is empty.\n"),
                     ],
                     tools: Vec::new(),
+                    notes: Vec::new(),
                 },
             ),
             (
@@ -370,6 +386,7 @@ pub(crate) mod testgen {
                         msg(Role::User, "How are you?"),
                     ],
                     tools: Vec::new(),
+                    notes: Vec::new(),
                 },
             ),
             (
@@ -404,6 +421,7 @@ pub(crate) mod testgen {
                         },
                     ],
                     tools: Vec::new(),
+                    notes: Vec::new(),
                 },
             ),
             (
@@ -423,6 +441,7 @@ pub(crate) mod testgen {
                         },
                     ],
                     tools: Vec::new(),
+                    notes: Vec::new(),
                 },
             ),
         ]
@@ -528,6 +547,7 @@ pub(crate) mod testgen {
                     system,
                     messages,
                     tools: if with_tools { tools() } else { Vec::new() },
+                    notes: Vec::new(),
                 }
             })
     }
@@ -575,6 +595,7 @@ pub(crate) mod testgen {
                                 Some((_, data)) if url.starts_with("data:") => push(data),
                                 _ => push(url),
                             },
+                            _ => {}
                         }
                     }
                 }
@@ -632,6 +653,7 @@ mod tests {
             system: None,
             messages: vec![msg(Role::User, "hi")],
             tools: Vec::new(),
+            notes: Vec::new(),
         };
         let body = to_openai(&req, &opts());
         assert!(body.get("max_completion_tokens").is_none());
@@ -655,6 +677,7 @@ mod tests {
                 result("c1", "f", "ok", false),
             ],
             tools: Vec::new(),
+            notes: Vec::new(),
         };
         let body = to_openai(&req, &opts());
         let m = &body["messages"][0];

@@ -41,6 +41,7 @@ pub fn fit_rehydrated(
                 tools: &[],
                 rehydrated: std::slice::from_ref(r),
                 options: &options,
+                omit_pending_calls: false,
             },
         );
         request.messages.iter().map(|m| counter.message(m)).sum()
@@ -129,6 +130,7 @@ mod tests {
                         tools: &[],
                         rehydrated: std::slice::from_ref(r),
                         options: &RenderOptions::default(),
+                        omit_pending_calls: false,
                     },
                 );
                 req.messages.iter().map(|m| rc.message(m)).sum::<u32>()

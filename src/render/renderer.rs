@@ -5,6 +5,14 @@
 //! message is a stable function of the thread and plan; per-turn rehydrated
 //! content is placed right before the last user message so it never shifts the
 //! prefix of earlier turns.
+//!
+//! Order is canonical, because providers reject anything else: every tool
+//! result is emitted directly after its call (parallel results in call
+//! order), whatever order they arrived in, and a message that arrived in
+//! between (a user typing while a tool ran) moves after the results. Each
+//! move is noted in [`Request::notes`] for the audit record. Calls without a
+//! result (pending) are rendered as they are, or left out when
+//! [`RenderInput::omit_pending_calls`] is set.
 
 use serde::{Deserialize, Serialize};
 
@@ -51,21 +59,57 @@ pub struct RenderInput<'a> {
     pub rehydrated: &'a [Rehydrated],
     /// Formatting options.
     pub options: &'a RenderOptions,
+    /// Leave tool calls without a result out of the request (an assistant
+    /// message left with nothing else is left out too).
+    pub omit_pending_calls: bool,
 }
 
 /// Renders the request the model sees. The plan must have been validated
 /// against the thread (the pipeline's plans always are).
 pub fn render(thread: &Thread, plan: &CompactionPlan, input: &RenderInput<'_>) -> Request {
     let actions = plan.actions();
+    let pairing = thread.pairing();
+    let (order, mut notes) = canonical_order(thread, &pairing);
     let mut messages = Vec::with_capacity(thread.messages.len() + input.rehydrated.len());
-    for m in &thread.messages {
+    for i in order {
+        let m = &thread.messages[i];
         let action = actions
             .get(m.id.as_str())
             .copied()
             .unwrap_or(Action::Include);
-        if let Some(rm) = render_message(m, action, input.options) {
-            messages.push(rm);
+        let Some(mut rm) = render_message(m, action, input.options) else {
+            continue;
+        };
+        if input.omit_pending_calls && pairing.has_pending(i) && !rm.tool_calls.is_empty() {
+            let answered = &pairing.answers[i];
+            let (kept, left): (Vec<_>, Vec<_>) = std::mem::take(&mut rm.tool_calls)
+                .into_iter()
+                .zip(answered)
+                .partition(|(_, result)| result.is_some());
+            rm.tool_calls = kept.into_iter().map(|(c, _)| c).collect();
+            let ids: Vec<String> = left.into_iter().map(|(c, _)| c.id).collect();
+            let visible = !rm
+                .content
+                .clone()
+                .without_reasoning()
+                .text()
+                .trim()
+                .is_empty();
+            if rm.tool_calls.is_empty() && !visible {
+                notes.push(format!(
+                    "message {} left out: its only tool calls ({}) have no result yet",
+                    m.id,
+                    ids.join(", ")
+                ));
+                continue;
+            }
+            notes.push(format!(
+                "pending tool calls {} of message {} left out",
+                ids.join(", "),
+                m.id
+            ));
         }
+        messages.push(rm);
     }
     if !input.rehydrated.is_empty() {
         // Before the last user message; at the end when there is none.
@@ -80,7 +124,50 @@ pub fn render(thread: &Thread, plan: &CompactionPlan, input: &RenderInput<'_>) -
         system: input.system.map(str::to_owned),
         messages,
         tools: input.tools.to_vec(),
+        notes,
     }
+}
+
+/// Thread order with every call's results moved directly after the call, in
+/// call order; notes for each call whose results did not already arrive so.
+fn canonical_order(thread: &Thread, pairing: &crate::model::Pairing) -> (Vec<usize>, Vec<String>) {
+    let n = thread.messages.len();
+    let mut placed = vec![false; n];
+    let mut order = Vec::with_capacity(n);
+    let mut notes = Vec::new();
+    for i in 0..n {
+        if placed[i] {
+            continue;
+        }
+        placed[i] = true;
+        order.push(i);
+        let results: Vec<usize> = pairing.answers[i].iter().flatten().copied().collect();
+        let Some(&last) = results.iter().max() else {
+            continue;
+        };
+        for &r in &results {
+            if !placed[r] {
+                placed[r] = true;
+                order.push(r);
+            }
+        }
+        let between: Vec<&str> = (i + 1..last)
+            .filter(|j| !results.contains(j))
+            .map(|j| thread.messages[j].id.as_str())
+            .collect();
+        let id = &thread.messages[i].id;
+        if !between.is_empty() {
+            notes.push(format!(
+                "tool results of message {id} moved next to their call; {} arrived in between and now follow them",
+                between.join(", ")
+            ));
+        } else if results.windows(2).any(|w| w[0] > w[1]) {
+            notes.push(format!(
+                "tool results of message {id} put in the order of its calls"
+            ));
+        }
+    }
+    (order, notes)
 }
 
 /// Renders one thread message under its action; `None` when the message does
@@ -308,6 +395,7 @@ mod tests {
                 tools: &[],
                 rehydrated: &rehydrated,
                 options: &options,
+                omit_pending_calls: false,
             },
         );
         let order: Vec<&str> = r.messages.iter().map(|m| m.source_id.as_str()).collect();
@@ -328,6 +416,7 @@ mod tests {
                 tools: &[],
                 rehydrated: &[],
                 options: &options,
+                omit_pending_calls: false,
             },
         );
         assert_eq!(plain.messages[..2], r.messages[..2]);
@@ -348,6 +437,7 @@ mod tests {
                 tools: &[],
                 rehydrated: &[],
                 options: &options,
+                omit_pending_calls: false,
             },
         );
         let text = r.messages[2].content.text().into_owned();

@@ -58,6 +58,10 @@ pub struct Request {
     /// Tool schemas.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolSchema>,
+    /// What rendering changed to satisfy providers (for the audit record);
+    /// not part of the request itself.
+    #[serde(skip)]
+    pub notes: Vec<String>,
 }
 
 /// The form a rendered request is returned in.
@@ -71,6 +75,8 @@ pub enum OutputFormat {
     OpenAiChat,
     /// An Anthropic Messages request body.
     AnthropicMessages,
+    /// An OpenAI Responses request body (`input` items).
+    OpenAiResponses,
 }
 
 /// Provider-specific settings for the OpenAI and Anthropic payloads.

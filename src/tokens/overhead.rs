@@ -20,6 +20,8 @@ pub struct ChatOverhead {
     pub per_tool_call: u32,
     /// Fixed cost of one image part (its dimensions are unknown from a URL).
     pub per_image: u32,
+    /// Framing of a thinking block or reasoning item, on top of its text.
+    pub per_block: u32,
 }
 
 impl ChatOverhead {
@@ -48,6 +50,7 @@ impl ChatOverhead {
             reply_priming: 3,
             per_tool_call: 10,
             per_image: 1105,
+            per_block: 4,
         }
     }
 
@@ -61,6 +64,7 @@ impl ChatOverhead {
             reply_priming: 8,
             per_tool_call: 16,
             per_image: 1600,
+            per_block: 8,
         }
     }
 

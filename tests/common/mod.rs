@@ -26,6 +26,8 @@ pub struct Harness {
     pub system: Option<String>,
     pub tools: Vec<ToolSchema>,
     pub observations: BTreeMap<String, compactd::model::DeterminismMetadata>,
+    /// Render with pending tool calls left out (otherwise they are refused).
+    pub omit_pending_calls: bool,
     /// An independent tokenizer and ledger, for the full recount check and
     /// for tests of the core alone.
     pub counter: Arc<dyn compactd::tokens::TokenCounter>,
@@ -54,6 +56,7 @@ impl Default for Harness {
             system: Some("You are a helpful agent.".into()),
             tools: Vec::new(),
             observations: BTreeMap::new(),
+            omit_pending_calls: false,
             counter: o200k(),
             ledger: TokenLedger::new(100_000),
             memo: Memo::default(),
@@ -152,6 +155,7 @@ impl Harness {
                         format: OutputFormat::Neutral,
                         max_output_tokens: None,
                         rehydrate_artifact_ids: Vec::new(),
+                        omit_pending_calls: self.omit_pending_calls,
                     },
                 )
                 .await?;
@@ -196,6 +200,7 @@ impl Harness {
                 tools: &self.tools,
                 rehydrated: &[],
                 options: &self.policy.render,
+                omit_pending_calls: false,
             },
         )
     }

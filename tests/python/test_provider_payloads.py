@@ -108,8 +108,7 @@ XFAIL = {
         "rendered as a valid provider payload yet"
     ),
     "reused_tool_call_ids": (
-        "tool call ids reused across turns (`call_0` every turn) are not accepted and "
-        "made unique for Anthropic yet"
+        "tool call ids reused across turns (`call_0` every turn) are not accepted and made unique for Anthropic yet"
     ),
     "status_error_json_result": (
         'a result whose JSON says {"status": "error", ...} with no outcome is not '
@@ -188,7 +187,7 @@ def _no_silent_acceptance(given, validated, path):
         for k in given:
             _no_silent_acceptance(given[k], validated[k], f"{path}.{k}")
     elif isinstance(given, list) and isinstance(validated, list):
-        for i, (g, v) in enumerate(zip(given, validated)):
+        for i, (g, v) in enumerate(zip(given, validated, strict=True)):
             _no_silent_acceptance(g, v, f"{path}[{i}]")
 
 
@@ -272,7 +271,10 @@ def check_openai_rules(payload):
         if role == "tool":
             tid = m.get("tool_call_id")
             if pending is None or tid not in pending:
-                _fail(RuleViolation, f"{where}: tool_call_id {tid!r} answers no open call of the preceding assistant message")
+                _fail(
+                    RuleViolation,
+                    f"{where}: tool_call_id {tid!r} answers no open call of the preceding assistant message",
+                )
             pending.discard(tid)
             if not _openai_has_content(content, allow_empty_string=True):
                 _fail(RuleViolation, f"{where}: missing tool content")
@@ -292,7 +294,10 @@ def check_openai_rules(payload):
                 try:
                     json.loads(fn.get("arguments"))
                 except (TypeError, ValueError):
-                    _fail(RuleViolation, f"{where}.tool_calls[{j}]: arguments is not a JSON string: {fn.get('arguments')!r}")
+                    _fail(
+                        RuleViolation,
+                        f"{where}.tool_calls[{j}]: arguments is not a JSON string: {fn.get('arguments')!r}",
+                    )
                 ids.append(c["id"])
             if len(set(ids)) != len(ids):
                 _fail(RuleViolation, f"{where}: duplicate tool call ids {ids}")
@@ -432,12 +437,19 @@ def check_anthropic_rules(payload):
         if role == "user":
             for rid in results:
                 if rid not in prev_uses:
-                    _fail(RuleViolation, f"{where}: tool_result {rid!r} has no tool_use in the immediately preceding assistant message")
+                    _fail(
+                        RuleViolation,
+                        f"{where}: tool_result {rid!r} has no tool_use in the immediately preceding assistant message",
+                    )
             if len(set(results)) != len(results):
                 _fail(RuleViolation, f"{where}: a tool_use is answered twice: {results}")
             missing = [u for u in prev_uses if u not in results]
             if missing:
-                _fail(RuleViolation, f"{where}: tool_use ids {missing} are not answered in this (the immediately following) user message")
+                _fail(
+                    RuleViolation,
+                    f"{where}: tool_use ids {missing} are not answered in this, the immediately following, "
+                    "user message",
+                )
             prev_uses = []
         else:
             prev_uses = uses
@@ -530,7 +542,7 @@ def stub(api, tmp_path_factory):
                 f"server did not report its address (got {first!r}); log:\n" + log_path.read_text(errors="replace")
             )
         channel = grpc.insecure_channel(
-            first[len(prefix):].strip(),
+            first[len(prefix) :].strip(),
             options=[
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
                 ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -627,7 +639,11 @@ def from_openai_messages(msgs):
         for call in m.get("tool_calls") or []:
             names[call["id"]] = call["function"]["name"]
             c.setdefault("tool_calls", []).append(
-                {"id": call["id"], "name": call["function"]["name"], "arguments": json.loads(call["function"]["arguments"])}
+                {
+                    "id": call["id"],
+                    "name": call["function"]["name"],
+                    "arguments": json.loads(call["function"]["arguments"]),
+                }
             )
         out.append(c)
     return out
@@ -636,7 +652,14 @@ def from_openai_messages(msgs):
 # ───────────────────────────── thread generators ─────────────────────────────
 
 SERVICES = ["payments-api", "checkout", "ledger-db", "auth-gateway", "search-indexer", "notifier", "billing-cron"]
-FILES = ["src/utils.py", "lib/parser.rs", "app/models/order.rb", "cmd/server/main.go", "web/src/App.tsx", "docs/RUNBOOK.md"]
+FILES = [
+    "src/utils.py",
+    "lib/parser.rs",
+    "app/models/order.rb",
+    "cmd/server/main.go",
+    "web/src/App.tsx",
+    "docs/RUNBOOK.md",
+]
 DBS = ["orders", "ledger", "analytics", "users_eu", "inventory"]
 VERSIONS = ["v2.3.1", "14.2", "2026.03", "1.0.0-rc2", "3.11"]
 
@@ -664,7 +687,7 @@ ASSISTANT_REPLIES = [
     "The {db} job failed because the {ver} client dropped the `--compress` flag. I patched the cron entry.",
     "Short answer: yes.",
     "I couldn't confirm that yet — the logs for {time} are incomplete. Shall I pull the archived ones?",
-    "```python\ndef handler(event):\n    return {{\"ok\": True, \"n\": {n}}}\n```\nThat's the minimal fix.",
+    '```python\ndef handler(event):\n    return {{"ok": True, "n": {n}}}\n```\nThat\'s the minimal fix.',
     "Understood, I won't touch {db} without your approval.",
     "Summary: {n} of {n2} requests timed out, all routed through {svc}.",
 ]
@@ -752,7 +775,10 @@ def _tool_search(rng, size):
 
 def _tool_sql(rng, size):
     db = rng.choice(DBS)
-    rows = [[f"ord_{5000 + i}", rng.choice(["paid", "failed", "refunded"]), round(rng.uniform(1, 500), 2)] for i in range(size)]
+    rows = [
+        [f"ord_{5000 + i}", rng.choice(["paid", "failed", "refunded"]), round(rng.uniform(1, 500), 2)]
+        for i in range(size)
+    ]
     return (
         {"sql": f"select id, status, amount from {db} limit {size}", "database": db},
         {"columns": ["id", "status", "amount"], "rows": rows, "row_count": size},
@@ -762,8 +788,17 @@ def _tool_sql(rng, size):
 
 def _tool_http(rng, size):
     tid = f"PAY-{rng.randint(1000, 9999)}"
-    body = {"status": 201, "id": tid, "url": f"https://tickets.example.com/{tid}", "watchers": [f"user{i}" for i in range(size // 10)]}
-    return {"method": "POST", "url": "https://tickets.example.com/api", "body": {"title": fill(rng, "{svc} incident")}}, body, {"ticket_id": tid}
+    body = {
+        "status": 201,
+        "id": tid,
+        "url": f"https://tickets.example.com/{tid}",
+        "watchers": [f"user{i}" for i in range(size // 10)],
+    }
+    return (
+        {"method": "POST", "url": "https://tickets.example.com/api", "body": {"title": fill(rng, "{svc} incident")}},
+        body,
+        {"ticket_id": tid},
+    )
 
 
 def _tool_shell(rng, size):
@@ -784,23 +819,36 @@ TOOLS = {
         _schema({"query": {"type": "string"}, "limit": {"type": "integer"}}, ["query"]),
         _tool_search,
     ),
-    "run_sql": ("Run a read-only SQL query.", _schema({"sql": {"type": "string"}, "database": {"type": "string"}}, ["sql"]), _tool_sql),
+    "run_sql": (
+        "Run a read-only SQL query.",
+        _schema({"sql": {"type": "string"}, "database": {"type": "string"}}, ["sql"]),
+        _tool_sql,
+    ),
     "http_request": (
         "Send an HTTP request to an internal API.",
-        _schema({"method": {"type": "string"}, "url": {"type": "string"}, "body": {"type": "object"}}, ["method", "url"]),
+        _schema(
+            {"method": {"type": "string"}, "url": {"type": "string"}, "body": {"type": "object"}}, ["method", "url"]
+        ),
         _tool_http,
     ),
-    "shell": ("Run a shell command in the sandbox.", _schema({"cmd": {"type": "string"}, "timeout_s": {"type": "integer"}}, ["cmd"]), _tool_shell),
+    "shell": (
+        "Run a shell command in the sandbox.",
+        _schema({"cmd": {"type": "string"}, "timeout_s": {"type": "integer"}}, ["cmd"]),
+        _tool_shell,
+    ),
     "get_metrics": (
         "Fetch latency metrics for a service.",
-        _schema({"service": {"type": "string"}, "window_minutes": {"type": "integer"}, "percentiles": {"type": "array"}}),
+        _schema(
+            {"service": {"type": "string"}, "window_minutes": {"type": "integer"}, "percentiles": {"type": "array"}}
+        ),
         _tool_metrics,
     ),
 }
 
 FAILURES = [
     "Error: ENOENT: no such file or directory, open '{file}'",
-    "Traceback (most recent call last):\n  File \"runner.py\", line 12, in <module>\nTimeoutError: {svc} did not answer in 30s",
+    'Traceback (most recent call last):\n  File "runner.py", line 12, in <module>\n'
+    "TimeoutError: {svc} did not answer in 30s",
     "fatal: could not read from remote repository",
     "permission denied: role reader cannot query {db}",
 ]
@@ -825,7 +873,9 @@ class ThreadBuilder:
 
     def call_id(self):
         tail = "".join(self.rng.choices(string.ascii_letters + string.digits, k=self.rng.choice([8, 24])))
-        return {"openai": f"call_{tail}", "anthropic": f"toolu_01{tail}", "short": f"c{len(self.messages)}_{tail[:4]}"}[self.id_style]
+        return {"openai": f"call_{tail}", "anthropic": f"toolu_01{tail}", "short": f"c{len(self.messages)}_{tail[:4]}"}[
+            self.id_style
+        ]
 
     def user(self, content=None, **meta):
         self.turn += 1
@@ -835,7 +885,10 @@ class ThreadBuilder:
         return self._append(m)
 
     def assistant(self, content=None, calls=()):
-        m = {"role": "assistant", "content": content if content is not None else fill(self.rng, self.rng.choice(ASSISTANT_REPLIES))}
+        m = {
+            "role": "assistant",
+            "content": content if content is not None else fill(self.rng, self.rng.choice(ASSISTANT_REPLIES)),
+        }
         if calls:
             m["tool_calls"] = list(calls)
         return self._append(m)
@@ -860,7 +913,9 @@ class ThreadBuilder:
             r["outcome"] = outcome
         if key_fields:
             r["key_fields"] = key_fields
-        durability = durability or self.rng.choice([None, None, "ephemeral", "anchoring", "replayable", "non_replayable"])
+        durability = durability or self.rng.choice(
+            [None, None, "ephemeral", "anchoring", "replayable", "non_replayable"]
+        )
         if durability:
             r["durability"] = durability
             if durability == "replayable" and self.rng.random() < 0.5:
@@ -885,7 +940,9 @@ def gen_plain_dialogue(rng, tb):
         tb.user()
         for _ in range(rng.choice([1, 1, 1, 2])):  # sometimes two assistant messages in a row
             tb.assistant()
-    tb.user(rng.choice(["  and one more thing: what's next?\n", "Thanks — anything else I should know?", "¿Y ahora qué?"]))
+    tb.user(
+        rng.choice(["  and one more thing: what's next?\n", "Thanks — anything else I should know?", "¿Y ahora qué?"])
+    )
     return {"expect_compaction": False}
 
 
@@ -907,7 +964,9 @@ def gen_failed_tool_results(rng, tb):
         call, (output, kf) = tb.new_call()
         tb.assistant(rng.choice(["Trying.", ""]), [call])
         if rng.random() < 0.7:
-            tb.result(call, fill(rng, rng.choice(FAILURES)), outcome="failure", durability=rng.choice([None, "ephemeral"]))
+            tb.result(
+                call, fill(rng, rng.choice(FAILURES)), outcome="failure", durability=rng.choice([None, "ephemeral"])
+            )
             retry, (out2, kf2) = tb.new_call(call["name"])
             tb.assistant("That failed; retrying with different arguments.", [retry])
             tb.result(retry, out2, kf2, outcome=rng.choice(["success", "partial"]))
@@ -921,7 +980,12 @@ def gen_failed_tool_results(rng, tb):
 def gen_multimodal_user(rng, tb):
     tb.user([{"type": "text", "text": "Here is the dashboard."}, {"type": "image", "url": https_image(rng)}])
     tb.assistant()
-    tb.user([{"type": "image", "url": data_url(rng)}, {"type": "text", "text": fill(rng, "And this screenshot from {svc} — what's wrong?")}])
+    tb.user(
+        [
+            {"type": "image", "url": data_url(rng)},
+            {"type": "text", "text": fill(rng, "And this screenshot from {svc} — what's wrong?")},
+        ]
+    )
     tb.tool_round(rng.randint(1, 3))
     tb.assistant()
     parts = [{"type": "image", "url": rng.choice([https_image(rng), data_url(rng)])} for _ in range(rng.randint(1, 3))]
@@ -949,7 +1013,9 @@ def gen_mid_thread_system(rng, tb):
 
 def gen_starts_with_assistant(rng, tb):
     if rng.random() < 0.5:
-        tb.assistant(rng.choice(["Hi! I'm the on-call assistant. What's up?", "Welcome back — resuming where we left off."]))
+        tb.assistant(
+            rng.choice(["Hi! I'm the on-call assistant. What's up?", "Welcome back — resuming where we left off."])
+        )
     else:
         # An agent that acts first: the thread opens with a tool call.
         tb.tool_round(rng.randint(1, 3), text=rng.choice(["", "Loading your workspace."]))
@@ -965,7 +1031,11 @@ def gen_large_tool_outputs(rng, tb):
     tb.user()
     for _ in range(rng.randint(3, 5)):
         k = rng.choice([1, 1, 2, 3])
-        tb.tool_round(k, size=rng.choice([120, 250, 400]), names=[rng.choice(["read_file", "shell", "run_sql", "search_wiki"]) for _ in range(k)])
+        tb.tool_round(
+            k,
+            size=rng.choice([120, 250, 400]),
+            names=[rng.choice(["read_file", "shell", "run_sql", "search_wiki"]) for _ in range(k)],
+        )
         tb.assistant()
         tb.user()
     tb.tool_round(rng.randint(1, 2), size=10)
@@ -976,7 +1046,12 @@ def gen_agent_session(rng, tb):
     turns = rng.randint(4, 10)
     for t in range(turns):
         if rng.random() < 0.2:
-            tb.user([{"type": "text", "text": fill(rng, rng.choice(USER_ASKS))}, {"type": "image", "url": rng.choice([https_image(rng), data_url(rng)])}])
+            tb.user(
+                [
+                    {"type": "text", "text": fill(rng, rng.choice(USER_ASKS))},
+                    {"type": "image", "url": rng.choice([https_image(rng), data_url(rng)])},
+                ]
+            )
         else:
             tb.user()
         for _ in range(rng.choice([0, 1, 1, 2, 3])):
@@ -1020,7 +1095,9 @@ def build_case(case):
     tb = ThreadBuilder(rng)
     name = case.split("#")[0]
     expect = (gen_agent_session if name == "agent_session" else GENERATORS[name])(rng, tb)
-    system = rng.choice([None, "You are a careful engineering agent.", "You help the SRE team.\nBe precise; cite tool output."])
+    system = rng.choice(
+        [None, "You are a careful engineering agent.", "You help the SRE team.\nBe precise; cite tool output."]
+    )
     tools = sorted(tb.tools_used) if rng.random() < 0.7 else []
     return tb.messages, system, tools, expect, rng
 
@@ -1106,20 +1183,21 @@ def _dump(tmp_path, name, payload):
     return path
 
 
-def render_options(pb2, rng, policy=None):
+def render_options(pb2, rng, policy=None, truncate=True):
     """Rendering options that change the text: user-content delimiting and
     tool-result truncation, sometimes."""
     policy = policy or pb2.PolicyOverrides()
     if rng.random() < 0.25:
         policy.delimit_user_content = True
     cap = rng.choice([None, None, 300, 4000])
-    if cap:
+    if cap and truncate:
         policy.tool_result_max_chars = cap
     return policy
 
 
 def squeeze_policy(pb2, rng=None):
-    """A tiny tail and no reserves, so compaction reaches the recent turns."""
+    """A tiny tail and no reserves, so compaction reaches the recent turns (no
+    truncation: it could shrink the thread below the trigger)."""
     policy = pb2.PolicyOverrides(
         keep_recent_turns=1,
         keep_tool_io_pairs=1,
@@ -1130,7 +1208,7 @@ def squeeze_policy(pb2, rng=None):
     if rng is not None:
         if rng.random() < 0.25:
             policy.enable_externalize = False
-        render_options(pb2, rng, policy)
+        render_options(pb2, rng, policy, truncate=False)
     return policy
 
 
@@ -1200,18 +1278,24 @@ def test_rendered_payloads_satisfy_sdk_types_and_provider_rules(api, stub, tmp_p
                 # Nothing compacted: everything the user said and every call is there.
                 for t in thread_texts:
                     assert t.strip() in text, f"{where}: user text lost without compaction: {t[:60]!r}\npayload: {dump}"
-                assert sorted(payload_call_ids(payload, fmt)) == sorted(thread_call_ids), f"{where}: tool calls changed\npayload: {dump}"
+                assert sorted(payload_call_ids(payload, fmt)) == sorted(thread_call_ids), (
+                    f"{where}: tool calls changed\npayload: {dump}"
+                )
             else:
                 compacted_any = True
                 # What the plan says replaced the content is what the payload shows.
                 for x in plan.externalizations:
                     assert x.artifact_id in text, f"{where}: pointer to {x.artifact_id} missing\npayload: {dump}"
                 for c in plan.clearings:
-                    assert c.replacement.strip() in text, f"{where}: clear placeholder missing: {c.replacement[:80]!r}\npayload: {dump}"
+                    assert c.replacement.strip() in text, (
+                        f"{where}: clear placeholder missing: {c.replacement[:80]!r}\npayload: {dump}"
+                    )
                 if plan.summarizations:
                     assert "[Context Summary" in text, f"{where}: summary missing\npayload: {dump}"
             invented = set(payload_call_ids(payload, fmt)) - set(thread_call_ids)
-            assert not invented, f"{where}: tool call ids that are not in the thread: {sorted(invented)}\npayload: {dump}"
+            assert not invented, (
+                f"{where}: tool call ids that are not in the thread: {sorted(invented)}\npayload: {dump}"
+            )
             assert out.tokens.total <= out.compaction.budget.hard_limit or label == "roomy", where
     if expect["expect_compaction"]:
         assert compacted_any, f"{ctx}: the tight/squeezed budgets compacted nothing (total {total} tokens)"
@@ -1225,13 +1309,27 @@ def _ok_openai():
         "model": "gpt-4o",
         "messages": [
             {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": [{"type": "text", "text": "Look"}, {"type": "image_url", "image_url": {"url": "https://x.example/a.png"}}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Look"},
+                    {"type": "image_url", "image_url": {"url": "https://x.example/a.png"}},
+                ],
+            },
             {
                 "role": "assistant",
                 "content": None,
                 "tool_calls": [
-                    {"id": "call_a", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a"}'}},
-                    {"id": "call_b", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "b"}'}},
+                    {
+                        "id": "call_a",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": '{"path": "a"}'},
+                    },
+                    {
+                        "id": "call_b",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": '{"path": "b"}'},
+                    },
                 ],
             },
             {"role": "tool", "tool_call_id": "call_b", "content": "B"},
@@ -1240,7 +1338,12 @@ def _ok_openai():
             {"role": "developer", "content": "Mid-thread policy."},
             {"role": "user", "content": "thanks"},
         ],
-        "tools": [{"type": "function", "function": {"name": "read_file", "description": "r", "parameters": {"type": "object"}}}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": "read_file", "description": "r", "parameters": {"type": "object"}},
+            }
+        ],
     }
 
 
@@ -1251,7 +1354,13 @@ def _ok_anthropic():
         "max_tokens": 1024,
         "system": "Be brief.",
         "messages": [
-            {"role": "user", "content": [{"type": "text", "text": "Look"}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Look"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}},
+                ],
+            },
             {
                 "role": "assistant",
                 "content": [
@@ -1341,9 +1450,15 @@ def _delete(path):
 
 OPENAI_SCHEMA_BAD = {
     "tool message without tool_call_id": (_delete(["messages", 3, "tool_call_id"]), "tool_call_id"),
-    "unknown content part type": (_set(["messages", 1, "content", 1], {"type": "video_url", "video_url": {"url": "https://v"}}), "video_url"),
+    "unknown content part type": (
+        _set(["messages", 1, "content", 1], {"type": "video_url", "video_url": {"url": "https://v"}}),
+        "video_url",
+    ),
     "unknown role": (_set(["messages", 6, "role"], "summary"), "role"),
-    "arguments as an object": (_set(["messages", 2, "tool_calls", 0, "function", "arguments"], {"path": "a"}), "arguments"),
+    "arguments as an object": (
+        _set(["messages", 2, "tool_calls", 0, "function", "arguments"], {"path": "a"}),
+        "arguments",
+    ),
     "missing model": (_delete(["model"]), "model"),
     "unknown top-level key": (_set(["thread_id"], "t1"), "extra_forbidden"),
     "unknown message key": (_set(["messages", 7, "origin"], "verbatim"), "extra_forbidden"),
@@ -1360,12 +1475,21 @@ ANTHROPIC_SCHEMA_BAD = {
     "tool_result without tool_use_id": (_delete(["messages", 2, "content", 0, "tool_use_id"]), "tool_use_id"),
     "tool_use input as a JSON string": (_set(["messages", 1, "content", 1, "input"], '{"path": "a"}'), "input"),
     "image without media_type": (_delete(["messages", 0, "content", 1, "source", "media_type"]), "media_type"),
-    "unknown image media_type": (_set(["messages", 0, "content", 1, "source", "media_type"], "image/bmp"), "media_type"),
+    "unknown image media_type": (
+        _set(["messages", 0, "content", 1, "source", "media_type"], "image/bmp"),
+        "media_type",
+    ),
     "role tool": (_set(["messages", 2, "role"], "tool"), "role"),
     # These two pass `extra="forbid"` (a response model in the content union; an
     # SDK-set config on the base64 source) and are caught by the drop check.
-    "unknown key in a text block": (_set(["messages", 0, "content", 0, "origin"], "summary"), "response type TextBlock"),
-    "unknown key in an image source": (_set(["messages", 0, "content", 1, "source", "url"], "https://x"), "ignored by the SDK type: ['url']"),
+    "unknown key in a text block": (
+        _set(["messages", 0, "content", 0, "origin"], "summary"),
+        "response type TextBlock",
+    ),
+    "unknown key in an image source": (
+        _set(["messages", 0, "content", 1, "source", "url"], "https://x"),
+        "ignored by the SDK type: ['url']",
+    ),
     "unknown key in a tool_use block": (_set(["messages", 1, "content", 1, "origin"], "summary"), "origin"),
     "unknown key in a tool_result block": (_set(["messages", 2, "content", 0, "origin"], "summary"), "origin"),
     "unknown key in a message": (_set(["messages", 3, "name"], "bot"), "extra_forbidden"),
@@ -1404,21 +1528,33 @@ OPENAI_RULES_BAD = {
     "user message between calls and results": (_insert(3, {"role": "user", "content": "wait"}), "not answered before"),
     "a call never answered": (lambda p: p.__setitem__("messages", p["messages"][:4]), "never answered"),
     "a call not answered before the next assistant message": (_pop(4), "not answered before"),
-    "tool message with no call before it": (_insert(1, {"role": "tool", "tool_call_id": "call_a", "content": "x"}), "answers no open call"),
+    "tool message with no call before it": (
+        _insert(1, {"role": "tool", "tool_call_id": "call_a", "content": "x"}),
+        "answers no open call",
+    ),
     "result after the next assistant message": (
         lambda p: p["messages"].insert(6, p["messages"].pop(4)),
         "not answered before",
     ),
-    "a call answered twice": (_insert(5, {"role": "tool", "tool_call_id": "call_a", "content": "again"}), "answers no open call"),
+    "a call answered twice": (
+        _insert(5, {"role": "tool", "tool_call_id": "call_a", "content": "again"}),
+        "answers no open call",
+    ),
     "duplicate ids in one assistant message": (
         _set(["messages", 2, "tool_calls", 1, "id"], "call_a"),
         "duplicate tool call ids",
     ),
-    "assistant with neither content nor calls": (_set(["messages", 5, "content"], None), "neither content nor tool_calls"),
+    "assistant with neither content nor calls": (
+        _set(["messages", 5, "content"], None),
+        "neither content nor tool_calls",
+    ),
     "empty user content": (_set(["messages", 7, "content"], ""), "empty content"),
     "tool content as an empty array": (_set(["messages", 3, "content"], []), "missing tool content"),
     "empty text part": (_set(["messages", 1, "content", 0, "text"], ""), "empty content"),
-    "arguments not JSON": (_set(["messages", 2, "tool_calls", 0, "function", "arguments"], "{path: a"), "not a JSON string"),
+    "arguments not JSON": (
+        _set(["messages", 2, "tool_calls", 0, "function", "arguments"], "{path: a"),
+        "not a JSON string",
+    ),
     "image data URL that is not base64": (
         _set(["messages", 1, "content", 1, "image_url", "url"], "data:image/png;base64,@@@"),
         "base64",
@@ -1426,7 +1562,10 @@ OPENAI_RULES_BAD = {
 }
 
 ANTHROPIC_RULES_BAD = {
-    "first message from the assistant": (_insert(0, {"role": "assistant", "content": "Hi"}), "first message must be user"),
+    "first message from the assistant": (
+        _insert(0, {"role": "assistant", "content": "Hi"}),
+        "first message must be user",
+    ),
     "two user messages in a row": (_insert(1, {"role": "user", "content": "again"}), "in a row"),
     "text before tool_result": (
         lambda p: p["messages"][2]["content"].insert(0, {"type": "text", "text": "results:"}),
@@ -1437,7 +1576,10 @@ ANTHROPIC_RULES_BAD = {
         "not answered",
     ),
     "tool_result for a tool_use two messages back": (
-        _set(["messages", 4], {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "late"}]}),
+        _set(
+            ["messages", 4],
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "late"}]},
+        ),
         "immediately preceding",
     ),
     "blank text block": (_set(["messages", 3, "content"], [{"type": "text", "text": "  \n"}]), "non-whitespace"),
@@ -1446,7 +1588,10 @@ ANTHROPIC_RULES_BAD = {
     "tool_use id reused across turns": (
         lambda p: p["messages"].extend(
             [
-                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_a", "name": "read_file", "input": {}}]},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "toolu_a", "name": "read_file", "input": {}}],
+                },
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "again"}]},
             ]
         ),
@@ -1631,7 +1776,13 @@ def test_xfail_interleaved_user_message(api, stub, tmp_path):
     tb.user()
     call, (output, kf) = tb.new_call("read_file")
     tb.assistant("Reading it.", [call])
-    interjection = rng.choice(["wait — also check the tests folder", "Actually, use the staging branch.", "(sorry, typo above: I meant orders_v2)"])
+    interjection = rng.choice(
+        [
+            "wait — also check the tests folder",
+            "Actually, use the staging branch.",
+            "(sorry, typo above: I meant orders_v2)",
+        ]
+    )
     tb.user(interjection)
     tb.result(call, output, kf)
     tb.assistant()
@@ -1672,15 +1823,19 @@ def test_xfail_status_error_json_result(api, stub, tmp_path):
     tb.assistant("Deploying.", [call])
     error = f"Deployment failed: quota exceeded (code Q{rng.randint(1, 99)})"
     # No outcome: the caller does not say; the content does.
-    tb.result(call, {"status": "error", "error": error, "request_id": f"req_{rng.randrange(10**8)}"}, durability="ephemeral")
+    tb.result(
+        call, {"status": "error", "error": error, "request_id": f"req_{rng.randrange(10**8)}"}, durability="ephemeral"
+    )
     tb.assistant("The deploy did not go through.")
     for _ in range(4):
         tb.user()
         tb.tool_round(1, size=300, names=[rng.choice(["shell", "read_file"])])
         tb.assistant()
     tb.user("So what happened with the deploy?")
-    results = _render_both(pb2, stub, tmp_path, "status-error", tb.messages, budgets=(1_000_000, 4_000), policy=squeeze_policy(pb2))
-    for (fmt, budget), (resp, payload) in results.items():
+    results = _render_both(
+        pb2, stub, tmp_path, "status-error", tb.messages, budgets=(1_000_000, 4_000), policy=squeeze_policy(pb2)
+    )
+    for (fmt, budget), (_, payload) in results.items():
         where = f"[seed={SEED}] {fmt} budget={budget}"
         assert error in all_text(payload), f"{where}: the error text did not survive compaction"
         if fmt == "anthropic" and budget == 1_000_000:

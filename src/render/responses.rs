@@ -1,0 +1,239 @@
+//! OpenAI Responses request body: the neutral [`Request`] as `input` items.
+//!
+//! - The system prompt becomes `instructions`; later system and developer
+//!   messages stay `message` items with their role.
+//! - User text is a string; multipart user content becomes `input_text` and
+//!   `input_image` parts (`detail: auto`).
+//! - An assistant message becomes, in order: its reasoning items (passed back
+//!   unchanged: the API wants them with the calls they preceded), a
+//!   `message` item when it has text, then one `function_call` item per call
+//!   (`arguments` is the JSON string of the arguments; `{}` for null).
+//!   Anthropic thinking blocks have no Responses form and are left out;
+//!   images in assistant messages are sent as the text `[image: {url}]`.
+//! - A tool result becomes a `function_call_output` item with its `call_id`.
+//! - A blank user message is sent as `(empty)`; blank system and developer
+//!   messages are not sent (the API rejects empty messages).
+//! - Function tools are flat: `{"type":"function","name","description"?,"parameters"?}`.
+//! - `max_output_tokens` is set when the caller gives a maximum.
+//!
+//! Output is a `serde_json::Value` whose maps are BTreeMaps, so the serialized
+//! body is byte-identical for identical input.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use super::anthropic::EMPTY_TEXT;
+use super::{ProviderOptions, RenderedMessage, Request};
+use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
+
+/// OpenAI Responses request body.
+pub fn to_responses(req: &Request, opts: &ProviderOptions) -> Value {
+    into_responses(req.clone(), opts)
+}
+
+/// [`to_responses`] taking the request by value (text moves into the body).
+pub fn into_responses(req: Request, opts: &ProviderOptions) -> Value {
+    let mut input = Vec::with_capacity(req.messages.len());
+    for m in req.messages {
+        items(m, &mut input);
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), Value::String(opts.model.clone()));
+    if let Some(system) = req.system.filter(|s| !s.trim().is_empty()) {
+        body.insert("instructions".into(), Value::String(system));
+    }
+    body.insert("input".into(), Value::Array(input));
+    if !req.tools.is_empty() {
+        body.insert(
+            "tools".into(),
+            Value::Array(req.tools.iter().map(tool).collect()),
+        );
+    }
+    if let Some(max) = opts.max_output_tokens {
+        body.insert("max_output_tokens".into(), json!(max));
+    }
+    Value::Object(body)
+}
+
+fn items(m: RenderedMessage, out: &mut Vec<Value>) {
+    match m.role {
+        Role::Tool => {
+            out.push(json!({
+                "type": "function_call_output",
+                "call_id": m.tool_call_id.unwrap_or_default(),
+                "output": flat_text(&m.content),
+            }));
+        }
+        Role::Assistant => {
+            for p in m.content.reasoning() {
+                if let ContentPart::Reasoning {
+                    id,
+                    summary,
+                    encrypted_content,
+                } = p
+                {
+                    let mut item = Map::new();
+                    item.insert("type".into(), json!("reasoning"));
+                    item.insert("id".into(), json!(id));
+                    item.insert(
+                        "summary".into(),
+                        Value::Array(
+                            summary
+                                .iter()
+                                .map(|s| json!({"type": "summary_text", "text": s}))
+                                .collect(),
+                        ),
+                    );
+                    if let Some(e) = encrypted_content {
+                        item.insert("encrypted_content".into(), json!(e));
+                    }
+                    out.push(Value::Object(item));
+                }
+            }
+            let text = flat_text(&m.content);
+            if !text.trim().is_empty() {
+                out.push(json!({"type": "message", "role": "assistant", "content": text}));
+            }
+            out.extend(m.tool_calls.iter().map(function_call));
+        }
+        Role::User => {
+            let content = match m.content.without_reasoning() {
+                // The API rejects an empty message; the user did send one.
+                Content::Text(s) if s.trim().is_empty() => Value::String(EMPTY_TEXT.into()),
+                Content::Text(s) => Value::String(s),
+                Content::Parts(parts) => Value::Array(
+                    parts
+                        .into_iter()
+                        .filter_map(|p| match p {
+                            ContentPart::Text { text } => {
+                                Some(json!({"type": "input_text", "text": text}))
+                            }
+                            ContentPart::Image { url } => Some(
+                                json!({"type": "input_image", "image_url": url, "detail": "auto"}),
+                            ),
+                            _ => None,
+                        })
+                        .collect(),
+                ),
+            };
+            out.push(json!({"type": "message", "role": "user", "content": content}));
+        }
+        Role::System | Role::Developer => {
+            let text = flat_text(&m.content);
+            if !text.trim().is_empty() {
+                out.push(json!({"type": "message", "role": m.role.as_str(), "content": text}));
+            }
+        }
+    }
+}
+
+/// Visible content as one string; images as `[image: {url}]`.
+fn flat_text(c: &Content) -> String {
+    match c {
+        Content::Text(s) => s.clone(),
+        Content::Parts(parts) => parts
+            .iter()
+            .filter_map(|p| match p {
+                ContentPart::Text { text } => Some(text.clone()),
+                ContentPart::Image { url } => Some(format!("[image: {url}]")),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
+fn function_call(c: &ToolCall) -> Value {
+    let arguments = if c.arguments.is_null() {
+        "{}".to_string()
+    } else {
+        serde_json::to_string(&c.arguments).unwrap_or_default()
+    };
+    json!({"type": "function_call", "call_id": c.id, "name": c.name, "arguments": arguments})
+}
+
+fn tool(t: &ToolSchema) -> Value {
+    let mut out = Map::new();
+    out.insert("type".into(), json!("function"));
+    out.insert("name".into(), Value::String(t.name.clone()));
+    if !t.description.is_empty() {
+        out.insert("description".into(), Value::String(t.description.clone()));
+    }
+    if !t.parameters.is_null() {
+        out.insert("parameters".into(), t.parameters.clone());
+    }
+    Value::Object(out)
+}
+
+/// Checks a Responses body for what the API rejects: a `function_call_output`
+/// without an earlier unanswered `function_call` with its `call_id`, a
+/// `function_call` never answered, a reasoning item not followed by the item
+/// it preceded, a non-string `arguments`, or an empty message.
+pub fn check_structure(body: &Value) -> Result<(), String> {
+    let input = body
+        .get("input")
+        .and_then(Value::as_array)
+        .ok_or("body has no \"input\" array")?;
+    // Open calls by call_id, with the item that made them.
+    let mut open: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, item) in input.iter().enumerate() {
+        let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
+        match kind {
+            "function_call" => {
+                let id = item
+                    .get("call_id")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .ok_or_else(|| format!("input[{i}] is a function_call without call_id"))?;
+                if !item.get("arguments").is_some_and(Value::is_string) {
+                    return Err(format!("input[{i}].arguments is not a string"));
+                }
+                if open.insert(id.to_string(), i).is_some() {
+                    return Err(format!(
+                        "input[{i}] reuses call_id {id:?} of a call that has no output yet"
+                    ));
+                }
+            }
+            "function_call_output" => {
+                let id = item
+                    .get("call_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if open.remove(id).is_none() {
+                    return Err(format!(
+                        "input[{i}] is a function_call_output for {id:?} with no earlier function_call"
+                    ));
+                }
+            }
+            "reasoning" => {
+                let next = input
+                    .get(i + 1)
+                    .and_then(|n| n.get("type"))
+                    .and_then(Value::as_str);
+                if next.is_none_or(|t| t == "function_call_output") {
+                    return Err(format!(
+                        "input[{i}] is a reasoning item without the item it preceded"
+                    ));
+                }
+            }
+            "message" => {
+                let empty = match item.get("content") {
+                    Some(Value::String(s)) => s.trim().is_empty(),
+                    Some(Value::Array(a)) => a.is_empty(),
+                    _ => true,
+                };
+                if empty {
+                    return Err(format!("input[{i}] is a message without content"));
+                }
+            }
+            other => return Err(format!("input[{i}] has unknown type {other:?}")),
+        }
+    }
+    match open.iter().next() {
+        Some((id, i)) => Err(format!(
+            "function_call {id:?} at input[{i}] has no function_call_output"
+        )),
+        None => Ok(()),
+    }
+}
