@@ -38,6 +38,13 @@
 //!    URLs become base64 sources. Images elsewhere (assistant, system) and
 //!    data URLs that are not base64 are sent as the text `"[image: {url}]"`.
 //! 10. `max_tokens` is `opts.max_output_tokens`, or 4096 when unset (required).
+//! 11. **Tool ids.** The API accepts only `[a-zA-Z0-9_-]` in tool ids and one
+//!     use of an id per request. An id with other characters (`functions.Read:3`
+//!     from some model servers) is sent as `toolu_` + 24 hex digits of its
+//!     SHA-256; an id the request uses more than once (local servers name
+//!     every call `call_0`) keeps it on its last use and gets `_<n>` on the
+//!     n-th earlier one. A result always carries its call's id.
+//!     [`tool_id_rewrites`] lists the rewrites for the audit record.
 //!
 //! Output is a `serde_json::Value` whose maps are BTreeMaps, so the serialized
 //! body is byte-identical for identical input.
@@ -76,9 +83,10 @@ pub fn to_anthropic(req: &Request, opts: &ProviderOptions) -> Value {
     }
 
     // (is_assistant, blocks) per output message, merged as we go.
+    let ids = ToolIds::of(req);
     let mut turns: Vec<(bool, Vec<Value>)> = Vec::new();
-    for m in &req.messages[lead..] {
-        let (assistant, blocks) = blocks(m);
+    for (k, m) in req.messages[lead..].iter().enumerate() {
+        let (assistant, blocks) = blocks(m, &ids, lead + k);
         match turns.last_mut() {
             Some((last, existing)) if *last == assistant => existing.extend(blocks),
             _ => turns.push((assistant, blocks)),
@@ -216,8 +224,8 @@ fn image_source(url: &str) -> Option<Value> {
     Some(json!({"type": "base64", "media_type": media_type, "data": data}))
 }
 
-/// One neutral message as (is_assistant, blocks).
-fn blocks(m: &RenderedMessage) -> (bool, Vec<Value>) {
+/// One neutral message (at index `i`) as (is_assistant, blocks).
+fn blocks(m: &RenderedMessage, ids: &ToolIds, i: usize) -> (bool, Vec<Value>) {
     match m.role {
         Role::User => (false, content_blocks(&m.content, true)),
         Role::System | Role::Developer => {
@@ -236,23 +244,119 @@ fn blocks(m: &RenderedMessage) -> (bool, Vec<Value>) {
         }
         Role::Assistant => {
             let mut blocks = content_blocks(&m.content, false);
-            blocks.extend(m.tool_calls.iter().map(tool_use));
+            blocks.extend(
+                m.tool_calls
+                    .iter()
+                    .zip(&ids.calls[i])
+                    .map(|(c, id)| tool_use(c, id)),
+            );
             (true, blocks)
         }
-        Role::Tool => (false, vec![tool_result(m)]),
+        Role::Tool => (false, vec![tool_result(m, ids.results[i].as_deref())]),
     }
 }
 
-fn tool_use(c: &ToolCall) -> Value {
+/// The ids sent for each message's tool calls and tool result.
+struct ToolIds {
+    calls: Vec<Vec<String>>,
+    results: Vec<Option<String>>,
+    rewrites: Vec<(String, String)>,
+}
+
+impl ToolIds {
+    fn of(req: &Request) -> ToolIds {
+        use std::collections::HashMap;
+        let mut uses: HashMap<&str, usize> = HashMap::new();
+        for m in &req.messages {
+            for c in &m.tool_calls {
+                *uses.entry(c.id.as_str()).or_insert(0) += 1;
+            }
+        }
+        let mut taken: BTreeSet<String> = req
+            .messages
+            .iter()
+            .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
+            .collect();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        // Original id -> id sent for its most recent call (results follow
+        // their call in a rendered request).
+        let mut open: HashMap<&str, String> = HashMap::new();
+        let mut out = ToolIds {
+            calls: Vec::with_capacity(req.messages.len()),
+            results: Vec::with_capacity(req.messages.len()),
+            rewrites: Vec::new(),
+        };
+        for m in &req.messages {
+            let mut calls = Vec::with_capacity(m.tool_calls.len());
+            for c in &m.tool_calls {
+                let n = seen.entry(c.id.as_str()).or_insert(0);
+                *n += 1;
+                let base = if valid_tool_id(&c.id) {
+                    c.id.clone()
+                } else {
+                    hashed_tool_id(&c.id)
+                };
+                let mut sent = if *n == uses[c.id.as_str()] {
+                    base
+                } else {
+                    format!("{base}_{n}")
+                };
+                while sent != c.id && !taken.insert(sent.clone()) {
+                    sent.push('_');
+                }
+                if sent != c.id {
+                    out.rewrites.push((c.id.clone(), sent.clone()));
+                }
+                open.insert(c.id.as_str(), sent.clone());
+                calls.push(sent);
+            }
+            out.calls.push(calls);
+            out.results.push(m.tool_call_id.as_deref().map(|id| {
+                open.remove(id).unwrap_or_else(|| {
+                    if valid_tool_id(id) {
+                        id.to_string()
+                    } else {
+                        hashed_tool_id(id)
+                    }
+                })
+            }));
+        }
+        out
+    }
+}
+
+/// Ids the API accepts as they are.
+fn valid_tool_id(id: &str) -> bool {
+    !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn hashed_tool_id(id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!(
+        "toolu_{}",
+        &hex::encode(Sha256::digest(id.as_bytes()))[..24]
+    )
+}
+
+/// The tool ids the Anthropic body sends differently from the request, as
+/// (sent by the caller, sent to Anthropic), in request order.
+pub fn tool_id_rewrites(req: &Request) -> Vec<(String, String)> {
+    ToolIds::of(req).rewrites
+}
+
+fn tool_use(c: &ToolCall, id: &str) -> Value {
     let input = match &c.arguments {
         Value::Object(_) => c.arguments.clone(),
         Value::Null => json!({}),
         other => json!({"value": other}),
     };
-    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input})
+    json!({"type": "tool_use", "id": id, "name": c.name, "input": input})
 }
 
-fn tool_result(m: &RenderedMessage) -> Value {
+fn tool_result(m: &RenderedMessage, id: Option<&str>) -> Value {
     let content = match &m.content {
         Content::Text(s) if !is_blank(s) => Value::String(s.clone()),
         Content::Parts(_) => {
@@ -270,7 +374,7 @@ fn tool_result(m: &RenderedMessage) -> Value {
     // A missing id stays visible (empty) so `check_structure` names it.
     block.insert(
         "tool_use_id".into(),
-        Value::String(m.tool_call_id.clone().unwrap_or_default()),
+        Value::String(id.unwrap_or_default().to_string()),
     );
     block.insert("content".into(), content);
     if m.is_error {
@@ -362,8 +466,10 @@ pub fn check_structure(body: &Value) -> Result<(), String> {
                 }
                 "tool_use" if role == "assistant" => {
                     let id = b.get("id").and_then(Value::as_str).unwrap_or_default();
-                    if id.is_empty() {
-                        return Err(format!("messages[{i}].content[{j}] tool_use has no id"));
+                    if !valid_tool_id(id) {
+                        return Err(format!(
+                            "messages[{i}].content[{j}] tool_use id {id:?} is not [a-zA-Z0-9_-]+"
+                        ));
                     }
                     if !b.get("input").is_some_and(Value::is_object) {
                         return Err(format!("messages[{i}].content[{j}].input is not an object"));
@@ -396,7 +502,19 @@ pub fn check_structure(body: &Value) -> Result<(), String> {
                         content_as_blocks(Some(c), i)?;
                     }
                 }
-                "tool_use" | "tool_result" => {
+                "thinking" | "redacted_thinking" if role == "assistant" => {
+                    let field = if kind == "thinking" {
+                        "signature"
+                    } else {
+                        "data"
+                    };
+                    if !b.get(field).is_some_and(Value::is_string) {
+                        return Err(format!(
+                            "messages[{i}].content[{j}] is a {kind} block without {field}"
+                        ));
+                    }
+                }
+                "tool_use" | "tool_result" | "thinking" | "redacted_thinking" => {
                     return Err(format!(
                         "messages[{i}].content[{j}] is a {kind} block in a {role} message"
                     ))

@@ -145,7 +145,7 @@ fn tool(t: &ToolSchema) -> Value {
     json!({"type": "function", "function": function})
 }
 
-/// Checks a Chat Completions body for provider-rejecting structure: every assistant tool_call id answered by exactly one following "tool" message before the next non-tool message; no tool message without a preceding matching call. Err names the problem.
+/// Checks a Chat Completions body for provider-rejecting structure: every assistant tool_call id answered by exactly one following "tool" message before the next non-tool message; no tool message without a preceding matching call; no id twice in one message (an id may recur in a later turn). Err names the problem.
 ///
 /// This is the rule the API enforces (a 400 names the first unanswered
 /// `tool_call_id`); checking it here lets the renderer fail with a clear
@@ -200,11 +200,14 @@ pub fn check_pairing(body: &Value) -> Result<(), String> {
                         .and_then(Value::as_str)
                         .filter(|id| !id.is_empty())
                         .ok_or_else(|| format!("messages[{i}].tool_calls[{j}] has no id"))?;
-                    if !seen.insert(id.to_string()) {
+                    // An id may come back in a later turn once answered;
+                    // twice in one message, a result could not tell which.
+                    if pending.iter().any(|p| p == id) {
                         return Err(format!(
-                            "messages[{i}].tool_calls[{j}].id {id:?} is used by an earlier tool call"
+                            "messages[{i}].tool_calls[{j}].id {id:?} repeats an id of the same message"
                         ));
                     }
+                    seen.insert(id.to_string());
                     pending.push(id.to_string());
                 }
                 pending_from = i;
@@ -740,13 +743,21 @@ mod tests {
         ])))
         .unwrap_err();
         assert!(err.contains("already answered"), "{err}");
-        let err = check_pairing(&body(json!([
+        // An id may come back in a later turn (local servers name every
+        // call `call_0`), but not twice in one message.
+        check_pairing(&body(json!([
             {"role": "assistant", "content": null, "tool_calls": [call("a")]},
             {"role": "tool", "tool_call_id": "a", "content": "1"},
             {"role": "assistant", "content": null, "tool_calls": [call("a")]},
+            {"role": "tool", "tool_call_id": "a", "content": "2"},
+        ])))
+        .unwrap();
+        let err = check_pairing(&body(json!([
+            {"role": "assistant", "content": null, "tool_calls": [call("a"), call("a")]},
+            {"role": "tool", "tool_call_id": "a", "content": "1"},
         ])))
         .unwrap_err();
-        assert!(err.contains("earlier tool call"), "{err}");
+        assert!(err.contains("same message"), "{err}");
     }
 
     #[test]
