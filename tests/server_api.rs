@@ -445,3 +445,48 @@ async fn a_committed_plan_that_no_longer_fits_is_refused_not_rendered() {
         .into_inner();
     assert!(ok.tokens.expect("tokens").total <= 8000);
 }
+
+#[tokio::test]
+async fn pending_calls_are_refused_by_name_or_left_out_on_request() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let tok = token("acme", ALL);
+    let mut thread = small_thread("t-pending");
+    thread
+        .messages
+        .push(call("m5", 2, "approve-1", "delete_branch"));
+    let render = |omit: bool| pb::RenderRequest {
+        thread: Some(thread.clone()),
+        compact_first: true,
+        model: "gpt-4o".into(),
+        max_input_tokens: 128_000,
+        format: pb::OutputFormat::OpenaiChat as i32,
+        omit_pending_calls: omit,
+        ..Default::default()
+    };
+    let err = within(client.render(authed(render(false), &tok)))
+        .await
+        .expect_err("a pending call cannot be sent");
+    assert_status(
+        &err,
+        Code::FailedPrecondition,
+        Some("thread.messages[5].tool_calls[0].id"),
+    );
+    assert_eq!(
+        compactd::proto::status::ErrorDescription::of(&err).reason,
+        "PENDING_TOOL_CALL"
+    );
+    // Nothing was committed for the refused call.
+    let out = within(client.render(authed(render(true), &tok)))
+        .await
+        .expect("renders without it")
+        .into_inner();
+    assert_eq!(out.plan_version, 1);
+    assert!(!out.provider_payload_json.contains("approve-1"));
+    let audit = out.audit.expect("audit");
+    assert!(
+        audit.warnings.iter().any(|w| w.contains("approve-1")),
+        "{:?}",
+        audit.warnings
+    );
+}

@@ -31,6 +31,15 @@ pub enum AppError {
         /// Which reference broke.
         message: String,
     },
+    /// A tool call has no result yet and the request did not ask to leave
+    /// pending calls out: no provider accepts an unanswered call.
+    #[error("tool call {call_id:?} at {field} has no result yet; send its result, or set omit_pending_calls to leave pending calls out")]
+    PendingToolCall {
+        /// `thread.messages[i].tool_calls[j].id`.
+        field: String,
+        /// The call.
+        call_id: String,
+    },
     /// Compare-and-swap failed: the plan moved on.
     #[error("plan version conflict: expected version {expected}, current version is {current}")]
     VersionConflict {
@@ -71,6 +80,7 @@ impl AppError {
             AppError::InvalidArgument { field, .. } => field,
             AppError::InsufficientBudget { .. } => "max_input_tokens",
             AppError::PlanMismatch { .. } => "thread",
+            AppError::PendingToolCall { field, .. } => field,
             AppError::VersionConflict { .. }
             | AppError::PermissionDenied(_)
             | AppError::Unauthenticated(_)

@@ -11,7 +11,7 @@ use crate::model::{
 };
 use crate::reduce::{budget_for, referenced_artifacts};
 use crate::render::{
-    anthropic, fit_rehydrated, openai, render, responses, Origin, OutputFormat, ProviderOptions,
+    anthropic, fit_rehydrated, openai, render, responses, OutputFormat, ProviderOptions,
     RehydrationReport, RenderInput, Request, RequestCounter, RequestTokens, RENDER_FORMAT_VERSION,
 };
 use crate::runtime::blocking;
@@ -75,6 +75,12 @@ impl App {
             rehydrates: !cmd.rehydrate_artifact_ids.is_empty(),
         }
         .authorize(ctx, None)?;
+        if !cmd.omit_pending_calls {
+            // Before anything is compacted or committed: the request cannot
+            // be rendered as it stands.
+            self.validate_thread(&cmd.request.thread)?;
+            refuse_pending(&cmd.request.thread)?;
+        }
         let (plan, compaction) = self.plan_to_render(ctx, &cmd).await?;
         let fetched = self
             .fetch_artifacts(ctx, &cmd.request.thread.id, &cmd.rehydrate_artifact_ids)
@@ -88,10 +94,10 @@ impl App {
             let plan = Arc::clone(&plan);
             move || {
                 let rc = RequestCounter::new(parts.counter.as_ref(), &parts.ledger);
-                let counted = cmd.compact_first;
                 let (request, tokens, rehydrated) =
-                    render_and_count(&cmd, &plan, &rc, fetched, counted, max_input_tokens)?;
-                let audit = audit(&plan, parts.counter.name(), &summarizer_id, &rehydrated);
+                    render_and_count(&cmd, &plan, &rc, fetched, max_input_tokens)?;
+                let mut audit = audit(&plan, parts.counter.name(), &summarizer_id, &rehydrated);
+                audit.warnings = render_warnings(&request, cmd.format);
                 let output = output(request, cmd.format, model, cmd.max_output_tokens)?;
                 Ok::<_, AppError>((output, tokens, audit, rehydrated))
             }
@@ -175,19 +181,17 @@ impl App {
     }
 }
 
-/// Renders with the rehydrated content fitted in, and counts the request.
-///
-/// A plan compacted in this call was counted for exactly this thread, system
-/// prompt, tools and model (its fingerprint covers them), so its messages
-/// are not tokenized again. A committed plan rendered against a thread that
-/// has grown since may no longer fit: it is refused, never handed out over
-/// budget.
+/// Renders with the rehydrated content fitted in, and counts the request as
+/// rendered: what is sent is recounted, never taken from the plan (pending
+/// calls left out, the order repaired). A committed plan rendered against a
+/// thread that has grown since may no longer fit: it is refused, never handed
+/// out over budget; a plan compacted in this call that does not fit is a bug,
+/// reported as one.
 fn render_and_count(
     cmd: &RenderCommand,
     plan: &CompactionPlan,
     rc: &RequestCounter<'_>,
     fetched: Vec<(String, String)>,
-    counted: bool,
     max_input_tokens: u32,
 ) -> Result<(Request, RequestTokens, Vec<RehydrationReport>)> {
     let policy = &cmd.request.policy;
@@ -203,60 +207,62 @@ fn render_and_count(
             omit_pending_calls: cmd.omit_pending_calls,
         },
     );
-    let tokens = if counted {
-        counted_tokens(rc, &request, plan)
-    } else {
-        let tokens = rc.request(&request);
-        let hard_limit = budget_for(
-            policy,
-            max_input_tokens,
-            rc,
-            request.system.as_deref(),
-            &request.tools,
-        )
-        .hard_limit();
-        let used = tokens.total - tokens.rehydrated;
-        if used > hard_limit {
-            return Err(AppError::InsufficientBudget {
-                message: format!(
-                    "plan version {} renders this thread to {used} tokens, over the limit of {hard_limit} for max_input_tokens {max_input_tokens}; call Compact or set compact_first",
-                    plan.version
-                ),
-            });
+    let tokens = rc.request(&request);
+    let hard_limit = budget_for(
+        policy,
+        max_input_tokens,
+        rc,
+        request.system.as_deref(),
+        &request.tools,
+    )
+    .hard_limit();
+    let used = tokens.total - tokens.rehydrated;
+    if used > hard_limit {
+        if cmd.compact_first {
+            return Err(AppError::Internal(format!(
+                "plan version {} was compacted for this request but renders to {used} tokens, over the hard limit {hard_limit}",
+                plan.version
+            )));
         }
-        tokens
-    };
+        return Err(AppError::InsufficientBudget {
+            message: format!(
+                "plan version {} renders this thread to {used} tokens, over the limit of {hard_limit} for max_input_tokens {max_input_tokens}; call Compact or set compact_first",
+                plan.version
+            ),
+        });
+    }
     Ok((request, tokens, report))
 }
 
-/// Token counts of a request whose plan holds the exact message count.
-fn counted_tokens(
-    rc: &RequestCounter<'_>,
-    request: &Request,
-    plan: &CompactionPlan,
-) -> RequestTokens {
-    let (system, tools, framing) = rc.fixed(request.system.as_deref(), &request.tools);
-    let rehydrated: u32 = request
-        .messages
-        .iter()
-        .filter(|m| m.origin == Origin::Rehydrated)
-        .map(|m| rc.message(m))
-        .sum();
-    let messages = plan
-        .compacted_token_count
-        .saturating_sub(system + tools + framing);
-    RequestTokens {
-        system,
-        tools,
-        messages,
-        rehydrated,
-        framing,
-        total: system + tools + messages + rehydrated + framing,
+/// FAILED_PRECONDITION naming the first call without a result.
+fn refuse_pending(thread: &crate::model::Thread) -> Result<()> {
+    match thread.pairing().pending().next() {
+        Some((i, j)) => Err(AppError::PendingToolCall {
+            field: format!("thread.messages[{i}].tool_calls[{j}].id"),
+            call_id: thread.messages[i].tool_calls[j].id.clone(),
+        }),
+        None => Ok(()),
     }
 }
 
+/// What rendering changed to satisfy the provider, for the audit record.
+fn render_warnings(request: &Request, format: OutputFormat) -> Vec<String> {
+    let mut out = request.notes.clone();
+    if format == OutputFormat::AnthropicMessages {
+        out.extend(
+            anthropic::tool_id_rewrites(request)
+                .into_iter()
+                .map(|(from, to)| format!("tool call id {from:?} sent to Anthropic as {to:?}")),
+        );
+    }
+    out
+}
+
 /// The request in the requested form; the request is consumed, so its text
-/// moves into the payload rather than being copied.
+/// moves into the payload rather than being copied. Every provider body
+/// passes that provider's structure check first (pairing, adjacency,
+/// alternation, non-empty content): a body that fails it is an internal
+/// error, never a payload.
 fn output(
     request: Request,
     format: OutputFormat,
@@ -267,12 +273,28 @@ fn output(
         model,
         max_output_tokens,
     };
-    let payload = match format {
-        OutputFormat::Neutral => return Ok(RenderedOutput::Neutral(request)),
-        OutputFormat::OpenAiChat => openai::into_openai(request, &opts),
-        OutputFormat::AnthropicMessages => anthropic::to_anthropic(&request, &opts),
-        OutputFormat::OpenAiResponses => responses::into_responses(request, &opts),
+    let (payload, checked) = match format {
+        OutputFormat::Neutral => {
+            check_neutral(&request).map_err(|e| broken(format, &e))?;
+            return Ok(RenderedOutput::Neutral(request));
+        }
+        OutputFormat::OpenAiChat => {
+            let body = openai::into_openai(request, &opts);
+            let checked = openai::check_pairing(&body);
+            (body, checked)
+        }
+        OutputFormat::AnthropicMessages => {
+            let body = anthropic::to_anthropic(&request, &opts);
+            let checked = anthropic::check_structure(&body);
+            (body, checked)
+        }
+        OutputFormat::OpenAiResponses => {
+            let body = responses::into_responses(request, &opts);
+            let checked = responses::check_structure(&body);
+            (body, checked)
+        }
     };
+    checked.map_err(|e| broken(format, &e))?;
     // `to_string` writes bytes directly; `Value`'s `Display` goes through
     // `fmt` and was 1.5× slower on a 340 KB payload.
     serde_json::to_string(&payload)
@@ -303,5 +325,132 @@ fn audit(
             .map(|r| r.artifact_id.clone())
             .collect(),
         warnings: Vec::new(),
+    }
+}
+
+/// An internal error for a body that failed its provider check; the problem
+/// names positions and ids, never content.
+fn broken(format: OutputFormat, problem: &str) -> AppError {
+    AppError::Internal(format!(
+        "rendered {format:?} request failed the provider structure check: {problem}"
+    ))
+}
+
+/// The neutral form's own rule: every tool message answers a call of the
+/// assistant message before it (results directly follow their call), and
+/// no call of that message is left unanswered before the next other message.
+fn check_neutral(request: &Request) -> std::result::Result<(), String> {
+    let mut open: Vec<&str> = Vec::new();
+    for (i, m) in request.messages.iter().enumerate() {
+        if m.role == crate::model::Role::Tool {
+            let id = m.tool_call_id.as_deref().unwrap_or_default();
+            match open.iter().position(|o| *o == id) {
+                Some(k) => {
+                    open.remove(k);
+                }
+                None => {
+                    return Err(format!(
+                        "messages[{i}] answers {id:?}, which the preceding assistant message did not call"
+                    ))
+                }
+            }
+            continue;
+        }
+        if let Some(id) = open.first() {
+            return Err(format!(
+                "tool call {id:?} is unanswered before messages[{i}]"
+            ));
+        }
+        open = m.tool_calls.iter().map(|c| c.id.as_str()).collect();
+    }
+    match open.first() {
+        Some(id) => Err(format!("tool call {id:?} is never answered")),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Content, Role, ToolCall};
+    use crate::render::{Origin, RenderedMessage};
+
+    fn msg(role: Role, text: &str) -> RenderedMessage {
+        RenderedMessage {
+            role,
+            content: Content::Text(text.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            tool_name: None,
+            is_error: false,
+            source_id: "m".into(),
+            origin: Origin::Verbatim,
+        }
+    }
+
+    fn call(id: &str) -> RenderedMessage {
+        let mut m = msg(Role::Assistant, "");
+        m.tool_calls.push(ToolCall {
+            id: id.into(),
+            name: "search".into(),
+            arguments: serde_json::json!({}),
+        });
+        m
+    }
+
+    fn result(id: &str) -> RenderedMessage {
+        let mut m = msg(Role::Tool, "found");
+        m.tool_call_id = Some(id.into());
+        m.tool_name = Some("search".into());
+        m
+    }
+
+    fn request(messages: Vec<RenderedMessage>) -> Request {
+        Request {
+            system: None,
+            messages,
+            tools: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    const ALL: [OutputFormat; 4] = [
+        OutputFormat::Neutral,
+        OutputFormat::OpenAiChat,
+        OutputFormat::AnthropicMessages,
+        OutputFormat::OpenAiResponses,
+    ];
+
+    fn refused(r: Result<RenderedOutput>) -> bool {
+        matches!(r, Err(AppError::Internal(m)) if m.contains("structure check"))
+    }
+
+    /// Requests the renderer never produces: no format may hand them out.
+    #[test]
+    fn a_body_that_breaks_provider_rules_is_never_returned() {
+        // A result whose call is not in the request at all.
+        let orphan = request(vec![msg(Role::User, "hi"), result("c9")]);
+        for format in ALL {
+            assert!(
+                refused(output(orphan.clone(), format, "gpt-4o".into(), None)),
+                "{format:?}"
+            );
+        }
+        // A message between a call and its result: refused where the format
+        // cannot repair it; Anthropic's merge and Responses' items can.
+        let interleaved = request(vec![
+            msg(Role::User, "hi"),
+            call("c1"),
+            msg(Role::User, "also"),
+            result("c1"),
+        ]);
+        for format in ALL {
+            let r = output(interleaved.clone(), format, "gpt-4o".into(), None);
+            let repairable = matches!(
+                format,
+                OutputFormat::AnthropicMessages | OutputFormat::OpenAiResponses
+            );
+            assert_eq!(refused(r), !repairable, "{format:?}");
+        }
     }
 }

@@ -54,9 +54,9 @@ impl Failure {
 impl From<AppError> for Failure {
     fn from(e: AppError) -> Self {
         match e {
-            AppError::InvalidArgument { .. } | AppError::PlanMismatch { .. } => {
-                Failure::bad_input(e)
-            }
+            AppError::InvalidArgument { .. }
+            | AppError::PlanMismatch { .. }
+            | AppError::PendingToolCall { .. } => Failure::bad_input(e),
             AppError::InsufficientBudget { .. } => Failure::budget(e),
             AppError::VersionConflict { .. }
             | AppError::PermissionDenied(_)

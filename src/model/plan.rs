@@ -310,6 +310,16 @@ pub enum PlanError {
         /// The pinned message in between.
         id: String,
     },
+    /// A message whose tool call has no result yet: it stays verbatim.
+    #[error("plan.{list}[{record}].span includes message {id:?}, which has a tool call without a result")]
+    PendingCall {
+        /// Record list.
+        list: &'static str,
+        /// Record index.
+        record: usize,
+        /// The id.
+        id: String,
+    },
     /// A record for another thread.
     #[error("plan.thread_id {got:?} does not match thread.id {expected:?}")]
     WrongThread {
@@ -440,6 +450,7 @@ impl CompactionPlan {
     ) -> Result<(), PlanError> {
         let pinned =
             |m: &super::message::Message| m.metadata.protected || pinned_roles.contains(&m.role);
+        let pairing = thread.pairing();
         if self.thread_id != thread.id {
             return Err(PlanError::WrongThread {
                 expected: thread.id.clone(),
@@ -491,12 +502,21 @@ impl CompactionPlan {
                         role: m.role.as_str(),
                     });
                 }
+                if pairing.has_pending(i) {
+                    return Err(PlanError::PendingCall {
+                        list,
+                        record,
+                        id: id.clone(),
+                    });
+                }
             }
             if let (Some(&first), Some(last)) = (
                 span.message_ids.first().and_then(|id| pos.get(id.as_str())),
                 last,
             ) {
-                if let Some(p) = (first..=last).find(|&j| pinned(&thread.messages[j])) {
+                if let Some(p) =
+                    (first..=last).find(|&j| pinned(&thread.messages[j]) || pairing.has_pending(j))
+                {
                     return Err(PlanError::StraddlesPinned {
                         list,
                         record,
@@ -505,10 +525,12 @@ impl CompactionPlan {
                 }
             }
             if removes_pairs {
-                check_pairs(thread, &members).map_err(|call_id| PlanError::SplitsToolPair {
-                    list,
-                    record,
-                    call_id,
+                check_pairs(thread, &pairing, &members).map_err(|call_id| {
+                    PlanError::SplitsToolPair {
+                        list,
+                        record,
+                        call_id,
+                    }
                 })?;
             }
             Ok(())
@@ -535,30 +557,27 @@ impl CompactionPlan {
 }
 
 /// For a set of message indices that will be replaced or removed, returns the
-/// id of a tool call whose call and results are not all inside the set.
-fn check_pairs(thread: &Thread, members: &HashSet<usize>) -> Result<(), String> {
+/// id of a tool call whose call and results are not all inside the set
+/// (paired by position, so a reused call id is never mistaken for another).
+fn check_pairs(
+    thread: &Thread,
+    pairing: &super::thread::Pairing,
+    members: &HashSet<usize>,
+) -> Result<(), String> {
     for &i in members {
         let m = &thread.messages[i];
-        for call in &m.tool_calls {
-            let answered_inside = thread.messages.iter().enumerate().any(|(j, r)| {
-                members.contains(&j)
-                    && r.tool_result
-                        .as_ref()
-                        .is_some_and(|e| e.tool_call_id == call.id)
-            });
-            if !answered_inside {
+        for (call, answer) in m.tool_calls.iter().zip(&pairing.answers[i]) {
+            if !answer.is_some_and(|r| members.contains(&r)) {
                 return Err(call.id.clone());
             }
         }
-        if let Some(env) = &m.tool_result {
-            let call_inside = members.iter().any(|&j| {
-                thread.messages[j]
-                    .tool_calls
-                    .iter()
-                    .any(|c| c.id == env.tool_call_id)
-            });
-            if !call_inside {
-                return Err(env.tool_call_id.clone());
+        if let Some((c, _)) = pairing.call_of(i) {
+            if !members.contains(&c) {
+                return Err(m
+                    .tool_result
+                    .as_ref()
+                    .map(|e| e.tool_call_id.clone())
+                    .unwrap_or_default());
             }
         }
     }

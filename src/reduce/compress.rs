@@ -42,7 +42,7 @@ impl Reducer for Compress {
                 continue;
             }
             let tokens = p.counter.text(&env.content.to_text()) as usize;
-            let args = state.call_arguments(&env.tool_call_id);
+            let args = state.call_arguments(i);
             let mut key = KeyHasher::default();
             key.part(b"compress-v1")
                 .part(format!("{:?}", self.rules).as_bytes())

@@ -83,7 +83,8 @@ pub struct PipelineState<'a> {
     pub current_turn: u32,
     /// Warnings for the report.
     pub warnings: Vec<String>,
-    calls: crate::model::IdMap<&'a str, (usize, &'a crate::model::ToolCall)>,
+    thread: &'a Thread,
+    pairing: crate::model::Pairing,
 }
 
 impl<'a> PipelineState<'a> {
@@ -95,12 +96,6 @@ impl<'a> PipelineState<'a> {
         observations: &'a BTreeMap<String, DeterminismMetadata>,
         skip_aggressive: bool,
     ) -> Self {
-        let mut calls = crate::model::IdMap::default();
-        for (i, m) in thread.messages.iter().enumerate() {
-            for c in &m.tool_calls {
-                calls.insert(c.id.as_str(), (i, c));
-            }
-        }
         PipelineState {
             policy,
             summarizer,
@@ -109,7 +104,8 @@ impl<'a> PipelineState<'a> {
             skip_aggressive,
             current_turn: thread.current_turn(),
             warnings: Vec::new(),
-            calls,
+            thread,
+            pairing: thread.pairing(),
         }
     }
 
@@ -141,9 +137,11 @@ impl<'a> PipelineState<'a> {
             .summary(k.finish(), || self.summarizer.summarize(req))
     }
 
-    /// Arguments of the call a result answers.
-    pub fn call_arguments(&self, call_id: &str) -> Option<&'a Value> {
-        self.calls.get(call_id).map(|(_, c)| &c.arguments)
+    /// Arguments of the call that result message `i` answers (by position:
+    /// call ids may be reused across turns).
+    pub fn call_arguments(&self, i: usize) -> Option<&'a Value> {
+        let (m, c) = self.pairing.call_of(i)?;
+        Some(&self.thread.messages[m].tool_calls[c].arguments)
     }
 
     /// Character cap handed to the summarizer (≈3 chars per token, erring small;
@@ -170,11 +168,11 @@ impl<'a> PipelineState<'a> {
         if let Some(now) = self.observations.get(&env.tool_call_id) {
             return !seen.has_changed(now);
         }
-        let args = self.call_arguments(&env.tool_call_id);
+        let args = self.call_arguments(i);
         (i + 1..p.len()).any(|j| {
             p.message(j).tool_result.as_ref().is_some_and(|later| {
                 later.tool_name == env.tool_name
-                    && self.call_arguments(&later.tool_call_id) == args
+                    && self.call_arguments(j) == args
                     && later
                         .determinism
                         .as_ref()

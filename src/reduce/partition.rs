@@ -5,12 +5,21 @@
 use super::policy::Policy;
 use super::projection::Projection;
 
-/// Pinned messages: never compacted in any round.
+/// Pinned messages: never compacted in any round. Besides the protected flag
+/// and never-prune roles, an assistant message with a call that has no result
+/// yet: the call is still live (awaiting approval, or running), so it stays
+/// verbatim until its result arrives.
 pub fn pinned(thread: &crate::model::Thread, policy: &Policy) -> Vec<bool> {
+    let pairing = thread.pairing();
     thread
         .messages
         .iter()
-        .map(|m| m.metadata.protected || policy.roles_never_prune.contains(&m.role))
+        .enumerate()
+        .map(|(i, m)| {
+            m.metadata.protected
+                || policy.roles_never_prune.contains(&m.role)
+                || pairing.has_pending(i)
+        })
         .collect()
 }
 

@@ -57,16 +57,11 @@ impl Units {
     /// between them) into one unit.
     pub fn of(thread: &Thread) -> Units {
         let n = thread.messages.len();
-        let mut call_at: crate::model::IdMap<&str, usize> = Default::default();
+        let pairing = thread.pairing();
         let mut reach: Vec<usize> = (0..n).collect();
-        for (i, m) in thread.messages.iter().enumerate() {
-            for c in &m.tool_calls {
-                call_at.insert(c.id.as_str(), i);
-            }
-            if let Some(env) = &m.tool_result {
-                if let Some(&a) = call_at.get(env.tool_call_id.as_str()) {
-                    reach[a] = reach[a].max(i);
-                }
+        for (i, results) in pairing.answers.iter().enumerate() {
+            for &r in results.iter().flatten() {
+                reach[i] = reach[i].max(r);
             }
         }
         let mut ranges = Vec::new();

@@ -57,6 +57,7 @@ impl ApiError {
                     (Code::FailedPrecondition, "INSUFFICIENT_BUDGET")
                 }
                 AppError::PlanMismatch { .. } => (Code::FailedPrecondition, "PLAN_MISMATCH"),
+                AppError::PendingToolCall { .. } => (Code::FailedPrecondition, "PENDING_TOOL_CALL"),
                 AppError::VersionConflict { .. } => (Code::Aborted, "VERSION_CONFLICT"),
                 AppError::PermissionDenied(_) => (Code::PermissionDenied, "PERMISSION_DENIED"),
                 AppError::Unauthenticated(_) => (Code::Unauthenticated, "UNAUTHENTICATED"),

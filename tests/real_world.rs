@@ -1,0 +1,295 @@
+//! Threads as real agents produce them: a user message typed while a tool
+//! ran, call ids reused every turn, calls still awaiting approval, Anthropic
+//! thinking blocks and OpenAI Responses reasoning items. Every rendered form
+//! must be one the provider accepts.
+
+mod common;
+
+use common::{log_lines, Harness};
+use compactd::app::AppError;
+use compactd::model::{thread_from_json, Content, ContentPart, Role, Thread};
+use compactd::render::{anthropic, openai, responses, ProviderOptions, Request};
+use serde_json::{json, Value};
+
+fn opts() -> ProviderOptions {
+    ProviderOptions {
+        model: "gpt-4o".into(),
+        max_output_tokens: Some(1024),
+    }
+}
+
+fn import(messages: Value) -> Thread {
+    thread_from_json(&messages, "log").expect("imports").thread
+}
+
+/// Every provider form of `request` passes that provider's structure check.
+fn all_forms_valid(request: &Request) -> (Value, Value, Value) {
+    let oa = openai::to_openai(request, &opts());
+    openai::check_pairing(&oa).unwrap_or_else(|e| panic!("openai: {e}\n{oa:#}"));
+    let an = anthropic::to_anthropic(request, &opts());
+    anthropic::check_structure(&an).unwrap_or_else(|e| panic!("anthropic: {e}\n{an:#}"));
+    let rs = responses::to_responses(request, &opts());
+    responses::check_structure(&rs).unwrap_or_else(|e| panic!("responses: {e}\n{rs:#}"));
+    (oa, an, rs)
+}
+
+#[test]
+fn a_message_typed_while_a_tool_ran_moves_after_the_result() {
+    let t = import(json!([
+        {"role": "user", "content": "Deploy the billing service."},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "d1", "type": "function", "function": {"name": "deploy", "arguments": "{\"svc\":\"billing\"}"}},
+            {"id": "d2", "type": "function", "function": {"name": "notify", "arguments": "{}"}}
+        ]},
+        {"role": "user", "content": "Oh, and use the blue pool."},
+        {"role": "tool", "tool_call_id": "d2", "content": "notified #ops"},
+        {"role": "tool", "tool_call_id": "d1", "content": "{\"status\":\"ok\"}"},
+        {"role": "assistant", "content": "Deployed; noted the blue pool for next time."}
+    ]));
+    let out = Harness::default()
+        .compact(&t, 100_000, None)
+        .expect("renders");
+    let (oa, _, _) = all_forms_valid(&out.request);
+    let roles: Vec<&str> = oa["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "system",
+            "user",
+            "assistant",
+            "tool",
+            "tool",
+            "user",
+            "assistant"
+        ]
+    );
+    // Parallel results in call order.
+    assert_eq!(oa["messages"][3]["tool_call_id"], "d1");
+    assert_eq!(oa["messages"][4]["tool_call_id"], "d2");
+    assert_eq!(oa["messages"][5]["content"], "Oh, and use the blue pool.");
+    assert!(
+        out.request
+            .notes
+            .iter()
+            .any(|n| n.contains("moved next to their call")),
+        "{:?}",
+        out.request.notes
+    );
+}
+
+#[test]
+fn call_ids_reused_every_turn_are_accepted() {
+    let mut messages = Vec::new();
+    for turn in 0..4 {
+        messages.push(json!({"role": "user", "content": format!("Look up ticket {turn}.")}));
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {"name": "ticket", "arguments": format!("{{\"n\":{turn}}}")}}
+        ]}));
+        messages.push(json!({"role": "tool", "tool_call_id": "call_0", "content": format!("ticket {turn}: open")}));
+        messages.push(json!({"role": "assistant", "content": format!("Ticket {turn} is open.")}));
+    }
+    let t = import(Value::Array(messages));
+    t.validate(&Default::default())
+        .expect("reused ids validate");
+    let out = Harness::default()
+        .compact(&t, 100_000, None)
+        .expect("renders");
+    let (oa, an, _) = all_forms_valid(&out.request);
+    // OpenAI: as the caller sent them.
+    let ids: Vec<&str> = oa["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["tool_call_id"].as_str())
+        .collect();
+    assert_eq!(ids, ["call_0"; 4]);
+    // Anthropic: one use per id, the last one unchanged, results matching.
+    let uses: Vec<String> = an["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_use")
+        .map(|b| b["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(uses, ["call_0_1", "call_0_2", "call_0_3", "call_0"]);
+    assert_eq!(anthropic::tool_id_rewrites(&out.request).len(), 3);
+
+    // The same thread compacted hard still pairs every result with its own call.
+    let mut h = Harness::default();
+    h.policy.keep_recent_turns = 1;
+    let small = h.compact(&t, 900, None);
+    if let Ok(out) = small {
+        all_forms_valid(&out.request);
+    }
+}
+
+#[test]
+fn ids_anthropic_refuses_are_rewritten_consistently() {
+    let t = import(json!([
+        {"role": "user", "content": "Read the config."},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "functions.Read:3", "type": "function", "function": {"name": "Read", "arguments": "{}"}}
+        ]},
+        {"role": "tool", "tool_call_id": "functions.Read:3", "content": "port = 8080"}
+    ]));
+    let out = Harness::default()
+        .compact(&t, 100_000, None)
+        .expect("renders");
+    let (_, an, _) = all_forms_valid(&out.request);
+    let text = an.to_string();
+    assert!(!text.contains("functions.Read:3"), "{text}");
+    assert!(text.contains("\"toolu_"), "{text}");
+}
+
+fn pending_thread() -> Thread {
+    let mut messages =
+        vec![json!({"role": "system", "content": "Ask before destructive actions."})];
+    for turn in 0..10 {
+        messages.push(json!({"role": "user", "content": format!("Summarize log batch {turn}.")}));
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": format!("r{turn}"), "type": "function", "function": {"name": "read_log", "arguments": "{}"}}
+        ]}));
+        messages.push(
+            json!({"role": "tool", "tool_call_id": format!("r{turn}"), "content": log_lines(60)}),
+        );
+        messages.push(json!({"role": "assistant", "content": format!("Batch {turn} is clean.")}));
+    }
+    messages.push(json!({"role": "user", "content": "Now drop the staging database."}));
+    messages.push(json!({"role": "assistant", "content": "This needs your approval.", "tool_calls": [
+        {"id": "drop1", "type": "function", "function": {"name": "drop_database", "arguments": "{\"db\":\"staging\"}"}}
+    ]}));
+    import(Value::Array(messages))
+}
+
+#[test]
+fn pending_calls_are_refused_unless_left_out() {
+    let t = pending_thread();
+    t.validate(&Default::default())
+        .expect("a pending call is valid input");
+    let mut h = Harness::default();
+    match h.compact(&t, 100_000, None) {
+        Err(AppError::PendingToolCall { field, call_id }) => {
+            assert_eq!(call_id, "drop1");
+            assert_eq!(
+                field,
+                format!("thread.messages[{}].tool_calls[0].id", t.messages.len() - 1)
+            );
+        }
+        other => panic!(
+            "expected a pending-call refusal, got {:?}",
+            other.map(|o| o.tokens)
+        ),
+    }
+    h.omit_pending_calls = true;
+    let out = h.compact(&t, 100_000, None).expect("renders without it");
+    let (oa, _, _) = all_forms_valid(&out.request);
+    assert!(!oa.to_string().contains("drop1"));
+    assert!(oa.to_string().contains("This needs your approval."));
+    assert!(out.request.notes.iter().any(|n| n.contains("drop1")));
+
+    // Compacted hard, the pending call's message stays verbatim.
+    let full = out.tokens.total;
+    let squeezed = h.compact(&t, full / 2, None).expect("compacts");
+    let last = t.messages.last().unwrap();
+    assert!(squeezed
+        .request
+        .messages
+        .iter()
+        .any(|m| m.source_id == last.id && m.content == last.content));
+    assert!(squeezed
+        .plan
+        .validate_against(&t, &h.policy.roles_never_prune)
+        .is_ok());
+}
+
+#[test]
+fn thinking_goes_to_anthropic_byte_for_byte_and_nowhere_else() {
+    let thinking =
+        "The user wants the weather; I should call the tool.\n\tIndented, trailing space ";
+    let signature = "EqQBCkgIARABGAIiQL+sig/with+slashes==";
+    let t = Thread {
+        id: "think".into(),
+        messages: serde_json::from_value(json!([
+            {"id": "u1", "role": "user", "turn": 1, "content": "Weather in Oslo?"},
+            {"id": "a1", "role": "assistant", "turn": 1,
+             "content": [
+                 {"type": "thinking", "thinking": thinking, "signature": signature},
+                 {"type": "redacted_thinking", "data": "opaque=="},
+                 {"type": "text", "text": "Let me check."}
+             ],
+             "tool_calls": [{"id": "toolu_01", "name": "weather", "arguments": {"city": "Oslo"}}]},
+            {"id": "t1", "role": "tool", "turn": 1,
+             "tool_result": {"tool_name": "weather", "tool_call_id": "toolu_01", "content": "12C"}}
+        ]))
+        .unwrap(),
+    };
+    t.validate(&Default::default()).unwrap();
+    let out = Harness::default()
+        .compact(&t, 100_000, None)
+        .expect("renders");
+    let (oa, an, rs) = all_forms_valid(&out.request);
+    let assistant = &an["messages"][1]["content"];
+    assert_eq!(
+        assistant[0],
+        json!({"type": "thinking", "thinking": thinking, "signature": signature})
+    );
+    assert_eq!(
+        assistant[1],
+        json!({"type": "redacted_thinking", "data": "opaque=="})
+    );
+    assert_eq!(assistant[2]["type"], "text");
+    assert_eq!(assistant[3]["type"], "tool_use");
+    for other in [oa.to_string(), rs.to_string()] {
+        assert!(!other.contains("should call the tool") && !other.contains("opaque=="));
+    }
+}
+
+#[test]
+fn reasoning_items_go_back_to_responses_before_their_calls() {
+    let t = Thread {
+        id: "reason".into(),
+        messages: serde_json::from_value(json!([
+            {"id": "u1", "role": "user", "turn": 1, "content": "Find the invoice."},
+            {"id": "a1", "role": "assistant", "turn": 1,
+             "content": [{"type": "reasoning", "id": "rs_1", "summary": ["Search first."], "encrypted_content": "gAAAA=="}],
+             "tool_calls": [{"id": "call_9", "name": "search", "arguments": {"q": "invoice"}}]},
+            {"id": "t1", "role": "tool", "turn": 1,
+             "tool_result": {"tool_name": "search", "tool_call_id": "call_9", "content": "INV-7"}}
+        ]))
+        .unwrap(),
+    };
+    let out = Harness::default()
+        .compact(&t, 100_000, None)
+        .expect("renders");
+    let (oa, an, rs) = all_forms_valid(&out.request);
+    let items = rs["input"].as_array().unwrap();
+    let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "message",
+            "reasoning",
+            "function_call",
+            "function_call_output"
+        ]
+    );
+    assert_eq!(items[1]["encrypted_content"], "gAAAA==");
+    for other in [oa.to_string(), an.to_string()] {
+        assert!(!other.contains("gAAAA=="));
+    }
+    // Model reasoning is only allowed on assistant messages.
+    let mut bad = t.clone();
+    bad.messages[0].content = Content::Parts(vec![ContentPart::Reasoning {
+        id: "rs_x".into(),
+        summary: vec![],
+        encrypted_content: None,
+    }]);
+    assert!(bad.validate(&Default::default()).is_err());
+    assert_eq!(bad.messages[0].role, Role::User);
+}
