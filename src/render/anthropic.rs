@@ -36,7 +36,9 @@
 //!    results) may hold images: `https:`-style URLs become
 //!    `{"type":"url","url":..}` sources, `data:<media type>;base64,<data>`
 //!    URLs become base64 sources. Images elsewhere (assistant, system) and
-//!    data URLs that are not base64 are sent as the text `"[image: {url}]"`.
+//!    data URLs that are not base64 JPEG/PNG/GIF/WebP are sent as a short
+//!    text reference (`[image: {url}]`, or the type and size of inline data;
+//!    see [`super::images`]).
 //! 10. `max_tokens` is `opts.max_output_tokens`, or 4096 when unset (required).
 //! 11. **Tool ids.** The API accepts only `[a-zA-Z0-9_-]` in tool ids and one
 //!     use of an id per request. An id with other characters (`functions.Read:3`
@@ -149,7 +151,7 @@ fn text_block(text: &str) -> Value {
 }
 
 fn image_as_text(url: &str) -> String {
-    format!("[image: {url}]")
+    super::images::reference(url)
 }
 
 /// Content as one string, for the system prompt (which takes no images).
@@ -212,6 +214,9 @@ fn content_blocks(c: &Content, images_allowed: bool) -> Vec<Value> {
 /// `data:<media type>[;params];base64,<data>` → base64 source; other
 /// `data:` URLs have no Anthropic form (`None`); anything else is a URL source.
 fn image_source(url: &str) -> Option<Value> {
+    if !super::images::sendable(url) {
+        return None;
+    }
     let Some(rest) = url.strip_prefix("data:") else {
         return Some(json!({"type": "url", "url": url}));
     };

@@ -3,6 +3,7 @@
 
 pub mod anthropic;
 mod count;
+pub mod images;
 
 pub mod openai;
 mod rehydrate;

@@ -5,7 +5,8 @@
 //! - the system prompt becomes the first message (role `system`); an empty
 //!   system prompt is not sent;
 //! - image parts are only accepted in user messages, so an image in any other
-//!   role is sent as the text part `[image: {url}]` (nothing is lost);
+//!   role, and an inline image of a type the API does not take, is sent as
+//!   a short text reference ([`super::images::reference`]);
 //! - an empty `Content::Parts` is sent as `""` (an empty content array is
 //!   rejected);
 //! - an assistant message with tool calls and no text gets `content: null`;
@@ -104,11 +105,13 @@ fn content(c: Content, images_allowed: bool) -> Value {
                 .into_iter()
                 .filter_map(|p| match p {
                     ContentPart::Text { text } => Some(json!({"type": "text", "text": text})),
-                    ContentPart::Image { url } if images_allowed => {
+                    ContentPart::Image { url }
+                        if images_allowed && super::images::sendable(&url) =>
+                    {
                         Some(json!({"type": "image_url", "image_url": {"url": url}}))
                     }
                     ContentPart::Image { url } => {
-                        Some(json!({"type": "text", "text": format!("[image: {url}]")}))
+                        Some(json!({"type": "text", "text": super::images::reference(&url)}))
                     }
                     // Removed by `without_reasoning` before this is called.
                     ContentPart::Thinking { .. }
@@ -594,10 +597,15 @@ pub(crate) mod testgen {
                     for p in parts {
                         match p {
                             ContentPart::Text { text } => push(text),
-                            ContentPart::Image { url } => match url.split_once(',') {
-                                Some((_, data)) if url.starts_with("data:") => push(data),
-                                _ => push(url),
-                            },
+                            // Inline data is sent as an image or, where it
+                            // cannot be, referenced by its type (never inlined
+                            // as text); either way the type is in the body.
+                            ContentPart::Image { url } => {
+                                match crate::render::images::data_url(url) {
+                                    Some((media_type, _)) => push(media_type),
+                                    None => push(url),
+                                }
+                            }
                             _ => {}
                         }
                     }

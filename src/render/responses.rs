@@ -9,7 +9,8 @@
 //!   `message` item when it has text, then one `function_call` item per call
 //!   (`arguments` is the JSON string of the arguments; `{}` for null).
 //!   Anthropic thinking blocks have no Responses form and are left out;
-//!   images in assistant messages are sent as the text `[image: {url}]`.
+//!   images in assistant messages, and inline images of a type the API does
+//!   not take, are sent as a short text reference.
 //! - A tool result becomes a `function_call_output` item with its `call_id`.
 //! - A blank user message is sent as `(empty)`; blank system and developer
 //!   messages are not sent (the API rejects empty messages).
@@ -109,8 +110,11 @@ fn items(m: RenderedMessage, out: &mut Vec<Value>) {
                             ContentPart::Text { text } => {
                                 Some(json!({"type": "input_text", "text": text}))
                             }
-                            ContentPart::Image { url } => Some(
+                            ContentPart::Image { url } if super::images::sendable(&url) => Some(
                                 json!({"type": "input_image", "image_url": url, "detail": "auto"}),
+                            ),
+                            ContentPart::Image { url } => Some(
+                                json!({"type": "input_text", "text": super::images::reference(&url)}),
                             ),
                             _ => None,
                         })
@@ -136,7 +140,7 @@ fn flat_text(c: &Content) -> String {
             .iter()
             .filter_map(|p| match p {
                 ContentPart::Text { text } => Some(text.clone()),
-                ContentPart::Image { url } => Some(format!("[image: {url}]")),
+                ContentPart::Image { url } => Some(super::images::reference(url)),
                 _ => None,
             })
             .collect::<Vec<_>>()
