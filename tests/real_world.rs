@@ -293,3 +293,64 @@ fn reasoning_items_go_back_to_responses_before_their_calls() {
     assert!(bad.validate(&Default::default()).is_err());
     assert_eq!(bad.messages[0].role, Role::User);
 }
+
+#[test]
+fn an_anthropic_log_comes_back_to_anthropic_unchanged_where_it_matters() {
+    let body = json!({
+        "model": "claude-opus-4-1",
+        "max_tokens": 2048,
+        "system": "You maintain the CI fleet.",
+        "messages": [
+            {"role": "user", "content": "Why is runner 7 offline?"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Check its heartbeat first.", "signature": "c2lnLTE="},
+                {"type": "tool_use", "id": "toolu_hb", "name": "heartbeat", "input": {"runner": 7}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_hb", "content": "last seen 3h ago", "is_error": false}
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Three hours: probably the disk.", "signature": "c2lnLTI="},
+                {"type": "text", "text": "It stopped reporting three hours ago."}
+            ]}
+        ]
+    });
+    let input = thread_from_json(&body, "ci").expect("imports");
+    let mut h = Harness::default();
+    h.system = input.system.clone();
+    let out = h.compact(&input.thread, 100_000, None).expect("renders");
+    let (_, an, _) = all_forms_valid(&out.request);
+    assert_eq!(an["system"], body["system"]);
+    // Assistant turns, thinking and signatures included, come back exactly;
+    // user text may come back as a text block instead of a string.
+    assert_eq!(an["messages"][1], body["messages"][1]);
+    assert_eq!(an["messages"][3], body["messages"][3]);
+    assert_eq!(an["messages"][0]["content"][0]["text"], body["messages"][0]["content"]);
+    let result = &an["messages"][2]["content"][0];
+    assert_eq!(
+        (&result["tool_use_id"], &result["content"]),
+        (&json!("toolu_hb"), &json!("last seen 3h ago"))
+    );
+}
+
+#[test]
+fn a_responses_log_comes_back_to_responses() {
+    let body = json!({
+        "model": "gpt-5",
+        "instructions": "You triage alerts.",
+        "input": [
+            {"type": "message", "role": "user", "content": "Is the disk alert real?"},
+            {"type": "reasoning", "id": "rs_9", "summary": [{"type": "summary_text", "text": "Query metrics."}], "encrypted_content": "gAAAAB=="},
+            {"type": "function_call", "call_id": "call_m", "name": "metrics", "arguments": "{\"host\":\"db-2\"}"},
+            {"type": "function_call_output", "call_id": "call_m", "output": "disk 97%"},
+            {"type": "message", "role": "assistant", "content": "Yes: db-2 is at 97%."}
+        ]
+    });
+    let input = thread_from_json(&body, "alerts").expect("imports");
+    let mut h = Harness::default();
+    h.system = input.system.clone();
+    let out = h.compact(&input.thread, 100_000, None).expect("renders");
+    let (_, _, rs) = all_forms_valid(&out.request);
+    assert_eq!(rs["instructions"], body["instructions"]);
+    assert_eq!(rs["input"], body["input"]);
+}
