@@ -23,3 +23,16 @@ pub mod server;
 pub mod store;
 pub mod summarize;
 pub mod tokens;
+
+/// Test support shared by unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// Cases per property: `default`, or `COMPACTD_PROPTEST_CASES` when set
+    /// (the long release-mode run sets it; see `scripts/proptest-long.sh`).
+    pub(crate) fn cases(default: u32) -> u32 {
+        std::env::var("COMPACTD_PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+}

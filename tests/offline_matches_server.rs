@@ -96,10 +96,6 @@ async fn same_requests(server: &TestServer, path: &str, max_input_tokens: u32, e
     let value: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let input = thread_from_json(&value, "thread").expect("thread");
     let mut client = server.client().await;
-    let tok = token("acme", ALL);
-
-    let mut ids: Vec<(String, String)> = Vec::new();
-    let mut first = true;
     for (format, wire) in [
         ("openai", pb::OutputFormat::OpenaiChat),
         ("anthropic", pb::OutputFormat::AnthropicMessages),
@@ -116,32 +112,32 @@ async fn same_requests(server: &TestServer, path: &str, max_input_tokens: u32, e
             max_input_tokens,
             ..Default::default()
         };
+        // Plans are counted for their format's provider: each format starts
+        // from no plan, as the offline run does (its own tenant).
+        let tok = token(&format!("acme-{format}"), ALL);
         let out = within(client.render(authed(request, &tok)))
             .await
             .expect("render")
             .into_inner();
         let compaction = out.compaction.as_ref().expect("compact_first reports");
-        // The service writes the artifacts once; later formats reuse the plan.
-        if std::mem::take(&mut first) {
-            let offline_ids: Vec<String> = doc["report"]["artifacts"]
-                .as_array()
-                .expect("artifact list")
-                .iter()
-                .map(|a| a["artifact_id"].as_str().expect("id").to_string())
-                .collect();
-            assert_eq!(compaction.new_artifact_ids.len(), offline_ids.len());
-            ids = compaction
-                .new_artifact_ids
-                .iter()
-                .cloned()
-                .zip(offline_ids)
-                .collect();
-            assert!(
-                compaction.tokens_after < compaction.tokens_before,
-                "{path}: the thread must be compacted for this test to mean anything"
-            );
-            assert_eq!(!ids.is_empty(), externalizes, "{path}: {ids:?}");
-        }
+        let offline_ids: Vec<String> = doc["report"]["artifacts"]
+            .as_array()
+            .expect("artifact list")
+            .iter()
+            .map(|a| a["artifact_id"].as_str().expect("id").to_string())
+            .collect();
+        assert_eq!(compaction.new_artifact_ids.len(), offline_ids.len());
+        let ids: Vec<(String, String)> = compaction
+            .new_artifact_ids
+            .iter()
+            .cloned()
+            .zip(offline_ids)
+            .collect();
+        assert!(
+            compaction.tokens_after < compaction.tokens_before,
+            "{path}: the thread must be compacted for this test to mean anything"
+        );
+        assert_eq!(!ids.is_empty(), externalizes, "{path}: {ids:?}");
         let as_offline = |text: &str| {
             ids.iter().fold(text.to_string(), |t, (server, offline)| {
                 t.replace(server, offline)

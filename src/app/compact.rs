@@ -13,9 +13,23 @@ use serde::Serialize;
 
 use crate::model::{CompactionPlan, Sensitivity, Thread};
 use crate::reduce::{compact, request_fingerprint, CompactRequest, Compaction, Policy, Report};
+use crate::render::OutputFormat;
 use crate::runtime::{blocking, now_unix_ms};
 use crate::security::SecurityContext;
 use crate::store::{ArtifactMeta, StoredPlan};
+use crate::tokens::{Provider, Target};
+
+/// What a request in `format` for `model` is counted for: the format's
+/// provider, or for neutral output (and Compact) the one the model implies.
+pub(crate) fn target(format: Option<OutputFormat>, model: &str) -> Target {
+    let provider = match format {
+        Some(OutputFormat::OpenAiChat) => Provider::OpenAiChat,
+        Some(OutputFormat::OpenAiResponses) => Provider::OpenAiResponses,
+        Some(OutputFormat::AnthropicMessages) => Provider::Anthropic,
+        Some(OutputFormat::Neutral) | None => Provider::for_model(model),
+    };
+    Target::new(provider, model)
+}
 
 use super::error::{plan_store_error, store_error};
 use super::{App, AppError, EngineParts, Observations, Result, Tools, UseCase};
@@ -42,6 +56,9 @@ pub struct CompactCommand {
     /// The agent read artifacts back this turn: skip externalize and drop, so
     /// a rehydrated span is not evicted again at once.
     pub rehydrated_this_turn: bool,
+    /// The form the request will be rendered in, which decides how it is
+    /// counted; `None` (Compact) or neutral: the provider the model implies.
+    pub format: Option<crate::render::OutputFormat>,
 }
 
 impl CompactCommand {
@@ -57,6 +74,7 @@ impl CompactCommand {
             expected_version: None,
             observations: Observations::new(),
             rehydrated_this_turn: false,
+            format: None,
         }
     }
 }
@@ -120,6 +138,7 @@ struct Resolved {
     cmd: CompactCommand,
     model: String,
     max_input_tokens: u32,
+    target: Target,
 }
 
 impl Resolved {
@@ -140,6 +159,7 @@ impl Resolved {
             observations: &self.cmd.observations,
             skip_aggressive: self.cmd.rehydrated_this_turn,
             limits: app.inner.limits,
+            target: self.target,
         }
     }
 }
@@ -184,8 +204,10 @@ impl App {
         cmd.policy
             .validate()
             .map_err(|e| AppError::invalid(e.field, e.reason))?;
+        let model = self.model(cmd.model.clone())?;
         let resolved = Arc::new(Resolved {
-            model: self.model(cmd.model.clone())?,
+            target: target(cmd.format, &model),
+            model,
             max_input_tokens: self.max_input_tokens(cmd.max_input_tokens),
             cmd,
         });
@@ -383,6 +405,7 @@ mod tests {
             cmd,
             model: "gpt-4o".into(),
             max_input_tokens: 50_000,
+            target: Target::openai_chat(),
         }
     }
 

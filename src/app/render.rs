@@ -11,8 +11,9 @@ use crate::model::{
 };
 use crate::reduce::{budget_for, referenced_artifacts};
 use crate::render::{
-    anthropic, fit_rehydrated, openai, render, responses, OutputFormat, ProviderOptions,
-    RehydrationReport, RenderInput, Request, RequestCounter, RequestTokens, RENDER_FORMAT_VERSION,
+    anthropic, body_tokens, fit_rehydrated, openai, render, responses, OutputFormat,
+    ProviderOptions, RehydrationReport, RenderInput, Request, RequestCounter, RequestTokens,
+    RENDER_FORMAT_VERSION,
 };
 use crate::runtime::blocking;
 use crate::security::SecurityContext;
@@ -93,12 +94,20 @@ impl App {
         let rendered = blocking({
             let plan = Arc::clone(&plan);
             move || {
-                let rc = RequestCounter::new(parts.counter.as_ref(), &parts.ledger);
+                let target = super::compact::target(Some(cmd.format), &model);
+                let rc = RequestCounter::for_target(parts.counter.as_ref(), &parts.ledger, target);
                 let (request, tokens, rehydrated) =
                     render_and_count(&cmd, &plan, &rc, fetched, max_input_tokens)?;
                 let mut audit = audit(&plan, parts.counter.name(), &summarizer_id, &rehydrated);
                 audit.warnings = render_warnings(&request, cmd.format);
-                let output = output(request, cmd.format, model, cmd.max_output_tokens)?;
+                let output = output(
+                    request,
+                    cmd.format,
+                    model,
+                    cmd.max_output_tokens,
+                    &rc,
+                    tokens.total,
+                )?;
                 Ok::<_, AppError>((output, tokens, audit, rehydrated))
             }
         })
@@ -124,6 +133,7 @@ impl App {
         if cmd.compact_first {
             let mut request = cmd.request.clone();
             request.rehydrated_this_turn |= !cmd.rehydrate_artifact_ids.is_empty();
+            request.format = Some(cmd.format);
             let out = self.compact_and_commit(&ctx.tenant_id, request).await?;
             return Ok((out.plan.clone(), Some(out)));
         }
@@ -262,12 +272,15 @@ fn render_warnings(request: &Request, format: OutputFormat) -> Vec<String> {
 /// moves into the payload rather than being copied. Every provider body
 /// passes that provider's structure check first (pairing, adjacency,
 /// alternation, non-empty content): a body that fails it is an internal
-/// error, never a payload.
+/// error, never a payload. So is a body that, recounted as it will be sent,
+/// needs more tokens than the `budgeted` count of the request it came from.
 fn output(
     request: Request,
     format: OutputFormat,
     model: String,
     max_output_tokens: Option<u32>,
+    rc: &RequestCounter<'_>,
+    budgeted: u32,
 ) -> Result<RenderedOutput> {
     let opts = ProviderOptions {
         model,
@@ -295,6 +308,13 @@ fn output(
         }
     };
     checked.map_err(|e| broken(format, &e))?;
+    if let Some(sent) = body_tokens(format, &payload, rc) {
+        if sent > budgeted {
+            return Err(AppError::Internal(format!(
+                "rendered {format:?} body counts {sent} tokens as sent, more than the {budgeted} it was budgeted at"
+            )));
+        }
+    }
     // `to_string` writes bytes directly; `Value`'s `Display` goes through
     // `fmt` and was 1.5× slower on a 340 KB payload.
     serde_json::to_string(&payload)
@@ -414,6 +434,14 @@ mod tests {
         }
     }
 
+    fn rc() -> RequestCounter<'static> {
+        static LEDGER: std::sync::LazyLock<crate::tokens::TokenLedger> =
+            std::sync::LazyLock::new(|| crate::tokens::TokenLedger::new(1000));
+        static COUNTER: std::sync::LazyLock<std::sync::Arc<dyn crate::tokens::TokenCounter>> =
+            std::sync::LazyLock::new(crate::tokens::o200k);
+        RequestCounter::new(COUNTER.as_ref(), &LEDGER)
+    }
+
     const ALL: [OutputFormat; 4] = [
         OutputFormat::Neutral,
         OutputFormat::OpenAiChat,
@@ -432,7 +460,14 @@ mod tests {
         let orphan = request(vec![msg(Role::User, "hi"), result("c9")]);
         for format in ALL {
             assert!(
-                refused(output(orphan.clone(), format, "gpt-4o".into(), None)),
+                refused(output(
+                    orphan.clone(),
+                    format,
+                    "gpt-4o".into(),
+                    None,
+                    &rc(),
+                    u32::MAX
+                )),
                 "{format:?}"
             );
         }
@@ -445,7 +480,14 @@ mod tests {
             result("c1"),
         ]);
         for format in ALL {
-            let r = output(interleaved.clone(), format, "gpt-4o".into(), None);
+            let r = output(
+                interleaved.clone(),
+                format,
+                "gpt-4o".into(),
+                None,
+                &rc(),
+                u32::MAX,
+            );
             let repairable = matches!(
                 format,
                 OutputFormat::AnthropicMessages | OutputFormat::OpenAiResponses

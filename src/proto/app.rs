@@ -54,6 +54,7 @@ impl Inputs {
             expected_version: self.expected_version,
             observations: observations_from_pb(self.observations),
             rehydrated_this_turn: false,
+            format: None,
         })
     }
 }

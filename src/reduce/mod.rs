@@ -38,7 +38,7 @@ use crate::model::{
 };
 use crate::render::RequestCounter;
 use crate::summarize::{Summarizer, SummaryRequest};
-use crate::tokens::{TokenCounter, TokenLedger};
+use crate::tokens::{Target, TokenCounter, TokenLedger};
 
 pub use budget::TokenBudget;
 pub use clear::Clear;
@@ -237,6 +237,8 @@ pub struct CompactRequest<'a> {
     pub skip_aggressive: bool,
     /// Size limits on the thread.
     pub limits: ThreadLimits,
+    /// The provider the request is counted for (its framing, what it is sent).
+    pub target: Target,
 }
 
 /// Tokenizer, ledger and summarizer: what compaction needs besides its inputs.
@@ -311,6 +313,8 @@ pub struct Compaction {
     pub fixed_tokens: u32,
     /// What happened.
     pub report: Report,
+    /// What the counts are for.
+    pub target: Target,
 }
 
 /// Builds the budget for a request.
@@ -379,7 +383,7 @@ pub fn compact_with(
     if req.max_input_tokens == 0 {
         return Err(CompactError::ZeroBudget);
     }
-    let counter = RequestCounter::new(engine.counter, engine.ledger);
+    let counter = RequestCounter::for_target(engine.counter, engine.ledger, req.target);
     let budget = budget_for(
         policy,
         req.max_input_tokens,
@@ -526,6 +530,7 @@ pub fn compact_with(
         pending,
         message_tokens,
         fixed_tokens: fixed,
+        target: req.target,
         report: Report {
             tokens_before,
             tokens_after,
@@ -554,6 +559,7 @@ pub fn request_fingerprint(req: &CompactRequest<'_>, engine: &Engine<'_>) -> Str
             req.skip_aggressive,
             engine.counter.name(),
             engine.summarizer.id(),
+            req.target.describe(),
         ),
         &[crate::render::RENDER_FORMAT_VERSION],
     )
@@ -572,7 +578,7 @@ impl Compaction {
         engine: &Engine<'_>,
     ) -> u32 {
         bind_artifacts(&mut self.plan, ids);
-        let counter = RequestCounter::new(engine.counter, engine.ledger);
+        let counter = RequestCounter::for_target(engine.counter, engine.ledger, self.target);
         let actions = self.plan.actions();
         for (i, m) in thread.messages.iter().enumerate() {
             let action = actions

@@ -346,6 +346,16 @@ fn hashed_tool_id(id: &str) -> String {
     )
 }
 
+/// The longest form `id` can take in an Anthropic body, but for a `_<n>`
+/// reuse suffix: itself, or its hashed replacement when the API would refuse it.
+pub fn sent_id(id: &str) -> std::borrow::Cow<'_, str> {
+    if valid_tool_id(id) {
+        std::borrow::Cow::Borrowed(id)
+    } else {
+        std::borrow::Cow::Owned(hashed_tool_id(id))
+    }
+}
+
 /// The tool ids the Anthropic body sends differently from the request, as
 /// (sent by the caller, sent to Anthropic), in request order.
 pub fn tool_id_rewrites(req: &Request) -> Vec<(String, String)> {
@@ -399,13 +409,18 @@ fn trim_final_text(blocks: &mut [Value]) {
     }
 }
 
-fn tool(t: &ToolSchema) -> Value {
-    let schema = if t.parameters.is_object() {
+/// The `input_schema` a tool is sent with: required by the API, so a tool
+/// without parameters takes an empty object.
+pub fn input_schema(t: &ToolSchema) -> Value {
+    if t.parameters.is_object() {
         t.parameters.clone()
     } else {
-        // input_schema is required; a tool without parameters takes an empty object.
         json!({"type": "object", "properties": {}})
-    };
+    }
+}
+
+fn tool(t: &ToolSchema) -> Value {
+    let schema = input_schema(t);
     let mut out = Map::new();
     out.insert("name".into(), Value::String(t.name.clone()));
     if !t.description.is_empty() {

@@ -5,7 +5,54 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Action, Content, ContentPart, Message, Role, ToolCall, ToolSchema};
-use crate::tokens::{count_tool_schemas, ChatOverhead, TokenCounter, TokenLedger};
+use crate::tokens::{
+    count_tool_schemas, ChatOverhead, Provider, Target, TokenCounter, TokenLedger,
+};
+
+/// What the Anthropic adapter puts around non-object tool input.
+const ANTHROPIC_VALUE_WRAP: &str = "{\"value\": }";
+
+/// A later system or developer message as the Anthropic adapter sends it:
+/// `[role] ` glued to its first text, or a `[role]` block before a leading
+/// image. Counted as sent, because a concatenation need not tokenize like
+/// its parts.
+fn labeled(role: Role, c: &Content) -> Content {
+    let label = format!("[{}]", role.as_str());
+    match c {
+        Content::Text(t) if t.trim().is_empty() => c.clone(),
+        Content::Text(t) => Content::Text(format!("{label} {t}")),
+        Content::Parts(parts) => {
+            let mut parts: Vec<ContentPart> = parts
+                .iter()
+                .filter(|p| !matches!(p, ContentPart::Text { text } if text.trim().is_empty()))
+                .cloned()
+                .collect();
+            if let Some(i) = parts.iter().position(|p| !p.is_reasoning()) {
+                match &parts[i] {
+                    ContentPart::Text { text } => {
+                        parts[i] = ContentPart::Text {
+                            text: format!("{label} {text}"),
+                        };
+                    }
+                    _ => parts.insert(i, ContentPart::Text { text: label }),
+                }
+            }
+            Content::Parts(parts)
+        }
+    }
+}
+
+/// Content with no visible text or image (what `(empty)` stands in for).
+fn blank(c: &Content) -> bool {
+    match c {
+        Content::Text(t) => t.trim().is_empty(),
+        Content::Parts(parts) => parts.iter().all(|p| match p {
+            ContentPart::Text { text } => text.trim().is_empty(),
+            ContentPart::Image { .. } => false,
+            _ => true,
+        }),
+    }
+}
 
 use super::renderer::{render_message, RenderOptions};
 use super::request::{Origin, RenderedMessage, Request};
@@ -27,7 +74,11 @@ pub struct RequestTokens {
     pub total: u32,
 }
 
-/// Counts messages and requests with one tokenizer, through the ledger.
+/// Counts messages and requests with one tokenizer, through the ledger, as
+/// the target provider will be sent them: only the reasoning parts that
+/// provider receives, and for Anthropic what its adapter adds (`[system]` /
+/// `[developer]` labels on later instructions, `(empty)` for blank content,
+/// the `{"value": …}` wrapping of non-object tool input).
 #[derive(Debug, Clone, Copy)]
 pub struct RequestCounter<'a> {
     /// The tokenizer.
@@ -36,15 +87,27 @@ pub struct RequestCounter<'a> {
     pub ledger: &'a TokenLedger,
     /// Chat framing overhead.
     pub overhead: ChatOverhead,
+    /// Who receives the request.
+    pub provider: Provider,
 }
 
 impl<'a> RequestCounter<'a> {
-    /// A counter with OpenAI framing.
+    /// A counter for OpenAI Chat Completions with the gpt-4o family's framing.
     pub fn new(counter: &'a dyn TokenCounter, ledger: &'a TokenLedger) -> Self {
+        Self::for_target(counter, ledger, Target::openai_chat())
+    }
+
+    /// A counter for `target`.
+    pub fn for_target(
+        counter: &'a dyn TokenCounter,
+        ledger: &'a TokenLedger,
+        target: Target,
+    ) -> Self {
         RequestCounter {
             counter,
             ledger,
-            overhead: ChatOverhead::openai(),
+            overhead: target.overhead,
+            provider: target.provider,
         }
     }
 
@@ -56,10 +119,34 @@ impl<'a> RequestCounter<'a> {
     /// Tokens of one rendered message including framing.
     pub fn message(&self, m: &RenderedMessage) -> u32 {
         self.framed(
-            self.content(&m.content),
+            m.role,
+            self.body(m.role, &m.content),
+            blank(&m.content),
             &m.tool_calls,
             m.tool_call_id.as_deref(),
         )
+    }
+
+    /// Tokens of a message's content as the provider is sent it. Responses
+    /// sends every role but the user's as one joined string, which need not
+    /// tokenize like its parts.
+    fn body(&self, role: Role, c: &Content) -> u32 {
+        if self.provider == Provider::Anthropic && matches!(role, Role::System | Role::Developer) {
+            return self.content(&labeled(role, c));
+        }
+        match c {
+            Content::Parts(parts)
+                if self.provider == Provider::OpenAiResponses && role != Role::User =>
+            {
+                let reasoning: u32 = parts
+                    .iter()
+                    .filter(|p| p.is_reasoning())
+                    .map(|p| self.content(&Content::Parts(vec![p.clone()])))
+                    .sum();
+                reasoning + self.text(&super::responses::flat_text(c))
+            }
+            _ => self.content(c),
+        }
     }
 
     /// Tokens of thread message `m` rendered verbatim, without building the
@@ -71,12 +158,15 @@ impl<'a> RequestCounter<'a> {
         if transformed {
             return render_message(m, Action::Include, options).map_or(0, |rm| self.message(&rm));
         }
-        let body = match &m.tool_result {
-            Some(env) => self.text(&env.content.to_text()),
-            None => self.content(&m.content),
+        let (body, is_blank) = match &m.tool_result {
+            Some(env) => {
+                let text = env.content.to_text();
+                (self.text(&text), text.trim().is_empty())
+            }
+            None => (self.body(m.role, &m.content), blank(&m.content)),
         };
         let call_id = m.tool_result.as_ref().map(|e| e.tool_call_id.as_str());
-        self.framed(body, &m.tool_calls, call_id)
+        self.framed(m.role, body, is_blank, &m.tool_calls, call_id)
     }
 
     /// Tokens of thread message `m` with its content replaced by
@@ -84,7 +174,13 @@ impl<'a> RequestCounter<'a> {
     /// counting the message `render_message` gives for a clear record.
     pub fn cleared(&self, m: &Message, replacement: &str) -> u32 {
         let call_id = m.tool_result.as_ref().map(|e| e.tool_call_id.as_str());
-        self.framed(self.text(replacement), &m.tool_calls, call_id)
+        self.framed(
+            m.role,
+            self.text(replacement),
+            replacement.trim().is_empty(),
+            &m.tool_calls,
+            call_id,
+        )
     }
 
     fn content(&self, c: &Content) -> u32 {
@@ -95,50 +191,101 @@ impl<'a> RequestCounter<'a> {
                 .map(|p| match p {
                     ContentPart::Text { text } => self.text(text),
                     ContentPart::Image { .. } => self.overhead.per_image,
-                    ContentPart::Thinking { thinking, .. } => {
+                    ContentPart::Thinking { thinking, .. } if self.provider.sends_thinking() => {
                         self.overhead.per_block + self.text(thinking)
                     }
-                    ContentPart::RedactedThinking { data } => {
+                    ContentPart::RedactedThinking { data } if self.provider.sends_thinking() => {
                         self.overhead.per_block + self.text(data)
                     }
                     ContentPart::Reasoning {
                         summary,
                         encrypted_content,
                         ..
-                    } => {
+                    } if self.provider.sends_reasoning() => {
                         self.overhead.per_block
                             + summary.iter().map(|s| self.text(s)).sum::<u32>()
                             + encrypted_content.as_deref().map_or(0, |e| self.text(e))
                     }
+                    // Not sent to this provider.
+                    ContentPart::Thinking { .. }
+                    | ContentPart::RedactedThinking { .. }
+                    | ContentPart::Reasoning { .. } => 0,
                 })
                 .sum(),
         }
     }
 
-    /// Adds message framing, tool calls and the answered call id to `body`.
-    fn framed(&self, body: u32, calls: &[ToolCall], tool_call_id: Option<&str>) -> u32 {
+    /// Adds message framing, tool calls and the answered call id to `body`,
+    /// and for Anthropic what its adapter adds around them.
+    fn framed(
+        &self,
+        role: Role,
+        body: u32,
+        is_blank: bool,
+        calls: &[ToolCall],
+        tool_call_id: Option<&str>,
+    ) -> u32 {
         let o = &self.overhead;
+        let anthropic = self.provider == Provider::Anthropic;
+        // Anthropic may rewrite an id (hashed when refused, `_<n>` when
+        // reused, n below the 100,000-message thread limit): count the
+        // longest it can become.
+        let id_tokens = |id: &str| {
+            if anthropic {
+                self.text(&format!("{}_99999", super::anthropic::sent_id(id)))
+            } else {
+                self.text(id)
+            }
+        };
         let mut n = o.per_message + body;
         for c in calls {
-            n += o.per_tool_call + self.text(&c.name) + self.text(&c.id);
+            n += o.per_tool_call + self.text(&c.name) + id_tokens(&c.id);
             n += self.text(&serde_json::to_string(&c.arguments).unwrap_or_default());
+            if self.provider == Provider::Anthropic && !c.arguments.is_object() {
+                n += self.text(ANTHROPIC_VALUE_WRAP);
+            }
         }
         if let Some(id) = tool_call_id {
-            n += o.per_name + self.text(id);
+            n += o.per_name + id_tokens(id);
+        }
+        // Blank content the provider would reject is sent as `(empty)`.
+        let filled = match self.provider {
+            Provider::Anthropic => true,
+            Provider::OpenAiResponses => role == Role::User,
+            Provider::OpenAiChat | Provider::Other => false,
+        };
+        if filled && is_blank && calls.is_empty() {
+            n += self.text(super::anthropic::EMPTY_TEXT);
         }
         n
     }
 
     /// Tokens of the parts that do not depend on the thread: the system prompt,
-    /// the tool schemas and the reply priming.
+    /// the tool schemas and the reply priming (for Anthropic, with the
+    /// `(continuing conversation)` message its adapter adds when a
+    /// conversation would open with the assistant).
     pub fn fixed(&self, system: Option<&str>, tools: &[ToolSchema]) -> (u32, u32, u32) {
         let system = system.map_or(0, |s| self.overhead.per_message + self.text(s));
         let tools = if tools.is_empty() {
             0
+        } else if self.provider == Provider::Anthropic {
+            // As sent: a tool without parameters gets an empty object schema.
+            let sent: Vec<ToolSchema> = tools
+                .iter()
+                .map(|t| ToolSchema {
+                    parameters: super::anthropic::input_schema(t),
+                    ..t.clone()
+                })
+                .collect();
+            count_tool_schemas(self.counter, &sent) + self.overhead.tools_preamble
         } else {
-            count_tool_schemas(self.counter, tools)
+            count_tool_schemas(self.counter, tools) + self.overhead.tools_preamble
         };
-        (system, tools, self.overhead.reply_priming)
+        let mut framing = self.overhead.reply_priming;
+        if self.provider == Provider::Anthropic {
+            framing += self.overhead.per_message + self.text(super::anthropic::CONTINUATION_TEXT);
+        }
+        (system, tools, framing)
     }
 
     /// Tokens of a whole request, by part.

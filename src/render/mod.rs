@@ -2,6 +2,7 @@
 //! payloads. Pure and deterministic.
 
 pub mod anthropic;
+mod body_count;
 mod count;
 pub mod images;
 
@@ -11,6 +12,7 @@ mod renderer;
 mod request;
 pub mod responses;
 
+pub use body_count::body_tokens;
 pub use count::{RequestCounter, RequestTokens};
 pub use rehydrate::{fit_rehydrated, RehydrationReport};
 pub use renderer::{

@@ -132,8 +132,9 @@ fn items(m: RenderedMessage, out: &mut Vec<Value>) {
     }
 }
 
-/// Visible content as one string; images as `[image: {url}]`.
-fn flat_text(c: &Content) -> String {
+/// Visible content as one string, images as references: how assistant,
+/// system, developer and tool content is sent (and counted).
+pub(crate) fn flat_text(c: &Content) -> String {
     match c {
         Content::Text(s) => s.clone(),
         Content::Parts(parts) => parts

@@ -70,6 +70,9 @@ static CL100K: LazyLock<Arc<dyn TokenCounter>> = LazyLock::new(|| {
 static ESTIMATOR: LazyLock<Arc<dyn TokenCounter>> =
     LazyLock::new(|| Arc::new(Estimator::default()));
 
+static CLAUDE_ESTIMATOR: LazyLock<Arc<dyn TokenCounter>> =
+    LazyLock::new(|| Arc::new(Estimator::claude()));
+
 /// The o200k_base encoding (gpt-4o and later). The first call builds the tables.
 pub fn o200k() -> Arc<dyn TokenCounter> {
     Arc::clone(&O200K)
@@ -130,12 +133,14 @@ pub(super) fn encoding_known(model: &str) -> bool {
 
 /// Picks the counter for a model: o200k for gpt-4o*, gpt-4.1*, gpt-4.5*, o1*,
 /// o3*, o4*, gpt-5*, chatgpt-4o*, gpt-oss*; cl100k for gpt-4*, gpt-3.5*,
-/// text-embedding-3*; the default [`Estimator`] for everything else (claude-*,
-/// gemini-*, unknown), since those providers publish no tokenizer.
+/// text-embedding-3*; [`Estimator::claude`] for Claude models and the default
+/// [`Estimator`] for everything else (gemini-*, unknown), since those
+/// providers publish no tokenizer.
 pub fn counter_for_model(model: &str) -> Arc<dyn TokenCounter> {
     match encoding_for_model(model) {
         Some(Encoding::O200k) => o200k(),
         Some(Encoding::Cl100k) => cl100k(),
+        None if super::target::normalize(model).contains("claude") => Arc::clone(&CLAUDE_ESTIMATOR),
         None => Arc::clone(&ESTIMATOR),
     }
 }
@@ -241,7 +246,11 @@ mod tests {
         assert!(o200k().is_exact() && cl100k().is_exact());
         let e = counter_for_model("claude-sonnet-4-5");
         assert!(!e.is_exact());
-        assert_eq!(e.name(), Estimator::default().name());
+        assert_eq!(e.name(), Estimator::claude().name());
+        assert_eq!(
+            counter_for_model("gemini-2.5-pro").name(),
+            Estimator::default().name()
+        );
     }
 
     #[test]
@@ -250,7 +259,11 @@ mod tests {
         assert!(Arc::ptr_eq(&cl100k(), &counter_for_model("gpt-4")));
         assert!(Arc::ptr_eq(
             &counter_for_model("claude-3-haiku"),
-            &counter_for_model("gemini-2.5-pro")
+            &counter_for_model("anthropic/claude-opus-4-7")
+        ));
+        assert!(Arc::ptr_eq(
+            &counter_for_model("gemini-2.5-pro"),
+            &counter_for_model("llama-3.1-70b")
         ));
     }
 

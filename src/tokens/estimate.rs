@@ -49,6 +49,36 @@ impl Default for Estimator {
     }
 }
 
+impl Estimator {
+    /// Claude models: the default estimate with a 65% margin instead of 10%.
+    ///
+    /// Anthropic publishes no tokenizer, only densities. Calibration, per
+    /// class of text, from the published facts:
+    /// - Claude before Opus 4.7: ~3.5 English characters per token
+    ///   (Anthropic's glossary), i.e. ~1.33× o200k's 4.64 on prose; the
+    ///   same ratio is assumed for code and JSON, where nothing is published.
+    /// - The tokenizer of Opus 4.7 and later "may use roughly 1x to 1.35x as
+    ///   many tokens" (Anthropic); independent count-tokens measurements
+    ///   found 1.47× on English prose, 1.33× on code, 1.31× on JSON, 1.06× on
+    ///   ids and timestamps.
+    /// - So Claude may emit up to 1.33 × (1.47, 1.33, 1.31, 1.06) × o200k's
+    ///   count by class; with the 10% headroom the default keeps, an estimate
+    ///   must reach 2.15× o200k on prose, 1.95× on code, 1.92× on JSON and
+    ///   1.55× on ids. The default estimator reaches 1.71, 1.45, 1.30 and
+    ///   ~1.1: JSON needs ×1.48, hence a 65% margin (a test checks every
+    ///   class on the corpus).
+    ///
+    /// The cost is context: on English prose this counts ~25% more than a
+    /// Claude 4.7 count. Calibrating against Anthropic's count-tokens API
+    /// would tighten it.
+    pub fn claude() -> Self {
+        Estimator {
+            chars_per_token: 3.5,
+            margin: 0.65,
+        }
+    }
+}
+
 /// Token cost of one non-ASCII character, by its UTF-8 length. 2-byte letters
 /// (Cyrillic, Greek, accented Latin) merge into multi-char tokens; 3-byte
 /// characters (CJK, kana, Hangul, Devanagari) are mostly one token or less;
@@ -388,6 +418,47 @@ mod tests {
         assert_eq!(e.name(), "estimate-chars/4.2+7%");
         assert_ne!(e.name(), Estimator::default().name());
         assert!(!e.is_exact());
+    }
+
+    /// The calibration in [`Estimator::claude`]: per class, at least the
+    /// most Claude may emit by the published densities, plus 10%.
+    #[test]
+    fn the_claude_estimate_covers_the_published_densities() {
+        const OLDER_CLAUDE_PER_O200K: f64 = 4.64 / 3.5;
+        let e = Estimator::claude();
+        let o = o200k();
+        let mut rng = corpus::Rng::new(23);
+        for (name, text, newer_per_older) in [
+            ("prose", corpus::prose(&mut rng, 200_000), 1.47),
+            ("code", corpus::code(&mut rng, 200_000), 1.33),
+            ("json", corpus::json(&mut rng, 200_000), 1.31),
+            ("ops", corpus::ops(&mut rng, 200_000), 1.31),
+        ] {
+            let claude_worst = o.count(&text) as f64 * OLDER_CLAUDE_PER_O200K * newer_per_older;
+            let est = e.count(&text) as f64;
+            assert!(
+                est >= claude_worst * 1.10,
+                "{name}: estimate {est} < 1.1 × {claude_worst:.0}"
+            );
+        }
+        let ids: String = (0..4000)
+            .map(|i| {
+                format!(
+                    "{:016x} 2026-0{}-1{}T0{}:1{}:00Z ",
+                    (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                    i % 9 + 1,
+                    i % 10,
+                    i % 10,
+                    i % 6
+                )
+            })
+            .collect();
+        let claude_worst = o.count(&ids) as f64 * OLDER_CLAUDE_PER_O200K * 1.06;
+        assert!(e.count(&ids) as f64 >= claude_worst * 1.10);
+        assert_eq!(
+            crate::tokens::counter_for_model("claude-opus-4-7").name(),
+            e.name()
+        );
     }
 
     #[test]

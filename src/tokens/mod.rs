@@ -8,6 +8,7 @@ mod counter;
 mod estimate;
 mod ledger;
 mod overhead;
+mod target;
 mod truncate;
 
 #[cfg(test)]
@@ -16,5 +17,8 @@ mod corpus;
 pub use counter::{cl100k, counter_for_model, o200k, TokenCounter};
 pub use estimate::Estimator;
 pub use ledger::{LedgerStats, TokenLedger, DEFAULT_MAX_ENTRIES, MIN_CACHED_BYTES};
-pub use overhead::{count_tool_schemas, ChatOverhead};
+pub use overhead::{
+    anthropic_image_tokens, count_tool_schemas, openai_image_tokens, ChatOverhead, MAX_IMAGE_TOKENS,
+};
+pub use target::{Provider, Target};
 pub use truncate::truncate_to_tokens;

@@ -2,3 +2,12 @@
 //! API so nothing test-only ships with it. Used as a dev-dependency only.
 
 pub mod synth;
+
+/// Cases per property test: `default`, or `COMPACTD_PROPTEST_CASES` when set
+/// (the long release-mode run sets it; see `scripts/proptest-long.sh`).
+pub fn proptest_cases(default: u32) -> u32 {
+    std::env::var("COMPACTD_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
