@@ -33,3 +33,18 @@ fn verbatim_and_cleared_costs_equal_the_rendered_message_cost() {
         }
     }
 }
+
+mod common;
+
+/// A request may not lower the safety buffer below the configured floor:
+/// it absorbs what a count can miss.
+#[test]
+fn no_request_pushes_the_safety_buffer_below_the_floor() {
+    let t = thread(&SynthParams::default());
+    let mut h = common::Harness::default();
+    h.policy.safety_buffer_tokens = 0;
+    h.policy.rehydration_reserve_tokens = 0;
+    let out = h.compact(&t, 50_000, None).expect("compacts");
+    let budget = out.report.budget;
+    assert_eq!(budget.hard_limit, 50_000 - 256, "{budget:?}");
+}

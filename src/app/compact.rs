@@ -201,9 +201,8 @@ impl App {
         cmd: CompactCommand,
     ) -> Result<CompactOutcome> {
         self.validate_thread(&cmd.thread)?;
-        cmd.policy
-            .validate()
-            .map_err(|e| AppError::invalid(e.field, e.reason))?;
+        let mut cmd = cmd;
+        cmd.policy = self.effective_policy(&cmd.policy)?;
         let model = self.model(cmd.model.clone())?;
         let resolved = Arc::new(Resolved {
             target: target(cmd.format, &model),

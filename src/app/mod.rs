@@ -39,6 +39,8 @@ pub struct Defaults {
     pub model: String,
     /// Input limit when a request gives none.
     pub max_input_tokens: u32,
+    /// The floor of every request's `safety_buffer_tokens`.
+    pub min_safety_buffer_tokens: u32,
 }
 
 impl Default for Defaults {
@@ -47,6 +49,7 @@ impl Default for Defaults {
             policy: Policy::default(),
             model: "gpt-4o".into(),
             max_input_tokens: 128_000,
+            min_safety_buffer_tokens: 256,
         }
     }
 }
@@ -131,6 +134,21 @@ impl App {
     /// on, so the core rejects it by name.
     fn max_input_tokens(&self, requested: Option<u32>) -> u32 {
         requested.unwrap_or(self.inner.defaults.max_input_tokens)
+    }
+
+    /// The request's policy, validated, with the safety buffer raised to the
+    /// configured floor (no request may lower it further).
+    fn effective_policy(&self, policy: &Arc<Policy>) -> Result<Arc<Policy>> {
+        policy
+            .validate()
+            .map_err(|e| AppError::invalid(e.field, e.reason))?;
+        let floor = self.inner.defaults.min_safety_buffer_tokens;
+        if policy.safety_buffer_tokens >= floor {
+            return Ok(Arc::clone(policy));
+        }
+        let mut raised = Policy::clone(policy);
+        raised.safety_buffer_tokens = floor;
+        Ok(Arc::new(raised))
     }
 
     /// Validates a thread against the size limits; errors name `thread.…`.

@@ -82,6 +82,8 @@ impl App {
             self.validate_thread(&cmd.request.thread)?;
             refuse_pending(&cmd.request.thread)?;
         }
+        let mut cmd = cmd;
+        cmd.request.policy = self.effective_policy(&cmd.request.policy)?;
         let (plan, compaction) = self.plan_to_render(ctx, &cmd).await?;
         let fetched = self
             .fetch_artifacts(ctx, &cmd.request.thread.id, &cmd.rehydrate_artifact_ids)
@@ -139,10 +141,6 @@ impl App {
         }
         let thread = &cmd.request.thread;
         self.validate_thread(thread)?;
-        cmd.request
-            .policy
-            .validate()
-            .map_err(|e| AppError::invalid(e.field, e.reason))?;
         let plan = self
             .current_plan(&ctx.tenant_id, &thread.id)
             .await?

@@ -53,6 +53,7 @@ pub fn run(args: &CompactArgs) -> Result<String, Failure> {
         policy: settings.policy,
         model: settings.default_model,
         max_input_tokens: settings.default_max_input_tokens,
+        min_safety_buffer_tokens: settings.min_safety_buffer_tokens,
     });
     let mut request = CompactCommand::new(input.thread, policy);
     request.model = args.model.clone();

@@ -67,6 +67,10 @@ pub struct ServerSettings {
     pub default_model: String,
     /// Input limit used when a request gives none.
     pub default_max_input_tokens: u32,
+    /// No request's policy can lower `safety_buffer_tokens` below this: the
+    /// buffer absorbs what a count may miss, above all for models whose
+    /// tokenizer is estimated.
+    pub min_safety_buffer_tokens: u32,
     /// The compaction policy; requests may override parts of it.
     pub policy: Policy,
     /// Authentication.
@@ -90,6 +94,7 @@ impl Default for ServerSettings {
             http2_connection_window_bytes: 16 * 1024 * 1024,
             default_model: "gpt-4o".into(),
             default_max_input_tokens: 128_000,
+            min_safety_buffer_tokens: 256,
             policy: Policy::default(),
             auth: AuthConfig::default(),
         }
@@ -153,6 +158,12 @@ pub fn check_startup(settings: &ServerSettings) -> Result<(), ServeError> {
         })?;
     if settings.default_model.is_empty() {
         return Err(invalid("server.default_model", "must not be empty"));
+    }
+    if settings.min_safety_buffer_tokens > settings.policy.safety_buffer_tokens {
+        return Err(invalid(
+            "server.min_safety_buffer_tokens",
+            "must not exceed policy.safety_buffer_tokens",
+        ));
     }
     if settings.default_max_input_tokens == 0 {
         return Err(invalid(
@@ -257,6 +268,7 @@ pub async fn serve_with_stores(
             policy: settings.policy.clone(),
             model: settings.default_model.clone(),
             max_input_tokens: settings.default_max_input_tokens,
+            min_safety_buffer_tokens: settings.min_safety_buffer_tokens,
         },
         plans,
         artifacts,
