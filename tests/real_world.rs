@@ -325,7 +325,10 @@ fn an_anthropic_log_comes_back_to_anthropic_unchanged_where_it_matters() {
     // user text may come back as a text block instead of a string.
     assert_eq!(an["messages"][1], body["messages"][1]);
     assert_eq!(an["messages"][3], body["messages"][3]);
-    assert_eq!(an["messages"][0]["content"][0]["text"], body["messages"][0]["content"]);
+    assert_eq!(
+        an["messages"][0]["content"][0]["text"],
+        body["messages"][0]["content"]
+    );
     let result = &an["messages"][2]["content"][0];
     assert_eq!(
         (&result["tool_use_id"], &result["content"]),
@@ -353,4 +356,26 @@ fn a_responses_log_comes_back_to_responses() {
     let (_, _, rs) = all_forms_valid(&out.request);
     assert_eq!(rs["instructions"], body["instructions"]);
     assert_eq!(rs["input"], body["input"]);
+}
+
+#[test]
+fn a_merged_assistant_turn_still_opens_with_its_thinking() {
+    let t = Thread {
+        id: "merge".into(),
+        messages: serde_json::from_value(json!([
+            {"id": "u1", "role": "user", "turn": 1, "content": "Restart the worker."},
+            {"id": "a1", "role": "assistant", "turn": 1, "content": "Okay."},
+            {"id": "a2", "role": "assistant", "turn": 1,
+             "content": [{"type": "thinking", "thinking": "Check status first.", "signature": "c2ln"}],
+             "tool_calls": [{"id": "c1", "name": "shell", "arguments": {"cmd": "systemctl status worker"}}]},
+            {"id": "t1", "role": "tool", "turn": 1,
+             "tool_result": {"tool_name": "shell", "tool_call_id": "c1", "content": "active"}}
+        ]))
+        .unwrap(),
+    };
+    let out = Harness::default().compact(&t, 100_000, None).expect("renders");
+    let (_, an, _) = all_forms_valid(&out.request);
+    let turn = an["messages"][1]["content"].as_array().unwrap();
+    let kinds: Vec<&str> = turn.iter().map(|b| b["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["thinking", "text", "tool_use"]);
 }

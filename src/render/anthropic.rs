@@ -21,8 +21,8 @@
 //! 5. **Merging.** Consecutive messages that map to the same role become one
 //!    message. In a user message all `tool_result` blocks come first (the API
 //!    requires the results to open the message that follows the `tool_use`),
-//!    then the other blocks in order; in an assistant message all `tool_use`
-//!    blocks come last.
+//!    then the other blocks in order; in an assistant message thinking blocks
+//!    come first (in their order) and all `tool_use` blocks last.
 //! 6. **First turn.** If the conversation would start with `assistant` (e.g. a
 //!    summary, which compactd renders as assistant) or be empty, a user message
 //!    with the text `"(continuing conversation)"` is inserted first.
@@ -103,12 +103,20 @@ pub fn to_anthropic(req: &Request, opts: &ProviderOptions) -> Value {
         .enumerate()
         .map(|(i, (assistant, mut blocks))| {
             // Stable partition: results open a user turn, calls close an assistant turn.
+            // Stable partition: results open a user turn; an assistant turn
+            // opens with its thinking (the API rejects one that does not,
+            // e.g. when a summary or earlier text merged in before it) and
+            // closes with its calls.
             let key = |b: &Value| {
                 let t = b["type"].as_str();
                 if assistant {
-                    t == Some("tool_use")
+                    match t {
+                        Some("thinking" | "redacted_thinking") => 0,
+                        Some("tool_use") => 2,
+                        _ => 1,
+                    }
                 } else {
-                    t != Some("tool_result")
+                    u8::from(t != Some("tool_result"))
                 }
             };
             blocks.sort_by_key(key);

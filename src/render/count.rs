@@ -268,7 +268,10 @@ impl<'a> RequestCounter<'a> {
         let system = system.map_or(0, |s| self.overhead.per_message + self.text(s));
         let tools = if tools.is_empty() {
             0
-        } else if self.provider == Provider::Anthropic {
+        } else if matches!(
+            self.provider,
+            Provider::Anthropic | Provider::OpenAiResponses
+        ) {
             // As sent: a tool without parameters gets an empty object schema.
             let sent: Vec<ToolSchema> = tools
                 .iter()

@@ -14,7 +14,7 @@
 //! - A tool result becomes a `function_call_output` item with its `call_id`.
 //! - A blank user message is sent as `(empty)`; blank system and developer
 //!   messages are not sent (the API rejects empty messages).
-//! - Function tools are flat: `{"type":"function","name","description"?,"parameters"?}`.
+//! - Function tools are flat: `{"type":"function","name","description"?,"parameters","strict":false}`.
 //! - `max_output_tokens` is set when the caller gives a maximum.
 //!
 //! Output is a `serde_json::Value` whose maps are BTreeMaps, so the serialized
@@ -158,6 +158,10 @@ fn function_call(c: &ToolCall) -> Value {
     json!({"type": "function_call", "call_id": c.id, "name": c.name, "arguments": arguments})
 }
 
+/// A flat function tool. `strict` is always sent, as `false`: the Responses
+/// API treats a tool without it as strict (unlike Chat Completions), and a
+/// schema written for Chat Completions rarely meets strict mode's rules.
+/// `parameters` is required: a tool without parameters takes an empty object.
 fn tool(t: &ToolSchema) -> Value {
     let mut out = Map::new();
     out.insert("type".into(), json!("function"));
@@ -165,9 +169,13 @@ fn tool(t: &ToolSchema) -> Value {
     if !t.description.is_empty() {
         out.insert("description".into(), Value::String(t.description.clone()));
     }
-    if !t.parameters.is_null() {
-        out.insert("parameters".into(), t.parameters.clone());
-    }
+    let parameters = if t.parameters.is_object() {
+        t.parameters.clone()
+    } else {
+        json!({"type": "object", "properties": {}})
+    };
+    out.insert("parameters".into(), parameters);
+    out.insert("strict".into(), Value::Bool(false));
     Value::Object(out)
 }
 

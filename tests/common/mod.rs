@@ -111,6 +111,7 @@ impl Harness {
             observations: &self.observations,
             skip_aggressive,
             limits: Default::default(),
+            target: compactd::tokens::Target::openai_chat(),
         };
         compact(&req, &self.engine())
     }

@@ -1,29 +1,40 @@
 """Rendered provider payloads, checked against the providers themselves.
 
-`compactd` renders a (compacted) thread as an OpenAI Chat Completions or an
-Anthropic Messages request body. This file checks those bodies from the
-outside, with nothing taken from the Rust code:
+`compactd` renders a (compacted) thread as an OpenAI Chat Completions, an
+Anthropic Messages or an OpenAI Responses request body. This file checks
+those bodies from the outside, with nothing taken from the Rust code:
 
 1. **Schema**: every payload is validated with pydantic against the official
    SDK request types, `openai.types.chat.completion_create_params.
-   CompletionCreateParamsNonStreaming` and `anthropic.types.
-   message_create_params.MessageCreateParamsNonStreaming` (TypedDicts), made
-   strict (see "How strict the SDK adapters are" below).
+   CompletionCreateParamsNonStreaming`, `anthropic.types.
+   message_create_params.MessageCreateParamsNonStreaming` and
+   `openai.types.responses.response_create_params.
+   ResponseCreateParamsNonStreaming` (TypedDicts), made strict (see "How
+   strict the SDK adapters are" below).
 2. **Ordering rules** from the providers' documentation, written here in
    Python: OpenAI's "an assistant message with `tool_calls` must be followed
    by tool messages responding to each `tool_call_id`", Anthropic's
    user-first strict alternation, `tool_result` blocks first in the
    immediately following user message, non-blank text blocks, object
-   `tool_use.input`, unique `tool_use` ids matching `^[a-zA-Z0-9_-]+$`, and
-   image sources Anthropic accepts.
+   `tool_use.input`, unique `tool_use` ids matching `^[a-zA-Z0-9_-]+$`,
+   thinking blocks first in their assistant message; the Responses API's
+   `function_call_output` answering an earlier unanswered `function_call`
+   by `call_id`, every call answered, a `reasoning` item immediately
+   followed by the item it preceded, no empty message; and, for all three,
+   the image types the providers take (PNG, JPEG, WEBP, GIF).
 3. **Inputs**: threads built here with a seeded `random.Random` (plain
    dialogue, up to 8 parallel tool calls answered in shuffled order, failed
    and partial results, images by https and data: URL, mid-thread
    system/developer messages, a thread opening with the assistant, huge tool
    outputs, random agent sessions) plus `examples/threads/*.json`, each
-   rendered with `compact_first` in both formats at a roomy, a tight and a
-   squeezed budget, so summaries, clearings and externalization pointers are
-   in the payloads too.
+   rendered with `compact_first` in all three formats at a roomy, a tight
+   and a squeezed budget, so summaries, clearings and externalization
+   pointers are in the payloads too.
+4. **Targeted cases**: Anthropic thinking / redacted_thinking blocks and
+   Responses reasoning items (byte for byte, placed in their own turn, in
+   no other format), tool calls without a result (refused by default, left
+   out on request), tool ids Anthropic rejects (rewritten for Anthropic
+   only), and image types no provider takes.
 
 Negative tests feed hand-made bad payloads to both layers so neither can pass
 everything silently.
@@ -61,6 +72,21 @@ How strict the SDK adapters are
   is, the adapter would pass a tool message without `tool_call_id`. `_drain`
   below iterates every such iterator recursively, with the path, so nothing
   is left unvalidated.
+- Responses (`ResponseCreateParamsNonStreaming`): every TypedDict of the
+  adapter forbids extras and the request union holds no response model
+  (`test_adapters_forbid_unknown_keys`), but the SDK types leave open what
+  the rule layer checks: the TypedDict is `total=False` (neither `model`
+  nor `input` is required), `input` may be a plain string,
+  `function_call_output.call_id` is OPTIONAL, an item may leave out
+  `type: "message"`, an assistant message may carry `input_text` parts,
+  and nothing orders the items. `input` is a `List` (validated eagerly);
+  `tools`, `summary` and content lists nested in it are drained like the
+  others. The input item union is not discriminated (~35 item types are
+  tried), so `_explain` drops the members whose `type` literal did not
+  match from the error message. The SDK's `FunctionToolParam` requires
+  `strict` and `parameters` (as the API reference does): a Responses tool
+  left without `strict` is strict by default, unlike in Chat Completions,
+  so the sweep also wants `strict: false` (ToolSchema has no such flag).
 - Not strict, by the SDK's own typing: values typed `Dict[str, object]` or
   `object` (`tool_use.input` — its object-ness is checked by the rule layer —,
   JSON Schemas in `tools[].function.parameters` / `input_schema`,
@@ -70,7 +96,7 @@ How strict the SDK adapters are
 
 Inputs that once broke payloads
 -------------------------------
-The tests at the bottom pin three cases that used to produce invalid
+Tests near the bottom pin three cases that used to produce invalid
 payloads: a user message between a call and its result, call ids reused
 across turns, and a JSON error result with no stated outcome.
 """
@@ -97,6 +123,7 @@ from anthropic.types.message_create_params import MessageCreateParamsNonStreamin
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, with_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,8 +152,14 @@ class StrictAnthropicMessagesRequest(MessageCreateParamsNonStreaming):
     """The SDK's non-streaming Messages params, unknown keys forbidden."""
 
 
+@with_config(STRICT)
+class StrictOpenAIResponsesRequest(ResponseCreateParamsNonStreaming):
+    """The SDK's non-streaming Responses params, unknown keys forbidden."""
+
+
 OPENAI_ADAPTER = TypeAdapter(StrictOpenAIChatRequest)
 ANTHROPIC_ADAPTER = TypeAdapter(StrictAnthropicMessagesRequest)
+RESPONSES_ADAPTER = TypeAdapter(StrictOpenAIResponsesRequest)
 
 
 class SchemaViolation(AssertionError):
@@ -149,7 +182,7 @@ def _drain(value, path):
             for item in value:
                 items.append(_drain(item, f"{path}[{len(items)}]"))
         except ValidationError as e:
-            raise SchemaViolation(f"{path}[{len(items)}]: {e}") from None
+            raise SchemaViolation(f"{path}[{len(items)}]: {_explain(e)}") from None
         return items
     return value
 
@@ -174,11 +207,65 @@ def _no_silent_acceptance(given, validated, path):
             _no_silent_acceptance(g, v, f"{path}[{i}]")
 
 
+_CLASS_SEGMENT = re.compile(r"^[A-Z][A-Za-z0-9_]*$")
+
+
+def _is_member(seg):
+    """A loc segment naming a union member (SDK classes are CamelCase, fields snake_case)."""
+    return isinstance(seg, str) and bool(_CLASS_SEGMENT.match(seg))
+
+
+def _loc(loc):
+    # pydantic's schema labels (`list[union[...35 names...]]`) say nothing the member name does not.
+    return ".".join(str(seg) for seg in loc if not (isinstance(seg, str) and "[" in seg))
+
+
+def _explain(e):
+    """A ValidationError without the noise of union members whose `type`
+    literal did not even match (a Responses input item is tried against ~35
+    item types): a union no member of which takes the `type` becomes one
+    line, and what is left is why the intended member failed."""
+    errors = e.errors()
+    wrong = {}  # member loc -> (the `type` given, the literal it wanted)
+    tried = {}  # union loc -> member names tried there
+    for err in errors:
+        loc = tuple(err["loc"])
+        if err["type"] == "literal_error" and len(loc) >= 2 and loc[-1] == "type" and _is_member(loc[-2]):
+            wrong[loc[:-1]] = (err.get("input"), (err.get("ctx") or {}).get("expected"))
+        for k, seg in enumerate(loc):
+            if _is_member(seg):
+                tried.setdefault(loc[:k], set()).add(seg)
+    lines = []
+    for at, names in tried.items():
+        if all(at + (n,) in wrong for n in names):
+            given = wrong[at + (min(names),)][0]
+            wanted = sorted({str(wrong[at + (n,)][1]) for n in names})
+            lines.append(f"  {_loc(at)}: type {given!r} is none of {', '.join(wanted)}")
+
+    def noise(err):
+        loc = tuple(err["loc"])
+        in_wrong_member = any(loc[: k + 1] in wrong for k in range(len(loc)))
+        string_alternative = bool(loc) and loc[-1] == "str" and err["type"] == "string_type"
+        return in_wrong_member or string_alternative
+
+    def line(err):
+        given = json.dumps(err.get("input"), default=repr)
+        return f"  {_loc(err['loc'])}: {err['msg']} [type={err['type']}, input_value={given[:120]}]"
+
+    kept = [err for err in errors if not noise(err)]
+    lines += [line(err) for err in kept[:25]]
+    if len(kept) > 25:
+        lines.append(f"  ... and {len(kept) - 25} more")
+    if not lines:
+        lines = [line(err) for err in errors[:25]]
+    return f"{len(errors)} validation errors:\n" + "\n".join(lines)
+
+
 def _sdk_validate(adapter, payload, what):
     try:
         validated = adapter.validate_python(payload)
     except ValidationError as e:
-        raise SchemaViolation(f"{what}: {e}") from None
+        raise SchemaViolation(f"{what}: {_explain(e)}") from None
     validated = _drain(validated, what)
     _no_silent_acceptance(payload, validated, what)
     return validated
@@ -192,6 +279,10 @@ def validate_anthropic_schema(payload):
     return _sdk_validate(ANTHROPIC_ADAPTER, payload, "anthropic")
 
 
+def validate_responses_schema(payload):
+    return _sdk_validate(RESPONSES_ADAPTER, payload, "responses")
+
+
 # ───────────────────────────── provider rules ─────────────────────────────
 
 # Written from the providers' docs (Chat Completions "function calling";
@@ -199,7 +290,10 @@ def validate_anthropic_schema(payload):
 # from compactd's Rust checkers.
 
 ANTHROPIC_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+# Both providers document the same inline image types: PNG, JPEG, WEBP, GIF
+# (OpenAI "Images and vision": image input requirements; Anthropic "Vision").
 ANTHROPIC_IMAGE_TYPES = {"image/jpeg", "image/png", "image/gif", "image/webp"}
+OPENAI_IMAGE_TYPES = ANTHROPIC_IMAGE_TYPES
 IMAGE_MAGIC = {
     "image/png": b"\x89PNG\r\n\x1a\n",
     "image/jpeg": b"\xff\xd8\xff",
@@ -221,12 +315,18 @@ def _b64(data, where):
 
 
 def _check_openai_image_url(url, where):
+    """An http(s) URL, or a base64 data: URL of an accepted type whose bytes are that type."""
+    if not isinstance(url, str):
+        _fail(RuleViolation, f"{where}: image url is not a string: {url!r}")
     if url.startswith("https://") or url.startswith("http://"):
         return
     m = DATA_URL.match(url)
     if not m:
         _fail(RuleViolation, f"{where}: image_url is neither http(s) nor a base64 data: URL: {url[:60]!r}")
-    _b64(m.group(2), where)
+    if m.group(1) not in OPENAI_IMAGE_TYPES:
+        _fail(RuleViolation, f"{where}: media type {m.group(1)!r} not accepted (PNG, JPEG, WEBP, GIF only)")
+    if not _b64(m.group(2), where).startswith(IMAGE_MAGIC[m.group(1)]):
+        _fail(RuleViolation, f"{where}: data does not look like {m.group(1)}")
 
 
 def check_openai_rules(payload):
@@ -350,6 +450,13 @@ def check_anthropic_rules(payload):
       only; a final assistant message does not end with whitespace.
     - Images are base64 (an accepted media type, data that decodes to it)
       or http(s) URLs.
+    - `thinking` / `redacted_thinking` blocks (extended thinking) only in
+      assistant messages, before every other block of the message (the API:
+      "Expected `thinking` or `redacted_thinking`, but found `text`. When
+      `thinking` is enabled, a final `assistant` message must start with a
+      thinking block". The API checks the latest assistant turn; this holds
+      every one to it, since each was the latest when its tool results were
+      sent, and compactd renders it the same way then).
     """
     system = payload.get("system")
     if isinstance(system, list):
@@ -372,11 +479,24 @@ def check_anthropic_rules(payload):
         blocks = _anthropic_blocks(m.get("content"))
         if not isinstance(blocks, list) or not blocks:
             _fail(RuleViolation, f"{where}: empty content")
-        uses, results, first_other = [], [], None
+        uses, results, first_other, first_visible = [], [], None, None
         for j, b in enumerate(blocks):
             t = b.get("type")
             bw = f"{where}.content[{j}] ({t})"
-            if t == "text":
+            if t in ("thinking", "redacted_thinking"):
+                if role != "assistant":
+                    _fail(RuleViolation, f"{bw}: thinking blocks only in assistant messages")
+                if first_visible is not None:
+                    _fail(
+                        RuleViolation,
+                        f"{bw}: thinking blocks must come first in the assistant message "
+                        f"(a {blocks[first_visible]['type']} block is at {first_visible})",
+                    )
+            elif first_visible is None:
+                first_visible = j
+            if t in ("thinking", "redacted_thinking"):
+                pass
+            elif t == "text":
                 _check_anthropic_text(b.get("text"), bw)
             elif t == "image":
                 if role != "user":
@@ -445,6 +565,132 @@ def check_anthropic_rules(payload):
             _fail(RuleViolation, "the final assistant content cannot end with trailing whitespace")
 
 
+RESPONSES_INPUT_PARTS = {"input_text", "input_image", "input_file"}
+RESPONSES_OUTPUT_PARTS = {"output_text", "refusal"}
+RESPONSES_ROLES = {"user", "system", "developer", "assistant"}
+
+
+def _responses_item_type(item):
+    # A message item may leave out `type` (the SDK's EasyInputMessageParam).
+    return item.get("type", "message" if "role" in item else None)
+
+
+def _check_responses_message(item, where):
+    role = item.get("role")
+    if role not in RESPONSES_ROLES:
+        _fail(RuleViolation, f"{where}: message role must be one of {sorted(RESPONSES_ROLES)}, got {role!r}")
+    content = item.get("content")
+    if isinstance(content, str):
+        if not content.strip():
+            _fail(RuleViolation, f"{where}: empty message")
+        return
+    if not isinstance(content, list) or not content:
+        _fail(RuleViolation, f"{where}: empty message")
+    allowed = RESPONSES_OUTPUT_PARTS if role == "assistant" else RESPONSES_INPUT_PARTS
+    for j, part in enumerate(content):
+        t = part.get("type")
+        pw = f"{where}.content[{j}] ({t})"
+        if t not in allowed:
+            _fail(RuleViolation, f"{pw}: a {role} message takes only {sorted(allowed)} parts")
+        if t in ("input_text", "output_text") and not (isinstance(part.get("text"), str) and part["text"].strip()):
+            _fail(RuleViolation, f"{pw}: empty text part")
+        if t == "input_image":
+            if part.get("image_url") is not None:
+                _check_openai_image_url(part["image_url"], pw)
+            elif not part.get("file_id"):
+                _fail(RuleViolation, f"{pw}: input_image with neither image_url nor file_id")
+
+
+def check_responses_rules(payload):
+    """Responses API (`POST /v1/responses`, "function calling" and "reasoning"
+    guides): what the SDK types leave open, and the order of `input` items.
+
+    - `model` is a non-empty string and `input` a non-empty list of items (the
+      SDK's TypedDict is `total=False`: it requires neither, and takes a
+      plain string as `input`).
+    - `function_call`: non-empty `call_id` and `name`; `arguments` is a JSON
+      string; its `call_id` is not that of another call still unanswered.
+    - `function_call_output` has a `call_id` (optional in the SDK type) of an
+      EARLIER `function_call` that has no output yet.
+    - Every `function_call` has its `function_call_output` before the end.
+    - A `reasoning` item has an id and is IMMEDIATELY followed by the item it
+      preceded in the model's output: an assistant `message` or a
+      `function_call` (the API: "reasoning item was provided without its
+      required following item").
+    - No empty message: content is a non-blank string or a non-empty list
+      of non-blank parts; user/system/developer messages take `input_*`
+      parts, assistant messages `output_text` / `refusal` parts.
+    - `input_image` is an http(s) URL or a base64 data: URL of an accepted
+      type (PNG, JPEG, WEBP, GIF) whose bytes are that type, or a file id.
+    - Function tools have a non-empty name, unique in the request.
+    """
+    if not isinstance(payload.get("model"), str) or not payload["model"]:
+        _fail(RuleViolation, "model must be a non-empty string")
+    items = payload.get("input")
+    if not isinstance(items, list) or not items:
+        _fail(RuleViolation, "input must be a non-empty list of items")
+    open_calls = {}  # call_id -> index of the function_call without output yet
+    for i, item in enumerate(items):
+        t = _responses_item_type(item)
+        where = f"input[{i}] ({t})"
+        if t == "message":
+            _check_responses_message(item, where)
+        elif t == "function_call":
+            cid = item.get("call_id")
+            if not isinstance(cid, str) or not cid:
+                _fail(RuleViolation, f"{where}: empty call_id")
+            if not item.get("name"):
+                _fail(RuleViolation, f"{where}: empty function name")
+            try:
+                json.loads(item.get("arguments"))
+            except (TypeError, ValueError):
+                _fail(RuleViolation, f"{where}: arguments is not a JSON string: {item.get('arguments')!r}")
+            if cid in open_calls:
+                _fail(
+                    RuleViolation,
+                    f"{where}: call_id {cid!r} is already used by the unanswered call at input[{open_calls[cid]}]",
+                )
+            open_calls[cid] = i
+        elif t == "function_call_output":
+            cid = item.get("call_id")
+            if not isinstance(cid, str) or not cid:
+                _fail(RuleViolation, f"{where}: function_call_output without call_id")
+            if cid not in open_calls:
+                _fail(
+                    RuleViolation,
+                    f"{where}: call_id {cid!r} answers no earlier function_call that is still unanswered",
+                )
+            del open_calls[cid]
+        elif t == "reasoning":
+            if not item.get("id"):
+                _fail(RuleViolation, f"{where}: reasoning item without id")
+            nxt = items[i + 1] if i + 1 < len(items) else None
+            nt = nxt and _responses_item_type(nxt)
+            if not (nt == "function_call" or (nt == "message" and nxt.get("role") == "assistant")):
+                _fail(
+                    RuleViolation,
+                    f"{where}: a reasoning item must be immediately followed by the item it preceded "
+                    f"(an assistant message or a function_call), got {nt or 'the end of input'}"
+                    + (f" ({nxt.get('role')})" if nt == "message" else ""),
+                )
+        else:
+            _fail(RuleViolation, f"{where}: unexpected item type")
+    if open_calls:
+        _fail(
+            RuleViolation,
+            "function calls without function_call_output: "
+            + ", ".join(f"{cid!r} at input[{i}]" for cid, i in open_calls.items()),
+        )
+    names = []
+    for j, tool in enumerate(payload.get("tools") or []):
+        if tool.get("type") == "function":
+            if not tool.get("name"):
+                _fail(RuleViolation, f"tools[{j}]: empty function name")
+            names.append(tool["name"])
+    if len(set(names)) != len(names):
+        _fail(RuleViolation, f"tools: duplicate function names {names}")
+
+
 def validate_openai(payload):
     validate_openai_schema(payload)
     check_openai_rules(payload)
@@ -453,6 +699,11 @@ def validate_openai(payload):
 def validate_anthropic(payload):
     validate_anthropic_schema(payload)
     check_anthropic_rules(payload)
+
+
+def validate_responses(payload):
+    validate_responses_schema(payload)
+    check_responses_rules(payload)
 
 
 # ───────────────────────────── fixtures ─────────────────────────────
@@ -562,10 +813,7 @@ def to_proto(pb2, thread_id, messages):
         if isinstance(content, str):
             kw["text"] = content
         elif isinstance(content, list):
-            kw["parts"] = [
-                pb2.ContentPart(text=p["text"]) if p["type"] == "text" else pb2.ContentPart(image_url=p["url"])
-                for p in content
-            ]
+            kw["parts"] = [to_proto_part(pb2, p) for p in content]
         if m.get("tool_calls"):
             kw["tool_calls"] = [
                 pb2.ToolCall(id=c["id"], name=c["name"], arguments_json=json.dumps(c["arguments"]))
@@ -600,6 +848,26 @@ def to_proto(pb2, thread_id, messages):
             kw["metadata"] = meta
         out.append(pb2.Message(**kw))
     return pb2.Thread(id=thread_id, messages=out)
+
+
+def to_proto_part(pb2, p):
+    """A canonical content part: text, image (by url), and the assistant-only
+    thinking / redacted_thinking (Anthropic) and reasoning (OpenAI Responses)."""
+    t = p["type"]
+    if t == "text":
+        return pb2.ContentPart(text=p["text"])
+    if t == "image":
+        return pb2.ContentPart(image_url=p["url"])
+    if t == "thinking":
+        return pb2.ContentPart(thinking=pb2.ThinkingBlock(thinking=p["thinking"], signature=p["signature"]))
+    if t == "redacted_thinking":
+        return pb2.ContentPart(redacted_thinking=pb2.RedactedThinkingBlock(data=p["data"]))
+    if t == "reasoning":
+        item = pb2.ReasoningItem(id=p["id"], summary=p["summary"])
+        if p.get("encrypted_content") is not None:
+            item.encrypted_content = p["encrypted_content"]
+        return pb2.ContentPart(reasoning=item)
+    raise ValueError(f"unknown part type {t!r}")
 
 
 def from_openai_messages(msgs):
@@ -1087,7 +1355,7 @@ def build_case(case):
 
 # ───────────────────────────── rendering ─────────────────────────────
 
-FORMATS = ("openai", "anthropic")
+FORMATS = ("openai", "anthropic", "responses")
 
 
 def tool_schemas(pb2, names):
@@ -1098,14 +1366,40 @@ def tool_schemas(pb2, names):
     return out
 
 
-def render(pb2, stub, thread, fmt, *, budget, system=None, tools=(), policy=None, model=None, max_output=None):
+def output_format(pb2, fmt):
+    return {
+        "openai": pb2.OUTPUT_FORMAT_OPENAI_CHAT,
+        "anthropic": pb2.OUTPUT_FORMAT_ANTHROPIC_MESSAGES,
+        "responses": pb2.OUTPUT_FORMAT_OPENAI_RESPONSES,
+    }[fmt]
+
+
+def models_for(fmt):
+    return ANTHROPIC_MODELS if fmt == "anthropic" else OPENAI_MODELS
+
+
+def render(
+    pb2,
+    stub,
+    thread,
+    fmt,
+    *,
+    budget,
+    system=None,
+    tools=(),
+    policy=None,
+    model=None,
+    max_output=None,
+    omit_pending=False,
+):
     req = pb2.RenderRequest(
         thread=thread,
         compact_first=True,
-        model=model or (OPENAI_MODELS[0] if fmt == "openai" else ANTHROPIC_MODELS[0]),
+        model=model or models_for(fmt)[0],
         max_input_tokens=budget,
-        format=pb2.OUTPUT_FORMAT_OPENAI_CHAT if fmt == "openai" else pb2.OUTPUT_FORMAT_ANTHROPIC_MESSAGES,
+        format=output_format(pb2, fmt),
         tools=list(tools),
+        omit_pending_calls=omit_pending,
     )
     if system is not None:
         req.system_prompt = system
@@ -1158,6 +1452,9 @@ def all_text(payload):
 
 
 def payload_call_ids(payload, fmt):
+    """Call ids in payload order (tool_calls / tool_use / function_call)."""
+    if fmt == "responses":
+        return [i["call_id"] for i in payload["input"] if i.get("type") == "function_call"]
     ids = []
     for m in payload["messages"]:
         if fmt == "openai":
@@ -1167,19 +1464,28 @@ def payload_call_ids(payload, fmt):
     return ids
 
 
-def error_reason(err):
-    """The stable `ErrorInfo.reason` of a failed call (google.rpc details)."""
+def error_info(err):
+    """The google.rpc `ErrorInfo` of a failed call, or None."""
     status = rpc_status.from_call(err)
     for d in status.details if status else ():
         if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
             info = error_details_pb2.ErrorInfo()
             d.Unpack(info)
-            return info.reason
+            return info
     return None
 
 
+def error_reason(err):
+    """The stable `ErrorInfo.reason` of a failed call (google.rpc details)."""
+    info = error_info(err)
+    return info.reason if info else None
+
+
+VALIDATORS = {"openai": validate_openai, "anthropic": validate_anthropic, "responses": validate_responses}
+
+
 def validate(payload, fmt):
-    (validate_openai if fmt == "openai" else validate_anthropic)(payload)
+    VALIDATORS[fmt](payload)
 
 
 def _dump(tmp_path, name, payload):
@@ -1242,8 +1548,8 @@ def test_rendered_payloads_satisfy_sdk_types_and_provider_rules(api, stub, tmp_p
     for fmt in FORMATS:
         for label, budget, policy in configs:
             where = f"{ctx} format={fmt} budget={label}:{budget}"
-            model = rng.choice(OPENAI_MODELS if fmt == "openai" else ANTHROPIC_MODELS)
-            max_output = rng.choice([None, 1024, 8192]) if fmt == "anthropic" else None
+            model = rng.choice(models_for(fmt))
+            max_output = rng.choice([None, 1024, 8192]) if fmt != "openai" else None
             out, payload, budget = render_fitting(
                 pb2,
                 stub,
@@ -1266,6 +1572,15 @@ def test_rendered_payloads_satisfy_sdk_types_and_provider_rules(api, stub, tmp_p
             assert payload["model"] == model, where
             if fmt == "anthropic":
                 assert payload["max_tokens"] == (max_output or payload["max_tokens"]) > 0, where
+            if fmt == "responses":
+                assert payload.get("max_output_tokens") == max_output, where
+                assert payload.get("instructions") == (system or None), f"{where}: system prompt not in instructions"
+                for j, t in enumerate(payload.get("tools") or []):
+                    # ToolSchema has no strictness flag, and Chat Completions tools are
+                    # loose by default; Responses tools are strict unless `strict` is false.
+                    assert t.get("strict") is False, (
+                        f"{where}: tools[{j}].strict must be false, got {t.get('strict')!r}"
+                    )
             if tools:
                 assert len(payload.get("tools") or []) == len(tools), f"{where}: tools not all sent"
             plan = out.compaction.plan
@@ -1382,14 +1697,63 @@ def _ok_anthropic():
     }
 
 
-def _typed_dicts(schema):
-    """(class name, extra behaviour) of every TypedDict in a core schema."""
+def _ok_responses():
+    png = base64.b64encode(tiny_png(random.Random(1))).decode()
+    return {
+        "model": "gpt-4o",
+        "instructions": "Be brief.",
+        "input": [
+            {
+                "type": "message",
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "Look"},
+                    {"type": "input_image", "image_url": f"data:image/png;base64,{png}", "detail": "auto"},
+                ],
+            },
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [{"type": "summary_text", "text": "Two files to read."}],
+                "encrypted_content": "gAAAAABopaque==",
+            },
+            {"type": "message", "role": "assistant", "content": "Reading both."},
+            {"type": "function_call", "call_id": "call_a", "name": "read_file", "arguments": '{"path": "a"}'},
+            {"type": "function_call", "call_id": "call_b", "name": "read_file", "arguments": '{"path": "b"}'},
+            {"type": "function_call_output", "call_id": "call_b", "output": "B"},
+            {"type": "function_call_output", "call_id": "call_a", "output": "A"},
+            {"type": "reasoning", "id": "rs_2", "summary": []},
+            # A call id may come back once its earlier call is answered.
+            {"type": "function_call", "call_id": "call_a", "name": "read_file", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_a", "output": ""},
+            {"type": "message", "role": "assistant", "content": "Both read."},
+            {"type": "message", "role": "developer", "content": "Mid-thread policy."},
+            {"type": "message", "role": "user", "content": "thanks"},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "name": "read_file",
+                "description": "r",
+                "parameters": {"type": "object"},
+                "strict": False,
+            }
+        ],
+        "max_output_tokens": 1024,
+    }
+
+
+def _typed_dicts(schema, models=None):
+    """(class name, extra behaviour) of every TypedDict in a core schema; the
+    names of pydantic models (response types) go into `models`."""
     found = set()
 
     def walk(node):
         if isinstance(node, dict):
             if node.get("type") == "typed-dict":
                 found.add((node["cls"].__name__, node.get("extra_behavior", "ignore")))
+            if node.get("type") == "model" and models is not None:
+                models.add(node["cls"].__name__)
             for v in node.values():
                 walk(v)
         elif isinstance(node, list):
@@ -1412,12 +1776,33 @@ def test_adapters_forbid_unknown_keys():
         ("Base64PDFSourceParam", "ignore"),
         ("InputSchemaTyped", "allow"),  # a JSON Schema: open by design
     }
+    models = set()
+    responses_tds = _typed_dicts(RESPONSES_ADAPTER.core_schema, models)
+    assert len(responses_tds) > 100
+    assert {td for td in responses_tds if td[1] != "forbid"} == set()
+    assert models == set(), "no response model in the Responses request union"
 
 
 def test_valid_control_payloads_pass():
     """The hand-made payloads the negative tests mutate are valid as they are."""
     validate_openai(_ok_openai())
     validate_anthropic(_ok_anthropic())
+    validate_responses(_ok_responses())
+    # Extended thinking first in an assistant turn is fine.
+    validate_anthropic(_mutate(_ok_anthropic(), _think_at(1, 0)))
+
+
+def _think_at(msg, pos):
+    def fn(p):
+        content = p["messages"][msg]["content"]
+        if isinstance(content, str):
+            content = p["messages"][msg]["content"] = [{"type": "text", "text": content}]
+        content[pos:pos] = [
+            {"type": "thinking", "thinking": "Two files.", "signature": "EqQBCkYIBxgCKkAsig=="},
+            {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT"},
+        ]
+
+    return fn
 
 
 def _mutate(base, fn):
@@ -1494,6 +1879,51 @@ ANTHROPIC_SCHEMA_BAD = {
     "unknown top-level key": (_set(["format"], "anthropic"), "extra_forbidden"),
     "max_tokens as a string (strict)": (_set(["max_tokens"], "1024"), "max_tokens"),
     "is_error as a string (strict)": (_set(["messages", 2, "content", 1, "is_error"], "true"), "is_error"),
+    "thinking block without signature": (
+        lambda p: p["messages"][1]["content"].insert(0, {"type": "thinking", "thinking": "hmm"}),
+        "signature",
+    ),
+    "unknown key in a redacted_thinking block": (
+        lambda p: p["messages"][1]["content"].insert(0, {"type": "redacted_thinking", "data": "x", "id": "rs_1"}),
+        "id",
+    ),
+}
+
+RESPONSES_SCHEMA_BAD = {
+    "function_call without call_id": (_delete(["input", 3, "call_id"]), "call_id"),
+    "arguments as an object": (_set(["input", 3, "arguments"], {"path": "a"}), "arguments"),
+    "unknown item type": (_set(["input", 6, "type"], "tool_result"), "tool_result"),
+    "chat-style tool message": (
+        _set(["input", 6], {"role": "tool", "tool_call_id": "call_a", "content": "A"}),
+        "tool_call_id",
+    ),
+    "message role tool": (_set(["input", 12, "role"], "tool"), "role"),
+    "chat-style tool definition": (
+        _set(["tools", 0], {"type": "function", "function": {"name": "read_file", "parameters": {}}}),
+        "function",
+    ),
+    "tool without strict": (_delete(["tools", 0, "strict"]), "strict"),
+    "tool without parameters": (_delete(["tools", 0, "parameters"]), "parameters"),
+    "unknown key in a message item": (_set(["input", 12, "origin"], "verbatim"), "extra_forbidden"),
+    "is_error on a function_call_output": (_set(["input", 6, "is_error"], True), "extra_forbidden"),
+    "signature on a reasoning item": (_set(["input", 1, "signature"], "sig"), "extra_forbidden"),
+    "reasoning summary as plain strings": (_set(["input", 1, "summary"], ["Two files to read."]), "summary"),
+    "reasoning without summary": (_delete(["input", 1, "summary"]), "summary"),
+    "encrypted_content as a number": (_set(["input", 1, "encrypted_content"], 42), "encrypted_content"),
+    "chat-style image part": (
+        _set(["input", 0, "content", 1], {"type": "image_url", "image_url": {"url": "https://x.example/a.png"}}),
+        "image_url",
+    ),
+    "chat-style text part": (_set(["input", 0, "content", 0], {"type": "text", "text": "Look"}), "input_text"),
+    "input_image without detail": (_delete(["input", 0, "content", 1, "detail"]), "detail"),
+    "function_call_output as an object": (_set(["input", 6, "output"], {"ok": True}), "output"),
+    "max_tokens instead of max_output_tokens": (
+        lambda p: p.__setitem__("max_tokens", p.pop("max_output_tokens")),
+        "extra_forbidden",
+    ),
+    "max_output_tokens as a string (strict)": (_set(["max_output_tokens"], "1024"), "max_output_tokens"),
+    "messages instead of input": (lambda p: p.__setitem__("messages", p.pop("input")), "extra_forbidden"),
+    "unknown top-level key": (_set(["system"], "Be brief."), "extra_forbidden"),
 }
 
 
@@ -1510,6 +1940,14 @@ def test_anthropic_schema_rejects(name):
     fn, needle = ANTHROPIC_SCHEMA_BAD[name]
     with pytest.raises(SchemaViolation) as info:
         validate_anthropic_schema(_mutate(_ok_anthropic(), fn))
+    assert needle in str(info.value), str(info.value)[:2000]
+
+
+@pytest.mark.parametrize("name", sorted(RESPONSES_SCHEMA_BAD))
+def test_responses_schema_rejects(name):
+    fn, needle = RESPONSES_SCHEMA_BAD[name]
+    with pytest.raises(SchemaViolation) as info:
+        validate_responses_schema(_mutate(_ok_responses(), fn))
     assert needle in str(info.value), str(info.value)[:2000]
 
 
@@ -1556,6 +1994,10 @@ OPENAI_RULES_BAD = {
     "image data URL that is not base64": (
         _set(["messages", 1, "content", 1, "image_url", "url"], "data:image/png;base64,@@@"),
         "base64",
+    ),
+    "image data URL of a type OpenAI does not take": (
+        _set(["messages", 1, "content", 1, "image_url", "url"], "data:image/svg+xml;base64,PHN2Zy8+"),
+        "not accepted",
     ),
 }
 
@@ -1614,6 +2056,65 @@ ANTHROPIC_RULES_BAD = {
         lambda p: p["messages"].append({"role": "assistant", "content": "The answer is "}),
         "trailing whitespace",
     ),
+    "thinking after the text of the assistant turn": (_think_at(1, 1), "thinking blocks must come first"),
+    "thinking after a tool_use": (_think_at(1, 3), "thinking blocks must come first"),
+    "thinking in a user message": (_think_at(0, 0), "only in assistant messages"),
+}
+
+# Each stays valid for the SDK types (so only the rule layer can catch it).
+RESPONSES_RULES_BAD = {
+    # The SDK types `call_id` of a function_call_output as optional.
+    "function_call_output without call_id": (_delete(["input", 6, "call_id"]), "without call_id"),
+    "output for a call that does not exist": (_set(["input", 6, "call_id"], "call_z"), "answers no earlier"),
+    "output before its call": (lambda p: p["input"].insert(3, p["input"].pop(5)), "answers no earlier"),
+    "a call answered twice": (
+        lambda p: p["input"].insert(7, {"type": "function_call_output", "call_id": "call_a", "output": "again"}),
+        "answers no earlier",
+    ),
+    "a call never answered": (lambda p: p["input"].pop(5), "without function_call_output"),
+    "the last call never answered": (lambda p: p["input"].pop(9), "without function_call_output"),
+    "two unanswered calls with one call_id": (_set(["input", 4, "call_id"], "call_a"), "already used"),
+    "arguments not JSON": (_set(["input", 3, "arguments"], "{path: a"), "not a JSON string"),
+    "reasoning item at the end": (
+        lambda p: p["input"].append({"type": "reasoning", "id": "rs_9", "summary": []}),
+        "end of input",
+    ),
+    "reasoning item followed by an output": (
+        lambda p: p["input"].insert(5, {"type": "reasoning", "id": "rs_9", "summary": []}),
+        "immediately followed",
+    ),
+    "reasoning item followed by a user message": (
+        lambda p: p["input"].insert(12, {"type": "reasoning", "id": "rs_9", "summary": []}),
+        "immediately followed",
+    ),
+    "reasoning item whose call and answer were left out": (
+        lambda p: p["input"].__delitem__(slice(8, 11)),
+        "immediately followed",
+    ),
+    "empty message": (_set(["input", 12, "content"], ""), "empty message"),
+    "blank message": (_set(["input", 11, "content"], " \n"), "empty message"),
+    "message with an empty content list": (_set(["input", 12, "content"], []), "empty message"),
+    "empty text part": (_set(["input", 0, "content", 0, "text"], ""), "empty text part"),
+    "assistant message with input_text parts": (
+        _set(["input", 2, "content"], [{"type": "input_text", "text": "Reading both."}]),
+        "takes only",
+    ),
+    "missing model (optional in the SDK type)": (_delete(["model"]), "model must be"),
+    "missing input (optional in the SDK type)": (_delete(["input"]), "non-empty list"),
+    "input as a plain string": (_set(["input"], "hello"), "non-empty list"),
+    "image data URL of a type OpenAI does not take": (
+        _set(["input", 0, "content", 1, "image_url"], "data:image/bmp;base64,Qk0="),
+        "not accepted",
+    ),
+    "image data URL that is not base64": (
+        _set(["input", 0, "content", 1, "image_url"], "data:image/png;base64,@@"),
+        "base64",
+    ),
+    "input_image with neither image_url nor file_id": (
+        _delete(["input", 0, "content", 1, "image_url"]),
+        "neither image_url nor file_id",
+    ),
+    "duplicate tool names": (lambda p: p["tools"].append(dict(p["tools"][0])), "duplicate function names"),
 }
 
 
@@ -1629,6 +2130,16 @@ def test_openai_rules_reject(name):
 
 # The SDK types catch these too; every other rule case is schema-valid.
 ANTHROPIC_RULES_ALSO_SCHEMA = {"tool_use input not an object"}
+
+
+@pytest.mark.parametrize("name", sorted(RESPONSES_RULES_BAD))
+def test_responses_rules_reject(name):
+    fn, needle = RESPONSES_RULES_BAD[name]
+    bad = _mutate(_ok_responses(), fn)
+    validate_responses_schema(bad)  # the SDK types cannot see it...
+    with pytest.raises(RuleViolation) as info:  # ...the rules do
+        check_responses_rules(bad)
+    assert needle in str(info.value), str(info.value)
 
 
 @pytest.mark.parametrize("name", sorted(ANTHROPIC_RULES_BAD))
@@ -1710,7 +2221,12 @@ def _corrupt_anthropic():
         b = next(b for b in m["content"] if b["type"] == "tool_use")
         b["input"] = json.dumps(b["input"])
 
+    def thinking_after_tool_use(p):
+        m = p["messages"][_first(p, lambda m: any(b.get("type") == "thinking" for b in _blocks_of(m)))]
+        m["content"].append(m["content"].pop(0))
+
     return {
+        "thinking moved after the tool_use blocks": (thinking_after_tool_use, RuleViolation),
         "text before the tool_result blocks": (text_before_results, RuleViolation),
         "a tool_use left unanswered": (drop_a_result, RuleViolation),
         "a blank text block": (blank_text, RuleViolation),
@@ -1718,6 +2234,62 @@ def _corrupt_anthropic():
         "two user messages in a row": (repeat_last_user, RuleViolation),
         "no max_tokens": (no_max_tokens, SchemaViolation),
         "tool_use input as a JSON string": (input_as_string, SchemaViolation),
+    }
+
+
+def _corrupt_responses():
+    def kind(t):
+        return lambda i: i.get("type") == t
+
+    def first(p, pred):
+        return next(k for k, i in enumerate(p["input"]) if pred(i))
+
+    def drop_first_output(p):
+        del p["input"][first(p, kind("function_call_output"))]
+
+    def output_before_its_call(p):
+        o = p["input"].pop(first(p, kind("function_call_output")))
+        cid = o["call_id"]
+        p["input"].insert(first(p, lambda i: i.get("call_id") == cid), o)
+
+    def reasoning_to_the_end(p):
+        p["input"].append(p["input"].pop(first(p, kind("reasoning"))))
+
+    def reasoning_after_its_calls(p):
+        r = p["input"].pop(first(p, kind("reasoning")))
+        p["input"].insert(first(p, kind("function_call_output")), r)
+
+    def blank_last_message(p):
+        p["input"][first(p, kind("message"))]["content"] = " "
+
+    def unknown_key(p):
+        p["input"][-1]["origin"] = "verbatim"
+
+    def no_call_id(p):
+        del p["input"][first(p, kind("function_call"))]["call_id"]
+
+    def output_without_call_id(p):
+        del p["input"][first(p, kind("function_call_output"))]["call_id"]
+
+    def arguments_object(p):
+        p["input"][first(p, kind("function_call"))]["arguments"] = {"a": 1}
+
+    def chat_style_tool_message(p):
+        k = first(p, kind("function_call_output"))
+        o = p["input"][k]
+        p["input"][k] = {"role": "tool", "tool_call_id": o["call_id"], "content": o["output"]}
+
+    return {
+        "drop the first function_call_output": (drop_first_output, RuleViolation),
+        "an output before its call": (output_before_its_call, RuleViolation),
+        "a reasoning item moved to the end": (reasoning_to_the_end, RuleViolation),
+        "a reasoning item moved after its calls": (reasoning_after_its_calls, RuleViolation),
+        "a blank message": (blank_last_message, RuleViolation),
+        "an output without call_id": (output_without_call_id, RuleViolation),
+        "unknown key on an item": (unknown_key, SchemaViolation),
+        "function_call without call_id": (no_call_id, SchemaViolation),
+        "arguments as an object": (arguments_object, SchemaViolation),
+        "a Chat Completions tool message": (chat_style_tool_message, SchemaViolation),
     }
 
 
@@ -1734,9 +2306,17 @@ def test_corrupted_real_payloads_are_rejected(api, stub, fmt):
     tb.user()
     tb.tool_round(2)
     tb.user("Thanks, and now?")  # results then text: merged into one Anthropic user message
+    # Extended thinking and a reasoning item on the first tool round.
+    first = next(m for m in tb.messages if m.get("tool_calls"))
+    text = first["content"]
+    first["content"] = [
+        {"type": "thinking", "thinking": "Three lookups at once.", "signature": "EqQBCkYIBxgCKkBzaWc="},
+        {"type": "reasoning", "id": "rs_corrupt", "summary": ["Three lookups."], "encrypted_content": "gAAAAB"},
+    ] + ([{"type": "text", "text": text}] if text else [])
     _, payload = render(pb2, stub, to_proto(pb2, f"pp-{SEED}-corrupt-{fmt}", tb.messages), fmt, budget=1_000_000)
     validate(payload, fmt)
-    for name, (corrupt, expected) in (_corrupt_openai() if fmt == "openai" else _corrupt_anthropic()).items():
+    corruptions = {"openai": _corrupt_openai, "anthropic": _corrupt_anthropic, "responses": _corrupt_responses}[fmt]
+    for name, (corrupt, expected) in corruptions().items():
         bad = _mutate(payload, corrupt)
         with pytest.raises(expected):
             validate(bad, fmt)
@@ -1746,10 +2326,12 @@ def test_corrupted_real_payloads_are_rejected(api, stub, fmt):
 # ───────────────────────────── inputs that once broke payloads ─────────────────────────────
 
 
-def _render_both(pb2, stub, tmp_path, name, msgs, *, budgets=(1_000_000, 1_000), system=None, **policy_overrides):
-    """Renders in both formats at each budget (the small ones squeezed, plus
+def _render_all(
+    pb2, stub, tmp_path, name, msgs, *, budgets=(1_000_000, 1_000), system=None, omit_pending=False, **policy_overrides
+):
+    """Renders in every format at each budget (the small ones squeezed, plus
     `policy_overrides`, up the ladder until they fit) and validates; returns
-    the payloads."""
+    the (response, payload) pairs by (format, budget asked)."""
     out = {}
     for fmt in FORMATS:
         for budget in budgets:
@@ -1759,7 +2341,9 @@ def _render_both(pb2, stub, tmp_path, name, msgs, *, budgets=(1_000_000, 1_000),
             if budget < 1_000_000:
                 policy = squeeze_policy(pb2)
                 policy.MergeFrom(pb2.PolicyOverrides(**policy_overrides))
-            resp, payload, _ = render_fitting(pb2, stub, thread, fmt, budget, where, policy=policy, system=system)
+            resp, payload, _ = render_fitting(
+                pb2, stub, thread, fmt, budget, where, policy=policy, system=system, omit_pending=omit_pending
+            )
             where += f" budget={budget}"
             dump = _dump(tmp_path, f"{name}-{fmt}-{budget}", payload)
             try:
@@ -1788,7 +2372,7 @@ def test_interleaved_user_message(api, stub, tmp_path):
     tb.result(call, output, kf)
     tb.assistant()
     tb.user()
-    for (fmt, budget), (_, payload) in _render_both(pb2, stub, tmp_path, "interleaved", tb.messages).items():
+    for (fmt, budget), (_, payload) in _render_all(pb2, stub, tmp_path, "interleaved", tb.messages).items():
         if budget == 1_000_000:
             assert interjection in all_text(payload), f"[seed={SEED}] {fmt}: the interjected user message was lost"
 
@@ -1808,7 +2392,7 @@ def test_reused_tool_call_ids(api, stub, tmp_path):
             tb.result(c, output, kf)
         tb.assistant()
     tb.user()
-    results = _render_both(pb2, stub, tmp_path, "reused-ids", tb.messages)
+    results = _render_all(pb2, stub, tmp_path, "reused-ids", tb.messages)
     n_calls = sum(len(m.get("tool_calls") or []) for m in tb.messages)
     for (fmt, budget), (_, payload) in results.items():
         if budget == 1_000_000:
@@ -1835,7 +2419,7 @@ def test_status_error_json_result(api, stub, tmp_path):
     tb.user("So what happened with the deploy?")
     # No last-resort window drop (it may drop anything): every other reducer
     # must keep the error, as for any failure.
-    results = _render_both(
+    results = _render_all(
         pb2, stub, tmp_path, "status-error", tb.messages, budgets=(1_000_000, 2_000), enable_drop=False
     )
     for (fmt, budget), (_, payload) in results.items():
@@ -1845,3 +2429,659 @@ def test_status_error_json_result(api, stub, tmp_path):
             blocks = [b for m in payload["messages"] if isinstance(m["content"], list) for b in m["content"]]
             res = [b for b in blocks if b.get("type") == "tool_result" and b["tool_use_id"] == call["id"]]
             assert res and res[0].get("is_error") is True, f"{where}: the failed result is not marked is_error"
+
+
+# ───────────────────────────── extended thinking and reasoning items ─────────────────────────────
+
+# Opaque provider state carried by assistant messages: Anthropic `thinking` /
+# `redacted_thinking` blocks go back to Anthropic byte for byte, first in
+# their assistant turn; OpenAI Responses `reasoning` items go back to the
+# Responses API right before the items of their assistant turn. Neither
+# appears in any other format.
+
+ODD_TEXT = [
+    "  two leading spaces",
+    "trailing spaces and newlines  \n\n",
+    "tabs\tand\r\nCRLF",
+    "quotes \" ' and \\ backslashes \\n (not a newline)",
+    "naïve café 🧠 数据库 \u2028line separator\u2029",
+    '<thinking>not a tag</thinking> {"json": true} ```code```',
+    "combining e\u0301 and a zero-width\u200bspace",
+    "1. check the pool\n2. compare with yesterday\n   - p99 only",
+]
+
+
+def hidden_part(rng, kind, tag):
+    """A thinking / redacted_thinking / reasoning part whose every string is unique (`tag`)."""
+    if kind == "thinking":
+        body = " ".join(rng.sample(ODD_TEXT, 3))
+        text = f"{tag}: {body}" * rng.choice([1, 1, 30])
+        sig = base64.b64encode(rng.randbytes(rng.choice([64, 180, 400]))).decode()
+        return {"type": "thinking", "thinking": text, "signature": f"{sig}{tag}"}
+    if kind == "redacted_thinking":
+        return {"type": "redacted_thinking", "data": f"{tag}" + base64.b64encode(rng.randbytes(240)).decode()}
+    if kind == "reasoning":
+        return {
+            "type": "reasoning",
+            "id": f"rs_{tag}{rng.randbytes(20).hex()}",
+            "summary": [f"**{tag}.{k}** {rng.choice(ODD_TEXT)}" for k in range(rng.choice([0, 1, 1, 2, 3]))],
+            "encrypted_content": rng.choice([None, f"gAAAAA{tag}" + base64.b64encode(rng.randbytes(300)).decode()]),
+        }
+    raise ValueError(kind)
+
+
+ANTHROPIC_HIDDEN = ("thinking", "redacted_thinking")
+
+
+def hidden_of(m, kinds):
+    """The parts of canonical message `m` whose type is in `kinds`."""
+    content = m.get("content")
+    return [p for p in content if p["type"] in kinds] if isinstance(content, list) else []
+
+
+def expected_anthropic_block(p):
+    if p["type"] == "thinking":
+        return {"type": "thinking", "thinking": p["thinking"], "signature": p["signature"]}
+    return {"type": "redacted_thinking", "data": p["data"]}
+
+
+def expected_reasoning_item(p):
+    item = {
+        "type": "reasoning",
+        "id": p["id"],
+        "summary": [{"type": "summary_text", "text": s} for s in p["summary"]],
+    }
+    if p.get("encrypted_content") is not None:
+        item["encrypted_content"] = p["encrypted_content"]
+    return item
+
+
+def same_reasoning(got, want):
+    # An unset encrypted_content may also be sent as null.
+    return got == want or ("encrypted_content" not in want and got == {**want, "encrypted_content": None})
+
+
+def opaque_strings(msgs, kinds):
+    """The strings of the hidden parts of `kinds` (for absence checks)."""
+    out = []
+    for m in msgs:
+        for p in hidden_of(m, kinds):
+            if p["type"] == "thinking":
+                out += [p["thinking"], p["signature"]]
+            elif p["type"] == "redacted_thinking":
+                out.append(p["data"])
+            else:
+                out += [p["id"], *p["summary"]] + ([p["encrypted_content"]] if p.get("encrypted_content") else [])
+    return out
+
+
+class RichThread:
+    """A thread whose assistant messages carry hidden parts; each assistant
+    message without calls ends with a unique tag so it can be found."""
+
+    def __init__(self, rng):
+        self.rng = rng
+        self.tb = ThreadBuilder(rng)
+        self.n = 0
+
+    def tag(self):
+        self.n += 1
+        return f"H{self.n}x{self.rng.randrange(16**6):06x}"
+
+    def assistant(self, kinds, text=None, calls=()):
+        parts = [hidden_part(self.rng, k, self.tag()) for k in kinds]
+        if text is None:
+            text = fill(self.rng, self.rng.choice(ASSISTANT_REPLIES))
+        if not calls:
+            text = f"{text} ({self.tag()})"
+        content = parts + ([{"type": "text", "text": text}] if text else [])
+        return self.tb.assistant(content, calls)
+
+    def tool_round(self, kinds, k, text=""):
+        pairs = [self.tb.new_call() for _ in range(k)]
+        self.assistant(kinds, text, [c for c, _ in pairs])
+        order = list(pairs)
+        self.rng.shuffle(order)
+        for call, (output, kf) in order:
+            self.tb.result(call, output, kf)
+
+
+def _think_single_call(r):
+    r.tb.user()
+    r.tool_round(["thinking"], 1, r.rng.choice(["", "Let me read it."]))
+    r.assistant(["thinking"])
+    r.tb.user()
+
+
+def _think_parallel_calls(r):
+    r.tb.user()
+    r.tool_round(["thinking", "redacted_thinking"], 4, "Fanning out.")
+    # The request is made right after the results (agent mid-loop).
+
+
+def _think_without_tools(r):
+    r.tb.user()
+    r.assistant(["thinking"])
+    r.tb.user()
+    r.assistant(["redacted_thinking", "thinking"])
+    r.tb.user()
+
+
+def _think_every_turn(r):
+    for _ in range(4):
+        r.tb.user()
+        r.tool_round(["thinking"], r.rng.choice([1, 2, 3]), r.rng.choice(["", "Checking."]))
+        r.assistant(["thinking"])
+    r.tb.user()
+
+
+def _think_after_assistant_text(r):
+    # Two assistant messages in a row (a progress note, then the thinking
+    # turn): one Anthropic assistant turn, which must still open with the
+    # thinking.
+    r.tb.user("Restart the worker.")
+    r.tb.assistant("Okay, on it.")
+    r.tool_round(["thinking"], 1, "")
+    # Ends with the tool result: this is the latest assistant turn, which
+    # the API checks when thinking is enabled.
+
+
+def _reason_single_call(r):
+    r.tb.user()
+    r.tool_round(["reasoning"], 1, "")
+    r.assistant(["reasoning"])
+    r.tb.user()
+
+
+def _reason_parallel_calls(r):
+    r.tb.user()
+    r.tool_round(["reasoning"], 3, "Three lookups at once.")
+
+
+def _reason_without_tools(r):
+    r.tb.user()
+    r.assistant(["reasoning"])
+    r.tb.user()
+    r.assistant(["reasoning"])
+    r.tb.user()
+
+
+def _reason_every_turn(r):
+    for _ in range(4):
+        r.tb.user()
+        r.tool_round(["reasoning"], r.rng.choice([1, 2, 3]), r.rng.choice(["", "Checking."]))
+        r.assistant(r.rng.choice([[], ["reasoning"]]))
+    r.tb.user()
+
+
+def _both_kinds(r):
+    # A platform that switches providers keeps both kinds on one message.
+    for _ in range(3):
+        r.tb.user()
+        r.tool_round(["thinking", "reasoning"], r.rng.choice([1, 2]), r.rng.choice(["", "On it."]))
+        r.assistant(["redacted_thinking", "reasoning"])
+    r.tb.user()
+
+
+HIDDEN_CASES = {
+    "thinking_single_call": _think_single_call,
+    "thinking_parallel_calls": _think_parallel_calls,
+    "thinking_without_tools": _think_without_tools,
+    "thinking_every_turn": _think_every_turn,
+    "thinking_after_assistant_text": _think_after_assistant_text,
+    "reasoning_single_call": _reason_single_call,
+    "reasoning_parallel_calls": _reason_parallel_calls,
+    "reasoning_without_tools": _reason_without_tools,
+    "reasoning_every_turn": _reason_every_turn,
+    "both_kinds_every_turn": _both_kinds,
+}
+
+
+def _assistant_tag(m):
+    text = next((p["text"] for p in m["content"] if p["type"] == "text"), "")
+    match = re.search(r"\((H\d+x[0-9a-f]{6})\)$", text)
+    return text, (match.group(1) if match else None)
+
+
+def check_anthropic_thinking(payload, msgs, where):
+    """Each assistant message's thinking blocks open its Anthropic assistant
+    turn, unchanged and in order; there are no others."""
+    owners = [m for m in msgs if m["role"] == "assistant" and hidden_of(m, ANTHROPIC_HIDDEN)]
+    for m in owners:
+        want = [expected_anthropic_block(p) for p in hidden_of(m, ANTHROPIC_HIDDEN)]
+        if m.get("tool_calls"):
+            cid = m["tool_calls"][0]["id"]
+            found = [
+                a
+                for a in payload["messages"]
+                if any(b.get("type") == "tool_use" and b["id"] == cid for b in _blocks_of(a))
+            ]
+        else:
+            _, tag = _assistant_tag(m)
+            found = [
+                a
+                for a in payload["messages"]
+                if a["role"] == "assistant" and any(b.get("type") == "text" and tag in b["text"] for b in _blocks_of(a))
+            ]
+        assert len(found) == 1, f"{where}: the Anthropic turn of message {m['id']} not found"
+        got = found[0]["content"][: len(want)]
+        assert got == want, (
+            f"{where}: message {m['id']}: the assistant turn does not open with its thinking blocks, unchanged:\n"
+            f"want {json.dumps(want)[:400]}\ngot  {json.dumps(got)[:400]}"
+        )
+    sent = [b for a in payload["messages"] for b in _blocks_of(a) if b.get("type") in ANTHROPIC_HIDDEN]
+    n = sum(len(hidden_of(m, ANTHROPIC_HIDDEN)) for m in owners)
+    assert len(sent) == n, f"{where}: {len(sent)} thinking blocks sent for {n} in the thread"
+
+
+def check_responses_reasoning(payload, msgs, where):
+    """Each assistant message's reasoning items come, unchanged and in order,
+    right before the items of its turn: its assistant message (when it has
+    text), then its function_calls. There are no others."""
+    items = payload["input"]
+    owners = [m for m in msgs if m["role"] == "assistant" and hidden_of(m, ("reasoning",))]
+    for m in owners:
+        want = [expected_reasoning_item(p) for p in hidden_of(m, ("reasoning",))]
+        text, tag = _assistant_tag(m)
+        if m.get("tool_calls"):
+            ids = [c["id"] for c in m["tool_calls"]]
+            f = next((k for k, i in enumerate(items) if i.get("call_id") == ids[0]), None)
+            assert f is not None, f"{where}: the function_call {ids[0]} of message {m['id']} is missing"
+            got_ids = [i.get("call_id") for i in items[f : f + len(ids)]]
+            assert got_ids == ids, f"{where}: the function_calls of message {m['id']} are not together: {got_ids}"
+            start = f
+            if text.strip():
+                assert items[f - 1].get("type") == "message" and items[f - 1].get("role") == "assistant", (
+                    f"{where}: message {m['id']}: its text is not right before its function_calls"
+                )
+                start = f - 1
+        else:
+            start = next(
+                (
+                    k
+                    for k, i in enumerate(items)
+                    if i.get("type") == "message" and i.get("role") == "assistant" and tag in str(i.get("content"))
+                ),
+                None,
+            )
+            assert start is not None, f"{where}: the assistant message of {m['id']} is missing"
+        got = items[max(0, start - len(want)) : start]
+        assert len(got) == len(want) and all(same_reasoning(g, w) for g, w in zip(got, want, strict=True)), (
+            f"{where}: message {m['id']}: its reasoning items are not right before its turn, unchanged:\n"
+            f"want {json.dumps(want)[:400]}\ngot  {json.dumps(got)[:400]}"
+        )
+    sent = [i for i in items if i.get("type") == "reasoning"]
+    n = sum(len(hidden_of(m, ("reasoning",))) for m in owners)
+    assert len(sent) == n, f"{where}: {len(sent)} reasoning items sent for {n} in the thread"
+
+
+def check_hidden_parts_unchanged(payload, fmt, msgs, where):
+    """Whatever compaction did, a thinking block / reasoning item that is sent
+    is one of the thread's, unchanged."""
+    if fmt == "anthropic":
+        known = [expected_anthropic_block(p) for m in msgs for p in hidden_of(m, ANTHROPIC_HIDDEN)]
+        for a in payload["messages"]:
+            for b in _blocks_of(a):
+                if b.get("type") in ANTHROPIC_HIDDEN:
+                    assert b in known, f"{where}: a thinking block that is not the thread's: {json.dumps(b)[:300]}"
+    if fmt == "responses":
+        known = [expected_reasoning_item(p) for m in msgs for p in hidden_of(m, ("reasoning",))]
+        for i in payload["input"]:
+            if i.get("type") == "reasoning":
+                assert any(same_reasoning(i, k) for k in known), (
+                    f"{where}: a reasoning item that is not the thread's: {json.dumps(i)[:300]}"
+                )
+
+
+def check_hidden_absent(payload, fmt, msgs, where):
+    """Thinking only reaches Anthropic, reasoning items only the Responses API."""
+    text = all_text(payload)
+    foreign = []
+    if fmt != "anthropic":
+        foreign += opaque_strings(msgs, ANTHROPIC_HIDDEN)
+    if fmt != "responses":
+        foreign += opaque_strings(msgs, ("reasoning",))
+    leaked = [s for s in foreign if s.strip() and s.strip() in text]
+    assert not leaked, f"{where}: hidden content of another provider leaked into the payload: {leaked[0][:120]!r}"
+
+
+@pytest.mark.parametrize("case", sorted(HIDDEN_CASES))
+def test_thinking_and_reasoning_parts(api, stub, tmp_path, case):
+    pb2, _ = api
+    rng = random.Random(f"{SEED}:hidden:{case}")
+    r = RichThread(rng)
+    HIDDEN_CASES[case](r)
+    msgs = r.tb.messages
+    ctx = f"[seed={SEED} case={case}]"
+    thread = to_proto(pb2, f"pp-{SEED}-hidden-{case}", msgs)
+    sizing, _ = render(pb2, stub, thread, "openai", budget=1_000_000)
+    squeezed = max(int(sizing.tokens.total * 0.3), 300)
+    for fmt in FORMATS:
+        for label, budget, policy in (("roomy", 1_000_000, None), ("squeezed", squeezed, squeeze_policy(pb2))):
+            where = f"{ctx} format={fmt} budget={label}"
+            out, payload, budget = render_fitting(pb2, stub, thread, fmt, budget, where, policy=policy)
+            dump = _dump(tmp_path, f"{case}-{fmt}-{label}", payload)
+            where = f"{where}:{budget} payload={dump}"
+            try:
+                validate(payload, fmt)
+            except AssertionError as e:
+                raise AssertionError(f"{where}: {type(e).__name__}: {e}") from None
+            check_hidden_parts_unchanged(payload, fmt, msgs, where)
+            check_hidden_absent(payload, fmt, msgs, where)
+            if label == "roomy":
+                plan = out.compaction.plan
+                assert not (plan.externalizations or plan.summarizations or plan.clearings or plan.drops), (
+                    f"{where}: the roomy budget compacted"
+                )
+                if fmt == "anthropic":
+                    check_anthropic_thinking(payload, msgs, where)
+                if fmt == "responses":
+                    check_responses_reasoning(payload, msgs, where)
+
+
+# ───────────────────────────── pending tool calls ─────────────────────────────
+
+
+def _pending_at_end(tb):
+    # An approval is pending: the call is the last thing in the thread.
+    tb.user()
+    tb.tool_round(1)
+    tb.assistant()
+    tb.user("Go ahead and create the ticket.")
+    call, _ = tb.new_call("http_request")
+    tb.assistant("Creating it; waiting for your approval.", [call])
+    return [call["id"]]
+
+
+def _pending_then_user_message(tb):
+    # The user moved on before the tool answered: the call is abandoned mid-thread.
+    tb.user()
+    call, _ = tb.new_call("shell")
+    tb.assistant("", [call])
+    tb.user("Never mind that, just tell me what the runbook says.")
+    tb.assistant()
+    tb.user()
+    return [call["id"]]
+
+
+def _pending_beside_answered_call(tb):
+    # Parallel calls where one answered and one did not.
+    tb.user()
+    (a, (out_a, kf_a)), (p, _), (b, (out_b, kf_b)) = [tb.new_call() for _ in range(3)]
+    tb.assistant("Three things at once.", [a, p, b])
+    tb.result(b, out_b, kf_b)
+    tb.result(a, out_a, kf_a)
+    tb.assistant()
+    tb.user()
+    return [p["id"]]
+
+
+def _pending_after_reasoning(tb):
+    # The only content of the turn besides the pending call is hidden state.
+    tb.user()
+    tb.tool_round(2)
+    tb.user("Now restart it.")
+    call, _ = tb.new_call("shell")
+    rng = tb.rng
+    tb.assistant([hidden_part(rng, "thinking", "PENDTHINK"), hidden_part(rng, "reasoning", "PENDREASON")], [call])
+    return [call["id"]]
+
+
+def _pending_several(tb):
+    tb.user()
+    first, _ = tb.new_call("run_sql")
+    tb.assistant("Querying.", [first])
+    tb.user("Skip the query.")
+    tb.tool_round(2)
+    tb.assistant()
+    tb.user()
+    second, _ = tb.new_call("http_request")
+    tb.assistant("", [second])
+    return [first["id"], second["id"]]
+
+
+PENDING_CASES = {
+    "pending_at_end": _pending_at_end,
+    "pending_then_user_message": _pending_then_user_message,
+    "pending_beside_answered_call": _pending_beside_answered_call,
+    "pending_after_reasoning": _pending_after_reasoning,
+    "pending_several": _pending_several,
+}
+
+
+def _pending_case(case):
+    rng = random.Random(f"{SEED}:pending:{case}")
+    tb = ThreadBuilder(rng)
+    pending = PENDING_CASES[case](tb)
+    first = next(
+        (i, j) for i, m in enumerate(tb.messages) for j, c in enumerate(m.get("tool_calls") or []) if c["id"] in pending
+    )
+    answered = [c["id"] for m in tb.messages for c in m.get("tool_calls") or [] if c["id"] not in pending]
+    return tb.messages, pending, f"thread.messages[{first[0]}].tool_calls[{first[1]}].id", answered
+
+
+@pytest.mark.parametrize("case", sorted(PENDING_CASES))
+def test_pending_calls_are_refused_by_default(api, stub, case):
+    pb2, _ = api
+    msgs, _, field, _ = _pending_case(case)
+    ctx = f"[seed={SEED} case={case}]"
+    thread = to_proto(pb2, f"pp-{SEED}-{case}-refused", msgs)
+    # Accepted as input: Compact plans around it.
+    stub.Compact(pb2.CompactRequest(thread=thread, max_input_tokens=1_000_000), timeout=CALL_TIMEOUT_S)
+    for fmt in FORMATS:
+        with pytest.raises(grpc.RpcError) as info:
+            render(pb2, stub, thread, fmt, budget=1_000_000)
+        err = info.value
+        where = f"{ctx} format={fmt}: {err.code()} {err.details()}"
+        assert err.code() == grpc.StatusCode.FAILED_PRECONDITION, where
+        detail = error_info(err)
+        assert detail is not None, f"{where}: no ErrorInfo"
+        assert (detail.reason, detail.domain) == ("PENDING_TOOL_CALL", "compactd.v1"), where
+        assert detail.metadata["field"] == field, f"{where}: field {detail.metadata['field']!r}, want {field!r}"
+
+
+@pytest.mark.parametrize("case", sorted(PENDING_CASES))
+def test_pending_calls_left_out_on_request(api, stub, tmp_path, case):
+    pb2, _ = api
+    msgs, pending, _, answered = _pending_case(case)
+    ctx = f"[seed={SEED} case={case}]"
+    results = _render_all(pb2, stub, tmp_path, case, msgs, omit_pending=True)
+    user_texts = [m["content"] for m in msgs if m["role"] == "user"]
+    for (fmt, budget), (resp, payload) in results.items():
+        where = f"{ctx} format={fmt} budget={budget}"
+        text = all_text(payload)
+        for pid in pending:
+            assert pid not in text, f"{where}: the pending call {pid} was sent"
+        check_hidden_parts_unchanged(payload, fmt, msgs, where)
+        check_hidden_absent(payload, fmt, msgs, where)
+        if budget == 1_000_000:
+            assert payload_call_ids(payload, fmt) == answered, f"{where}: answered calls changed"
+            for t in user_texts:
+                assert t.strip() in text, f"{where}: user text lost: {t[:60]!r}"
+            warnings = list(resp.audit.warnings)
+            assert any("pending" in w.lower() or any(pid in w for pid in pending) for w in warnings), (
+                f"{where}: no audit warning says a pending call was left out: {warnings}"
+            )
+
+
+# ───────────────────────────── tool ids Anthropic rejects ─────────────────────────────
+
+
+def test_tool_ids_rewritten_for_anthropic_only(api, stub, tmp_path):
+    """Ids with characters outside [a-zA-Z0-9_-], ids reused across turns, and
+    ids whose naive rewrite collides with another id: Anthropic gets valid,
+    unique ids with each tool_result still on its own tool_use; both OpenAI
+    formats get the caller's ids."""
+    pb2, _ = api
+    rng = random.Random(f"{SEED}:anthropic-ids")
+    tb = ThreadBuilder(rng)
+    turns = [
+        ["call.1", "fn:read_file:0", "my call 3", "z.z"],
+        ["call_0", "call_1"],
+        ["call_0", "call_1"],  # reused, as some agents do
+        ["a.b", "a_b", "a-b", "toolu_01KEEPME", "ü-call"],
+        ["call_0", "z_z"],
+    ]
+    n = 0
+    results_by_n = {}
+    for ids in turns:
+        tb.user()
+        calls = []
+        for cid in ids:
+            n += 1
+            calls.append({"id": cid, "name": "read_file", "arguments": {"path": f"f{n}.txt", "n": n}})
+            results_by_n[n] = f"result #{n}"
+        tb.assistant(rng.choice(["", "Reading."]), calls)
+        order = list(calls)
+        rng.shuffle(order)
+        for c in order:
+            tb.result(c, results_by_n[c["arguments"]["n"]], durability="non_replayable")
+        tb.assistant()
+    tb.user("Thanks.")
+    thread_ids = [c["id"] for m in tb.messages for c in m.get("tool_calls") or []]
+    counts = {i: thread_ids.count(i) for i in thread_ids}
+    kept_as_is = [i for i in thread_ids if counts[i] == 1 and ANTHROPIC_ID.match(i)]
+    out = _render_all(pb2, stub, tmp_path, "anthropic-ids", tb.messages)
+    for (fmt, budget), (resp, payload) in out.items():
+        where = f"[seed={SEED}] format={fmt} budget={budget}"
+        pairs = _call_result_pairs(payload, fmt)
+        for cid, args, result in pairs:
+            assert result == results_by_n[args["n"]], f"{where}: the result of call {cid} (n={args['n']}) is {result!r}"
+        if budget != 1_000_000:
+            continue
+        assert len(pairs) == len(thread_ids), f"{where}: calls lost"
+        ids = payload_call_ids(payload, fmt)
+        if fmt == "anthropic":
+            assert all(ANTHROPIC_ID.match(i) for i in ids) and len(set(ids)) == len(ids), where
+            assert set(kept_as_is) <= set(ids), f"{where}: valid unique ids were rewritten: {ids}"
+            warnings = list(resp.audit.warnings)
+            for i in sorted(set(thread_ids) - set(kept_as_is)):
+                assert any(i in w for w in warnings), f"{where}: no audit warning says {i!r} was rewritten: {warnings}"
+        else:
+            assert ids == thread_ids, f"{where}: the caller's ids were not sent as they are: {ids}"
+            assert not [w for w in resp.audit.warnings if "Anthropic" in w], f"{where}: {list(resp.audit.warnings)}"
+
+
+def _result_text(content):
+    if isinstance(content, str):
+        return content
+    return "\n".join(b.get("text", "") for b in content)
+
+
+def _call_result_pairs(payload, fmt):
+    """(id, parsed arguments, result text) of every answered call in the payload."""
+    pairs = []
+    if fmt == "responses":
+        open_calls = {}
+        for i in payload["input"]:
+            if i.get("type") == "function_call":
+                open_calls[i["call_id"]] = json.loads(i["arguments"])
+            elif i.get("type") == "function_call_output":
+                pairs.append((i["call_id"], open_calls.pop(i["call_id"]), _result_text(i["output"])))
+        return pairs
+    open_calls = {}
+    for m in payload["messages"]:
+        if fmt == "openai":
+            for c in m.get("tool_calls") or []:
+                open_calls[c["id"]] = json.loads(c["function"]["arguments"])
+            if m["role"] == "tool":
+                pairs.append((m["tool_call_id"], open_calls.pop(m["tool_call_id"]), _result_text(m["content"])))
+        else:
+            for b in _blocks_of(m):
+                if b.get("type") == "tool_use":
+                    open_calls[b["id"]] = b["input"]
+                elif b.get("type") == "tool_result":
+                    pairs.append((b["tool_use_id"], open_calls.pop(b["tool_use_id"]), _result_text(b["content"])))
+    return pairs
+
+
+# ───────────────────────────── images a provider does not take ─────────────────────────────
+
+UNSUPPORTED_IMAGES = [
+    "data:image/svg+xml;base64," + base64.b64encode(b'<svg xmlns="http://www.w3.org/2000/svg"/>').decode(),
+    "data:image/bmp;base64," + base64.b64encode(b"BM" + bytes(60)).decode(),
+    "data:image/tiff;base64," + base64.b64encode(b"II*\x00" + bytes(40)).decode(),
+    "data:image/heic;base64," + base64.b64encode(b"\x00\x00\x00\x18ftypheic" + bytes(20)).decode(),
+]
+
+
+def _image_media_types(payload, fmt):
+    """(media type or URL scheme, where) of every image block / part sent."""
+    found = []
+
+    def of_url(url):
+        m = DATA_URL.match(url) if isinstance(url, str) else None
+        return m.group(1) if m else "url"
+
+    if fmt == "responses":
+        for i, item in enumerate(payload["input"]):
+            for j, part in enumerate(item.get("content") if isinstance(item.get("content"), list) else []):
+                if part.get("type") == "input_image":
+                    found.append((of_url(part.get("image_url")), f"input[{i}].content[{j}]"))
+        return found
+    for i, m in enumerate(payload["messages"]):
+        for j, part in enumerate(m["content"] if isinstance(m.get("content"), list) else []):
+            if fmt == "openai" and part.get("type") == "image_url":
+                found.append((of_url(part["image_url"]["url"]), f"messages[{i}].content[{j}]"))
+            if fmt == "anthropic" and part.get("type") == "image":
+                src = part["source"]
+                found.append((src.get("media_type", "url"), f"messages[{i}].content[{j}]"))
+    return found
+
+
+def test_unsupported_image_types_become_text_references(api, stub, tmp_path):
+    pb2, _ = api
+    rng = random.Random(f"{SEED}:unsupported-images")
+    tb = ThreadBuilder(rng)
+    png = data_url(rng)
+    tb.user(
+        [{"type": "text", "text": "Here are the diagrams."}]
+        + [{"type": "image", "url": u} for u in UNSUPPORTED_IMAGES]
+        + [{"type": "image", "url": png}, {"type": "image", "url": "https://images.example.com/arch.svg"}]
+    )
+    tb.assistant()
+    tb.user([{"type": "image", "url": UNSUPPORTED_IMAGES[0]}])  # nothing else in the message
+    out = _render_all(pb2, stub, tmp_path, "unsupported-images", tb.messages, budgets=(1_000_000,))
+    for (fmt, _), (_, payload) in out.items():
+        where = f"[seed={SEED}] format={fmt}"
+        for media_type, at in _image_media_types(payload, fmt):
+            assert media_type == "url" or media_type in ANTHROPIC_IMAGE_TYPES, f"{where}: {at} is {media_type}"
+        # The PNG still goes as an image; the data of the others is not inlined as text.
+        assert any(mt == "image/png" for mt, _ in _image_media_types(payload, fmt)), f"{where}: the PNG was lost"
+        text = all_text(payload)
+        for u in UNSUPPORTED_IMAGES:
+            assert u.split(",", 1)[1] not in text, f"{where}: the data of {u[:30]} was sent"
+            media_type = u[len("data:") : u.index(";")]
+            assert media_type in text, f"{where}: no text reference to the {media_type} image"
+
+
+# ───────────────────────────── tool definitions ─────────────────────────────
+
+
+def test_tool_definitions_without_description_or_parameters(api, stub, tmp_path):
+    """A ToolSchema may leave out its description and its JSON Schema (empty
+    `parameters_json` means null); every format still needs a valid tool."""
+    pb2, _ = api
+    rng = random.Random(f"{SEED}:tool-defs")
+    tb = ThreadBuilder(rng)
+    tb.user("Ping the worker, then echo 'done'.")
+    ping = {"id": "call_ping", "name": "ping", "arguments": {}}
+    tb.assistant("", [ping])
+    tb.result(ping, "pong")
+    tb.assistant("Pong received.")
+    tb.user("Thanks.")
+    tools = [
+        pb2.ToolSchema(name="ping"),
+        pb2.ToolSchema(name="echo", parameters_json=json.dumps({"type": "object", "properties": {}})),
+        pb2.ToolSchema(name="noop", description="Does nothing."),
+    ]
+    thread = to_proto(pb2, f"pp-{SEED}-tool-defs", tb.messages)
+    for fmt in FORMATS:
+        where = f"[seed={SEED}] format={fmt}"
+        _, payload = render(pb2, stub, thread, fmt, budget=1_000_000, tools=tools)
+        dump = _dump(tmp_path, f"tool-defs-{fmt}", payload)
+        try:
+            validate(payload, fmt)
+        except AssertionError as e:
+            raise AssertionError(f"{where}: {type(e).__name__}: {e}\npayload: {dump}") from None
+        assert len(payload["tools"]) == len(tools), where
