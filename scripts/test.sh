@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine with only the Rust toolchain,
 # Python 3.11 with pip, and gcc: formatting, lints, every Rust test (unit,
-# property, golden, CLI, gRPC integration), then the Python client generated
-# by grpcio-tools against the real binary. Creates .venv on first use.
+# property, golden, CLI, gRPC integration), the long property run, then the
+# Python tests (grpcio-tools client and SDK payload checks) against the real
+# binary. Creates .venv on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,5 +16,7 @@ fi
 cargo fmt --all -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 cargo test --locked --workspace
+# Every property again at 2,000 cases, optimized.
+./scripts/proptest-long.sh
 # The Python test drives the binary that `cargo test` just built.
 COMPACTD_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/compactd" "$venv/bin/python" -m pytest -q tests/python

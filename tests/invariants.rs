@@ -4,13 +4,14 @@
 
 mod common;
 
-use common::Harness;
+use common::{run_counted, Harness};
 use compactd::app::AppError;
 use compactd::model::{Content, Role};
 use compactd::reduce::CompactError;
 use compactd::render::{anthropic, openai, Origin, ProviderOptions};
 use compactd_testkit::synth::{thread, SynthParams};
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 
 fn params() -> impl Strategy<Value = SynthParams> {
     (any::<u64>(), 1u32..30, 0.0f64..1.0, 1u32..500, 0u32..3).prop_map(
@@ -24,58 +25,104 @@ fn params() -> impl Strategy<Value = SynthParams> {
     )
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, .. ProptestConfig::default() })]
-
-    #[test]
-    fn compaction_invariants(p in params(), max_input in 1_500u32..40_000, keep in 1u32..6, pairs in 0u32..4) {
-        let t = thread(&p);
-        let mut h = Harness::default();
-        h.policy.keep_recent_turns = keep;
-        h.policy.keep_tool_io_pairs = pairs;
-        match h.compact(&t, max_input, None) {
-            Ok(out) => {
-                let report = &out.report;
-                // Never over budget: the exact count after binding real ids.
-                prop_assert!(out.tokens.total <= report.budget.hard_limit,
-                    "{} > {}", out.tokens.total, report.budget.hard_limit);
-                prop_assert!(out.tokens.total <= out.report.tokens_after);
-                // Never an orphan, in any output form.
-                let opts = ProviderOptions { model: "gpt-4o".into(), max_output_tokens: None };
-                let oa = openai::to_openai(&out.request, &opts);
-                prop_assert!(openai::check_pairing(&oa).is_ok(), "{:?}", openai::check_pairing(&oa));
-                let an = anthropic::to_anthropic(&out.request, &opts);
-                prop_assert!(anthropic::check_structure(&an).is_ok(), "{:?}", anthropic::check_structure(&an));
-                // Protected and never-prune messages are rendered verbatim.
-                for m in &t.messages {
-                    if m.metadata.protected || matches!(m.role, Role::System | Role::Developer) {
-                        let rendered = out.request.messages.iter().find(|r| r.source_id == m.id);
-                        prop_assert!(rendered.is_some_and(|r| r.origin == Origin::Verbatim && r.content == m.content),
-                            "protected message {} lost", m.id);
-                    }
+/// The pipeline's invariants on one random thread; `Ok(true)` when it
+/// compacted and rendered, `Ok(false)` when it was refused for budget (and
+/// the core agrees).
+fn compaction_invariants(
+    p: SynthParams,
+    max_input: u32,
+    keep: u32,
+    pairs: u32,
+) -> Result<bool, TestCaseError> {
+    let t = thread(&p);
+    let mut h = Harness::default();
+    h.policy.keep_recent_turns = keep;
+    h.policy.keep_tool_io_pairs = pairs;
+    match h.compact(&t, max_input, None) {
+        Ok(out) => {
+            let report = &out.report;
+            // Never over budget: the exact count after binding real ids.
+            prop_assert!(
+                out.tokens.total <= report.budget.hard_limit,
+                "{} > {}",
+                out.tokens.total,
+                report.budget.hard_limit
+            );
+            prop_assert!(out.tokens.total <= out.report.tokens_after);
+            // Never an orphan, in any output form.
+            let opts = ProviderOptions {
+                model: "gpt-4o".into(),
+                max_output_tokens: None,
+            };
+            let oa = openai::to_openai(&out.request, &opts);
+            prop_assert!(
+                openai::check_pairing(&oa).is_ok(),
+                "{:?}",
+                openai::check_pairing(&oa)
+            );
+            let an = anthropic::to_anthropic(&out.request, &opts);
+            prop_assert!(
+                anthropic::check_structure(&an).is_ok(),
+                "{:?}",
+                anthropic::check_structure(&an)
+            );
+            // Protected and never-prune messages are rendered verbatim.
+            for m in &t.messages {
+                if m.metadata.protected || matches!(m.role, Role::System | Role::Developer) {
+                    let rendered = out.request.messages.iter().find(|r| r.source_id == m.id);
+                    prop_assert!(
+                        rendered
+                            .is_some_and(|r| r.origin == Origin::Verbatim && r.content == m.content),
+                        "protected message {} lost",
+                        m.id
+                    );
                 }
-                // Deterministic rendering.
-                let again = h.render(&t, &out.plan);
-                prop_assert_eq!(serde_json::to_string(&again).unwrap(), serde_json::to_string(&out.request).unwrap());
-                // Normalization is idempotent on pipeline plans.
-                let mut plan = out.plan.clone();
-                prop_assert!(plan.normalize().is_empty());
-                prop_assert_eq!(&plan, &out.plan);
-                prop_assert!(plan.validate_against(&t, &h.policy.roles_never_prune).is_ok());
             }
-            Err(AppError::InsufficientBudget { .. }) => {
-                // The core agrees, and its numbers say why.
-                match h.core_compact(&t, max_input, false) {
-                    Err(CompactError::InsufficientBudget { required, limit, .. }) => {
-                        prop_assert!(required > limit);
-                    }
-                    Err(e) => prop_assert!(false, "the core failed otherwise: {e}"),
-                    Ok(_) => prop_assert!(false, "the core fits what the app refused"),
-                }
-            }
-            Err(e) => prop_assert!(false, "unexpected error {e}"),
+            // Deterministic rendering.
+            let again = h.render(&t, &out.plan);
+            prop_assert_eq!(
+                serde_json::to_string(&again).unwrap(),
+                serde_json::to_string(&out.request).unwrap()
+            );
+            // Normalization is idempotent on pipeline plans.
+            let mut plan = out.plan.clone();
+            prop_assert!(plan.normalize().is_empty());
+            prop_assert_eq!(&plan, &out.plan);
+            prop_assert!(plan
+                .validate_against(&t, &h.policy.roles_never_prune)
+                .is_ok());
+            Ok(true)
         }
+        Err(AppError::InsufficientBudget { .. }) => {
+            // The core agrees, and its numbers say why.
+            match h.core_compact(&t, max_input, false) {
+                Err(CompactError::InsufficientBudget {
+                    required, limit, ..
+                }) => {
+                    prop_assert!(required > limit);
+                }
+                Err(e) => prop_assert!(false, "the core failed otherwise: {e}"),
+                Ok(_) => prop_assert!(false, "the core fits what the app refused"),
+            }
+            Ok(false)
+        }
+        Err(e) => Err(TestCaseError::fail(format!("unexpected error {e}"))),
     }
+}
+
+#[test]
+fn compaction_invariants_hold() {
+    run_counted(
+        "compaction invariants",
+        (params(), 1_500u32..40_000, 1u32..6, 0u32..4),
+        96,
+        0.6,
+        |(p, max_input, keep, pairs)| compaction_invariants(p, max_input, keep, pairs),
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: compactd_testkit::proptest_cases(96), .. ProptestConfig::default() })]
 
     #[test]
     fn a_fitting_thread_is_left_alone(p in params()) {

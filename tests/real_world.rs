@@ -373,7 +373,9 @@ fn a_merged_assistant_turn_still_opens_with_its_thinking() {
         ]))
         .unwrap(),
     };
-    let out = Harness::default().compact(&t, 100_000, None).expect("renders");
+    let out = Harness::default()
+        .compact(&t, 100_000, None)
+        .expect("renders");
     let (_, an, _) = all_forms_valid(&out.request);
     let turn = an["messages"][1]["content"].as_array().unwrap();
     let kinds: Vec<&str> = turn.iter().map(|b| b["type"].as_str().unwrap()).collect();

@@ -438,7 +438,7 @@ where
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(ProptestConfig::with_cases(crate::testing::cases(200)))]
 
     #[test]
     fn threads_round_trip(t in thread()) {

@@ -794,7 +794,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(256))]
+        #![proptest_config(ProptestConfig::with_cases(crate::testing::cases(256)))]
         #[test]
         fn well_formed_requests_pass_and_keep_all_text(req in testgen::request()) {
             let body = to_anthropic(&req, &opts());

@@ -668,6 +668,8 @@ fn segment_and_id_validation() {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(crate::testing::cases(256)))]
+
     /// Whatever ids pass validation, the key is exactly four normal
     /// components below the root: no escape, no aliasing into another tenant.
     #[test]

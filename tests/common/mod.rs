@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use compactd::app::{
-    App, AppError, CompactCommand, Defaults, RenderCommand, RenderedOutput, WrittenArtifact,
+    App, AppError, CompactCommand, Defaults, RenderCommand, RenderOutcome, RenderedOutput,
+    WrittenArtifact,
 };
 use compactd::model::{CompactionPlan, Thread, ToolSchema};
 use compactd::reduce::{
@@ -116,14 +117,17 @@ impl Harness {
         compact(&req, &self.engine())
     }
 
-    /// Compact-and-render through the app; `previous` is the plan committed
-    /// last turn (none: a first compaction).
-    pub fn compact(
+    /// Compact-and-render through the app in `format` for `model` (none:
+    /// the default); `previous` is the plan committed last turn (none: a
+    /// first compaction). Returns the tenant it ran as and what the app said.
+    pub fn render_as(
         &self,
         thread: &Thread,
         max_input_tokens: u32,
         previous: Option<&CompactionPlan>,
-    ) -> Result<Outcome, AppError> {
+        format: OutputFormat,
+        model: Option<&str>,
+    ) -> Result<(String, RenderOutcome), AppError> {
         let tenant = format!("h{}", self.calls.fetch_add(1, Ordering::Relaxed));
         let ctx = SecurityContext {
             tenant_id: tenant.clone(),
@@ -142,6 +146,7 @@ impl Harness {
             }
             let mut request = CompactCommand::new(thread.clone(), self.policy.clone());
             request.max_input_tokens = Some(max_input_tokens);
+            request.model = model.map(str::to_string);
             request.system = self.system.clone();
             request.tools = Arc::new(self.tools.clone());
             request.observations = self.observations.clone();
@@ -153,51 +158,67 @@ impl Harness {
                         request,
                         compact_first: true,
                         plan_version: 0,
-                        format: OutputFormat::Neutral,
+                        format,
                         max_output_tokens: None,
                         rehydrate_artifact_ids: Vec::new(),
                         omit_pending_calls: self.omit_pending_calls,
                     },
                 )
                 .await?;
-            let RenderedOutput::Neutral(request) = out.output else {
-                panic!("neutral output was asked for");
-            };
-            let compaction = out.compaction.expect("compact_first reports");
-            // The pipeline's count (bound and recounted incrementally) equals a
-            // full recount from scratch, and so does what the app reports;
-            // pending calls left out only make the request smaller.
-            let recount =
-                RequestCounter::new(self.counter.as_ref(), &self.ledger).request(&request);
+            Ok((tenant, out))
+        })
+    }
+
+    /// Compact-and-render to neutral form through the app; `previous` is the
+    /// plan committed last turn (none: a first compaction).
+    pub fn compact(
+        &self,
+        thread: &Thread,
+        max_input_tokens: u32,
+        previous: Option<&CompactionPlan>,
+    ) -> Result<Outcome, AppError> {
+        let (tenant, out) = self.render_as(
+            thread,
+            max_input_tokens,
+            previous,
+            OutputFormat::Neutral,
+            None,
+        )?;
+        let RenderedOutput::Neutral(request) = out.output else {
+            panic!("neutral output was asked for");
+        };
+        let compaction = out.compaction.expect("compact_first reports");
+        // The pipeline's count (bound and recounted incrementally) equals a
+        // full recount from scratch, and so does what the app reports;
+        // pending calls left out only make the request smaller.
+        let recount = RequestCounter::new(self.counter.as_ref(), &self.ledger).request(&request);
+        assert_eq!(
+            out.tokens, recount,
+            "reported tokens differ from a full count"
+        );
+        if self.omit_pending_calls {
+            assert!(out.plan.compacted_token_count >= recount.total);
+        } else {
             assert_eq!(
-                out.tokens, recount,
-                "reported tokens differ from a full count"
+                out.plan.compacted_token_count, recount.total,
+                "incremental count differs from a full count"
             );
-            if self.omit_pending_calls {
-                assert!(out.plan.compacted_token_count >= recount.total);
-            } else {
-                assert_eq!(
-                    out.plan.compacted_token_count, recount.total,
-                    "incremental count differs from a full count"
-                );
-            }
-            let mut contents = Vec::new();
-            for a in &compaction.artifacts {
-                let (_, bytes) = self
-                    .artifacts
-                    .get(&tenant, &thread.id, &a.artifact_id)
-                    .await
-                    .expect("a written artifact reads back");
-                contents.push(String::from_utf8(bytes).expect("UTF-8"));
-            }
-            Ok(Outcome {
-                contents,
-                report: compaction.report.expect("a fresh tenant never reuses"),
-                artifacts: compaction.artifacts,
-                plan: out.plan,
-                request,
-                tokens: out.tokens,
-            })
+        }
+        let mut contents = Vec::new();
+        for a in &compaction.artifacts {
+            let (_, bytes) = self
+                .runtime
+                .block_on(self.artifacts.get(&tenant, &thread.id, &a.artifact_id))
+                .expect("a written artifact reads back");
+            contents.push(String::from_utf8(bytes).expect("UTF-8"));
+        }
+        Ok(Outcome {
+            contents,
+            report: compaction.report.expect("a fresh tenant never reuses"),
+            artifacts: compaction.artifacts,
+            plan: out.plan,
+            request,
+            tokens: out.tokens,
         })
     }
 
@@ -338,4 +359,46 @@ pub fn log_lines(lines: usize) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Runs property `f` over `strategy` for `compactd_testkit::proptest_cases(default_cases)`
+/// cases and fails unless at least `min_ok` of them reached the Ok path
+/// (`f` returned `Ok(true)`): a generator that drifts into always taking the
+/// error branch would otherwise pass while checking nothing. Returns the
+/// number of cases run and the number that reached the Ok path.
+pub fn run_counted<S: proptest::strategy::Strategy>(
+    name: &str,
+    strategy: S,
+    default_cases: u32,
+    min_ok: f64,
+    f: impl Fn(S::Value) -> Result<bool, proptest::test_runner::TestCaseError>,
+) -> (u32, u32) {
+    use proptest::test_runner::{Config, TestRunner};
+    let cases = compactd_testkit::proptest_cases(default_cases);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        // Cases are reproducible from the printed minimal input.
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let ok = std::cell::Cell::new(0u32);
+    let ran = std::cell::Cell::new(0u32);
+    let result = runner.run(&strategy, |v| {
+        ran.set(ran.get() + 1);
+        if f(v)? {
+            ok.set(ok.get() + 1);
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{name}: {e}");
+    }
+    let (ran, ok) = (ran.get(), ok.get());
+    eprintln!("{name}: {ok} of {ran} cases reached the Ok path");
+    assert!(
+        f64::from(ok) >= min_ok * f64::from(ran),
+        "{name}: only {ok} of {ran} cases reached the Ok path (at least {:.0}% must)",
+        min_ok * 100.0
+    );
+    (ran, ok)
 }

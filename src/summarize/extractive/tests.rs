@@ -635,7 +635,7 @@ fn arb_summary() -> impl Strategy<Value = StructuredSummary> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(crate::testing::cases(256)))]
 
     #[test]
     fn prop_cap_and_prior_facts(
