@@ -125,7 +125,7 @@ pub const MAX_IMAGE_TOKENS: u32 = 4784;
 /// - gpt-4o, gpt-4.1, gpt-4.5, chatgpt-4o: 85 + 8 × 170 = 1445
 /// - o1, o3: 75 + 8 × 150 = 1275
 /// - gpt-4o-mini: 2833 + 8 × 5667 = 48169 (its images are billed as tokens
-///   at this rate; set `render.image_tokens` if a lower figure is known)
+///   at this rate)
 /// - gpt-4.1-mini 1536 × 1.62, gpt-4.1-nano 1536 × 2.46, o4-mini 1536 × 1.72
 /// - anything else (gpt-5 family and newer): the largest patch cost, 3779
 pub fn openai_image_tokens(model: &str) -> u32 {
