@@ -4,21 +4,9 @@
 mod common;
 
 use common::{request_text, Harness};
-use compactd::model::{CompactionPlan, Thread};
+use compactd::model::CompactionPlan;
 use compactd_testkit::synth::{thread, SynthParams};
-
-/// The thread as it looked when its last turn was `turn`.
-fn up_to(t: &Thread, turn: u32) -> Thread {
-    Thread {
-        id: t.id.clone(),
-        messages: t
-            .messages
-            .iter()
-            .filter(|m| m.turn <= turn)
-            .cloned()
-            .collect(),
-    }
-}
+use compactd_testkit::up_to;
 
 fn run_cycles(cycles: u32) {
     let full = thread(&SynthParams {

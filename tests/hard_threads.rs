@@ -203,7 +203,7 @@ fn one_case(
 
     // Last turn's plan, built on a prefix (full turns only, so no pending
     // calls); the neutral path checks its counts against a full recount.
-    let prefix = hard::up_to(&t, prefix_turn.min(p.turns.saturating_sub(1)).max(1));
+    let prefix = compactd_testkit::up_to(&t, prefix_turn.min(p.turns.saturating_sub(1)).max(1));
     let previous = match h.compact(&prefix, max_input, None) {
         Ok(out) => {
             tally.with_previous += 1;

@@ -78,7 +78,7 @@ pub fn to_anthropic(req: &Request, opts: &ProviderOptions) -> Value {
         .take_while(|m| matches!(m.role, Role::System | Role::Developer))
         .count();
     for m in &req.messages[..lead] {
-        let text = flat_text(&m.content);
+        let text = super::images::flat_text(&m.content);
         if !is_blank(&text) {
             system.push(text);
         }
@@ -160,25 +160,6 @@ fn text_block(text: &str) -> Value {
 
 fn image_as_text(url: &str) -> String {
     super::images::reference(url)
-}
-
-/// Content as one string, for the system prompt (which takes no images).
-fn flat_text(c: &Content) -> String {
-    match c {
-        Content::Text(s) => s.clone(),
-        Content::Parts(parts) => parts
-            .iter()
-            .filter_map(|p| match p {
-                ContentPart::Text { text } => Some(text.clone()),
-                ContentPart::Image { url } => Some(image_as_text(url)),
-                ContentPart::Thinking { .. }
-                | ContentPart::RedactedThinking { .. }
-                | ContentPart::Reasoning { .. } => None,
-            })
-            .filter(|s| !is_blank(s))
-            .collect::<Vec<_>>()
-            .join("\n"),
-    }
 }
 
 /// Content blocks without blank text. Images become image blocks only where

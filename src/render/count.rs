@@ -143,7 +143,7 @@ impl<'a> RequestCounter<'a> {
                     .filter(|p| p.is_reasoning())
                     .map(|p| self.content(&Content::Parts(vec![p.clone()])))
                     .sum();
-                reasoning + self.text(&super::responses::flat_text(c))
+                reasoning + self.text(&super::images::flat_text(c))
             }
             _ => self.content(c),
         }

@@ -53,6 +53,29 @@ pub fn reference(url: &str) -> String {
     }
 }
 
+/// Visible content as one string with images as text references: how
+/// content is sent where a provider takes only text (assistant, system,
+/// developer, tool output), and counted. Blank pieces are left out; thinking
+/// and reasoning are not text.
+pub(crate) fn flat_text(c: &crate::model::Content) -> String {
+    use crate::model::{Content, ContentPart};
+    match c {
+        Content::Text(s) => s.clone(),
+        Content::Parts(parts) => parts
+            .iter()
+            .filter_map(|p| match p {
+                ContentPart::Text { text } => Some(text.clone()),
+                ContentPart::Image { url } => Some(reference(url)),
+                ContentPart::Thinking { .. }
+                | ContentPart::RedactedThinking { .. }
+                | ContentPart::Reasoning { .. } => None,
+            })
+            .filter(|s| !s.trim().is_empty())
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

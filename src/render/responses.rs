@@ -63,7 +63,7 @@ fn items(m: RenderedMessage, out: &mut Vec<Value>) {
             out.push(json!({
                 "type": "function_call_output",
                 "call_id": m.tool_call_id.unwrap_or_default(),
-                "output": flat_text(&m.content),
+                "output": super::images::flat_text(&m.content),
             }));
         }
         Role::Assistant => {
@@ -92,7 +92,7 @@ fn items(m: RenderedMessage, out: &mut Vec<Value>) {
                     out.push(Value::Object(item));
                 }
             }
-            let text = flat_text(&m.content);
+            let text = super::images::flat_text(&m.content);
             if !text.trim().is_empty() {
                 out.push(json!({"type": "message", "role": "assistant", "content": text}));
             }
@@ -124,28 +124,11 @@ fn items(m: RenderedMessage, out: &mut Vec<Value>) {
             out.push(json!({"type": "message", "role": "user", "content": content}));
         }
         Role::System | Role::Developer => {
-            let text = flat_text(&m.content);
+            let text = super::images::flat_text(&m.content);
             if !text.trim().is_empty() {
                 out.push(json!({"type": "message", "role": m.role.as_str(), "content": text}));
             }
         }
-    }
-}
-
-/// Visible content as one string, images as references: how assistant,
-/// system, developer and tool content is sent (and counted).
-pub(crate) fn flat_text(c: &Content) -> String {
-    match c {
-        Content::Text(s) => s.clone(),
-        Content::Parts(parts) => parts
-            .iter()
-            .filter_map(|p| match p {
-                ContentPart::Text { text } => Some(text.clone()),
-                ContentPart::Image { url } => Some(super::images::reference(url)),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
     }
 }
 

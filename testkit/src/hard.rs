@@ -8,6 +8,8 @@
 
 use serde_json::json;
 
+use crate::rng::Rng;
+
 use compactd::model::{
     Content, ContentPart, Durability, Message, MessageMetadata, Outcome, Role, Thread, ToolCall,
     ToolContent, ToolResultEnvelope,
@@ -54,38 +56,6 @@ impl Default for HardParams {
             reuse_ids: 0.3,
             failures: 0.15,
             max_output_lines: 300,
-        }
-    }
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        (self.next() % 10_000) as f64 / 10_000.0 < p
-    }
-    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[self.below(xs.len() as u64) as usize]
-    }
-    fn shuffle<T>(&mut self, xs: &mut [T]) {
-        for i in (1..xs.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            xs.swap(i, j);
         }
     }
 }
@@ -167,7 +137,7 @@ fn output(rng: &mut Rng, tool: &str, lines: u32) -> ToolContent {
 
 /// A generated thread; valid by construction.
 pub fn thread(p: &HardParams) -> Thread {
-    let mut rng = Rng(p.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::new(p.seed);
     let mut messages: Vec<Message> = Vec::new();
     let push = |messages: &mut Vec<Message>, role: Role, content: Content, turn: u32| {
         messages.push(Message {
@@ -346,18 +316,4 @@ pub fn thread(p: &HardParams) -> Thread {
 /// True when the thread has a call without a result.
 pub fn has_pending(t: &Thread) -> bool {
     t.pairing().pending().next().is_some()
-}
-
-/// Keeps messages up to turn `turn` (a thread as it looked earlier); calls
-/// left without their result there are simply pending.
-pub fn up_to(t: &Thread, turn: u32) -> Thread {
-    Thread {
-        id: t.id.clone(),
-        messages: t
-            .messages
-            .iter()
-            .filter(|m| m.turn <= turn)
-            .cloned()
-            .collect(),
-    }
 }

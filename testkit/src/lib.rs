@@ -2,6 +2,7 @@
 //! API so nothing test-only ships with it. Used as a dev-dependency only.
 
 pub mod hard;
+mod rng;
 pub mod synth;
 
 /// Cases per property test: `default`, or `COMPACTD_PROPTEST_CASES` when set
@@ -11,4 +12,18 @@ pub fn proptest_cases(default: u32) -> u32 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// The thread as it looked when its last turn was `turn`: a prefix, so
+/// message ids match. Calls of that turn whose results came later are pending.
+pub fn up_to(t: &compactd::model::Thread, turn: u32) -> compactd::model::Thread {
+    compactd::model::Thread {
+        id: t.id.clone(),
+        messages: t
+            .messages
+            .iter()
+            .filter(|m| m.turn <= turn)
+            .cloned()
+            .collect(),
+    }
 }

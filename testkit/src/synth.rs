@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+use crate::rng::Rng;
 use compactd::model::{
     Content, Durability, Message, MessageMetadata, Outcome, Role, Thread, ToolCall, ToolContent,
     ToolResultEnvelope,
@@ -36,34 +37,6 @@ impl Default for SynthParams {
             max_output_lines: 400,
             protected: 1,
         }
-    }
-}
-
-/// A small xorshift generator: deterministic and dependency-free.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        (self.next() % 10_000) as f64 / 10_000.0 < p
-    }
-    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[self.below(xs.len() as u64) as usize]
     }
 }
 
@@ -115,7 +88,7 @@ fn sentence(rng: &mut Rng, n: usize) -> String {
 
 /// Generates a thread.
 pub fn thread(p: &SynthParams) -> Thread {
-    let mut rng = Rng(p.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::new(p.seed);
     let mut messages = Vec::new();
     let mut id = 0usize;
     let mut next_id = || {

@@ -102,17 +102,12 @@ across turns, and a JSON error result with no stated outcome.
 """
 
 import base64
-import importlib
 import json
 import os
-import queue
 import random
 import re
 import string
 import struct
-import subprocess
-import sys
-import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,11 +121,7 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsNon
 from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, with_config
 
-REPO = Path(__file__).resolve().parents[2]
-PROTO_ROOT = REPO / "proto"
-PROTO_FILE = PROTO_ROOT / "compactd" / "v1" / "compactd.proto"
-EXAMPLES = REPO / "examples" / "threads"
-STARTUP_TIMEOUT_S = 60
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "threads"
 CALL_TIMEOUT_S = 60
 SEED = int(os.environ.get("COMPACTD_PAYLOAD_SEED", "20260301"))
 OPENAI_MODELS = ["gpt-4o", "gpt-4.1", "gpt-4o-mini"]
@@ -704,96 +695,6 @@ def validate_anthropic(payload):
 def validate_responses(payload):
     validate_responses_schema(payload)
     check_responses_rules(payload)
-
-
-# ───────────────────────────── fixtures ─────────────────────────────
-
-
-@pytest.fixture(scope="session")
-def api(tmp_path_factory):
-    """Generated `compactd_pb2` and `compactd_pb2_grpc` modules."""
-    out = tmp_path_factory.mktemp("payload_stubs")
-    cmd = [
-        sys.executable,
-        "-m",
-        "grpc_tools.protoc",
-        f"-I{PROTO_ROOT}",
-        f"--python_out={out}",
-        f"--grpc_python_out={out}",
-        str(PROTO_FILE),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, f"protoc failed:\n{done.stderr}"
-    sys.path.insert(0, str(out))
-    try:
-        pb2 = importlib.import_module("compactd.v1.compactd_pb2")
-        pb2_grpc = importlib.import_module("compactd.v1.compactd_pb2_grpc")
-    finally:
-        sys.path.remove(str(out))
-    return pb2, pb2_grpc
-
-
-def _binary():
-    path = Path(os.environ.get("COMPACTD_BIN", "target/debug/compactd"))
-    if not path.is_absolute():
-        path = path if path.exists() else REPO / path
-    if not path.exists():
-        pytest.fail(f"compactd binary not found at {path}: run `cargo build --bin compactd` or set COMPACTD_BIN")
-    return path.resolve()
-
-
-@pytest.fixture(scope="session")
-def stub(api, tmp_path_factory):
-    """A `compactd serve` on a free loopback port (dev mode) and a stub for it."""
-    _, pb2_grpc = api
-    data_dir = tmp_path_factory.mktemp("payload_data")
-    log_path = data_dir.parent / "compactd-payloads-server.log"
-    log = open(log_path, "wb")
-    env = {k: v for k, v in os.environ.items() if not (k.startswith("COMPACTD__") or k == "COMPACTD_CONFIG")}
-    proc = subprocess.Popen(
-        [str(_binary()), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        env=env,
-    )
-    lines = queue.Queue()
-
-    def read_stdout():
-        for raw in proc.stdout:
-            lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
-        lines.put(None)
-
-    threading.Thread(target=read_stdout, daemon=True).start()
-    channel = None
-    try:
-        try:
-            first = lines.get(timeout=STARTUP_TIMEOUT_S)
-        except queue.Empty:
-            first = None
-        prefix = "compactd listening on "
-        if first is None or not first.startswith(prefix):
-            raise AssertionError(
-                f"server did not report its address (got {first!r}); log:\n" + log_path.read_text(errors="replace")
-            )
-        channel = grpc.insecure_channel(
-            first[len(prefix) :].strip(),
-            options=[
-                ("grpc.max_send_message_length", 64 * 1024 * 1024),
-                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-            ],
-        )
-        grpc.channel_ready_future(channel).result(timeout=STARTUP_TIMEOUT_S)
-        yield pb2_grpc.CompactionServiceStub(channel)
-    finally:
-        if channel is not None:
-            channel.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        log.close()
 
 
 # ───────────────────────────── thread model ─────────────────────────────
