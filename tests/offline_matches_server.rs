@@ -83,7 +83,7 @@ async fn offline_and_server_render_identical_requests() {
     let export = dir.path().join("billing-7.json");
     std::fs::write(&export, export_thread().to_string()).unwrap();
     let cases = [
-        ("examples/threads/incident.json".to_string(), 6000, false),
+        ("examples/threads/incident.json".to_string(), 7000, false),
         (export.display().to_string(), 4000, true),
     ];
     let server = TestServer::start().await;

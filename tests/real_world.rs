@@ -8,7 +8,7 @@ mod common;
 use common::{log_lines, Harness};
 use compactd::app::AppError;
 use compactd::model::{thread_from_json, Content, ContentPart, Role, Thread};
-use compactd::render::{anthropic, openai, responses, ProviderOptions, Request};
+use compactd::render::{anthropic, openai, responses, OutputFormat, ProviderOptions, Request};
 use serde_json::{json, Value};
 
 fn opts() -> ProviderOptions {
@@ -119,6 +119,32 @@ fn call_ids_reused_every_turn_are_accepted() {
         .collect();
     assert_eq!(uses, ["call_0_1", "call_0_2", "call_0_3", "call_0"]);
     assert_eq!(anthropic::tool_id_rewrites(&out.request).len(), 3);
+    // Responses matches outputs to calls by call_id across the whole input:
+    // one use per id there too, each output carrying its own call's id.
+    let rs = responses::to_responses(&out.request, &opts());
+    let pairs: Vec<(String, String)> = rs["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "function_call" || i["type"] == "function_call_output")
+        .map(|i| {
+            (
+                i["type"].as_str().unwrap().to_string(),
+                i["call_id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = ["call_0_1", "call_0_2", "call_0_3", "call_0"]
+        .iter()
+        .flat_map(|id| {
+            [
+                ("function_call".to_string(), id.to_string()),
+                ("function_call_output".to_string(), id.to_string()),
+            ]
+        })
+        .collect();
+    assert_eq!(pairs, expected);
+    assert_eq!(responses::tool_id_rewrites(&out.request).len(), 3);
 
     // The same thread compacted hard still pairs every result with its own call.
     let mut h = Harness::default();
@@ -380,4 +406,120 @@ fn a_merged_assistant_turn_still_opens_with_its_thinking() {
     let turn = an["messages"][1]["content"].as_array().unwrap();
     let kinds: Vec<&str> = turn.iter().map(|b| b["type"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["thinking", "text", "tool_use"]);
+}
+
+/// Whatever the model is called behind an Anthropic-format endpoint (a
+/// Bedrock inference-profile ARN, a gateway alias), the text is Claude's and
+/// is counted as Claude's.
+#[test]
+fn an_anthropic_body_is_counted_as_claude_whatever_the_model_is_called() {
+    let t = import(json!([
+        {"role": "user", "content": "Summarize the incident."},
+        {"role": "assistant", "content": "The deploy failed on quota."}
+    ]));
+    let h = Harness::default();
+    let claude = compactd::tokens::counter_for_model("claude-sonnet-4-5")
+        .name()
+        .to_string();
+    for model in [
+        "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/abc123",
+        "sonnet",
+    ] {
+        let (_, out) = h
+            .render_as(
+                &t,
+                100_000,
+                None,
+                OutputFormat::AnthropicMessages,
+                Some(model),
+            )
+            .expect("renders");
+        assert_eq!(out.audit.tokenizer, claude, "{model}");
+    }
+    let (_, out) = h
+        .render_as(&t, 100_000, None, OutputFormat::OpenAiChat, Some("gpt-4o"))
+        .expect("renders");
+    assert_eq!(out.audit.tokenizer, "o200k_base");
+}
+
+/// An image where the provider takes only text (an assistant message) goes
+/// as its reference; a long URL costs more than the image would, and the
+/// budget must count that, not the image price.
+#[test]
+fn an_image_sent_as_text_is_counted_as_text() {
+    let url = format!(
+        "https://cdn.example.com/render?{}",
+        "q=0123456789abcdef&".repeat(1200)
+    );
+    let t = Thread {
+        id: "long-url".into(),
+        messages: vec![
+            msg(
+                "m0",
+                Role::User,
+                Content::Text("Draw the p99 chart.".into()),
+            ),
+            msg(
+                "m1",
+                Role::Assistant,
+                Content::Parts(vec![
+                    ContentPart::Text {
+                        text: "Here it is.".into(),
+                    },
+                    ContentPart::Image { url },
+                ]),
+            ),
+        ],
+    };
+    let h = Harness::default();
+    for (format, model) in [
+        (OutputFormat::OpenAiChat, "gpt-4o"),
+        (OutputFormat::AnthropicMessages, "claude-3-5-sonnet"),
+        (OutputFormat::OpenAiResponses, "gpt-4.1"),
+    ] {
+        h.render_as(&t, 200_000, None, format, Some(model))
+            .unwrap_or_else(|e| panic!("{format:?}: {e}"));
+    }
+}
+
+/// Responses refuses an empty message and a reasoning item without the item
+/// it preceded: blank user parts go as `(empty)`, and reasoning whose
+/// message was left with nothing to precede is not sent.
+#[test]
+fn responses_bodies_never_carry_empty_messages_or_dangling_reasoning() {
+    let t = Thread {
+        id: "blank".into(),
+        messages: vec![
+            msg("m0", Role::User, Content::Parts(vec![])),
+            msg(
+                "m1",
+                Role::Assistant,
+                Content::Parts(vec![ContentPart::Reasoning {
+                    id: "rs_1".into(),
+                    summary: vec![],
+                    encrypted_content: Some("gAAAA".into()),
+                }]),
+            ),
+            msg("m2", Role::User, Content::Text("And now?".into())),
+        ],
+    };
+    let out = Harness::default()
+        .compact(&t, 100_000, None)
+        .expect("renders");
+    let (_, _, rs) = all_forms_valid(&out.request);
+    let input = rs["input"].as_array().unwrap();
+    assert_eq!(input[0]["content"], "(empty)");
+    assert!(input.iter().all(|i| i["type"] != "reasoning"), "{rs:#}");
+}
+
+fn msg(id: &str, role: Role, content: Content) -> compactd::model::Message {
+    compactd::model::Message {
+        id: id.into(),
+        role,
+        content,
+        tool_calls: vec![],
+        tool_result: None,
+        turn: 1,
+        metadata: Default::default(),
+    }
 }

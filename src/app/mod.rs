@@ -26,7 +26,7 @@ use crate::reduce::{Engine, Memo, Policy};
 use crate::security::{Permission, SecurityContext};
 use crate::store::{ArtifactStore, MemoryArtifactStore, MemoryPlanStore, PlanStore};
 use crate::summarize::{ExtractiveSummarizer, Summarizer};
-use crate::tokens::{counter_for_model, TokenCounter, TokenLedger, DEFAULT_MAX_ENTRIES};
+use crate::tokens::{counter_for, Provider, TokenCounter, TokenLedger, DEFAULT_MAX_ENTRIES};
 
 type Result<T> = std::result::Result<T, AppError>;
 
@@ -158,9 +158,10 @@ impl App {
             .map_err(|e| AppError::invalid(e.field_path(), e.to_string()))
     }
 
-    fn engine_parts(&self, model: &str) -> EngineParts {
+    /// The engine for text `provider` will read for `model`.
+    fn engine_parts(&self, model: &str, provider: Provider) -> EngineParts {
         EngineParts {
-            counter: counter_for_model(model),
+            counter: counter_for(provider, model),
             ledger: Arc::clone(&self.inner.ledger),
             memo: Arc::clone(&self.inner.memo),
             summarizer: Arc::clone(&self.inner.summarizer),

@@ -4,7 +4,7 @@
 use crate::model::Sensitivity;
 use crate::runtime::blocking;
 use crate::security::SecurityContext;
-use crate::tokens::truncate_to_tokens;
+use crate::tokens::{truncate_to_tokens, Provider};
 
 use super::error::artifact_read_error;
 use super::{App, AppError, Result, UseCase};
@@ -65,7 +65,8 @@ impl App {
         let cap = cmd
             .max_tokens
             .unwrap_or(self.inner.defaults.policy.rehydration_reserve_tokens);
-        let parts = self.engine_parts(&self.model(cmd.model)?);
+        let model = self.model(cmd.model)?;
+        let parts = self.engine_parts(&model, Provider::for_model(&model));
         let (content, truncated, tokens) = blocking(move || {
             let text = String::from_utf8_lossy(&bytes);
             let (content, truncated) = truncate_to_tokens(parts.counter.as_ref(), &text, cap);

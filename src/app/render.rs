@@ -90,13 +90,13 @@ impl App {
             .await?;
         let model = self.model(cmd.request.model.clone())?;
         let max_input_tokens = self.max_input_tokens(cmd.request.max_input_tokens);
-        let parts = self.engine_parts(&model);
+        let target = super::compact::target(Some(cmd.format), &model);
+        let parts = self.engine_parts(&model, target.provider);
         let summarizer_id = self.inner.summarizer.id().to_string();
         let plan = Arc::new(plan);
         let rendered = blocking({
             let plan = Arc::clone(&plan);
             move || {
-                let target = super::compact::target(Some(cmd.format), &model);
                 let rc = RequestCounter::for_target(parts.counter.as_ref(), &parts.ledger, target);
                 let (request, tokens, rehydrated) =
                     render_and_count(&cmd, &plan, &rc, fetched, max_input_tokens)?;
@@ -256,13 +256,16 @@ fn refuse_pending(thread: &crate::model::Thread) -> Result<()> {
 /// What rendering changed to satisfy the provider, for the audit record.
 fn render_warnings(request: &Request, format: OutputFormat) -> Vec<String> {
     let mut out = request.notes.clone();
-    if format == OutputFormat::AnthropicMessages {
-        out.extend(
-            anthropic::tool_id_rewrites(request)
-                .into_iter()
-                .map(|(from, to)| format!("tool call id {from:?} sent to Anthropic as {to:?}")),
-        );
-    }
+    let (rewrites, provider) = match format {
+        OutputFormat::AnthropicMessages => (anthropic::tool_id_rewrites(request), "Anthropic"),
+        OutputFormat::OpenAiResponses => (responses::tool_id_rewrites(request), "OpenAI Responses"),
+        OutputFormat::Neutral | OutputFormat::OpenAiChat => (Vec::new(), ""),
+    };
+    out.extend(
+        rewrites
+            .into_iter()
+            .map(|(from, to)| format!("tool call id {from:?} sent to {provider} as {to:?}")),
+    );
     out
 }
 

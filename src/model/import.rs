@@ -366,19 +366,16 @@ mod anthropic {
                     let text = match block.get("content") {
                         None | Some(Value::Null) => String::new(),
                         Some(Value::String(s)) => s.clone(),
-                        Some(Value::Array(parts)) => parts
-                            .iter()
-                            .enumerate()
-                            .map(|(k, p)| part(p, &format!("{bpath}.content[{k}]")))
-                            .collect::<Result<Vec<_>, _>>()?
-                            .into_iter()
-                            .map(|p| match p {
-                                ContentPart::Text { text } => text,
-                                ContentPart::Image { url } => format!("[image: {url}]"),
-                                _ => String::new(),
-                            })
-                            .collect::<Vec<_>>()
-                            .join("\n"),
+                        // Tool output is text here: images (screenshots)
+                        // become short references, never inline data.
+                        Some(Value::Array(parts)) => Content::Parts(
+                            parts
+                                .iter()
+                                .enumerate()
+                                .map(|(k, p)| part(p, &format!("{bpath}.content[{k}]")))
+                                .collect::<Result<Vec<_>, _>>()?,
+                        )
+                        .flat_text(),
                         Some(_) => {
                             return Err(err(
                                 format!("{bpath}.content"),
@@ -636,11 +633,7 @@ mod responses {
                 let call_id = str_field(item, "call_id", path)?;
                 let text = match item.get("output") {
                     Some(Value::String(s)) => s.clone(),
-                    Some(Value::Array(parts)) => parts
-                        .iter()
-                        .filter_map(|p| p.get("text").and_then(Value::as_str))
-                        .collect::<Vec<_>>()
-                        .join("\n"),
+                    Some(Value::Array(parts)) => responses_output_text(parts),
                     _ => return Err(err(format!("{path}.output"), "is required")),
                 };
                 b.result(
@@ -787,7 +780,7 @@ fn openai_messages(messages: &[Value], id: String) -> Result<Thread, ImportError
                     format!("{call_id:?} has no earlier tool call"),
                 )
             })?;
-            let text = std::mem::take(&mut message.content).text().into_owned();
+            let text = std::mem::take(&mut message.content).flat_text();
             let content = ToolContent::Text(text);
             // Chat Completions tool messages carry no outcome; some logs add
             // `is_error`. Otherwise the output's own shape says.
@@ -856,6 +849,32 @@ fn tool_schema(t: &Value) -> Result<ToolSchema, String> {
             .cloned()
             .unwrap_or(Value::Null),
     })
+}
+
+/// A Responses `function_call_output` given as content parts, as text:
+/// images and files become short references (never inline data), so
+/// nothing the tool returned vanishes without a trace.
+fn responses_output_text(parts: &[Value]) -> String {
+    let field = |p: &Value, k: &str| p.get(k).and_then(Value::as_str).map(str::to_string);
+    parts
+        .iter()
+        .filter_map(|p| match p.get("type").and_then(Value::as_str) {
+            Some("input_image") => Some(match field(p, "image_url") {
+                Some(url) => crate::model::image::reference(&url),
+                None => format!("[image: file {}]", field(p, "file_id").unwrap_or_default()),
+            }),
+            Some("input_file") => Some(format!(
+                "[file: {}]",
+                field(p, "filename")
+                    .or_else(|| field(p, "file_url"))
+                    .or_else(|| field(p, "file_id"))
+                    .unwrap_or_default()
+            )),
+            _ => field(p, "text"),
+        })
+        .filter(|s| !s.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]
@@ -1068,6 +1087,66 @@ mod tests {
             thread_from_json(&items, "x").unwrap().format,
             InputFormat::OpenAiResponses
         );
+    }
+
+    /// Images and files a tool returned (screenshots, fetched documents)
+    /// stay visible as short references in every import format, and inline
+    /// data never becomes text.
+    #[test]
+    fn images_in_tool_output_import_as_short_references() {
+        let screenshot = "A".repeat(400_000);
+        let tool_output = |t: &Thread| -> String {
+            t.messages
+                .iter()
+                .find_map(|m| m.tool_result.as_ref())
+                .expect("a result")
+                .content
+                .to_text()
+                .into_owned()
+        };
+        let anthropic = json!({"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [
+            {"role": "user", "content": "Open the page."},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "screenshot", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+                {"type": "text", "text": "Captured."},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": screenshot}}
+            ]}]}
+        ]});
+        let out = tool_output(&thread_from_json(&anthropic, "a").unwrap().thread);
+        assert!(out.len() < 120, "{out}");
+        assert!(
+            out.starts_with("Captured.\n[image: inline image/png, about 300000 bytes"),
+            "{out}"
+        );
+
+        let responses = json!({"input": [
+            {"role": "user", "content": "Fetch the invoice."},
+            {"type": "function_call", "call_id": "f1", "name": "fetch", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "f1", "output": [
+                {"type": "input_text", "text": "Here it is."},
+                {"type": "input_image", "image_url": format!("data:image/jpeg;base64,{screenshot}")},
+                {"type": "input_file", "filename": "invoice-7.pdf", "file_data": "JVBERi0x"}
+            ]}
+        ]});
+        let out = tool_output(&thread_from_json(&responses, "r").unwrap().thread);
+        assert!(out.len() < 160, "{out}");
+        assert!(
+            out.contains("Here it is.")
+                && out.contains("image/jpeg")
+                && out.contains("[file: invoice-7.pdf]"),
+            "{out}"
+        );
+
+        let chat = json!([
+            {"role": "user", "content": "Chart it."},
+            {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "plot", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": [
+                {"type": "text", "text": "Plotted."},
+                {"type": "image_url", "image_url": {"url": "https://charts.example/p99.png"}}
+            ]}
+        ]);
+        let out = tool_output(&thread_from_json(&chat, "c").unwrap().thread);
+        assert_eq!(out, "Plotted.\n[image: https://charts.example/p99.png]");
     }
 
     #[test]

@@ -139,6 +139,29 @@ impl Default for Content {
 }
 
 impl Content {
+    /// Visible content as one string with images as text references: how
+    /// content goes where only text is taken (assistant, system, developer
+    /// and tool output for some providers, imported tool output), and how it
+    /// is counted there. Blank pieces are left out; thinking and reasoning
+    /// are not text.
+    pub fn flat_text(&self) -> String {
+        match self {
+            Content::Text(s) => s.clone(),
+            Content::Parts(parts) => parts
+                .iter()
+                .filter_map(|p| match p {
+                    ContentPart::Text { text } => Some(text.clone()),
+                    ContentPart::Image { url } => Some(super::image::reference(url)),
+                    ContentPart::Thinking { .. }
+                    | ContentPart::RedactedThinking { .. }
+                    | ContentPart::Reasoning { .. } => None,
+                })
+                .filter(|s| !s.trim().is_empty())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+
     /// The text of the content; parts are joined by newlines, images and
     /// reasoning omitted.
     pub fn text(&self) -> std::borrow::Cow<'_, str> {

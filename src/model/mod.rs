@@ -2,6 +2,7 @@
 
 mod audit;
 mod ids;
+pub(crate) mod image;
 mod import;
 mod message;
 mod outcome;

@@ -55,6 +55,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
 
+use super::tool_ids::{IdRules, ToolIds};
 use super::{ProviderOptions, RenderedMessage, Request};
 use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
 
@@ -78,14 +79,14 @@ pub fn to_anthropic(req: &Request, opts: &ProviderOptions) -> Value {
         .take_while(|m| matches!(m.role, Role::System | Role::Developer))
         .count();
     for m in &req.messages[..lead] {
-        let text = super::images::flat_text(&m.content);
+        let text = m.content.flat_text();
         if !is_blank(&text) {
             system.push(text);
         }
     }
 
     // (is_assistant, blocks) per output message, merged as we go.
-    let ids = ToolIds::of(req);
+    let ids = ToolIds::of(req, IdRules::Anthropic);
     let mut turns: Vec<(bool, Vec<Value>)> = Vec::new();
     for (k, m) in req.messages[lead..].iter().enumerate() {
         let (assistant, blocks) = blocks(m, &ids, lead + k);
@@ -250,105 +251,16 @@ fn blocks(m: &RenderedMessage, ids: &ToolIds, i: usize) -> (bool, Vec<Value>) {
     }
 }
 
-/// The ids sent for each message's tool calls and tool result.
-struct ToolIds {
-    calls: Vec<Vec<String>>,
-    results: Vec<Option<String>>,
-    rewrites: Vec<(String, String)>,
-}
-
-impl ToolIds {
-    fn of(req: &Request) -> ToolIds {
-        use std::collections::HashMap;
-        let mut uses: HashMap<&str, usize> = HashMap::new();
-        for m in &req.messages {
-            for c in &m.tool_calls {
-                *uses.entry(c.id.as_str()).or_insert(0) += 1;
-            }
-        }
-        let mut taken: BTreeSet<String> = req
-            .messages
-            .iter()
-            .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
-            .collect();
-        let mut seen: HashMap<&str, usize> = HashMap::new();
-        // Original id -> id sent for its most recent call (results follow
-        // their call in a rendered request).
-        let mut open: HashMap<&str, String> = HashMap::new();
-        let mut out = ToolIds {
-            calls: Vec::with_capacity(req.messages.len()),
-            results: Vec::with_capacity(req.messages.len()),
-            rewrites: Vec::new(),
-        };
-        for m in &req.messages {
-            let mut calls = Vec::with_capacity(m.tool_calls.len());
-            for c in &m.tool_calls {
-                let n = seen.entry(c.id.as_str()).or_insert(0);
-                *n += 1;
-                let base = if valid_tool_id(&c.id) {
-                    c.id.clone()
-                } else {
-                    hashed_tool_id(&c.id)
-                };
-                let mut sent = if *n == uses[c.id.as_str()] {
-                    base
-                } else {
-                    format!("{base}_{n}")
-                };
-                while sent != c.id && !taken.insert(sent.clone()) {
-                    sent.push('_');
-                }
-                if sent != c.id {
-                    out.rewrites.push((c.id.clone(), sent.clone()));
-                }
-                open.insert(c.id.as_str(), sent.clone());
-                calls.push(sent);
-            }
-            out.calls.push(calls);
-            out.results.push(m.tool_call_id.as_deref().map(|id| {
-                open.remove(id).unwrap_or_else(|| {
-                    if valid_tool_id(id) {
-                        id.to_string()
-                    } else {
-                        hashed_tool_id(id)
-                    }
-                })
-            }));
-        }
-        out
-    }
-}
-
-/// Ids the API accepts as they are.
-fn valid_tool_id(id: &str) -> bool {
-    !id.is_empty()
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
-fn hashed_tool_id(id: &str) -> String {
-    use sha2::{Digest, Sha256};
-    format!(
-        "toolu_{}",
-        &hex::encode(Sha256::digest(id.as_bytes()))[..24]
-    )
-}
-
 /// The longest form `id` can take in an Anthropic body, but for a `_<n>`
 /// reuse suffix: itself, or its hashed replacement when the API would refuse it.
 pub fn sent_id(id: &str) -> std::borrow::Cow<'_, str> {
-    if valid_tool_id(id) {
-        std::borrow::Cow::Borrowed(id)
-    } else {
-        std::borrow::Cow::Owned(hashed_tool_id(id))
-    }
+    super::tool_ids::sent_id(id, IdRules::Anthropic)
 }
 
 /// The tool ids the Anthropic body sends differently from the request, as
 /// (sent by the caller, sent to Anthropic), in request order.
 pub fn tool_id_rewrites(req: &Request) -> Vec<(String, String)> {
-    ToolIds::of(req).rewrites
+    ToolIds::of(req, IdRules::Anthropic).rewrites
 }
 
 fn tool_use(c: &ToolCall, id: &str) -> Value {
@@ -475,7 +387,7 @@ pub fn check_structure(body: &Value) -> Result<(), String> {
                 }
                 "tool_use" if role == "assistant" => {
                     let id = b.get("id").and_then(Value::as_str).unwrap_or_default();
-                    if !valid_tool_id(id) {
+                    if !super::tool_ids::anthropic_valid(id) {
                         return Err(format!(
                             "messages[{i}].content[{j}] tool_use id {id:?} is not [a-zA-Z0-9_-]+"
                         ));

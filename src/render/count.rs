@@ -143,7 +143,7 @@ impl<'a> RequestCounter<'a> {
                     .filter(|p| p.is_reasoning())
                     .map(|p| self.content(&Content::Parts(vec![p.clone()])))
                     .sum();
-                reasoning + self.text(&super::images::flat_text(c))
+                reasoning + self.text(&c.flat_text())
             }
             _ => self.content(c),
         }
@@ -190,7 +190,12 @@ impl<'a> RequestCounter<'a> {
                 .iter()
                 .map(|p| match p {
                     ContentPart::Text { text } => self.text(text),
-                    ContentPart::Image { .. } => self.overhead.per_image,
+                    // Where a provider takes no image (some roles, refused
+                    // types) the image goes as its text reference.
+                    ContentPart::Image { url } => self
+                        .overhead
+                        .per_image
+                        .max(self.text(&super::images::reference(url))),
                     ContentPart::Thinking { thinking, .. } if self.provider.sends_thinking() => {
                         self.overhead.per_block + self.text(thinking)
                     }
@@ -226,16 +231,13 @@ impl<'a> RequestCounter<'a> {
         tool_call_id: Option<&str>,
     ) -> u32 {
         let o = &self.overhead;
-        let anthropic = self.provider == Provider::Anthropic;
-        // Anthropic may rewrite an id (hashed when refused, `_<n>` when
-        // reused, n below the 100,000-message thread limit): count the
-        // longest it can become.
-        let id_tokens = |id: &str| {
-            if anthropic {
-                self.text(&format!("{}_99999", super::anthropic::sent_id(id)))
-            } else {
-                self.text(id)
-            }
+        // Anthropic and Responses may rewrite an id (Anthropic hashes one it
+        // refuses; both add `_<n>` to a reused one, n below the
+        // 100,000-message thread limit): count the longest it can become.
+        let id_tokens = |id: &str| match self.provider {
+            Provider::Anthropic => self.text(&format!("{}_99999", super::anthropic::sent_id(id))),
+            Provider::OpenAiResponses => self.text(&format!("{id}_99999")),
+            Provider::OpenAiChat | Provider::Other => self.text(id),
         };
         let mut n = o.per_message + body;
         for c in calls {

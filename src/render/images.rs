@@ -6,18 +6,11 @@
 //! be sent is replaced by a short text reference; a data URL is never inlined
 //! as text (it would cost far more tokens than the image).
 
+pub(crate) use crate::model::image::data_url;
+pub use crate::model::image::reference;
+
 /// Media types of inline images every supported provider accepts.
 pub const SENDABLE_MEDIA_TYPES: &[&str] = &["image/jpeg", "image/png", "image/gif", "image/webp"];
-
-/// The (media type, base64 data) of a `data:` URL, if it is one.
-pub(crate) fn data_url(url: &str) -> Option<(&str, Option<&str>)> {
-    let rest = url.strip_prefix("data:")?;
-    let (meta, data) = rest.split_once(',').unwrap_or((rest, ""));
-    let mut params = meta.split(';');
-    let media_type = params.next().unwrap_or_default();
-    let base64 = params.any(|p| p == "base64");
-    Some((media_type, base64.then_some(data)))
-}
 
 /// True when the image can go to the provider as an image.
 pub fn sendable(url: &str) -> bool {
@@ -33,46 +26,6 @@ pub fn sendable(url: &str) -> bool {
             SENDABLE_MEDIA_TYPES.contains(&media_type)
         }
         Some((_, None)) => false,
-    }
-}
-
-/// The text that stands for an image where it cannot be sent: the URL, or
-/// for inline data its type and size.
-pub fn reference(url: &str) -> String {
-    match data_url(url) {
-        None => format!("[image: {url}]"),
-        Some((media_type, data)) => {
-            let media_type = if media_type.is_empty() {
-                "unknown type"
-            } else {
-                media_type
-            };
-            let bytes = data.map_or(url.len(), |d| d.len() / 4 * 3);
-            format!("[image: inline {media_type}, about {bytes} bytes, not sent]")
-        }
-    }
-}
-
-/// Visible content as one string with images as text references: how
-/// content is sent where a provider takes only text (assistant, system,
-/// developer, tool output), and counted. Blank pieces are left out; thinking
-/// and reasoning are not text.
-pub(crate) fn flat_text(c: &crate::model::Content) -> String {
-    use crate::model::{Content, ContentPart};
-    match c {
-        Content::Text(s) => s.clone(),
-        Content::Parts(parts) => parts
-            .iter()
-            .filter_map(|p| match p {
-                ContentPart::Text { text } => Some(text.clone()),
-                ContentPart::Image { url } => Some(reference(url)),
-                ContentPart::Thinking { .. }
-                | ContentPart::RedactedThinking { .. }
-                | ContentPart::Reasoning { .. } => None,
-            })
-            .filter(|s| !s.trim().is_empty())
-            .collect::<Vec<_>>()
-            .join("\n"),
     }
 }
 

@@ -11,6 +11,7 @@ mod rehydrate;
 mod renderer;
 mod request;
 pub mod responses;
+mod tool_ids;
 
 pub use body_count::body_tokens;
 pub use count::{RequestCounter, RequestTokens};

@@ -12,6 +12,12 @@
 //!   images in assistant messages, and inline images of a type the API does
 //!   not take, are sent as a short text reference.
 //! - A tool result becomes a `function_call_output` item with its `call_id`.
+//!   The API matches outputs to calls by `call_id` across the whole input,
+//!   so a reused id is made unique (see `tool_ids`; [`tool_id_rewrites`]
+//!   lists the rewrites for the audit record).
+//! - Reasoning items of an assistant message left with neither text nor
+//!   calls are not sent: the API refuses a reasoning item without the item
+//!   it preceded.
 //! - A blank user message is sent as `(empty)`; blank system and developer
 //!   messages are not sent (the API rejects empty messages).
 //! - Function tools are flat: `{"type":"function","name","description"?,"parameters","strict":false}`.
@@ -20,11 +26,12 @@
 //! Output is a `serde_json::Value` whose maps are BTreeMaps, so the serialized
 //! body is byte-identical for identical input.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Map, Value};
 
 use super::anthropic::EMPTY_TEXT;
+use super::tool_ids::{IdRules, ToolIds};
 use super::{ProviderOptions, RenderedMessage, Request};
 use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
 
@@ -35,9 +42,10 @@ pub fn to_responses(req: &Request, opts: &ProviderOptions) -> Value {
 
 /// [`to_responses`] taking the request by value (text moves into the body).
 pub fn into_responses(req: Request, opts: &ProviderOptions) -> Value {
+    let ids = ToolIds::of(&req, IdRules::Unique);
     let mut input = Vec::with_capacity(req.messages.len());
-    for m in req.messages {
-        items(m, &mut input);
+    for (i, m) in req.messages.into_iter().enumerate() {
+        items(m, &ids, i, &mut input);
     }
     let mut body = Map::new();
     body.insert("model".into(), Value::String(opts.model.clone()));
@@ -57,17 +65,27 @@ pub fn into_responses(req: Request, opts: &ProviderOptions) -> Value {
     Value::Object(body)
 }
 
-fn items(m: RenderedMessage, out: &mut Vec<Value>) {
+fn items(m: RenderedMessage, ids: &ToolIds, i: usize, out: &mut Vec<Value>) {
     match m.role {
         Role::Tool => {
             out.push(json!({
                 "type": "function_call_output",
-                "call_id": m.tool_call_id.unwrap_or_default(),
-                "output": super::images::flat_text(&m.content),
+                "call_id": ids.results[i].clone().unwrap_or_default(),
+                "output": m.content.flat_text(),
             }));
         }
         Role::Assistant => {
-            for p in m.content.reasoning() {
+            let text = m.content.flat_text();
+            let has_text = !text.trim().is_empty();
+            // A reasoning item must be followed by the item it preceded; with
+            // neither text nor calls left (they were compacted away) the API
+            // refuses it, so it goes with them.
+            let reasoning = if has_text || !m.tool_calls.is_empty() {
+                m.content.reasoning().collect()
+            } else {
+                Vec::new()
+            };
+            for p in reasoning {
                 if let ContentPart::Reasoning {
                     id,
                     summary,
@@ -92,21 +110,26 @@ fn items(m: RenderedMessage, out: &mut Vec<Value>) {
                     out.push(Value::Object(item));
                 }
             }
-            let text = super::images::flat_text(&m.content);
-            if !text.trim().is_empty() {
+            if has_text {
                 out.push(json!({"type": "message", "role": "assistant", "content": text}));
             }
-            out.extend(m.tool_calls.iter().map(function_call));
+            out.extend(
+                m.tool_calls
+                    .iter()
+                    .zip(&ids.calls[i])
+                    .map(|(c, id)| function_call(c, id)),
+            );
         }
         Role::User => {
             let content = match m.content.without_reasoning() {
                 // The API rejects an empty message; the user did send one.
                 Content::Text(s) if s.trim().is_empty() => Value::String(EMPTY_TEXT.into()),
                 Content::Text(s) => Value::String(s),
-                Content::Parts(parts) => Value::Array(
-                    parts
+                Content::Parts(parts) => {
+                    let parts: Vec<Value> = parts
                         .into_iter()
                         .filter_map(|p| match p {
+                            ContentPart::Text { text } if text.trim().is_empty() => None,
                             ContentPart::Text { text } => {
                                 Some(json!({"type": "input_text", "text": text}))
                             }
@@ -118,13 +141,18 @@ fn items(m: RenderedMessage, out: &mut Vec<Value>) {
                             ),
                             _ => None,
                         })
-                        .collect(),
-                ),
+                        .collect();
+                    if parts.is_empty() {
+                        Value::String(EMPTY_TEXT.into())
+                    } else {
+                        Value::Array(parts)
+                    }
+                }
             };
             out.push(json!({"type": "message", "role": "user", "content": content}));
         }
         Role::System | Role::Developer => {
-            let text = super::images::flat_text(&m.content);
+            let text = m.content.flat_text();
             if !text.trim().is_empty() {
                 out.push(json!({"type": "message", "role": m.role.as_str(), "content": text}));
             }
@@ -132,13 +160,19 @@ fn items(m: RenderedMessage, out: &mut Vec<Value>) {
     }
 }
 
-fn function_call(c: &ToolCall) -> Value {
+fn function_call(c: &ToolCall, call_id: &str) -> Value {
     let arguments = if c.arguments.is_null() {
         "{}".to_string()
     } else {
         serde_json::to_string(&c.arguments).unwrap_or_default()
     };
-    json!({"type": "function_call", "call_id": c.id, "name": c.name, "arguments": arguments})
+    json!({"type": "function_call", "call_id": call_id, "name": c.name, "arguments": arguments})
+}
+
+/// The call ids the Responses body sends differently from the request
+/// (reused ids made unique), as (sent by the caller, sent), in request order.
+pub fn tool_id_rewrites(req: &Request) -> Vec<(String, String)> {
+    ToolIds::of(req, IdRules::Unique).rewrites
 }
 
 /// A flat function tool. `strict` is always sent, as `false`: the Responses
@@ -164,15 +198,18 @@ fn tool(t: &ToolSchema) -> Value {
 
 /// Checks a Responses body for what the API rejects: a `function_call_output`
 /// without an earlier unanswered `function_call` with its `call_id`, a
-/// `function_call` never answered, a reasoning item not followed by the item
-/// it preceded, a non-string `arguments`, or an empty message.
+/// `function_call` never answered, a `call_id` used twice, a reasoning item
+/// not followed by the assistant message or call it preceded, a non-string
+/// `arguments`, or an empty message.
 pub fn check_structure(body: &Value) -> Result<(), String> {
     let input = body
         .get("input")
         .and_then(Value::as_array)
         .ok_or("body has no \"input\" array")?;
-    // Open calls by call_id, with the item that made them.
+    // Open calls by call_id, with the item that made them; every call_id
+    // ever used (the API matches outputs by call_id across the request).
     let mut open: BTreeMap<String, usize> = BTreeMap::new();
+    let mut used: BTreeSet<String> = BTreeSet::new();
     for (i, item) in input.iter().enumerate() {
         let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
         match kind {
@@ -185,11 +222,12 @@ pub fn check_structure(body: &Value) -> Result<(), String> {
                 if !item.get("arguments").is_some_and(Value::is_string) {
                     return Err(format!("input[{i}].arguments is not a string"));
                 }
-                if open.insert(id.to_string(), i).is_some() {
+                if !used.insert(id.to_string()) {
                     return Err(format!(
-                        "input[{i}] reuses call_id {id:?} of a call that has no output yet"
+                        "input[{i}] reuses call_id {id:?} of an earlier function_call"
                     ));
                 }
+                open.insert(id.to_string(), i);
             }
             "function_call_output" => {
                 let id = item
@@ -203,11 +241,16 @@ pub fn check_structure(body: &Value) -> Result<(), String> {
                 }
             }
             "reasoning" => {
-                let next = input
-                    .get(i + 1)
-                    .and_then(|n| n.get("type"))
-                    .and_then(Value::as_str);
-                if next.is_none_or(|t| t == "function_call_output") {
+                // The item it preceded: the assistant's message or a call.
+                let next = input.get(i + 1);
+                let kind = next.and_then(|n| n.get("type")).and_then(Value::as_str);
+                let role = next.and_then(|n| n.get("role")).and_then(Value::as_str);
+                let follows = match kind {
+                    Some("reasoning" | "function_call") => true,
+                    Some("message") => role == Some("assistant"),
+                    _ => false,
+                };
+                if !follows {
                     return Err(format!(
                         "input[{i}] is a reasoning item without the item it preceded"
                     ));

@@ -145,6 +145,17 @@ pub fn counter_for_model(model: &str) -> Arc<dyn TokenCounter> {
     }
 }
 
+/// The counter for text that `provider` tokenizes for `model`. Anything sent
+/// to Anthropic is Claude's, whatever the model is called there (a Bedrock
+/// inference-profile ARN, a gateway alias): counting it as any other model
+/// would undercount by up to a third.
+pub fn counter_for(provider: super::Provider, model: &str) -> Arc<dyn TokenCounter> {
+    match provider {
+        super::Provider::Anthropic => Arc::clone(&CLAUDE_ESTIMATOR),
+        _ => counter_for_model(model),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ mod truncate;
 #[cfg(test)]
 mod corpus;
 
-pub use counter::{cl100k, counter_for_model, o200k, TokenCounter};
+pub use counter::{cl100k, counter_for, counter_for_model, o200k, TokenCounter};
 pub use estimate::Estimator;
 pub use ledger::{LedgerStats, TokenLedger, DEFAULT_MAX_ENTRIES, MIN_CACHED_BYTES};
 pub use overhead::{

@@ -600,7 +600,9 @@ def check_responses_rules(payload):
       SDK's TypedDict is `total=False`: it requires neither, and takes a
       plain string as `input`).
     - `function_call`: non-empty `call_id` and `name`; `arguments` is a JSON
-      string; its `call_id` is not that of another call still unanswered.
+      string; its `call_id` is used by no other call in the input (outputs
+      are matched to calls by `call_id` across the whole request; a repeated
+      one is refused as a duplicate).
     - `function_call_output` has a `call_id` (optional in the SDK type) of an
       EARLIER `function_call` that has no output yet.
     - Every `function_call` has its `function_call_output` before the end.
@@ -621,6 +623,7 @@ def check_responses_rules(payload):
     if not isinstance(items, list) or not items:
         _fail(RuleViolation, "input must be a non-empty list of items")
     open_calls = {}  # call_id -> index of the function_call without output yet
+    all_calls = {}  # call_id -> index of the function_call that used it
     for i, item in enumerate(items):
         t = _responses_item_type(item)
         where = f"input[{i}] ({t})"
@@ -636,12 +639,13 @@ def check_responses_rules(payload):
                 json.loads(item.get("arguments"))
             except (TypeError, ValueError):
                 _fail(RuleViolation, f"{where}: arguments is not a JSON string: {item.get('arguments')!r}")
-            if cid in open_calls:
+            if cid in all_calls:
                 _fail(
                     RuleViolation,
-                    f"{where}: call_id {cid!r} is already used by the unanswered call at input[{open_calls[cid]}]",
+                    f"{where}: call_id {cid!r} is already used by the call at input[{all_calls[cid]}]",
                 )
             open_calls[cid] = i
+            all_calls[cid] = i
         elif t == "function_call_output":
             cid = item.get("call_id")
             if not isinstance(cid, str) or not cid:
@@ -1624,9 +1628,8 @@ def _ok_responses():
             {"type": "function_call_output", "call_id": "call_b", "output": "B"},
             {"type": "function_call_output", "call_id": "call_a", "output": "A"},
             {"type": "reasoning", "id": "rs_2", "summary": []},
-            # A call id may come back once its earlier call is answered.
-            {"type": "function_call", "call_id": "call_a", "name": "read_file", "arguments": "{}"},
-            {"type": "function_call_output", "call_id": "call_a", "output": ""},
+            {"type": "function_call", "call_id": "call_c", "name": "read_file", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_c", "output": ""},
             {"type": "message", "role": "assistant", "content": "Both read."},
             {"type": "message", "role": "developer", "content": "Mid-thread policy."},
             {"type": "message", "role": "user", "content": "thanks"},
@@ -1975,6 +1978,10 @@ RESPONSES_RULES_BAD = {
     "a call never answered": (lambda p: p["input"].pop(5), "without function_call_output"),
     "the last call never answered": (lambda p: p["input"].pop(9), "without function_call_output"),
     "two unanswered calls with one call_id": (_set(["input", 4, "call_id"], "call_a"), "already used"),
+    "a call_id used again after its output": (
+        lambda p: [p["input"][k].update(call_id="call_a") for k in (8, 9)],
+        "already used",
+    ),
     "arguments not JSON": (_set(["input", 3, "arguments"], "{path: a"), "not a JSON string"),
     "reasoning item at the end": (
         lambda p: p["input"].append({"type": "reasoning", "id": "rs_9", "summary": []}),
@@ -2811,8 +2818,10 @@ def test_pending_calls_left_out_on_request(api, stub, tmp_path, case):
 def test_tool_ids_rewritten_for_anthropic_only(api, stub, tmp_path):
     """Ids with characters outside [a-zA-Z0-9_-], ids reused across turns, and
     ids whose naive rewrite collides with another id: Anthropic gets valid,
-    unique ids with each tool_result still on its own tool_use; both OpenAI
-    formats get the caller's ids."""
+    unique ids with each tool_result still on its own tool_use; Responses
+    gets reused ids made unique (it matches outputs by call_id across the
+    whole input) and every other id as sent; Chat Completions gets the
+    caller's ids."""
     pb2, _ = api
     rng = random.Random(f"{SEED}:anthropic-ids")
     tb = ThreadBuilder(rng)
@@ -2858,9 +2867,19 @@ def test_tool_ids_rewritten_for_anthropic_only(api, stub, tmp_path):
             warnings = list(resp.audit.warnings)
             for i in sorted(set(thread_ids) - set(kept_as_is)):
                 assert any(i in w for w in warnings), f"{where}: no audit warning says {i!r} was rewritten: {warnings}"
+        elif fmt == "responses":
+            # Outputs are matched to calls by call_id across the whole input:
+            # reused ids are made unique, any other id goes as it is.
+            assert len(set(ids)) == len(ids), f"{where}: a call_id is used twice: {ids}"
+            once = [i for i in thread_ids if counts[i] == 1]
+            assert set(once) <= set(ids), f"{where}: ids used once were rewritten: {ids}"
+            warnings = list(resp.audit.warnings)
+            for i in sorted({i for i in thread_ids if counts[i] > 1}):
+                assert any(i in w and "Responses" in w for w in warnings), f"{where}: no audit warning for {i!r}: {warnings}"
+            assert not [w for w in warnings if "Anthropic" in w], f"{where}: {warnings}"
         else:
             assert ids == thread_ids, f"{where}: the caller's ids were not sent as they are: {ids}"
-            assert not [w for w in resp.audit.warnings if "Anthropic" in w], f"{where}: {list(resp.audit.warnings)}"
+            assert not [w for w in resp.audit.warnings if " sent to " in w], f"{where}: {list(resp.audit.warnings)}"
 
 
 def _result_text(content):
