@@ -69,8 +69,14 @@ impl App {
         let parts = self.engine_parts(&model, Provider::for_model(&model));
         let (content, truncated, tokens) = blocking(move || {
             let text = String::from_utf8_lossy(&bytes);
-            let (content, truncated) = truncate_to_tokens(parts.counter.as_ref(), &text, cap);
-            let tokens = parts.ledger.count(parts.counter.as_ref(), &content);
+            let counter = parts.counter.as_ref();
+            // Most artifacts fit: one (cached) count, no search.
+            let whole = parts.ledger.count(counter, &text);
+            if whole <= cap {
+                return (text.into_owned(), false, whole);
+            }
+            let (content, truncated) = truncate_to_tokens(counter, &text, cap);
+            let tokens = parts.ledger.count(counter, &content);
             (content, truncated, tokens)
         })
         .await?;

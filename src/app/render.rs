@@ -9,7 +9,7 @@ use crate::model::{
     AuditRecord, CompactionPlan, EvictionCounts, PLAN_FORMAT_VERSION, SUMMARY_RENDER_VERSION,
     SUMMARY_SCHEMA_VERSION,
 };
-use crate::reduce::{budget_for, referenced_artifacts};
+use crate::reduce::{referenced_artifacts, TokenBudget};
 use crate::render::{
     anthropic, body_tokens, fit_rehydrated, openai, render, responses, OutputFormat,
     ProviderOptions, RehydrationReport, RenderInput, Request, RequestCounter, RequestTokens,
@@ -216,12 +216,11 @@ fn render_and_count(
         },
     );
     let tokens = rc.request(&request);
-    let hard_limit = budget_for(
+    // The fixed parts were just counted with the request.
+    let hard_limit = TokenBudget::for_policy(
         policy,
         max_input_tokens,
-        rc,
-        request.system.as_deref(),
-        &request.tools,
+        (tokens.system, tokens.tools, tokens.framing),
     )
     .hard_limit();
     let used = tokens.total - tokens.rehydrated;

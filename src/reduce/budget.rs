@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::Policy;
+
 /// How many tokens a request may use, and where compaction starts and stops.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TokenBudget {
@@ -30,6 +32,26 @@ pub struct TokenBudget {
     pub tool_tokens: u32,
     /// Reply priming and other per-request framing.
     pub framing_tokens: u32,
+}
+
+impl TokenBudget {
+    /// The budget under `policy` for a request whose fixed parts (system,
+    /// tools, framing) count `fixed`.
+    pub fn for_policy(policy: &Policy, max_input_tokens: u32, fixed: (u32, u32, u32)) -> Self {
+        let (system_tokens, tool_tokens, framing_tokens) = fixed;
+        TokenBudget {
+            max_input_tokens,
+            trigger_ratio: policy.trigger_ratio,
+            target_ratio: policy.target_ratio,
+            safety_buffer: policy.safety_buffer_tokens,
+            response_reserve: policy.response_reserve_tokens,
+            rehydration_reserve: policy.rehydration_reserve_tokens,
+            injection_reserve: policy.injection_reserve_tokens,
+            system_tokens,
+            tool_tokens,
+            framing_tokens,
+        }
+    }
 }
 
 impl TokenBudget {

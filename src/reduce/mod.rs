@@ -325,19 +325,7 @@ pub fn budget_for(
     system: Option<&str>,
     tools: &[ToolSchema],
 ) -> TokenBudget {
-    let (system_tokens, tool_tokens, framing_tokens) = counter.fixed(system, tools);
-    TokenBudget {
-        max_input_tokens,
-        trigger_ratio: policy.trigger_ratio,
-        target_ratio: policy.target_ratio,
-        safety_buffer: policy.safety_buffer_tokens,
-        response_reserve: policy.response_reserve_tokens,
-        rehydration_reserve: policy.rehydration_reserve_tokens,
-        injection_reserve: policy.injection_reserve_tokens,
-        system_tokens,
-        tool_tokens,
-        framing_tokens,
-    }
+    TokenBudget::for_policy(policy, max_input_tokens, counter.fixed(system, tools))
 }
 
 /// The default reducers, cheap → expensive, as enabled by the policy.

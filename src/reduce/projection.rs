@@ -141,9 +141,7 @@ impl<'a> Projection<'a> {
         let verbatim = thread
             .messages
             .iter()
-            .map(|m| {
-                render_message(m, Action::Include, options).map_or(0, |rm| counter.message(&rm))
-            })
+            .map(|m| counter.verbatim(m, options))
             .collect();
         let index = thread
             .messages

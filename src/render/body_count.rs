@@ -7,7 +7,6 @@
 
 use serde_json::Value;
 
-use crate::model::ToolSchema;
 use crate::tokens::count_tool_schemas;
 
 use super::{OutputFormat, RequestCounter};
@@ -22,30 +21,19 @@ pub fn body_tokens(format: OutputFormat, body: &Value, rc: &RequestCounter<'_>) 
         let Some(tools) = body.get("tools").and_then(Value::as_array) else {
             return 0;
         };
-        let schemas: Vec<ToolSchema> = tools
-            .iter()
-            .map(|t| {
-                let f = if flat {
-                    t
-                } else {
-                    t.get("function").unwrap_or(t)
-                };
-                ToolSchema {
-                    name: f
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .into(),
-                    description: f
-                        .get("description")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .into(),
-                    parameters: f.get(key_params).cloned().unwrap_or(Value::Null),
-                }
-            })
-            .collect();
-        count_tool_schemas(rc.counter, &schemas) + o.tools_preamble
+        let schemas = tools.iter().map(|t| {
+            let f = if flat {
+                t
+            } else {
+                t.get("function").unwrap_or(t)
+            };
+            (
+                str_field(f, "name"),
+                str_field(f, "description"),
+                f.get(key_params).unwrap_or(&NULL),
+            )
+        });
+        count_tool_schemas(|s| rc.text(s), schemas) + o.tools_preamble
     };
     let mut n = o.reply_priming;
     match format {
@@ -95,15 +83,15 @@ pub fn body_tokens(format: OutputFormat, body: &Value, rc: &RequestCounter<'_>) 
             };
             for m in array(body, "messages") {
                 n += o.per_message;
-                let blocks = match m.get("content") {
-                    Some(Value::Array(blocks)) => blocks.clone(),
+                let blocks: &[Value] = match m.get("content") {
+                    Some(Value::Array(blocks)) => blocks,
                     Some(c) => {
                         n += text(c);
-                        Vec::new()
+                        &[]
                     }
-                    None => Vec::new(),
+                    None => &[],
                 };
-                for b in &blocks {
+                for b in blocks {
                     n += match b.get("type").and_then(Value::as_str) {
                         Some("tool_use") => {
                             o.per_tool_call
@@ -168,6 +156,12 @@ pub fn body_tokens(format: OutputFormat, body: &Value, rc: &RequestCounter<'_>) 
         }
     }
     Some(n)
+}
+
+static NULL: Value = Value::Null;
+
+fn str_field<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
 fn array<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{Action, Content, ContentPart, Message, Role, ToolCall, ToolSchema};
 use crate::tokens::{
-    count_tool_schemas, ChatOverhead, Provider, Target, TokenCounter, TokenLedger,
+    count_tool_schemas, schema_texts, ChatOverhead, Provider, Target, TokenCounter, TokenLedger,
 };
 
 /// What the Anthropic adapter puts around non-object tool input.
@@ -141,7 +141,7 @@ impl<'a> RequestCounter<'a> {
                 let reasoning: u32 = parts
                     .iter()
                     .filter(|p| p.is_reasoning())
-                    .map(|p| self.content(&Content::Parts(vec![p.clone()])))
+                    .map(|p| self.part(p))
                     .sum();
                 reasoning + self.text(&c.flat_text())
             }
@@ -186,37 +186,38 @@ impl<'a> RequestCounter<'a> {
     fn content(&self, c: &Content) -> u32 {
         match c {
             Content::Text(t) => self.text(t),
-            Content::Parts(parts) => parts
-                .iter()
-                .map(|p| match p {
-                    ContentPart::Text { text } => self.text(text),
-                    // Where a provider takes no image (some roles, refused
-                    // types) the image goes as its text reference.
-                    ContentPart::Image { url } => self
-                        .overhead
-                        .per_image
-                        .max(self.text(&super::images::reference(url))),
-                    ContentPart::Thinking { thinking, .. } if self.provider.sends_thinking() => {
-                        self.overhead.per_block + self.text(thinking)
-                    }
-                    ContentPart::RedactedThinking { data } if self.provider.sends_thinking() => {
-                        self.overhead.per_block + self.text(data)
-                    }
-                    ContentPart::Reasoning {
-                        summary,
-                        encrypted_content,
-                        ..
-                    } if self.provider.sends_reasoning() => {
-                        self.overhead.per_block
-                            + summary.iter().map(|s| self.text(s)).sum::<u32>()
-                            + encrypted_content.as_deref().map_or(0, |e| self.text(e))
-                    }
-                    // Not sent to this provider.
-                    ContentPart::Thinking { .. }
-                    | ContentPart::RedactedThinking { .. }
-                    | ContentPart::Reasoning { .. } => 0,
-                })
-                .sum(),
+            Content::Parts(parts) => parts.iter().map(|p| self.part(p)).sum(),
+        }
+    }
+
+    fn part(&self, p: &ContentPart) -> u32 {
+        match p {
+            ContentPart::Text { text } => self.text(text),
+            // Where a provider takes no image (some roles, refused
+            // types) the image goes as its text reference.
+            ContentPart::Image { url } => self
+                .overhead
+                .per_image
+                .max(self.text(&super::images::reference(url))),
+            ContentPart::Thinking { thinking, .. } if self.provider.sends_thinking() => {
+                self.overhead.per_block + self.text(thinking)
+            }
+            ContentPart::RedactedThinking { data } if self.provider.sends_thinking() => {
+                self.overhead.per_block + self.text(data)
+            }
+            ContentPart::Reasoning {
+                summary,
+                encrypted_content,
+                ..
+            } if self.provider.sends_reasoning() => {
+                self.overhead.per_block
+                    + summary.iter().map(|s| self.text(s)).sum::<u32>()
+                    + encrypted_content.as_deref().map_or(0, |e| self.text(e))
+            }
+            // Not sent to this provider.
+            ContentPart::Thinking { .. }
+            | ContentPart::RedactedThinking { .. }
+            | ContentPart::Reasoning { .. } => 0,
         }
     }
 
@@ -275,16 +276,16 @@ impl<'a> RequestCounter<'a> {
             Provider::Anthropic | Provider::OpenAiResponses
         ) {
             // As sent: a tool without parameters gets an empty object schema.
-            let sent: Vec<ToolSchema> = tools
+            let sent: Vec<serde_json::Value> =
+                tools.iter().map(super::anthropic::input_schema).collect();
+            let schemas = tools
                 .iter()
-                .map(|t| ToolSchema {
-                    parameters: super::anthropic::input_schema(t),
-                    ..t.clone()
-                })
-                .collect();
-            count_tool_schemas(self.counter, &sent) + self.overhead.tools_preamble
+                .zip(&sent)
+                .map(|(t, p)| (t.name.as_str(), t.description.as_str(), p));
+            count_tool_schemas(|s| self.text(s), schemas) + self.overhead.tools_preamble
         } else {
-            count_tool_schemas(self.counter, tools) + self.overhead.tools_preamble
+            count_tool_schemas(|s| self.text(s), tools.iter().map(schema_texts))
+                + self.overhead.tools_preamble
         };
         let mut framing = self.overhead.reply_priming;
         if self.provider == Provider::Anthropic {

@@ -2,10 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{CompactionPlan, Thread};
 use crate::tokens::truncate_to_tokens;
 
-use super::{render, Rehydrated, RenderInput, RenderOptions, RequestCounter};
+use super::renderer::render_rehydrated;
+use super::{Rehydrated, RequestCounter};
 
 /// What happened to one artifact asked for this turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,25 +27,7 @@ pub fn fit_rehydrated(
     fetched: Vec<(String, String)>,
     reserve: u32,
 ) -> (Vec<Rehydrated>, Vec<RehydrationReport>) {
-    let empty = Thread {
-        id: String::new(),
-        messages: Vec::new(),
-    };
-    let options = RenderOptions::default();
-    let message_tokens = |r: &Rehydrated| -> u32 {
-        let request = render(
-            &empty,
-            &CompactionPlan::default(),
-            &RenderInput {
-                system: None,
-                tools: &[],
-                rehydrated: std::slice::from_ref(r),
-                options: &options,
-                omit_pending_calls: false,
-            },
-        );
-        request.messages.iter().map(|m| counter.message(m)).sum()
-    };
+    let message_tokens = |r: &Rehydrated| counter.message(&render_rehydrated(r));
     let mut remaining = reserve;
     let mut injected = Vec::new();
     let mut report = Vec::new();
@@ -98,6 +80,8 @@ pub fn fit_rehydrated(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{CompactionPlan, Thread};
+    use crate::render::{render, RenderInput, RenderOptions};
     use crate::tokens::{o200k, TokenLedger};
 
     #[test]

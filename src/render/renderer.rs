@@ -88,13 +88,8 @@ pub fn render(thread: &Thread, plan: &CompactionPlan, input: &RenderInput<'_>) -
                 .partition(|(_, result)| result.is_some());
             rm.tool_calls = kept.into_iter().map(|(c, _)| c).collect();
             let ids: Vec<String> = left.into_iter().map(|(c, _)| c.id).collect();
-            let visible = !rm
-                .content
-                .clone()
-                .without_reasoning()
-                .text()
-                .trim()
-                .is_empty();
+            // `text()` leaves reasoning out: it alone is not visible.
+            let visible = !rm.content.text().trim().is_empty();
             if rm.tool_calls.is_empty() && !visible {
                 notes.push(format!(
                     "message {} left out: its only tool calls ({}) have no result yet",
@@ -289,7 +284,8 @@ fn render_externalized(m: &Message, r: &ExternalizationRecord) -> RenderedMessag
     }
 }
 
-fn render_rehydrated(r: &Rehydrated) -> RenderedMessage {
+/// An artifact read back this turn, as the message that carries it.
+pub(super) fn render_rehydrated(r: &Rehydrated) -> RenderedMessage {
     let mut text = format!(
         "[Rehydrated Content - artifact:{}]\n{}",
         r.artifact_id, r.content

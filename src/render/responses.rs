@@ -186,12 +186,7 @@ fn tool(t: &ToolSchema) -> Value {
     if !t.description.is_empty() {
         out.insert("description".into(), Value::String(t.description.clone()));
     }
-    let parameters = if t.parameters.is_object() {
-        t.parameters.clone()
-    } else {
-        json!({"type": "object", "properties": {}})
-    };
-    out.insert("parameters".into(), parameters);
+    out.insert("parameters".into(), super::anthropic::input_schema(t));
     out.insert("strict".into(), Value::Bool(false));
     Value::Object(out)
 }

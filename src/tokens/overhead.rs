@@ -2,8 +2,6 @@
 
 use crate::model::ToolSchema;
 
-use super::TokenCounter;
-
 /// Per-message and per-request framing overhead of a chat format, in tokens.
 /// Added to the counts of the texts themselves (message content, tool-call
 /// names, ids and arguments), which the caller counts separately.
@@ -201,22 +199,34 @@ const TOOLS_MESSAGE_FRAME: u32 = 4;
 /// shorter than the JSON Schema counted here (no `"type":"object"`,
 /// `"properties"`, quotes or braces around every key). Deterministic: the
 /// same tools give the same count. 0 for no tools.
-pub fn count_tool_schemas(counter: &dyn TokenCounter, tools: &[ToolSchema]) -> u32 {
-    if tools.is_empty() {
+///
+/// `tools` gives each tool's (name, description, parameters schema; null for
+/// none); `count` counts one text, so callers can count through their cache.
+pub fn count_tool_schemas<'a>(
+    count: impl Fn(&str) -> u32,
+    tools: impl IntoIterator<Item = (&'a str, &'a str, &'a serde_json::Value)>,
+) -> u32 {
+    let mut tools = tools.into_iter().peekable();
+    if tools.peek().is_none() {
         return 0;
     }
-    let frame = counter.count(PER_TOOL_FRAME);
-    let mut total = TOOLS_MESSAGE_FRAME as usize + counter.count(TOOLS_PREAMBLE);
-    for tool in tools {
+    let frame = count(PER_TOOL_FRAME);
+    let mut total = TOOLS_MESSAGE_FRAME.saturating_add(count(TOOLS_PREAMBLE));
+    for (name, description, parameters) in tools {
         total = total
             .saturating_add(frame)
-            .saturating_add(counter.count(&tool.name))
-            .saturating_add(counter.count(&tool.description));
-        if !tool.parameters.is_null() {
-            total = total.saturating_add(counter.count(&tool.parameters.to_string()));
+            .saturating_add(count(name))
+            .saturating_add(count(description));
+        if !parameters.is_null() {
+            total = total.saturating_add(count(&parameters.to_string()));
         }
     }
-    u32::try_from(total).unwrap_or(u32::MAX)
+    total
+}
+
+/// A tool schema as [`count_tool_schemas`] reads it.
+pub fn schema_texts(t: &ToolSchema) -> (&str, &str, &serde_json::Value) {
+    (&t.name, &t.description, &t.parameters)
 }
 
 #[cfg(test)]
@@ -225,7 +235,15 @@ mod tests {
 
     use super::*;
     use crate::model::Role;
+    use crate::tokens::TokenCounter;
     use crate::tokens::{cl100k, counter_for_model, o200k, Estimator};
+
+    fn count(counter: &dyn TokenCounter, tools: &[ToolSchema]) -> u32 {
+        count_tool_schemas(
+            |s| u32::try_from(counter.count(s)).unwrap_or(u32::MAX),
+            tools.iter().map(schema_texts),
+        )
+    }
 
     fn tool(name: &str, description: &str, parameters: serde_json::Value) -> ToolSchema {
         ToolSchema {
@@ -312,14 +330,14 @@ mod tests {
 
     #[test]
     fn no_tools_cost_nothing() {
-        assert_eq!(count_tool_schemas(o200k().as_ref(), &[]), 0);
+        assert_eq!(count(o200k().as_ref(), &[]), 0);
     }
 
     #[test]
     fn tool_schemas_are_deterministic_and_plausible() {
         let c = o200k();
-        let one = count_tool_schemas(c.as_ref(), &[weather()]);
-        assert_eq!(one, count_tool_schemas(c.as_ref(), &[weather()]));
+        let one = count(c.as_ref(), &[weather()]);
+        assert_eq!(one, count(c.as_ref(), &[weather()]));
         // More than the bare texts (framing is on top), yet the same order.
         let t = weather();
         let bare = c.count(&t.name) + c.count(&t.description) + c.count(&t.parameters.to_string());
@@ -333,20 +351,20 @@ mod tests {
     fn tool_schemas_monotonic_in_content() {
         for counter in [o200k(), cl100k(), counter_for_model("claude-opus-4")] {
             let c = counter.as_ref();
-            let base = count_tool_schemas(c, &[weather()]);
+            let base = count(c, &[weather()]);
 
             let mut longer = weather();
             longer
                 .description
                 .push_str(" Returns temperature and conditions.");
-            assert!(count_tool_schemas(c, &[longer]) > base);
+            assert!(count(c, &[longer]) > base);
 
             let mut more_params = weather();
             more_params.parameters["properties"]["days"] =
                 json!({"type": "integer", "description": "Forecast days"});
-            assert!(count_tool_schemas(c, &[more_params]) > base);
+            assert!(count(c, &[more_params]) > base);
 
-            let two = count_tool_schemas(c, &[weather(), tool("noop", "", json!(null))]);
+            let two = count(c, &[weather(), tool("noop", "", json!(null))]);
             assert!(two > base);
 
             let mut tools = vec![weather()];
@@ -357,7 +375,7 @@ mod tests {
                     "Does a thing.",
                     json!({"type": "object", "properties": {"x": {"type": "string"}}}),
                 ));
-                let now = count_tool_schemas(c, &tools);
+                let now = count(c, &tools);
                 assert!(now > prev);
                 prev = now;
             }
@@ -374,8 +392,8 @@ mod tests {
                 json!({"type": "object", "properties": {"q": {"type": "string"}}}),
             ),
         ];
-        let exact = count_tool_schemas(o200k().as_ref(), &tools);
-        let est = count_tool_schemas(&Estimator::default(), &tools);
+        let exact = count(o200k().as_ref(), &tools);
+        let est = count(&Estimator::default(), &tools);
         assert!(est >= exact, "{est} < {exact}");
     }
 }
