@@ -1,5 +1,6 @@
 //! Messages of an agent thread: the immutable input every plan refers to.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -147,56 +148,31 @@ impl Content {
     pub fn flat_text(&self) -> String {
         match self {
             Content::Text(s) => s.clone(),
-            Content::Parts(parts) => parts
-                .iter()
-                .filter_map(|p| match p {
-                    ContentPart::Text { text } => Some(text.clone()),
-                    ContentPart::Image { url } => Some(super::image::reference(url)),
-                    ContentPart::Thinking { .. }
-                    | ContentPart::RedactedThinking { .. }
-                    | ContentPart::Reasoning { .. } => None,
-                })
-                .filter(|s| !s.trim().is_empty())
-                .collect::<Vec<_>>()
-                .join("\n"),
+            Content::Parts(parts) => {
+                join_parts(parts, |url| Some(super::image::reference(url).into()), true)
+            }
         }
     }
 
     /// The text of the content; parts are joined by newlines, images and
     /// reasoning omitted.
-    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+    pub fn text(&self) -> Cow<'_, str> {
         match self {
-            Content::Text(s) => std::borrow::Cow::Borrowed(s),
-            Content::Parts(parts) => {
-                let texts: Vec<&str> = parts
-                    .iter()
-                    .filter_map(|p| match p {
-                        ContentPart::Text { text } => Some(text.as_str()),
-                        _ => None,
-                    })
-                    .collect();
-                std::borrow::Cow::Owned(texts.join("\n"))
-            }
+            Content::Text(s) => Cow::Borrowed(s),
+            Content::Parts(parts) => Cow::Owned(join_parts(parts, |_| None, false)),
         }
     }
 
     /// Every part as text, images as `[image: <url>]` references: what an
     /// artifact stores, so moving content out of the prompt loses no part.
-    pub fn text_with_references(&self) -> std::borrow::Cow<'_, str> {
+    pub fn text_with_references(&self) -> Cow<'_, str> {
         match self {
-            Content::Text(s) => std::borrow::Cow::Borrowed(s),
-            Content::Parts(parts) => std::borrow::Cow::Owned(
-                parts
-                    .iter()
-                    .filter_map(|p| match p {
-                        ContentPart::Text { text } => Some(text.clone()),
-                        ContentPart::Image { url } => Some(format!("[image: {url}]")),
-                        // The model's private reasoning is not conversation content.
-                        _ => None,
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-            ),
+            Content::Text(s) => Cow::Borrowed(s),
+            Content::Parts(parts) => Cow::Owned(join_parts(
+                parts,
+                |url| Some(format!("[image: {url}]").into()),
+                false,
+            )),
         }
     }
 
@@ -264,6 +240,18 @@ pub struct ToolCall {
     /// Arguments as a JSON value (OpenAI sends them as a JSON string; we parse it).
     #[serde(default)]
     pub arguments: Value,
+}
+
+impl ToolCall {
+    /// The arguments as the JSON text OpenAI formats send: an object's text,
+    /// `{}` for none.
+    pub fn arguments_json(&self) -> String {
+        if self.arguments.is_null() {
+            "{}".to_string()
+        } else {
+            serde_json::to_string(&self.arguments).unwrap_or_default()
+        }
+    }
 }
 
 /// How a tool call ended.
@@ -442,8 +430,8 @@ impl ToolContent {
     /// The content as the text a provider receives (JSON as it arrived).
     pub fn to_text(&self) -> std::borrow::Cow<'_, str> {
         match self {
-            ToolContent::Text(s) => std::borrow::Cow::Borrowed(s),
-            ToolContent::Json(v) => std::borrow::Cow::Borrowed(v.as_str()),
+            ToolContent::Text(s) => Cow::Borrowed(s),
+            ToolContent::Json(v) => Cow::Borrowed(v.as_str()),
         }
     }
 
@@ -621,4 +609,37 @@ pub struct ToolSchema {
     /// JSON Schema of its arguments.
     #[serde(default)]
     pub parameters: Value,
+}
+
+/// Text parts and images (as `image` writes them; `None` leaves one out)
+/// joined by newlines; thinking and reasoning are never text. With
+/// `skip_blank`, blank pieces are left out.
+fn join_parts<'a>(
+    parts: &'a [ContentPart],
+    image: impl Fn(&'a str) -> Option<Cow<'a, str>>,
+    skip_blank: bool,
+) -> String {
+    let mut out = String::new();
+    let mut first = true;
+    for p in parts {
+        let piece = match p {
+            ContentPart::Text { text } => Cow::Borrowed(text.as_str()),
+            ContentPart::Image { url } => match image(url) {
+                Some(piece) => piece,
+                None => continue,
+            },
+            ContentPart::Thinking { .. }
+            | ContentPart::RedactedThinking { .. }
+            | ContentPart::Reasoning { .. } => continue,
+        };
+        if skip_blank && piece.trim().is_empty() {
+            continue;
+        }
+        if !first {
+            out.push('\n');
+        }
+        first = false;
+        out.push_str(&piece);
+    }
+    out
 }

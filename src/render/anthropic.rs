@@ -103,7 +103,6 @@ pub fn to_anthropic(req: &Request, opts: &ProviderOptions) -> Value {
         .into_iter()
         .enumerate()
         .map(|(i, (assistant, mut blocks))| {
-            // Stable partition: results open a user turn, calls close an assistant turn.
             // Stable partition: results open a user turn; an assistant turn
             // opens with its thinking (the API rejects one that does not,
             // e.g. when a summary or earlier text merged in before it) and
@@ -159,10 +158,6 @@ fn text_block(text: &str) -> Value {
     json!({"type": "text", "text": text})
 }
 
-fn image_as_text(url: &str) -> String {
-    super::images::reference(url)
-}
-
 /// Content blocks without blank text. Images become image blocks only where
 /// the API accepts them (user side). Thinking blocks are passed through byte
 /// for byte, first, in their order: the API rejects a tool-loop turn whose
@@ -190,7 +185,7 @@ fn content_blocks(c: &Content, images_allowed: bool) -> Vec<Value> {
                 ContentPart::Text { text } => Some(text_block(text)),
                 ContentPart::Image { url } => Some(match image_source(url) {
                     Some(source) if images_allowed => json!({"type": "image", "source": source}),
-                    _ => text_block(&image_as_text(url)),
+                    _ => text_block(&super::images::reference(url)),
                 }),
                 ContentPart::Thinking { .. }
                 | ContentPart::RedactedThinking { .. }

@@ -124,11 +124,7 @@ fn content(c: Content, images_allowed: bool) -> Value {
 }
 
 fn tool_call(c: &ToolCall) -> Value {
-    let arguments = if c.arguments.is_null() {
-        "{}".to_string()
-    } else {
-        serde_json::to_string(&c.arguments).unwrap_or_default()
-    };
+    let arguments = c.arguments_json();
     json!({
         "id": c.id,
         "type": "function",

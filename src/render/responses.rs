@@ -161,11 +161,7 @@ fn items(m: RenderedMessage, ids: &ToolIds, i: usize, out: &mut Vec<Value>) {
 }
 
 fn function_call(c: &ToolCall, call_id: &str) -> Value {
-    let arguments = if c.arguments.is_null() {
-        "{}".to_string()
-    } else {
-        serde_json::to_string(&c.arguments).unwrap_or_default()
-    };
+    let arguments = c.arguments_json();
     json!({"type": "function_call", "call_id": call_id, "name": c.name, "arguments": arguments})
 }
 

@@ -17,9 +17,6 @@ mod corpus;
 pub use counter::{cl100k, counter_for, counter_for_model, o200k, TokenCounter};
 pub use estimate::Estimator;
 pub use ledger::{LedgerStats, TokenLedger, DEFAULT_MAX_ENTRIES, MIN_CACHED_BYTES};
-pub use overhead::{
-    anthropic_image_tokens, count_tool_schemas, openai_image_tokens, schema_texts, ChatOverhead,
-    MAX_IMAGE_TOKENS,
-};
+pub use overhead::{count_tool_schemas, schema_texts, ChatOverhead};
 pub use target::{Provider, Target};
 pub use truncate::truncate_to_tokens;

@@ -106,16 +106,11 @@ impl ChatOverhead {
             _ => Self::conservative(),
         }
     }
-
-    /// [`ChatOverhead::for_target`] for the provider the model implies.
-    pub fn for_model(model: &str) -> Self {
-        Self::for_target(super::Provider::for_model(model), model)
-    }
 }
 
 /// The largest per-image token cost any supported provider publishes
 /// (Anthropic's high-resolution models: 4784 visual tokens).
-pub const MAX_IMAGE_TOKENS: u32 = 4784;
+const MAX_IMAGE_TOKENS: u32 = 4784;
 
 /// Worst-case tokens of one image for an OpenAI model (OpenAI's "Images and
 /// vision" guide). Tile models scale to 2048×2048 and the short side to 768:
@@ -126,7 +121,7 @@ pub const MAX_IMAGE_TOKENS: u32 = 4784;
 ///   at this rate)
 /// - gpt-4.1-mini 1536 × 1.62, gpt-4.1-nano 1536 × 2.46, o4-mini 1536 × 1.72
 /// - anything else (gpt-5 family and newer): the largest patch cost, 3779
-pub fn openai_image_tokens(model: &str) -> u32 {
+fn openai_image_tokens(model: &str) -> u32 {
     let m = super::target::normalize(model);
     let is = |p: &str| m == p || m.starts_with(&format!("{p}-"));
     if is("gpt-4o-mini") {
@@ -160,7 +155,7 @@ pub fn openai_image_tokens(model: &str) -> u32 {
 /// guide: 28 px patches, capped at 1568 visual tokens, 4784 from Opus 4.7 on).
 /// Models known to predate the larger cap get 1600 (the older documented
 /// ceiling); any other Claude model gets 4784.
-pub fn anthropic_image_tokens(model: &str) -> u32 {
+fn anthropic_image_tokens(model: &str) -> u32 {
     let m = super::target::normalize(model);
     let older = m.contains("claude-3")
         || m.contains("claude-sonnet-4")
@@ -235,8 +230,8 @@ mod tests {
 
     use super::*;
     use crate::model::Role;
-    use crate::tokens::TokenCounter;
     use crate::tokens::{cl100k, counter_for_model, o200k, Estimator};
+    use crate::tokens::{Provider, TokenCounter};
 
     fn count(counter: &dyn TokenCounter, tools: &[ToolSchema]) -> u32 {
         count_tool_schemas(
@@ -286,9 +281,15 @@ mod tests {
     fn overhead_presets() {
         let o = ChatOverhead::openai();
         assert_eq!((o.per_message, o.per_name, o.reply_priming), (4, 1, 3));
-        assert_eq!(ChatOverhead::for_model("gpt-4o"), o);
         assert_eq!(
-            ChatOverhead::for_model("claude-sonnet-4-5"),
+            ChatOverhead::for_target(Provider::for_model("gpt-4o"), "gpt-4o"),
+            o
+        );
+        assert_eq!(
+            ChatOverhead::for_target(
+                Provider::for_model("claude-sonnet-4-5"),
+                "claude-sonnet-4-5"
+            ),
             ChatOverhead::anthropic("claude-sonnet-4-5")
         );
         assert_eq!(ChatOverhead::anthropic("x").tools_preamble, 810);
@@ -323,7 +324,8 @@ mod tests {
             assert_eq!(anthropic_image_tokens(m), n, "{m}");
         }
         assert_eq!(
-            ChatOverhead::for_model("gemini-2.5-pro").per_image,
+            ChatOverhead::for_target(Provider::for_model("gemini-2.5-pro"), "gemini-2.5-pro")
+                .per_image,
             MAX_IMAGE_TOKENS
         );
     }
