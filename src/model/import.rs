@@ -267,23 +267,8 @@ impl Builder {
             )
         })?;
         let tool_name = self.messages[m].tool_calls[j].name.clone();
-        let outcome = if failed {
-            Outcome::Failure
-        } else {
-            infer_outcome(&content)
-        };
         let msg = self.push(Role::Tool, Content::default());
-        msg.tool_result = Some(ToolResultEnvelope {
-            tool_name,
-            tool_call_id: call_id.to_string(),
-            outcome,
-            content,
-            key_fields: BTreeMap::new(),
-            durability: None,
-            determinism: None,
-            started_at: None,
-            completed_at: None,
-        });
+        msg.tool_result = Some(imported_result(tool_name, call_id, content, failed));
         Ok(())
     }
 
@@ -613,13 +598,7 @@ mod responses {
                 );
             }
             "function_call" => {
-                let arguments = match item.get("arguments") {
-                    Some(Value::String(s)) => {
-                        serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
-                    }
-                    Some(other) => other.clone(),
-                    None => Value::Object(Default::default()),
-                };
+                let arguments = parse_arguments(item.get("arguments"));
                 let call = ToolCall {
                     id: str_field(item, "call_id", path)?.to_string(),
                     name: str_field(item, "name", path)?.to_string(),
@@ -745,13 +724,7 @@ fn openai_messages(messages: &[Value], id: String) -> Result<Thread, ImportError
                     .get("name")
                     .and_then(Value::as_str)
                     .ok_or_else(|| err(cpath("function.name"), "is required"))?;
-                let arguments = match f.get("arguments") {
-                    Some(Value::String(s)) => {
-                        serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
-                    }
-                    Some(other) => other.clone(),
-                    None => Value::Object(Default::default()),
-                };
+                let arguments = parse_arguments(f.get("arguments"));
                 call_names.insert(cid.to_string(), name.to_string());
                 tool_calls.push(ToolCall {
                     id: cid.to_string(),
@@ -781,31 +754,59 @@ fn openai_messages(messages: &[Value], id: String) -> Result<Thread, ImportError
                 )
             })?;
             let text = std::mem::take(&mut message.content).flat_text();
-            let content = ToolContent::Text(text);
             // Chat Completions tool messages carry no outcome; some logs add
-            // `is_error`. Otherwise the output's own shape says.
-            let outcome = if m.get("is_error").and_then(Value::as_bool) == Some(true) {
-                Outcome::Failure
-            } else {
-                infer_outcome(&content)
-            };
-            message.tool_result = Some(ToolResultEnvelope {
+            // `is_error`.
+            let failed = m.get("is_error").and_then(Value::as_bool) == Some(true);
+            message.tool_result = Some(imported_result(
                 tool_name,
-                tool_call_id: call_id.to_string(),
-                outcome,
-                content,
-                key_fields: BTreeMap::new(),
-                durability: None,
-                determinism: None,
-                started_at: None,
-                completed_at: None,
-            });
+                call_id,
+                ToolContent::Text(text),
+                failed,
+            ));
         }
         out.push(message);
     }
     let mut thread = Thread { id, messages: out };
     assign_turns_if_absent(&mut thread);
     Ok(thread)
+}
+
+/// OpenAI-style call arguments: JSON text parsed (kept as a string when it
+/// is not JSON), any other value as it is, none as `{}`.
+fn parse_arguments(v: Option<&Value>) -> Value {
+    match v {
+        Some(Value::String(s)) => {
+            serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
+        }
+        Some(other) => other.clone(),
+        None => Value::Object(Default::default()),
+    }
+}
+
+/// An imported result's envelope. Logs carry no durability, timing or key
+/// fields; a failure the log states wins, otherwise the output's shape says.
+fn imported_result(
+    tool_name: String,
+    call_id: &str,
+    content: ToolContent,
+    failed: bool,
+) -> ToolResultEnvelope {
+    let outcome = if failed {
+        Outcome::Failure
+    } else {
+        infer_outcome(&content)
+    };
+    ToolResultEnvelope {
+        tool_name,
+        tool_call_id: call_id.to_string(),
+        outcome,
+        content,
+        key_fields: BTreeMap::new(),
+        durability: None,
+        determinism: None,
+        started_at: None,
+        completed_at: None,
+    }
 }
 
 fn content_part(p: &Value) -> Result<ContentPart, String> {

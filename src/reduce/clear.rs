@@ -4,8 +4,6 @@
 //! unchanged (otherwise they are treated as NON_REPLAYABLE); NON_REPLAYABLE
 //! results and failures are never cleared.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 
 use crate::model::{ClearReason, Durability, Outcome, ToolResultEnvelope};
@@ -60,19 +58,11 @@ impl Reducer for Clear {
                     )
                 }
             };
-            let mut preserved: BTreeMap<String, Value> = BTreeMap::new();
-            preserved.insert("tool_name".into(), Value::String(env.tool_name.clone()));
-            preserved.insert("outcome".into(), Value::String(env.outcome.as_str().into()));
+            let mut preserved = super::retention::stub_preserved(env);
             preserved.insert(
                 "durability".into(),
                 Value::String(durability.as_str().into()),
             );
-            if !env.key_fields.is_empty() {
-                preserved.insert(
-                    "key_fields".into(),
-                    Value::Object(env.key_fields.clone().into_iter().collect()),
-                );
-            }
             let before = p.cost(i);
             p.clear(i, ClearReason::Durability, text, preserved);
             if p.cost(i) >= before {
@@ -86,14 +76,7 @@ impl Reducer for Clear {
 /// `[tool: outcome]`, the key fields, and for anchoring results a one-line gist.
 fn placeholder(env: &ToolResultEnvelope, gist: bool) -> String {
     let mut out = format!("[{}: {}]", env.tool_name, env.outcome.as_str());
-    if let Some(error) = super::retention::stub_error(env) {
-        out.push_str("\nError: ");
-        out.push_str(&error);
-    }
-    if !env.key_fields.is_empty() {
-        out.push_str("\nKey data: ");
-        out.push_str(&serde_json::to_string(&env.key_fields).unwrap_or_default());
-    }
+    super::retention::push_stub_details(env, &mut out);
     if gist {
         let text = env.content.to_text();
         let line = text

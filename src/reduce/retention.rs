@@ -67,28 +67,15 @@ impl Reducer for Retention {
             if !(too_old || too_many) {
                 continue;
             }
-            let mut preserved: BTreeMap<String, Value> = BTreeMap::new();
-            preserved.insert("tool_name".into(), Value::String(env.tool_name.clone()));
-            preserved.insert("outcome".into(), Value::String(env.outcome.as_str().into()));
+            let mut preserved = stub_preserved(env);
             let mut text = format!(
                 "[result expired] {}: {}",
                 env.tool_name,
                 env.outcome.as_str()
             );
             // A partial result's error outlives its output.
-            if let Some(error) = stub_error(env) {
-                text.push_str("\nError: ");
-                text.push_str(&error);
+            if let Some(error) = push_stub_details(env, &mut text) {
                 preserved.insert("error_message".into(), Value::String(error));
-            }
-            if !env.key_fields.is_empty() {
-                let fields = serde_json::to_string(&env.key_fields).unwrap_or_default();
-                text.push_str("\nKey data: ");
-                text.push_str(&fields);
-                preserved.insert(
-                    "key_fields".into(),
-                    Value::Object(env.key_fields.clone().into_iter().collect()),
-                );
             }
             let before = p.cost(i);
             p.clear(i, ClearReason::Expired, text, preserved);
@@ -100,9 +87,33 @@ impl Reducer for Retention {
     }
 }
 
-/// The error a stub must keep: any result that did not fully succeed.
-pub(super) fn stub_error(env: &ToolResultEnvelope) -> Option<String> {
-    (env.outcome != Outcome::Success)
+/// Appends what every stub of a result keeps: its error when it did not
+/// fully succeed, and its key fields. Returns the error.
+pub(super) fn push_stub_details(env: &ToolResultEnvelope, out: &mut String) -> Option<String> {
+    let error = (env.outcome != Outcome::Success)
         .then(|| error_message(&env.content))
-        .flatten()
+        .flatten();
+    if let Some(error) = &error {
+        out.push_str("\nError: ");
+        out.push_str(error);
+    }
+    if !env.key_fields.is_empty() {
+        out.push_str("\nKey data: ");
+        out.push_str(&serde_json::to_string(&env.key_fields).unwrap_or_default());
+    }
+    error
+}
+
+/// What every stub's record preserves: the tool, the outcome, the key fields.
+pub(super) fn stub_preserved(env: &ToolResultEnvelope) -> BTreeMap<String, Value> {
+    let mut preserved = BTreeMap::new();
+    preserved.insert("tool_name".into(), Value::String(env.tool_name.clone()));
+    preserved.insert("outcome".into(), Value::String(env.outcome.as_str().into()));
+    if !env.key_fields.is_empty() {
+        preserved.insert(
+            "key_fields".into(),
+            Value::Object(env.key_fields.clone().into_iter().collect()),
+        );
+    }
+    preserved
 }
