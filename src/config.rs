@@ -169,7 +169,9 @@ fn parse_error(e: figment::Error) -> ConfigError {
 /// Validates everything that can be checked without starting: ranges, the
 /// auth section (key files are read), and the exposure rules.
 pub fn check(settings: &ServerSettings) -> Result<(), ConfigError> {
-    check_startup(settings).map_err(|e| ConfigError::Invalid(e.to_string()))
+    check_startup(settings)
+        .map(drop)
+        .map_err(|e| ConfigError::Invalid(e.to_string()))
 }
 
 /// The settings as YAML, as `config check` prints them.

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use compactd::client::{connect, ClientError, Credential};
 use compactd::model::{AuditRecord, CompactionPlan};
-use compactd::proto::{each, pb, required, ConvertError};
+use compactd::proto::{each, optional, pb, required, ConvertError};
 use compactd::reduce::{BudgetReport, ReducerReport};
 use compactd::render::{RehydrationReport, RenderedMessage, RequestTokens};
 use tonic::Code;
@@ -228,10 +228,7 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<Value, ConvertError> {
 /// A `CompactResponse` as JSON.
 fn compact_json(r: pb::CompactResponse) -> Result<Value, ConvertError> {
     let plan: CompactionPlan = required(r.plan, "plan")?;
-    let budget: Option<BudgetReport> = r
-        .budget
-        .map(|b| BudgetReport::try_from(b).map_err(|e| e.within("budget")))
-        .transpose()?;
+    let budget: Option<BudgetReport> = optional(r.budget, "budget")?;
     let per_reducer: Vec<ReducerReport> = each(r.per_reducer, "per_reducer")?;
     Ok(json!({
         "version": r.version,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use compactd::app::{App, CompactCommand, Defaults, RenderCommand, RenderedOutput};
+use compactd::app::{App, CompactCommand, RenderCommand, RenderedOutput};
 use compactd::config;
 use compactd::security::SecurityContext;
 
@@ -49,12 +49,7 @@ pub fn run(args: &CompactArgs) -> Result<String, Failure> {
     settings.policy.validate().map_err(Failure::bad_input)?;
     let input = read_thread(&args.input)?;
     let policy = settings.policy.clone();
-    let app = App::offline(Defaults {
-        policy: settings.policy,
-        model: settings.default_model,
-        max_input_tokens: settings.default_max_input_tokens,
-        min_safety_buffer_tokens: settings.min_safety_buffer_tokens,
-    });
+    let app = App::offline(settings.app_defaults());
     let mut request = CompactCommand::new(input.thread, policy);
     request.model = args.model.clone();
     request.max_input_tokens = args.max_input_tokens;

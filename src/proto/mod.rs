@@ -46,6 +46,15 @@ pub struct ConvertError {
     pub message: String,
 }
 
+impl From<ConvertError> for crate::app::AppError {
+    fn from(e: ConvertError) -> Self {
+        crate::app::AppError::InvalidArgument {
+            field: e.field,
+            message: e.message,
+        }
+    }
+}
+
 impl ConvertError {
     /// An error at `field`.
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
@@ -86,6 +95,16 @@ where
 {
     let v = value.ok_or_else(|| ConvertError::new(field, "is required"))?;
     C::try_from(v).map_err(|e| e.within(field))
+}
+
+/// An optional sub-message, converted when present; errors name `field`.
+pub fn optional<P, C>(value: Option<P>, field: &str) -> Result<Option<C>>
+where
+    C: TryFrom<P, Error = ConvertError>,
+{
+    value
+        .map(|v| C::try_from(v).map_err(|e| e.within(field)))
+        .transpose()
 }
 
 /// Every element of a repeated field, converted; errors name the index.

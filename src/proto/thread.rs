@@ -12,7 +12,7 @@ use crate::model::{
 };
 use crate::reduce::{Policy, ToolRetention};
 
-use super::{each, pb, unknown_enum, unset_enum, ConvertError, Result};
+use super::{each, optional, pb, unknown_enum, unset_enum, ConvertError, Result};
 
 // ───────────────────────────── enums ─────────────────────────────
 
@@ -65,12 +65,7 @@ pub(super) fn stated_outcome(v: i32, field: &str) -> Result<Option<Outcome>> {
 /// Unspecified is success where there is no output to read it from
 /// (summaries' tool outcomes are always stated by the server).
 pub(super) fn outcome(v: i32, field: &str) -> Result<Outcome> {
-    match pb::Outcome::try_from(v) {
-        Ok(pb::Outcome::Unspecified | pb::Outcome::Success) => Ok(Outcome::Success),
-        Ok(pb::Outcome::Failure) => Ok(Outcome::Failure),
-        Ok(pb::Outcome::Partial) => Ok(Outcome::Partial),
-        Err(_) => Err(unknown_enum(field, v)),
-    }
+    Ok(stated_outcome(v, field)?.unwrap_or(Outcome::Success))
 }
 
 impl From<Durability> for pb::Durability {
@@ -310,15 +305,8 @@ impl TryFrom<pb::Message> for Message {
             role: role(m.role, "role")?,
             content: content(m.text, m.parts)?,
             tool_calls: each(m.tool_calls, "tool_calls")?,
-            tool_result: m
-                .tool_result
-                .map(|e| ToolResultEnvelope::try_from(e).map_err(|e| e.within("tool_result")))
-                .transpose()?,
-            metadata: m
-                .metadata
-                .map(|md| MessageMetadata::try_from(md).map_err(|e| e.within("metadata")))
-                .transpose()?
-                .unwrap_or_default(),
+            tool_result: optional(m.tool_result, "tool_result")?,
+            metadata: optional(m.metadata, "metadata")?.unwrap_or_default(),
             id: m.id,
             turn: m.turn,
         })

@@ -1,8 +1,9 @@
 //! The edge's errors and their one mapping to `tonic::Status`.
 //!
-//! A handler fails with an [`ApiError`]: a use-case error, a conversion error
-//! or a transport-level limit. `From<ApiError> for Status` is the only place
-//! a gRPC code is chosen, and it matches every variant. Messages name the
+//! A handler fails with an [`ApiError`]: a use-case error (a request that
+//! cannot be converted is one, an invalid argument) or a transport-level
+//! limit. `From<ApiError> for Status` is the only place a gRPC code is
+//! chosen, and it matches every variant. Messages name the
 //! offending field but never carry internal details (paths, store errors,
 //! other tenants' data): those are logged server-side and the client gets a
 //! generic message. Details travel as standard `google.rpc` messages
@@ -24,9 +25,6 @@ pub enum ApiError {
     /// The use case failed.
     #[error(transparent)]
     App(#[from] AppError),
-    /// The request could not be converted.
-    #[error("invalid argument at {}: {}", .0.field, .0.message)]
-    Convert(#[from] ConvertError),
     /// The tenant exceeded its request rate.
     #[error("rate limit exceeded for this tenant; retry after {} ms", retry_after.as_millis())]
     RateLimited {
@@ -39,6 +37,13 @@ pub enum ApiError {
     /// The request ran past the server's deadline.
     #[error("the request did not finish within {} ms", .0.as_millis())]
     DeadlineExceeded(Duration),
+}
+
+/// A request that could not be converted is bad input like any other.
+impl From<ConvertError> for ApiError {
+    fn from(e: ConvertError) -> Self {
+        ApiError::App(e.into())
+    }
 }
 
 impl From<AuthError> for ApiError {
@@ -65,7 +70,6 @@ impl ApiError {
                 AppError::Unavailable(_) => (Code::Unavailable, "UNAVAILABLE"),
                 AppError::Internal(_) => (Code::Internal, "INTERNAL"),
             },
-            ApiError::Convert(_) => (Code::InvalidArgument, "INVALID_ARGUMENT"),
             ApiError::RateLimited { .. } => (Code::ResourceExhausted, "RATE_LIMITED"),
             ApiError::Overloaded(_) => (Code::ResourceExhausted, "OVERLOADED"),
             ApiError::DeadlineExceeded(_) => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
@@ -76,7 +80,6 @@ impl ApiError {
     fn field(&self) -> &str {
         match self {
             ApiError::App(e) => e.field(),
-            ApiError::Convert(e) => &e.field,
             ApiError::RateLimited { .. }
             | ApiError::Overloaded(_)
             | ApiError::DeadlineExceeded(_) => "",
@@ -116,7 +119,7 @@ impl From<AppError> for Status {
 
 impl From<ConvertError> for Status {
     fn from(e: ConvertError) -> Status {
-        ApiError::Convert(e).into()
+        ApiError::from(e).into()
     }
 }
 

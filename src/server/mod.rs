@@ -79,6 +79,7 @@ pub struct ServerSettings {
 
 impl Default for ServerSettings {
     fn default() -> Self {
+        let app = Defaults::default();
         ServerSettings {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 50051),
             data_dir: PathBuf::from("compactd-data"),
@@ -92,11 +93,23 @@ impl Default for ServerSettings {
             ledger_max_entries: crate::tokens::DEFAULT_MAX_ENTRIES,
             http2_stream_window_bytes: 4 * 1024 * 1024,
             http2_connection_window_bytes: 16 * 1024 * 1024,
-            default_model: "gpt-4o".into(),
-            default_max_input_tokens: 128_000,
-            min_safety_buffer_tokens: 256,
-            policy: Policy::default(),
+            default_model: app.model,
+            default_max_input_tokens: app.max_input_tokens,
+            min_safety_buffer_tokens: app.min_safety_buffer_tokens,
+            policy: app.policy,
             auth: AuthConfig::default(),
+        }
+    }
+}
+
+impl ServerSettings {
+    /// What the use cases fall back on when a request leaves it out.
+    pub fn app_defaults(&self) -> Defaults {
+        Defaults {
+            policy: self.policy.clone(),
+            model: self.default_model.clone(),
+            max_input_tokens: self.default_max_input_tokens,
+            min_safety_buffer_tokens: self.min_safety_buffer_tokens,
         }
     }
 }
@@ -143,8 +156,9 @@ pub enum ServeError {
 
 /// Refuses configurations that would expose the service: a non-loopback
 /// address without authentication, or dev mode anywhere but loopback.
-/// Also validates the policy and the auth section. Dev mode is logged loudly.
-pub fn check_startup(settings: &ServerSettings) -> Result<(), ServeError> {
+/// Also validates the policy and the auth section, and returns the
+/// authenticator it built (key files are read once).
+pub fn check_startup(settings: &ServerSettings) -> Result<Authenticator, ServeError> {
     let invalid = |field: &str, message: &str| ServeError::Invalid {
         field: field.into(),
         message: message.into(),
@@ -185,19 +199,13 @@ pub fn check_startup(settings: &ServerSettings) -> Result<(), ServeError> {
     }
     let auth = Authenticator::from_config(&settings.auth)?;
     let loopback = settings.listen.ip().is_loopback();
-    if auth.is_dev() {
-        if !loopback {
-            return Err(ServeError::DevModeNotLoopback(settings.listen));
-        }
-        tracing::warn!(
-            listen = %settings.listen,
-            "DEV MODE: requests without credentials are accepted as tenant `dev` with every permission; never use this outside a workstation"
-        );
+    if auth.is_dev() && !loopback {
+        return Err(ServeError::DevModeNotLoopback(settings.listen));
     }
     if !loopback && !auth.is_configured() {
         return Err(ServeError::NoAuthentication(settings.listen));
     }
-    Ok(())
+    Ok(auth)
 }
 
 /// Opens the embedded stores in `settings.data_dir` (plans and artifacts
@@ -228,8 +236,13 @@ pub async fn serve_with_stores(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    check_startup(&settings)?;
-    let authenticator = Arc::new(Authenticator::from_config(&settings.auth)?);
+    let authenticator = Arc::new(check_startup(&settings)?);
+    if authenticator.is_dev() {
+        tracing::warn!(
+            listen = %settings.listen,
+            "DEV MODE: requests without credentials are accepted as tenant `dev` with every permission; never use this outside a workstation"
+        );
+    }
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -264,12 +277,7 @@ pub async fn serve_with_stores(
     tokio::task::spawn_blocking(move || crate::tokens::counter_for_model(&model).count("warm"));
 
     let app = App::new(
-        Defaults {
-            policy: settings.policy.clone(),
-            model: settings.default_model.clone(),
-            max_input_tokens: settings.default_max_input_tokens,
-            min_safety_buffer_tokens: settings.min_safety_buffer_tokens,
-        },
+        settings.app_defaults(),
         plans,
         artifacts,
         settings.ledger_max_entries,
