@@ -172,6 +172,9 @@ impl App {
         cmd: CompactCommand,
     ) -> Result<CompactOutcome> {
         UseCase::Compact.authorize(ctx, None)?;
+        self.validate_thread(&cmd.thread)?;
+        let mut cmd = cmd;
+        cmd.policy = self.effective_policy(&cmd.policy)?;
         self.compact_and_commit(&ctx.tenant_id, cmd).await
     }
 
@@ -195,14 +198,12 @@ impl App {
     }
 
     /// Load → (reuse | compact → write artifacts → bind → verify → commit).
+    /// The caller has validated the thread and made the policy effective.
     pub(super) async fn compact_and_commit(
         &self,
         tenant: &str,
         cmd: CompactCommand,
     ) -> Result<CompactOutcome> {
-        self.validate_thread(&cmd.thread)?;
-        let mut cmd = cmd;
-        cmd.policy = self.effective_policy(&cmd.policy)?;
         let model = self.model(cmd.model.clone())?;
         let resolved = Arc::new(Resolved {
             target: target(cmd.format, &model),
@@ -214,7 +215,7 @@ impl App {
         let tokenizer = parts.counter.name().to_string();
         let thread_id = resolved.cmd.thread.id.clone();
 
-        let previous = self.current_plan(tenant, &thread_id).await?;
+        let mut previous = self.current_plan(tenant, &thread_id).await?;
         let current_version = previous.as_ref().map_or(0, |p| p.version);
         if let Some(expected) = resolved.cmd.expected_version {
             if expected != current_version {
@@ -224,23 +225,20 @@ impl App {
                 });
             }
         }
-        if let Some(prev) = &previous {
-            let fingerprint = request_fingerprint(&resolved.request(None, self), &parts.engine());
-            if prev.fingerprint == fingerprint {
-                return Ok(CompactOutcome::reused(prev.clone(), tokenizer));
-            }
+        if let Some(prev) = previous.take_if(|prev| {
+            prev.fingerprint == request_fingerprint(&resolved.request(None, self), &parts.engine())
+        }) {
+            return Ok(CompactOutcome::reused(prev, tokenizer));
         }
 
-        let (app, r, p, prev) = (
-            self.clone(),
-            Arc::clone(&resolved),
-            parts.clone(),
-            previous.clone(),
-        );
-        let compaction = blocking(move || {
-            compact(&r.request(prev.as_ref(), &app), &p.engine()).map_err(AppError::from)
+        let (app, r, p) = (self.clone(), Arc::clone(&resolved), parts.clone());
+        // The previous plan moves into the blocking task and back.
+        let (compaction, previous) = blocking(move || {
+            let c = compact(&r.request(previous.as_ref(), &app), &p.engine());
+            (c.map_err(AppError::from), previous)
         })
-        .await??;
+        .await?;
+        let compaction = compaction?;
         if let Some(prev) = previous {
             if prev.fingerprint == compaction.plan.fingerprint {
                 return Ok(CompactOutcome::reused(prev, tokenizer));

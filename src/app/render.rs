@@ -76,10 +76,10 @@ impl App {
             rehydrates: !cmd.rehydrate_artifact_ids.is_empty(),
         }
         .authorize(ctx, None)?;
+        self.validate_thread(&cmd.request.thread)?;
         if !cmd.omit_pending_calls {
             // Before anything is compacted or committed: the request cannot
             // be rendered as it stands.
-            self.validate_thread(&cmd.request.thread)?;
             refuse_pending(&cmd.request.thread)?;
         }
         let mut cmd = cmd;
@@ -140,7 +140,6 @@ impl App {
             return Ok((out.plan.clone(), Some(out)));
         }
         let thread = &cmd.request.thread;
-        self.validate_thread(thread)?;
         let plan = self
             .current_plan(&ctx.tenant_id, &thread.id)
             .await?

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use sha2::{Digest, Sha256};
 
 use crate::model::CompactionPlan;
 use crate::runtime::now_unix_ms;
@@ -119,8 +118,8 @@ impl MemoryArtifactStore {
         match self.naming {
             Naming::Random => format!("art_{:032x}", rand::random::<u128>()),
             Naming::ContentAddressed => {
-                let digest = Sha256::digest(format!("{thread_id}\0{hash}").as_bytes());
-                format!("art_{}", &hex::encode(digest)[..32])
+                let digest = super::content_hash(format!("{thread_id}\0{hash}").as_bytes());
+                format!("art_{}", &digest[..32])
             }
         }
     }

@@ -53,20 +53,19 @@ const PLAN_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 impl Weigh for StoredPlan {
     fn weight(&self) -> u64 {
         let p = &self.plan;
-        let spans = |ids: &Vec<String>| strings_weight(ids);
         128 + (p.thread_id.len() + p.fingerprint.len()) as u64
             + p.externalizations
                 .iter()
-                .map(|r| spans(&r.span.message_ids) + r.summary.weight() + 256)
+                .map(|r| strings_weight(&r.span.message_ids) + r.summary.weight() + 256)
                 .sum::<u64>()
             + p.summarizations
                 .iter()
-                .map(|r| spans(&r.span.message_ids) + r.summary.weight())
+                .map(|r| strings_weight(&r.span.message_ids) + r.summary.weight())
                 .sum::<u64>()
             + p.clearings
                 .iter()
                 .map(|r| {
-                    spans(&r.span.message_ids)
+                    strings_weight(&r.span.message_ids)
                         + r.replacement.len() as u64
                         + r.preserved_fields
                             .iter()
@@ -77,7 +76,7 @@ impl Weigh for StoredPlan {
             + p.drops
                 .iter()
                 .map(|r| {
-                    spans(&r.span.message_ids)
+                    strings_weight(&r.span.message_ids)
                         + r.reason.len() as u64
                         + strings_weight(&r.index.keywords)
                         + r.index.summary.len() as u64
