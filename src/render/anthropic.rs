@@ -196,22 +196,16 @@ fn content_blocks(c: &Content, images_allowed: bool) -> Vec<Value> {
     }
 }
 
-/// `data:<media type>[;params];base64,<data>` → base64 source; other
-/// `data:` URLs have no Anthropic form (`None`); anything else is a URL source.
+/// A URL source, or a base64 source for inline data of an accepted type;
+/// `None` for an image that cannot be sent as one.
 fn image_source(url: &str) -> Option<Value> {
-    if !super::images::sendable(url) {
-        return None;
-    }
-    let Some(rest) = url.strip_prefix("data:") else {
-        return Some(json!({"type": "url", "url": url}));
-    };
-    let (meta, data) = rest.split_once(',')?;
-    let mut params = meta.split(';');
-    let media_type = params.next().unwrap_or_default();
-    if media_type.is_empty() || !params.any(|p| p == "base64") {
-        return None;
-    }
-    Some(json!({"type": "base64", "media_type": media_type, "data": data}))
+    use super::images::{sendable_form, Sendable};
+    Some(match sendable_form(url)? {
+        Sendable::Url(url) => json!({"type": "url", "url": url}),
+        Sendable::Inline { media_type, data } => {
+            json!({"type": "base64", "media_type": media_type, "data": data})
+        }
+    })
 }
 
 /// One neutral message (at index `i`) as (is_assistant, blocks).
@@ -590,6 +584,10 @@ mod tests {
         );
         assert_eq!(image_source("data:image/svg+xml,<svg/>"), None);
         assert_eq!(image_source("data:;base64,AAAA"), None);
+        assert_eq!(
+            image_source("data:image/JPG;base64,/9j/"),
+            Some(json!({"type": "base64", "media_type": "image/jpeg", "data": "/9j/"}))
+        );
         assert_eq!(
             image_source("https://x/y.png"),
             Some(json!({"type": "url", "url": "https://x/y.png"}))
