@@ -19,10 +19,10 @@ use crate::proto::ConvertError;
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 /// How long connecting may take before the call fails.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// HTTP/2 initial stream window: the server's default, so large responses
-/// stream without waiting for window updates.
+/// HTTP/2 initial stream window, also the server's default: large requests
+/// and responses stream without waiting for window updates.
 pub const STREAM_WINDOW_BYTES: u32 = 4 * 1024 * 1024;
-/// HTTP/2 initial connection window (the server's default).
+/// HTTP/2 initial connection window, also the server's default.
 pub const CONNECTION_WINDOW_BYTES: u32 = 16 * 1024 * 1024;
 
 /// How the client proves who it is.

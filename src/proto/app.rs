@@ -1,6 +1,5 @@
 //! Requests → use-case commands, and outcomes → responses.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::app::{
@@ -14,49 +13,24 @@ use super::render::output_format;
 use super::thread::{observations_from_pb, policy_from_overrides};
 use super::{each, pb, required, Result};
 
-/// The shared fields of a Compact or Render request, moved out.
-macro_rules! inputs {
-    ($r:ident) => {
-        Inputs {
-            thread: $r.thread,
-            policy: $r.policy,
-            model: $r.model,
-            max_input_tokens: $r.max_input_tokens,
-            system_prompt: $r.system_prompt,
-            tools: $r.tools,
+/// The command for what Compact and Render requests both carry (under the
+/// same names; the two messages share no type), with the request's
+/// overrides applied to `base`. Expands to an expression that uses `?`.
+macro_rules! shared_command {
+    ($r:ident, $base:expr) => {
+        CompactCommand {
+            thread: Arc::new(required::<_, Thread>($r.thread, "thread")?),
+            policy: Arc::new(policy_from_overrides($base, $r.policy)?),
+            model: unset_if_empty($r.model),
+            max_input_tokens: unset_if_zero($r.max_input_tokens),
+            system: $r.system_prompt,
+            tools: Arc::new(each::<_, ToolSchema>($r.tools, "tools")?),
             expected_version: $r.expected_version,
-            observations: $r.observations,
-        }
-    };
-}
-
-/// What Compact and Render requests both carry.
-struct Inputs {
-    thread: Option<pb::Thread>,
-    policy: Option<pb::PolicyOverrides>,
-    model: String,
-    max_input_tokens: u32,
-    system_prompt: Option<String>,
-    tools: Vec<pb::ToolSchema>,
-    expected_version: Option<u64>,
-    observations: HashMap<String, pb::DeterminismMetadata>,
-}
-
-impl Inputs {
-    fn into_command(self, base: &Policy) -> Result<CompactCommand> {
-        Ok(CompactCommand {
-            thread: Arc::new(required::<_, Thread>(self.thread, "thread")?),
-            policy: Arc::new(policy_from_overrides(base, self.policy)?),
-            model: unset_if_empty(self.model),
-            max_input_tokens: unset_if_zero(self.max_input_tokens),
-            system: self.system_prompt,
-            tools: Arc::new(each::<_, ToolSchema>(self.tools, "tools")?),
-            expected_version: self.expected_version,
-            observations: observations_from_pb(self.observations),
+            observations: observations_from_pb($r.observations),
             rehydrated_this_turn: false,
             format: None,
-        })
-    }
+        }
+    };
 }
 
 /// proto3 scalars cannot be absent: the zero value means "the server's default".
@@ -72,10 +46,10 @@ fn unset_if_zero(n: u32) -> Option<u32> {
 /// A Compact request as a command; `base` is the server's policy the
 /// request's overrides apply to.
 pub fn compact_command(r: pb::CompactRequest, base: &Policy) -> Result<CompactCommand> {
-    let rehydrated_this_turn = r.rehydrated_this_turn;
-    let mut cmd = inputs!(r).into_command(base)?;
-    cmd.rehydrated_this_turn = rehydrated_this_turn;
-    Ok(cmd)
+    Ok(CompactCommand {
+        rehydrated_this_turn: r.rehydrated_this_turn,
+        ..shared_command!(r, base)
+    })
 }
 
 /// A Render request as a command.
@@ -87,7 +61,7 @@ pub fn render_command(r: pb::RenderRequest, base: &Policy) -> Result<RenderComma
         max_output_tokens: r.max_output_tokens,
         rehydrate_artifact_ids: r.rehydrate_artifact_ids,
         omit_pending_calls: r.omit_pending_calls,
-        request: inputs!(r).into_command(base)?,
+        request: shared_command!(r, base),
     })
 }
 
