@@ -86,8 +86,12 @@ impl<K: Eq + Hash + Clone, V: Clone + Weigh> BoundedCache<K, V> {
         self.inner.remove(key);
     }
 
-    /// Total weight held, for tests and stats.
-    #[cfg(test)]
+    /// Keeps only the entries whose key passes `keep`.
+    pub(crate) fn retain(&self, keep: impl Fn(&K) -> bool) {
+        self.inner.retain(|k, _| keep(k));
+    }
+
+    /// Total weight held, for stats.
     pub(crate) fn weight(&self) -> u64 {
         self.inner.weight()
     }

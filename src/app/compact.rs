@@ -211,7 +211,12 @@ impl App {
             max_input_tokens: self.max_input_tokens(cmd.max_input_tokens),
             cmd,
         });
-        let parts = self.engine_parts(&resolved.model, resolved.target.provider);
+        let parts = self.engine_parts(
+            &resolved.model,
+            resolved.target.provider,
+            tenant,
+            &resolved.cmd.thread.id,
+        );
         let tokenizer = parts.counter.name().to_string();
         let thread_id = resolved.cmd.thread.id.clone();
 
@@ -413,7 +418,7 @@ mod tests {
     fn the_reuse_check_fingerprints_what_compaction_does() {
         let app = App::offline(Defaults::default());
         let r = resolved();
-        let parts = app.engine_parts(&r.model, r.target.provider);
+        let parts = app.engine_parts(&r.model, r.target.provider, "t", &r.cmd.thread.id);
         let engine = parts.engine();
         let fresh = compact(&r.request(None, &app), &engine).expect("compacts");
         let fast = request_fingerprint(&r.request(None, &app), &engine);

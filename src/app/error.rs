@@ -63,6 +63,17 @@ pub enum AppError {
     /// A bug or corrupt state; the detail is logged, not returned.
     #[error("internal error")]
     Internal(String),
+    /// The call was abandoned (deadline passed or client gone) while it ran.
+    #[error("the call was cancelled before it finished")]
+    Cancelled,
+    /// A tenant quota would be exceeded; `quota` names it.
+    #[error("quota {quota} exceeded: {message}")]
+    QuotaExceeded {
+        /// The config key of the quota, e.g. `quotas.max_bytes_per_tenant`.
+        quota: String,
+        /// Usage and limit.
+        message: String,
+    },
 }
 
 impl AppError {
@@ -86,7 +97,9 @@ impl AppError {
             | AppError::Unauthenticated(_)
             | AppError::NotFound(_)
             | AppError::Unavailable(_)
-            | AppError::Internal(_) => "",
+            | AppError::Internal(_)
+            | AppError::Cancelled => "",
+            AppError::QuotaExceeded { quota, .. } => quota,
         }
     }
 }
@@ -117,6 +130,7 @@ impl From<CompactError> for AppError {
                 message: e.to_string(),
             },
             CompactError::Internal(m) => AppError::Internal(m),
+            CompactError::Cancelled => AppError::Cancelled,
         }
     }
 }

@@ -22,7 +22,8 @@ pub use rehydrate::{RehydrateCommand, RehydrateOutcome};
 pub use render::{RenderCommand, RenderOutcome, RenderedOutput};
 
 use crate::model::{DeterminismMetadata, Thread, ThreadLimits, ToolSchema};
-use crate::reduce::{Engine, Memo, Policy};
+use crate::reduce::{Cancel, Engine, Memo, Policy};
+use crate::runtime::Call;
 use crate::security::{Permission, SecurityContext};
 use crate::store::{ArtifactStore, MemoryArtifactStore, MemoryPlanStore, PlanStore};
 use crate::summarize::{ExtractiveSummarizer, Summarizer};
@@ -67,7 +68,7 @@ struct Inner {
     /// One ledger for the process: agents resend the same thread every turn.
     ledger: Arc<TokenLedger>,
     /// Summaries and compressions, for the same reason.
-    memo: Arc<Memo>,
+    memo: Memo,
     summarizer: Arc<dyn Summarizer + Send + Sync>,
     defaults: Defaults,
     limits: ThreadLimits,
@@ -97,7 +98,7 @@ impl App {
                 plans,
                 artifacts,
                 ledger: Arc::new(TokenLedger::new(ledger_max_entries)),
-                memo: Arc::new(Memo::default()),
+                memo: Memo::default(),
                 summarizer: Arc::new(ExtractiveSummarizer),
                 defaults,
                 limits: ThreadLimits::default(),
@@ -158,30 +159,46 @@ impl App {
             .map_err(|e| AppError::invalid(e.field_path(), e.to_string()))
     }
 
-    /// The engine for text `provider` will read for `model`.
-    fn engine_parts(&self, model: &str, provider: Provider) -> EngineParts {
+    /// The engine for text `provider` will read for `model`, for one
+    /// tenant's thread: the caches are the process's, seen through keys only
+    /// this tenant (counts) and this thread (summaries) can hit.
+    fn engine_parts(
+        &self,
+        model: &str,
+        provider: Provider,
+        tenant: &str,
+        thread_id: &str,
+    ) -> EngineParts {
         EngineParts {
             counter: counter_for(provider, model),
-            ledger: Arc::clone(&self.inner.ledger),
-            memo: Arc::clone(&self.inner.memo),
+            ledger: Arc::new(self.inner.ledger.scoped(tenant)),
+            memo: self.inner.memo.scoped(&[tenant, thread_id]),
             summarizer: Arc::clone(&self.inner.summarizer),
+            cancel: Call::current_cancel(),
         }
+    }
+
+    /// Forgets the cached summaries and compressions of a thread.
+    fn forget_thread(&self, tenant: &str, thread_id: &str) {
+        self.inner.memo.forget(&[tenant, thread_id]);
     }
 }
 
-/// The process-wide parts of a core [`Engine`], owned so that they can move
-/// into blocking tasks.
+/// The parts of a core [`Engine`], owned so that they can move into
+/// blocking tasks.
 #[derive(Clone)]
 struct EngineParts {
     counter: Arc<dyn TokenCounter>,
     ledger: Arc<TokenLedger>,
-    memo: Arc<Memo>,
+    memo: Memo,
     summarizer: Arc<dyn Summarizer + Send + Sync>,
+    cancel: Arc<Cancel>,
 }
 
 impl EngineParts {
     fn engine(&self) -> Engine<'_> {
         Engine {
+            cancel: &self.cancel,
             counter: self.counter.as_ref(),
             ledger: &self.ledger,
             summarizer: self.summarizer.as_ref(),

@@ -66,7 +66,12 @@ impl App {
             .max_tokens
             .unwrap_or(self.inner.defaults.policy.rehydration_reserve_tokens);
         let model = self.model(cmd.model)?;
-        let parts = self.engine_parts(&model, Provider::for_model(&model));
+        let parts = self.engine_parts(
+            &model,
+            Provider::for_model(&model),
+            &ctx.tenant_id,
+            &cmd.thread_id,
+        );
         let (content, truncated, tokens) = blocking(move || {
             let text = String::from_utf8_lossy(&bytes);
             let counter = parts.counter.as_ref();

@@ -91,7 +91,12 @@ impl App {
         let model = self.model(cmd.request.model.clone())?;
         let max_input_tokens = self.max_input_tokens(cmd.request.max_input_tokens);
         let target = super::compact::target(Some(cmd.format), &model);
-        let parts = self.engine_parts(&model, target.provider);
+        let parts = self.engine_parts(
+            &model,
+            target.provider,
+            &ctx.tenant_id,
+            &cmd.request.thread.id,
+        );
         let summarizer_id = self.inner.summarizer.id().to_string();
         let plan = Arc::new(plan);
         let rendered = blocking({

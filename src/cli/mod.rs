@@ -63,7 +63,9 @@ impl From<AppError> for Failure {
             | AppError::Unauthenticated(_)
             | AppError::NotFound(_)
             | AppError::Unavailable(_)
-            | AppError::Internal(_) => Failure::other(e),
+            | AppError::Internal(_)
+            | AppError::Cancelled
+            | AppError::QuotaExceeded { .. } => Failure::other(e),
         }
     }
 }

@@ -6,7 +6,7 @@
 use crate::model::{ClearReason, Durability};
 use crate::summarize::{compress_tool_output, CompressRules};
 
-use super::{CompactError, KeyHasher, PipelineState, Projection, Reducer, TokenBudget};
+use super::{CompactError, PipelineState, Projection, Reducer, TokenBudget};
 
 /// Compresses large tool outputs, oldest first, until the target is met.
 #[derive(Debug, Clone, Default)]
@@ -43,7 +43,7 @@ impl Reducer for Compress {
             }
             let tokens = p.counter.text(&env.content.to_text()) as usize;
             let args = state.call_arguments(i);
-            let mut key = KeyHasher::default();
+            let mut key = state.memo.key();
             key.part(b"compress-v1")
                 .part(format!("{:?}", self.rules).as_bytes())
                 .part(&crate::model::message_digest(m).to_le_bytes())

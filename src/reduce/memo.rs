@@ -14,11 +14,35 @@ use crate::summarize::Compressed;
 /// Bytes each kind of entry may hold by default.
 pub const DEFAULT_MEMO_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Process-wide cache of summaries and compressions, bounded in bytes.
-#[derive(Debug)]
+/// An entry's key: the scope it belongs to and the hash of its inputs.
+/// The scope is part of the key, so one tenant's hit can never be another's
+/// (no timing side channel) and a scope can be forgotten as a whole.
+type ScopedKey = (u64, u128);
+
+struct Caches {
+    summaries: BoundedCache<ScopedKey, StructuredSummary>,
+    compressed: BoundedCache<ScopedKey, Option<Compressed>>,
+}
+
+/// Process-wide cache of summaries and compressions, bounded in bytes and
+/// shared by every scope. Callers work through [`Memo::scoped`] views (one
+/// per tenant and thread); the unscoped memo is a view of scope 0.
+///
+/// Keys are seeded per process (never logged), so nobody can precompute a
+/// key that collides with another's content.
+#[derive(Clone)]
 pub struct Memo {
-    summaries: BoundedCache<u128, StructuredSummary>,
-    compressed: BoundedCache<u128, Option<Compressed>>,
+    caches: std::sync::Arc<Caches>,
+    scope: u64,
+}
+
+impl std::fmt::Debug for Memo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memo")
+            .field("summaries_bytes", &self.caches.summaries.weight())
+            .field("compressed_bytes", &self.caches.compressed.weight())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for Memo {
@@ -27,14 +51,58 @@ impl Default for Memo {
     }
 }
 
+/// The per-process key seed.
+fn process_seed() -> u64 {
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SEED.get_or_init(|| {
+        use std::hash::BuildHasher;
+        std::collections::hash_map::RandomState::new().hash_one(0x6d656d6f_u64)
+    })
+}
+
+/// The scope id of `parts` (length-prefixed, seeded).
+fn scope_id(parts: &[&str]) -> u64 {
+    let mut k = KeyHasher::seeded();
+    for p in parts {
+        k.part(p.as_bytes());
+    }
+    // 0 is the unscoped view.
+    (k.finish() as u64).max(1)
+}
+
 impl Memo {
     /// A memo holding up to about `bytes_per_kind` of summaries and as much
     /// of compressions.
     pub fn new(bytes_per_kind: u64) -> Self {
         Memo {
-            summaries: BoundedCache::new(bytes_per_kind),
-            compressed: BoundedCache::new(bytes_per_kind),
+            caches: std::sync::Arc::new(Caches {
+                summaries: BoundedCache::new(bytes_per_kind),
+                compressed: BoundedCache::new(bytes_per_kind),
+            }),
+            scope: 0,
         }
+    }
+
+    /// A view of the same caches whose entries only it sees: the service
+    /// scopes by (tenant, thread).
+    pub fn scoped(&self, parts: &[&str]) -> Memo {
+        Memo {
+            caches: std::sync::Arc::clone(&self.caches),
+            scope: scope_id(parts),
+        }
+    }
+
+    /// Drops every entry of the scope `parts` (a deleted thread's summaries).
+    /// Walks the whole cache: deletion is rare, lookups are not.
+    pub fn forget(&self, parts: &[&str]) {
+        let scope = scope_id(parts);
+        self.caches.summaries.retain(|k| k.0 != scope);
+        self.caches.compressed.retain(|k| k.0 != scope);
+    }
+
+    /// A key builder for this memo (seeded per process).
+    pub fn key(&self) -> KeyHasher {
+        KeyHasher::seeded()
     }
 
     /// A cached summary, or `make()` (cached when it succeeds).
@@ -43,11 +111,12 @@ impl Memo {
         key: u128,
         make: impl FnOnce() -> Result<StructuredSummary, E>,
     ) -> Result<StructuredSummary, E> {
-        if let Some(s) = self.summaries.get(&key) {
+        let key = (self.scope, key);
+        if let Some(s) = self.caches.summaries.get(&key) {
             return Ok(s);
         }
         let s = make()?;
-        self.summaries.insert(key, s.clone());
+        self.caches.summaries.insert(key, s.clone());
         Ok(s)
     }
 
@@ -57,11 +126,12 @@ impl Memo {
         key: u128,
         make: impl FnOnce() -> Option<Compressed>,
     ) -> Option<Compressed> {
-        if let Some(c) = self.compressed.get(&key) {
+        let key = (self.scope, key);
+        if let Some(c) = self.caches.compressed.get(&key) {
             return c;
         }
         let c = make();
-        self.compressed.insert(key, c.clone());
+        self.caches.compressed.insert(key, c.clone());
         c
     }
 }
@@ -123,11 +193,14 @@ impl Weigh for Option<Compressed> {
     }
 }
 
-/// Streaming key builder: every part is length-prefixed.
-#[derive(Default)]
-pub struct KeyHasher(xxhash_rust::xxh3::Xxh3Default);
+/// Streaming key builder: every part is length-prefixed; seeded per process.
+pub struct KeyHasher(xxhash_rust::xxh3::Xxh3);
 
 impl KeyHasher {
+    fn seeded() -> Self {
+        KeyHasher(xxhash_rust::xxh3::Xxh3::with_seed(process_seed()))
+    }
+
     /// Adds one part.
     pub fn part(&mut self, bytes: &[u8]) -> &mut Self {
         self.0.update(&(bytes.len() as u64).to_le_bytes());
@@ -178,7 +251,7 @@ mod tests {
                 .summary::<()>(u128::from(k), || Ok(summary(k)))
                 .unwrap();
         }
-        assert!(small.summaries.weight() <= 64 * 1024);
+        assert!(small.caches.summaries.weight() <= 64 * 1024);
     }
 
     #[test]
@@ -196,6 +269,36 @@ mod tests {
             .weight()
                 >= 4_000
         );
+    }
+
+    #[test]
+    fn scopes_never_see_each_other_and_can_be_forgotten() {
+        let m = Memo::new(1 << 20);
+        let a = m.scoped(&["acme", "t1"]);
+        let b = m.scoped(&["globex", "t1"]);
+        // Length-prefixed parts: ("ac", "me") is not ("a", "cme").
+        assert_ne!(scope_id(&["ac", "met1"]), scope_id(&["acme", "t1"]));
+        let mut calls = 0;
+        for view in [&a, &b, &a] {
+            view.summary::<()>(7, || {
+                calls += 1;
+                Ok(summary(7))
+            })
+            .unwrap();
+        }
+        assert_eq!(calls, 2, "b missed a's entry; a hit its own");
+        m.forget(&["acme", "t1"]);
+        a.summary::<()>(7, || {
+            calls += 1;
+            Ok(summary(7))
+        })
+        .unwrap();
+        b.summary::<()>(7, || {
+            calls += 1;
+            Ok(summary(7))
+        })
+        .unwrap();
+        assert_eq!(calls, 3, "only the forgotten scope recomputes");
     }
 
     #[test]

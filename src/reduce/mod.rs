@@ -83,6 +83,8 @@ pub struct PipelineState<'a> {
     pub current_turn: u32,
     /// Warnings for the report.
     pub warnings: Vec<String>,
+    /// Checked between reducer steps.
+    pub cancel: &'a Cancel,
     thread: &'a Thread,
     pairing: crate::model::Pairing,
 }
@@ -95,6 +97,7 @@ impl<'a> PipelineState<'a> {
         memo: &'a Memo,
         observations: &'a BTreeMap<String, DeterminismMetadata>,
         skip_aggressive: bool,
+        cancel: &'a Cancel,
     ) -> Self {
         PipelineState {
             policy,
@@ -104,6 +107,7 @@ impl<'a> PipelineState<'a> {
             skip_aggressive,
             current_turn: thread.current_turn(),
             warnings: Vec::new(),
+            cancel,
             thread,
             pairing: thread.pairing(),
         }
@@ -121,7 +125,7 @@ impl<'a> PipelineState<'a> {
         &self,
         req: &SummaryRequest<'_>,
     ) -> Result<crate::model::StructuredSummary, crate::summarize::SummarizeError> {
-        let mut k = KeyHasher::default();
+        let mut k = self.memo.key();
         k.part(self.summarizer.id().as_bytes())
             .part(crate::model::SUMMARY_SCHEMA_VERSION.as_bytes())
             .part(&(req.max_chars as u64).to_le_bytes());
@@ -214,6 +218,9 @@ pub enum CompactError {
     /// A pipeline invariant broke (a bug, reported rather than rendered).
     #[error("internal error: {0}")]
     Internal(String),
+    /// The caller cancelled (see [`Cancel`]); nothing was produced.
+    #[error("cancelled")]
+    Cancelled,
 }
 
 /// Inputs of one compaction.
@@ -241,9 +248,45 @@ pub struct CompactRequest<'a> {
     pub target: Target,
 }
 
+/// Set when nobody waits for the result any more (the call's deadline
+/// passed, the client went away). Compaction checks it between reducer
+/// steps and stops with [`CompactError::Cancelled`], so abandoned work
+/// frees its thread and its tenant's slot instead of running to the end.
+#[derive(Debug, Default)]
+pub struct Cancel(std::sync::atomic::AtomicBool);
+
+impl Cancel {
+    /// A flag nobody sets (offline runs, tests, benches).
+    pub fn never() -> &'static Cancel {
+        static NEVER: Cancel = Cancel(std::sync::atomic::AtomicBool::new(false));
+        &NEVER
+    }
+
+    /// Asks the work to stop.
+    pub fn cancel(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether [`Cancel::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `Err(Cancelled)` once cancelled.
+    pub fn check(&self) -> Result<(), CompactError> {
+        if self.is_cancelled() {
+            Err(CompactError::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+}
+
 /// Tokenizer, ledger and summarizer: what compaction needs besides its inputs.
 #[derive(Clone, Copy)]
 pub struct Engine<'a> {
+    /// Checked between steps; see [`Cancel`].
+    pub cancel: &'a Cancel,
     /// Tokenizer for the target model.
     pub counter: &'a dyn TokenCounter,
     /// Per-text count cache.
@@ -415,6 +458,7 @@ pub fn compact_with(
         engine.memo,
         req.observations,
         req.skip_aggressive,
+        engine.cancel,
     );
     state.warnings = warnings;
     let budget_report = BudgetReport {
@@ -604,6 +648,7 @@ fn run(
         if p.total() <= budget.target() {
             break;
         }
+        state.cancel.check()?;
         let before = p.total();
         reducers[i].reduce(p, budget, state)?;
         reports[i].tokens_freed += before.saturating_sub(p.total());

@@ -38,9 +38,9 @@ pub struct PendingArtifact {
     pub tokens: u32,
 }
 
-/// Message id → index, with a fast non-cryptographic hash (ids are not
-/// attacker-chosen keys of a long-lived map; the map lives for one call).
-type IdIndex<'a> = std::collections::HashMap<&'a str, usize, xxhash_rust::xxh3::Xxh3DefaultBuilder>;
+/// Message id → index. Ids are caller-chosen, so the hash is seeded per
+/// process (no precomputed collisions to make a lookup linear).
+type IdIndex<'a> = crate::model::IdMap<&'a str, usize>;
 
 /// Tool call/result groups and other messages, as index ranges that reducers
 /// must keep together (a call and its results are removed or kept as one).

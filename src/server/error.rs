@@ -69,6 +69,8 @@ impl ApiError {
                 AppError::NotFound(_) => (Code::NotFound, "NOT_FOUND"),
                 AppError::Unavailable(_) => (Code::Unavailable, "UNAVAILABLE"),
                 AppError::Internal(_) => (Code::Internal, "INTERNAL"),
+                AppError::Cancelled => (Code::Cancelled, "CANCELLED"),
+                AppError::QuotaExceeded { .. } => (Code::ResourceExhausted, "QUOTA_EXCEEDED"),
             },
             ApiError::RateLimited { .. } => (Code::ResourceExhausted, "RATE_LIMITED"),
             ApiError::Overloaded(_) => (Code::ResourceExhausted, "OVERLOADED"),

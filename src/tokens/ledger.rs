@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
-use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64};
+use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64, xxh3_64_with_seed};
 
 use super::TokenCounter;
 
@@ -172,11 +172,15 @@ impl Shard {
 /// counter's name and the text, so two encodings never share entries. The hash
 /// seed is random per ledger: a tenant cannot precompute a collision that would
 /// hand another tenant's text a wrong count.
+///
+/// Tenants share the entries but not the keys: [`TokenLedger::scoped`] gives
+/// a view whose seed mixes in the scope, so a hit for one tenant is a miss
+/// for every other and timing reveals nothing about what another counted.
 pub struct TokenLedger {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Arc<[Mutex<Shard>]>,
     seed: u64,
     max_entries: usize,
-    bypassed: AtomicU64,
+    bypassed: Arc<AtomicU64>,
 }
 
 impl TokenLedger {
@@ -193,7 +197,17 @@ impl TokenLedger {
             shards,
             seed: RandomState::new().hash_one(0x5EED_u64),
             max_entries,
-            bypassed: AtomicU64::new(0),
+            bypassed: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// A view of the same entries keyed for `scope` (the tenant) only.
+    pub fn scoped(&self, scope: &str) -> TokenLedger {
+        TokenLedger {
+            shards: Arc::clone(&self.shards),
+            seed: xxh3_64_with_seed(scope.as_bytes(), self.seed),
+            max_entries: self.max_entries,
+            bypassed: Arc::clone(&self.bypassed),
         }
     }
 
@@ -294,8 +308,6 @@ fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::tokens::{cl100k, corpus, o200k, Estimator};
 
@@ -304,6 +316,22 @@ mod tests {
             "message number {i}: {}",
             "lorem ipsum dolor sit amet ".repeat(4)
         )
+    }
+
+    #[test]
+    fn scoped_views_share_capacity_but_not_entries() {
+        let l = TokenLedger::new(1000);
+        let (a, b) = (l.scoped("acme"), l.scoped("globex"));
+        let c = o200k();
+        let text = "a text both tenants send";
+        let n = a.count(c.as_ref(), text);
+        assert_eq!(b.count(c.as_ref(), text), n);
+        // Two misses (one per scope), then a hit for each.
+        assert_eq!(l.stats().misses, 2);
+        a.count(c.as_ref(), text);
+        l.scoped("acme").count(c.as_ref(), text);
+        assert_eq!(l.stats().hits, 2);
+        assert_eq!(l.stats().entries, 2);
     }
 
     #[test]

@@ -88,6 +88,7 @@ impl Harness {
     /// The core's engine over the harness's own caches (core-only tests).
     pub fn engine(&self) -> Engine<'_> {
         Engine {
+            cancel: compactd::reduce::Cancel::never(),
             counter: self.counter.as_ref(),
             ledger: &self.ledger,
             summarizer: &ExtractiveSummarizer,

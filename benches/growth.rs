@@ -1,0 +1,2 @@
+//! Placeholder replaced by the growth bench (issue 8).
+fn main() {}
