@@ -198,11 +198,16 @@ mod tests {
     }
 
     #[test]
-    fn defaults_load_and_pass_the_checks() {
+    fn defaults_load_and_need_auth_or_dev_mode() {
         let s = load(None, Vec::new()).unwrap();
         assert_eq!(s, ServerSettings::default());
         assert_eq!(s.listen.to_string(), "127.0.0.1:50051");
-        check(&s).unwrap();
+        // Not even on loopback does the service start without being told how
+        // callers authenticate; dev mode is asked for, never inferred.
+        let e = check(&s).unwrap_err().to_string();
+        assert!(e.contains("--dev") && e.contains("auth.jwt"), "{e}");
+        let dev = load(None, env(&[("COMPACTD__AUTH__DEV", "true")])).unwrap();
+        check(&dev).unwrap();
         // An empty file is the defaults too.
         assert_eq!(load(Some(file("").path()), Vec::new()).unwrap(), s);
     }
@@ -264,7 +269,7 @@ mod tests {
 
     #[test]
     fn out_of_range_values_give_the_field_path() {
-        let f = file("policy:\n  trigger_ratio: 1.5\n");
+        let f = file("auth:\n  dev: true\npolicy:\n  trigger_ratio: 1.5\n");
         let s = load(Some(f.path()), Vec::new()).unwrap();
         let e = check(&s).unwrap_err().to_string();
         assert!(e.contains("policy.trigger_ratio"), "{e}");

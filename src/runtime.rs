@@ -24,7 +24,7 @@ tokio::task_local! {
 #[derive(Clone)]
 pub struct Call {
     /// Whatever must live until the last job ends (the tenant's permit).
-    hold: Arc<dyn Send + Sync>,
+    _hold: Arc<dyn Send + Sync>,
     cancel: Arc<Cancel>,
 }
 
@@ -40,7 +40,7 @@ impl Call {
     /// A call holding `hold` until it and every job it started are gone.
     pub fn new(hold: impl Send + Sync + 'static) -> Self {
         Call {
-            hold: Arc::new(hold),
+            _hold: Arc::new(hold),
             cancel: Arc::new(Cancel::default()),
         }
     }
@@ -70,8 +70,9 @@ impl Call {
     }
 
     /// Jobs and futures still holding this call (the scope's own counts).
-    pub fn holders(&self) -> usize {
-        Arc::strong_count(&self.hold)
+    #[cfg(test)]
+    fn holders(&self) -> usize {
+        Arc::strong_count(&self._hold)
     }
 }
 

@@ -179,7 +179,7 @@ fn serve_prints_its_address_and_stops_cleanly_on_sigterm() {
     use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let mut child = compactd()
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -205,4 +205,34 @@ fn serve_prints_its_address_and_stops_cleanly_on_sigterm() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("DEV MODE"), "{err}");
     assert!(err.contains("draining in-flight calls"), "{err}");
+}
+
+/// Without credentials configured and without `--dev`, `serve` does not
+/// start, not even on loopback, and says how to fix it.
+#[test]
+fn serve_without_auth_or_dev_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for listen in ["127.0.0.1:0", "0.0.0.0:0"] {
+        let out = compactd()
+            .args(["serve", "--listen", listen, "--data-dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{listen}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("without authentication") && err.contains("--dev"),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty(), "nothing was served");
+    }
+    // --dev is loopback only.
+    let out = compactd()
+        .args(["serve", "--dev", "--listen", "0.0.0.0:0", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("loopback"), "{err}");
 }

@@ -4,7 +4,6 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use compactd::config;
-use compactd::security::Authenticator;
 
 use super::Failure;
 
@@ -20,6 +19,10 @@ pub struct ServeArgs {
     /// Data directory of the embedded stores (overrides the config).
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Development mode: no credentials, every caller is tenant `dev` with
+    /// every permission. Loopback addresses only; same as `auth.dev: true`.
+    #[arg(long)]
+    dev: bool,
 }
 
 /// Serves until SIGTERM or Ctrl-C, then drains in-flight calls.
@@ -39,12 +42,9 @@ pub fn run(args: &ServeArgs) -> Result<String, Failure> {
     if let Some(d) = &args.data_dir {
         settings.data_dir = d.clone();
     }
-    // The one-command start: no credentials configured and a loopback address
-    // means dev mode (fixed tenant `dev`, logged loudly at start-up).
-    let configured = Authenticator::from_config(&settings.auth)
-        .map(|a| a.is_configured())
-        .unwrap_or(true);
-    if !configured && settings.listen.ip().is_loopback() {
+    // Dev mode is only ever asked for, never inferred: a loopback listener
+    // behind a local proxy or sidecar would otherwise serve everyone as `dev`.
+    if args.dev {
         settings.auth.dev = true;
     }
     config::check(&settings).map_err(Failure::bad_input)?;

@@ -104,8 +104,10 @@ fn apply(p: &mut Projection<'_>, state: &mut PipelineState<'_>, indices: &[usize
             summary.artifacts.push(a);
         }
     }
+    let np = prior.len();
     let snapshot = (p.plan.clone(), p.total());
     p.summarize(indices, summary);
+    if std::env::var_os("DBG_SUM").is_some() { eprintln!("DBG apply n={} prior={} restored={} summaries={}", indices.len(), np, p.total() >= snapshot.1, p.plan.summarizations.len()); }
     if p.total() >= snapshot.1 {
         // The summary is not smaller than what it replaces: keep the span verbatim.
         p.restore(snapshot.0);

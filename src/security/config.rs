@@ -9,8 +9,9 @@ use thiserror::Error;
 
 use super::context::Permission;
 
-/// How callers authenticate. The default configures nothing: every request
-/// is rejected unless `dev` is set.
+/// How callers authenticate. The default configures nothing, and the server
+/// refuses to start that way unless dev mode is asked for (`dev: true` or
+/// `serve --dev`).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {

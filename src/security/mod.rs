@@ -60,6 +60,12 @@ impl Authenticator {
         self.jwt.is_some() || !self.api_keys.is_empty() || self.mtls.is_some()
     }
 
+    /// Whether callers send bearer secrets (JWTs, API keys), which must
+    /// not cross a network in cleartext.
+    pub fn accepts_bearer_secrets(&self) -> bool {
+        self.jwt.is_some() || !self.api_keys.is_empty()
+    }
+
     /// Whether requests without a credential get the fixed `dev` context.
     pub fn is_dev(&self) -> bool {
         self.dev

@@ -1,8 +1,9 @@
 //! Authentication as a tower layer: every API call is authenticated once,
 //! before routing, and the resulting [`SecurityContext`](crate::security::SecurityContext) is put into the
 //! request extensions where handlers (and the tenant limits) find it.
-//! Health checks and reflection bypass it so probes and tooling work without
-//! credentials; they expose no tenant data.
+//! It wraps the API service only: health checks and reflection are routed
+//! around it, so probes and tooling work without credentials (they expose no
+//! tenant data).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,18 +20,6 @@ use crate::security::Authenticator;
 use super::error::ApiError;
 
 type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
-
-/// Path prefixes served without authentication.
-const PUBLIC_PREFIXES: &[&str] = &[
-    "/grpc.health.v1.Health/",
-    "/grpc.reflection.v1.ServerReflection/",
-    "/grpc.reflection.v1alpha.ServerReflection/",
-];
-
-/// Whether a request path bypasses authentication.
-pub fn is_public(path: &str) -> bool {
-    PUBLIC_PREFIXES.iter().any(|p| path.starts_with(p))
-}
 
 /// Authenticates calls with an [`Authenticator`].
 #[derive(Debug, Clone)]
@@ -79,43 +68,23 @@ where
     }
 
     fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
-        if !is_public(req.uri().path()) {
-            let certs: Option<Vec<Vec<u8>>> = req
-                .extensions()
-                .get::<TlsConnectInfo<TcpConnectInfo>>()
-                .and_then(|i| i.peer_certs())
-                .map(|chain| chain.iter().map(|c| c.as_ref().to_vec()).collect());
-            match self.auth.authenticate(req.headers(), certs.as_deref()) {
-                Ok(ctx) => {
-                    req.extensions_mut().insert(ctx);
-                }
-                Err(e) => {
-                    tracing::debug!(path = req.uri().path(), error = %e, "authentication failed");
-                    let status = Status::from(ApiError::from(e));
-                    return Box::pin(std::future::ready(Ok(status.into_http())));
-                }
+        let certs: Option<Vec<Vec<u8>>> = req
+            .extensions()
+            .get::<TlsConnectInfo<TcpConnectInfo>>()
+            .and_then(|i| i.peer_certs())
+            .map(|chain| chain.iter().map(|c| c.as_ref().to_vec()).collect());
+        match self.auth.authenticate(req.headers(), certs.as_deref()) {
+            Ok(ctx) => {
+                req.extensions_mut().insert(ctx);
+            }
+            Err(e) => {
+                tracing::debug!(path = req.uri().path(), error = %e, "authentication failed");
+                let status = Status::from(ApiError::from(e));
+                return Box::pin(std::future::ready(Ok(status.into_http())));
             }
         }
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         Box::pin(inner.call(req))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_health_and_reflection_are_public() {
-        assert!(is_public("/grpc.health.v1.Health/Check"));
-        assert!(is_public(
-            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
-        ));
-        assert!(is_public(
-            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
-        ));
-        assert!(!is_public("/compactd.v1.CompactionService/Compact"));
-        assert!(!is_public("/grpc.health.v1.HealthX/Check"));
     }
 }

@@ -25,9 +25,11 @@ pub enum ApiError {
     /// The use case failed.
     #[error(transparent)]
     App(#[from] AppError),
-    /// The tenant exceeded its request rate.
-    #[error("rate limit exceeded for this tenant; retry after {} ms", retry_after.as_millis())]
+    /// The tenant exceeded one of its rates.
+    #[error("rate limit exceeded for this tenant ({}); retry after {} ms", limit.setting(), retry_after.as_millis())]
     RateLimited {
+        /// Which rate.
+        limit: super::limits::RateLimit,
         /// When a retry may succeed.
         retry_after: Duration,
     },
@@ -82,8 +84,8 @@ impl ApiError {
     fn field(&self) -> &str {
         match self {
             ApiError::App(e) => e.field(),
-            ApiError::RateLimited { .. }
-            | ApiError::Overloaded(_)
+            ApiError::RateLimited { limit, .. } => limit.setting(),
+            ApiError::Overloaded(_)
             | ApiError::DeadlineExceeded(_) => "",
         }
     }
@@ -105,7 +107,7 @@ impl From<ApiError> for Status {
             reason: reason.to_string(),
             field: e.field().to_string(),
             retry_after: match &e {
-                ApiError::RateLimited { retry_after } => Some(*retry_after),
+                ApiError::RateLimited { retry_after, .. } => Some(*retry_after),
                 _ => None,
             },
         }
@@ -162,6 +164,7 @@ mod tests {
     #[test]
     fn rate_limits_carry_a_retry_hint() {
         let s: Status = ApiError::RateLimited {
+            limit: crate::server::limits::RateLimit::Calls,
             retry_after: Duration::from_millis(250),
         }
         .into();

@@ -1,15 +1,19 @@
-//! Admission control, as tower layers on the HTTP/2 request path:
+//! Admission control, as tower layers on the API's request path (health and
+//! reflection never pass through them, so probes are never shed):
 //!
-//! - [`TenantLimitLayer`]: per-tenant concurrency (a semaphore per tenant) and
-//!   request rate (a token bucket per tenant), keyed by the authenticated
-//!   tenant, so one noisy tenant cannot starve the others. Over the limit →
-//!   RESOURCE_EXHAUSTED (rate limits carry a `retry-after-ms` hint).
+//! - [`TenantLimitLayer`]: a server-wide concurrency cap (excess calls are
+//!   shed at once with RESOURCE_EXHAUSTED, never queued), then per-tenant
+//!   concurrency (a semaphore per tenant) and call rate (a token bucket per
+//!   tenant), keyed by the authenticated tenant, so one noisy tenant cannot
+//!   starve the others. The admitted call runs as a [`Call`]: its slots are
+//!   released when the last blocking job it started ends, not when a
+//!   deadline drops its future.
+//! - [`TenantLimiter::charge`]: once the request is decoded, its size is
+//!   charged to the tenant's byte and message buckets (a few large requests
+//!   cost as much as many small ones).
 //! - [`DeadlineLayer`]: a server-side deadline per call → DEADLINE_EXCEEDED.
 //!   (tonic's own `Server::timeout` answers CANCELLED, which clients do not
 //!   treat as a deadline.)
-//!
-//! The global concurrency limit and load shedding are tower's own layers
-//! (`GlobalConcurrencyLimitLayer` under `LoadShedLayer`), assembled in `mod.rs`.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -23,52 +27,97 @@ use tonic::body::Body;
 use tonic::Status;
 use tower::{Layer, Service};
 
+use crate::app::AppError;
+use crate::runtime::Call;
 use crate::security::SecurityContext;
 
 use super::error::ApiError;
 
 type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
 
-/// Per-tenant limits; 0 disables a limit.
+/// Admission limits; 0 disables a limit.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TenantLimits {
+    /// Calls in flight on the whole server (at least 1).
+    pub global_concurrency: usize,
     /// Calls in flight per tenant.
     pub concurrency: u32,
     /// Sustained calls per second per tenant.
     pub rps: f64,
     /// Bucket size: calls a tenant may make at once after being idle.
     pub burst: u32,
+    /// Sustained request bytes per second per tenant.
+    pub bytes_per_second: f64,
+    /// Request bytes a tenant may send at once after being idle.
+    pub bytes_burst: u64,
+    /// Sustained thread messages per second per tenant.
+    pub messages_per_second: f64,
+    /// Thread messages a tenant may send at once after being idle.
+    pub messages_burst: u64,
 }
 
-/// A token bucket: `burst` tokens, refilled at `rps` per second.
+/// A token bucket: `capacity` tokens, refilled at `rate` per second.
 #[derive(Debug)]
 struct Bucket {
     tokens: f64,
     last: Instant,
 }
 
+impl Bucket {
+    fn full(capacity: f64, now: Instant) -> Self {
+        Bucket {
+            tokens: capacity,
+            last: now,
+        }
+    }
+
+    /// Takes `cost` tokens, or says how long until they would be there. A
+    /// cost above the capacity is charged as the capacity, so the largest
+    /// request the server accepts can always pass a full bucket.
+    fn take(&mut self, now: Instant, rate: f64, capacity: f64, cost: f64) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * rate).min(capacity);
+        self.last = now;
+        let cost = cost.min(capacity);
+        if self.tokens < cost {
+            let wait = (cost - self.tokens) / rate;
+            return Err(Duration::from_secs_f64(wait.max(0.001)));
+        }
+        self.tokens -= cost;
+        Ok(())
+    }
+}
+
 #[derive(Debug)]
 struct TenantState {
     semaphore: Arc<Semaphore>,
-    bucket: Bucket,
+    calls: Bucket,
+    bytes: Bucket,
+    messages: Bucket,
+    last_seen: Instant,
 }
 
-/// Shared state of the per-tenant limits.
+/// Shared state of the admission limits.
 #[derive(Debug)]
 pub struct TenantLimiter {
     limits: TenantLimits,
+    global: Arc<Semaphore>,
     tenants: Mutex<HashMap<String, TenantState>>,
 }
 
-/// Held while a call runs; releases the tenant's concurrency slot on drop.
+/// Held while a call (and every job it started) runs; releases the server's
+/// and the tenant's concurrency slots on drop.
 #[derive(Debug)]
-pub struct TenantPermit(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
+pub struct Admission {
+    _global: OwnedSemaphorePermit,
+    _tenant: Option<OwnedSemaphorePermit>,
+}
 
 /// Tenants tracked before idle entries are swept; bounds memory when many
 /// tenants come and go.
 const SWEEP_AT: usize = 10_000;
 /// A tenant with no call in flight and none for this long is forgotten (its
-/// bucket would be full again by then for any sensible rate).
+/// buckets would be full again by then for any sensible rate).
 const IDLE_AFTER: Duration = Duration::from_secs(60);
 
 impl TenantLimiter {
@@ -76,12 +125,15 @@ impl TenantLimiter {
     pub fn new(limits: TenantLimits) -> Self {
         TenantLimiter {
             limits,
+            global: Arc::new(Semaphore::new(
+                limits.global_concurrency.clamp(1, Semaphore::MAX_PERMITS),
+            )),
             tenants: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Admits one call of `tenant`, or says why not.
-    pub fn admit(&self, tenant: &str) -> Result<TenantPermit, ApiError> {
+    /// Runs `f` on `tenant`'s state, creating it (full buckets) if needed.
+    fn with_tenant<T>(&self, tenant: &str, f: impl FnOnce(&mut TenantState, Instant) -> T) -> T {
         let l = self.limits;
         let now = Instant::now();
         let mut tenants = self
@@ -91,7 +143,7 @@ impl TenantLimiter {
         if tenants.len() >= SWEEP_AT && !tenants.contains_key(tenant) {
             tenants.retain(|_, s| {
                 Arc::strong_count(&s.semaphore) > 1
-                    || now.saturating_duration_since(s.bucket.last) < IDLE_AFTER
+                    || now.saturating_duration_since(s.last_seen) < IDLE_AFTER
             });
         }
         let state = tenants
@@ -100,46 +152,124 @@ impl TenantLimiter {
                 semaphore: Arc::new(Semaphore::new(
                     (l.concurrency as usize).clamp(1, Semaphore::MAX_PERMITS),
                 )),
-                bucket: Bucket {
-                    tokens: f64::from(l.burst.max(1)),
-                    last: now,
-                },
+                calls: Bucket::full(f64::from(l.burst.max(1)), now),
+                bytes: Bucket::full(l.bytes_burst.max(1) as f64, now),
+                messages: Bucket::full(l.messages_burst.max(1) as f64, now),
+                last_seen: now,
             });
-        if l.rps > 0.0 {
-            let b = &mut state.bucket;
-            let capacity = f64::from(l.burst.max(1));
-            let elapsed = now.saturating_duration_since(b.last).as_secs_f64();
-            b.tokens = (b.tokens + elapsed * l.rps).min(capacity);
-            b.last = now;
-            if b.tokens < 1.0 {
-                let wait = (1.0 - b.tokens) / l.rps;
-                return Err(ApiError::RateLimited {
-                    retry_after: Duration::from_secs_f64(wait.max(0.001)),
+        state.last_seen = now;
+        f(state, now)
+    }
+
+    /// Admits one call of `tenant`, or says why not. The server-wide cap
+    /// is checked first and sheds at once: a call waits for nothing.
+    pub fn admit(&self, tenant: &str) -> Result<Admission, ApiError> {
+        let l = self.limits;
+        let global = Arc::clone(&self.global).try_acquire_owned().map_err(|_| {
+            ApiError::Overloaded(format!(
+                " on this server (limit {})",
+                l.global_concurrency
+            ))
+        })?;
+        self.with_tenant(tenant, |state, now| {
+            if l.rps > 0.0 {
+                let capacity = f64::from(l.burst.max(1));
+                state
+                    .calls
+                    .take(now, l.rps, capacity, 1.0)
+                    .map_err(|retry_after| ApiError::RateLimited {
+                        limit: RateLimit::Calls,
+                        retry_after,
+                    })?;
+            }
+            if l.concurrency == 0 {
+                return Ok(Admission {
+                    _global: global,
+                    _tenant: None,
                 });
             }
-            b.tokens -= 1.0;
-        }
-        if l.concurrency == 0 {
-            return Ok(TenantPermit(None));
-        }
-        match Arc::clone(&state.semaphore).try_acquire_owned() {
-            Ok(p) => Ok(TenantPermit(Some(p))),
-            Err(_) => {
-                // Give the rate token back: the call did not run.
-                if l.rps > 0.0 {
-                    state.bucket.tokens += 1.0;
+            match Arc::clone(&state.semaphore).try_acquire_owned() {
+                Ok(p) => Ok(Admission {
+                    _global: global,
+                    _tenant: Some(p),
+                }),
+                Err(_) => {
+                    // Give the rate token back: the call did not run.
+                    if l.rps > 0.0 {
+                        state.calls.tokens += 1.0;
+                    }
+                    Err(ApiError::Overloaded(format!(
+                        " for this tenant (limit {})",
+                        l.concurrency
+                    )))
                 }
-                Err(ApiError::Overloaded(format!(
-                    " for this tenant (limit {})",
-                    l.concurrency
-                )))
             }
+        })
+    }
+
+    /// Charges a decoded request's size to the tenant's byte and message
+    /// buckets; RESOURCE_EXHAUSTED with a retry hint when either is empty.
+    pub fn charge(&self, tenant: &str, bytes: usize, messages: usize) -> Result<(), ApiError> {
+        let l = self.limits;
+        self.with_tenant(tenant, |state, now| {
+            // Check both before taking from either, so a refusal costs nothing.
+            let mut bytes_bucket = None;
+            if l.bytes_per_second > 0.0 {
+                let capacity = l.bytes_burst.max(1) as f64;
+                let mut probe = Bucket {
+                    tokens: state.bytes.tokens,
+                    last: state.bytes.last,
+                };
+                probe
+                    .take(now, l.bytes_per_second, capacity, bytes as f64)
+                    .map_err(|retry_after| ApiError::RateLimited {
+                        limit: RateLimit::Bytes,
+                        retry_after,
+                    })?;
+                bytes_bucket = Some(probe);
+            }
+            if l.messages_per_second > 0.0 {
+                let capacity = l.messages_burst.max(1) as f64;
+                state
+                    .messages
+                    .take(now, l.messages_per_second, capacity, messages as f64)
+                    .map_err(|retry_after| ApiError::RateLimited {
+                        limit: RateLimit::Messages,
+                        retry_after,
+                    })?;
+            }
+            if let Some(b) = bytes_bucket {
+                state.bytes = b;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Which per-tenant rate ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateLimit {
+    /// Calls per second (`per_tenant_rps`).
+    Calls,
+    /// Request bytes per second (`per_tenant_bytes_per_second`).
+    Bytes,
+    /// Thread messages per second (`per_tenant_messages_per_second`).
+    Messages,
+}
+
+impl RateLimit {
+    /// The setting that sets it.
+    pub fn setting(self) -> &'static str {
+        match self {
+            RateLimit::Calls => "per_tenant_rps",
+            RateLimit::Bytes => "per_tenant_bytes_per_second",
+            RateLimit::Messages => "per_tenant_messages_per_second",
         }
     }
 }
 
-/// Applies [`TenantLimiter`] to calls that carry a [`SecurityContext`]
-/// (health and reflection carry none and pass).
+/// Applies [`TenantLimiter`] to API calls, which the auth layer has given a
+/// [`SecurityContext`], and runs each admitted call as a [`Call`].
 #[derive(Debug, Clone)]
 pub struct TenantLimitLayer {
     limiter: Arc<TenantLimiter>,
@@ -186,25 +316,25 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let permit = match req.extensions().get::<SecurityContext>() {
-            None => None,
-            Some(ctx) => match self.limiter.admit(&ctx.tenant_id) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    tracing::debug!(tenant = %ctx.tenant_id, error = %e, "call refused by limits");
-                    return Box::pin(std::future::ready(Ok(Status::from(e).into_http())));
-                }
-            },
+        let refuse = |e: ApiError| -> Self::Future {
+            Box::pin(std::future::ready(Ok(Status::from(e).into_http())))
+        };
+        let Some(ctx) = req.extensions().get::<SecurityContext>() else {
+            // The auth layer runs first; a call without a caller is refused.
+            return refuse(AppError::Unauthenticated("no authenticated caller".into()).into());
+        };
+        let admission = match self.limiter.admit(&ctx.tenant_id) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(tenant = %ctx.tenant_id, error = %e, "call refused by limits");
+                return refuse(e);
+            }
         };
         // The service that was polled ready is the one that must be called.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let fut = inner.call(req);
-        Box::pin(async move {
-            let out = fut.await;
-            drop(permit);
-            out
-        })
+        Box::pin(Call::new(admission).scope(fut))
     }
 }
 
@@ -275,36 +405,83 @@ where
 mod tests {
     use super::*;
 
-    #[test]
-    fn concurrency_is_per_tenant() {
-        let l = TenantLimiter::new(TenantLimits {
-            concurrency: 1,
+    fn limits() -> TenantLimits {
+        TenantLimits {
+            global_concurrency: 100,
+            concurrency: 0,
             rps: 0.0,
             burst: 0,
+            bytes_per_second: 0.0,
+            bytes_burst: 0,
+            messages_per_second: 0.0,
+            messages_burst: 0,
+        }
+    }
+
+    #[test]
+    fn concurrency_is_per_tenant_under_a_global_cap() {
+        let l = TenantLimiter::new(TenantLimits {
+            concurrency: 1,
+            global_concurrency: 2,
+            ..limits()
         });
         let a = l.admit("a").expect("first call of a");
         assert!(matches!(l.admit("a"), Err(ApiError::Overloaded(_))));
-        let _b = l.admit("b").expect("b is not affected by a");
+        let b = l.admit("b").expect("b is not affected by a");
+        match l.admit("c") {
+            Err(ApiError::Overloaded(m)) => assert!(m.contains("server"), "{m}"),
+            other => panic!("{other:?}"),
+        }
         drop(a);
+        drop(b);
         l.admit("a").expect("slot released");
     }
 
     #[test]
     fn rate_limit_allows_a_burst_then_refuses_with_a_hint() {
         let l = TenantLimiter::new(TenantLimits {
-            concurrency: 0,
             rps: 1.0,
             burst: 3,
+            ..limits()
         });
         for _ in 0..3 {
-            l.admit("a").expect("within burst");
+            drop(l.admit("a").expect("within burst"));
         }
         match l.admit("a") {
-            Err(ApiError::RateLimited { retry_after }) => {
+            Err(ApiError::RateLimited { retry_after, limit }) => {
+                assert_eq!(limit, RateLimit::Calls);
                 assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_secs(1))
             }
             other => panic!("{other:?}"),
         }
         l.admit("b").expect("other tenant has its own bucket");
+    }
+
+    #[test]
+    fn bytes_and_messages_are_charged_per_tenant() {
+        let l = TenantLimiter::new(TenantLimits {
+            bytes_per_second: 1000.0,
+            bytes_burst: 10_000,
+            messages_per_second: 10.0,
+            messages_burst: 100,
+            ..limits()
+        });
+        l.charge("a", 6_000, 10).expect("within the byte burst");
+        match l.charge("a", 6_000, 10) {
+            Err(ApiError::RateLimited { limit, retry_after }) => {
+                assert_eq!(limit, RateLimit::Bytes);
+                assert!(retry_after >= Duration::from_secs(1), "{retry_after:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A refusal costs nothing: the message bucket was not charged.
+        l.charge("a", 100, 90).expect("messages left: 90");
+        match l.charge("a", 1, 5) {
+            Err(ApiError::RateLimited { limit, .. }) => assert_eq!(limit, RateLimit::Messages),
+            other => panic!("{other:?}"),
+        }
+        l.charge("b", 10_000, 100).expect("b has its own buckets");
+        // Larger than the burst: charged as the burst, so it can pass at all.
+        l.charge("c", 1_000_000, 1).expect("oversized request on a full bucket");
     }
 }

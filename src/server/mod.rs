@@ -10,6 +10,7 @@ pub mod auth;
 pub mod error;
 pub mod limits;
 pub mod service;
+pub mod tls;
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -19,9 +20,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
-use tower::limit::GlobalConcurrencyLimitLayer;
-use tower::load_shed::LoadShedLayer;
+use tonic::transport::Server;
 
 use crate::reduce::Policy;
 use crate::security::{AuthConfig, AuthConfigError, Authenticator};
@@ -52,8 +51,18 @@ pub struct ServerSettings {
     pub per_tenant_rps: f64,
     /// Calls a tenant may make in a burst.
     pub per_tenant_burst: u32,
-    /// Calls in flight for the whole server; beyond it calls are shed with
-    /// RESOURCE_EXHAUSTED instead of queueing.
+    /// Sustained request bytes per second per tenant (0: unlimited).
+    pub per_tenant_bytes_per_second: f64,
+    /// Request bytes a tenant may send in a burst (a request larger than
+    /// this passes a full bucket, charged as the whole burst).
+    pub per_tenant_bytes_burst: u64,
+    /// Sustained thread messages per second per tenant (0: unlimited).
+    pub per_tenant_messages_per_second: f64,
+    /// Thread messages a tenant may send in a burst.
+    pub per_tenant_messages_burst: u64,
+    /// API calls in flight for the whole server; beyond it calls are shed
+    /// with RESOURCE_EXHAUSTED instead of queueing. Health checks and
+    /// reflection are never counted or shed.
     pub global_concurrency: usize,
     /// How often the plan store is probed for the health status, in ms.
     pub health_probe_interval_ms: u64,
@@ -75,6 +84,14 @@ pub struct ServerSettings {
     pub policy: Policy,
     /// Authentication.
     pub auth: AuthConfig,
+    /// Server TLS (certificate and key files, reloaded when they change).
+    /// `auth.mtls` brings its own files and is not combined with this.
+    pub tls: Option<tls::TlsSettings>,
+    /// TLS is terminated in front of the service (a mesh sidecar or load
+    /// balancer on the same host or network): allow JWT and API-key callers
+    /// on a non-loopback plaintext listener. Off by default, because bearer
+    /// secrets would otherwise cross the network in cleartext.
+    pub allow_plaintext_behind_tls_terminator: bool,
 }
 
 impl Default for ServerSettings {
@@ -88,6 +105,10 @@ impl Default for ServerSettings {
             per_tenant_concurrency: 64,
             per_tenant_rps: 500.0,
             per_tenant_burst: 1000,
+            per_tenant_bytes_per_second: 64.0 * 1024.0 * 1024.0,
+            per_tenant_bytes_burst: 256 * 1024 * 1024,
+            per_tenant_messages_per_second: 200_000.0,
+            per_tenant_messages_burst: 1_000_000,
             global_concurrency: 1024,
             health_probe_interval_ms: 1000,
             ledger_max_entries: crate::tokens::DEFAULT_MAX_ENTRIES,
@@ -98,6 +119,8 @@ impl Default for ServerSettings {
             min_safety_buffer_tokens: app.min_safety_buffer_tokens,
             policy: app.policy,
             auth: AuthConfig::default(),
+            tls: None,
+            allow_plaintext_behind_tls_terminator: false,
         }
     }
 }
@@ -115,6 +138,20 @@ impl ServerSettings {
 }
 
 impl ServerSettings {
+    /// The admission limits.
+    pub fn tenant_limits(&self) -> limits::TenantLimits {
+        limits::TenantLimits {
+            global_concurrency: self.global_concurrency,
+            concurrency: self.per_tenant_concurrency,
+            rps: self.per_tenant_rps,
+            burst: self.per_tenant_burst,
+            bytes_per_second: self.per_tenant_bytes_per_second,
+            bytes_burst: self.per_tenant_bytes_burst,
+            messages_per_second: self.per_tenant_messages_per_second,
+            messages_burst: self.per_tenant_messages_burst,
+        }
+    }
+
     /// The call deadline.
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
@@ -125,11 +162,13 @@ impl ServerSettings {
 #[derive(Debug, Error)]
 pub enum ServeError {
     /// Dev mode accepts every caller as tenant `dev`: loopback only.
-    #[error("auth.dev is only allowed on a loopback address, not {0}")]
+    #[error("dev mode (--dev or auth.dev) is only allowed on a loopback address, not {0}")]
     DevModeNotLoopback(SocketAddr),
-    /// Anyone could call the service.
+    /// No credential method is configured and dev mode was not asked for.
     #[error(
-        "refusing to serve on {0} without authentication: configure auth.jwt, auth.api_keys or auth.mtls, or listen on 127.0.0.1"
+        "refusing to serve on {0} without authentication: configure auth.jwt, auth.api_keys or auth.mtls \
+         (see README, \"Security model\"), or pass --dev (or set auth.dev: true) for a development \
+         server on a loopback address that accepts every caller as tenant `dev`"
     )]
     NoAuthentication(SocketAddr),
     /// The `auth` section is unusable.
@@ -143,6 +182,12 @@ pub enum ServeError {
         /// What is wrong.
         message: String,
     },
+    /// Bearer secrets would cross the network in cleartext.
+    #[error(
+        "refusing to accept JWTs or API keys on {0} without TLS: configure tls.cert_file and tls.key_file, \
+         or set allow_plaintext_behind_tls_terminator: true if TLS ends in front of compactd"
+    )]
+    PlaintextCredentials(SocketAddr),
     /// The embedded stores could not be opened.
     #[error("cannot open the data directory: {0}")]
     Store(#[from] StoreError),
@@ -154,11 +199,46 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
-/// Refuses configurations that would expose the service: a non-loopback
-/// address without authentication, or dev mode anywhere but loopback.
-/// Also validates the policy and the auth section, and returns the
-/// authenticator it built (key files are read once).
-pub fn check_startup(settings: &ServerSettings) -> Result<Authenticator, ServeError> {
+/// What start-up checks produced: the authenticator and the TLS listener,
+/// built once (key files are read here).
+#[derive(Debug)]
+pub struct Startup {
+    /// Verifies credentials.
+    pub authenticator: Authenticator,
+    /// TLS for the listener, when configured.
+    pub tls: Option<tls::TlsListener>,
+}
+
+/// Where the listener's key pair comes from: `tls`, or the files of
+/// `auth.mtls` (which also verify client certificates); never both.
+fn tls_source(settings: &ServerSettings) -> Result<Option<tls::TlsSource>, ServeError> {
+    match (&settings.tls, &settings.auth.mtls) {
+        (Some(_), Some(_)) => Err(ServeError::Invalid {
+            field: "tls".into(),
+            message: "auth.mtls already configures the server certificate; set it in one place"
+                .into(),
+        }),
+        (Some(t), None) => Ok(Some(tls::TlsSource {
+            cert_file: t.cert_file.clone(),
+            key_file: t.key_file.clone(),
+            client_ca_file: None,
+            reload_interval: Duration::from_secs(t.reload_interval_seconds),
+        })),
+        (None, Some(m)) => Ok(Some(tls::TlsSource {
+            cert_file: m.cert_file.clone(),
+            key_file: m.key_file.clone(),
+            client_ca_file: Some(m.ca_file.clone()),
+            reload_interval: Duration::from_secs(30),
+        })),
+        (None, None) => Ok(None),
+    }
+}
+
+/// Refuses configurations that would expose the service: no authentication
+/// without an explicit dev mode, dev mode anywhere but loopback, bearer
+/// secrets on a non-loopback plaintext listener. Also validates the policy,
+/// the auth section and the TLS files.
+pub fn check_startup(settings: &ServerSettings) -> Result<Startup, ServeError> {
     let invalid = |field: &str, message: &str| ServeError::Invalid {
         field: field.into(),
         message: message.into(),
@@ -191,21 +271,43 @@ pub fn check_startup(settings: &ServerSettings) -> Result<Authenticator, ServeEr
     if settings.global_concurrency == 0 {
         return Err(invalid("server.global_concurrency", "must be at least 1"));
     }
-    if !(settings.per_tenant_rps >= 0.0 && settings.per_tenant_rps.is_finite()) {
-        return Err(invalid(
-            "server.per_tenant_rps",
-            "must be a finite number >= 0",
-        ));
+    for (field, rate) in [
+        ("per_tenant_rps", settings.per_tenant_rps),
+        (
+            "per_tenant_bytes_per_second",
+            settings.per_tenant_bytes_per_second,
+        ),
+        (
+            "per_tenant_messages_per_second",
+            settings.per_tenant_messages_per_second,
+        ),
+    ] {
+        if !(rate >= 0.0 && rate.is_finite()) {
+            return Err(invalid(field, "must be a finite number >= 0"));
+        }
     }
     let auth = Authenticator::from_config(&settings.auth)?;
     let loopback = settings.listen.ip().is_loopback();
     if auth.is_dev() && !loopback {
         return Err(ServeError::DevModeNotLoopback(settings.listen));
     }
-    if !loopback && !auth.is_configured() {
+    if !auth.is_dev() && !auth.is_configured() {
         return Err(ServeError::NoAuthentication(settings.listen));
     }
-    Ok(auth)
+    let tls = tls_source(settings)?
+        .map(tls::TlsListener::new)
+        .transpose()?;
+    if tls.is_none()
+        && !loopback
+        && auth.accepts_bearer_secrets()
+        && !settings.allow_plaintext_behind_tls_terminator
+    {
+        return Err(ServeError::PlaintextCredentials(settings.listen));
+    }
+    Ok(Startup {
+        authenticator: auth,
+        tls,
+    })
 }
 
 /// Opens the embedded stores in `settings.data_dir` (plans and artifacts
@@ -236,7 +338,8 @@ pub async fn serve_with_stores(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    let authenticator = Arc::new(check_startup(&settings)?);
+    let Startup { authenticator, tls } = check_startup(&settings)?;
+    let authenticator = Arc::new(authenticator);
     if authenticator.is_dev() {
         tracing::warn!(
             listen = %settings.listen,
@@ -282,64 +385,69 @@ pub async fn serve_with_stores(
         artifacts,
         settings.ledger_max_entries,
     );
-    let api = CompactionApi::new(app);
+    let limiter = Arc::new(limits::TenantLimiter::new(settings.tenant_limits()));
+    let api = CompactionApi::new(app, Arc::clone(&limiter));
     let api = pb::compaction_service_server::CompactionServiceServer::new(api)
         .max_decoding_message_size(settings.max_message_bytes);
-
-    let limiter = Arc::new(limits::TenantLimiter::new(limits::TenantLimits {
-        concurrency: settings.per_tenant_concurrency,
-        rps: settings.per_tenant_rps,
-        burst: settings.per_tenant_burst,
-    }));
-    let layers = tower::ServiceBuilder::new()
-        .layer(LoadShedLayer::new())
-        .layer(GlobalConcurrencyLimitLayer::new(
-            settings.global_concurrency,
-        ))
+    // Authentication, admission and the deadline wrap the API only: health
+    // checks and reflection are never authenticated, counted or shed.
+    let api = Api(tower::ServiceBuilder::new()
         .layer(auth::AuthLayer::new(authenticator))
         .layer(limits::TenantLimitLayer::new(limiter))
         .layer(limits::DeadlineLayer::new(settings.request_timeout()))
-        .into_inner();
+        .service(api));
 
-    let mut builder = Server::builder()
+    let router = Server::builder()
         .initial_stream_window_size(settings.http2_stream_window_bytes)
         .initial_connection_window_size(settings.http2_connection_window_bytes)
-        .tcp_nodelay(true);
-    if let Some(m) = &settings.auth.mtls {
-        builder = builder.tls_config(tls_config(m)?)?;
-    }
-    tracing::info!(listen = ?listener.local_addr().ok(), "compactd serving");
-    let result = builder
-        .layer(layers)
+        .tcp_nodelay(true)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(api)
-        // tonic ignores `Server::tcp_nodelay` for a caller-supplied listener;
-        // without it a lone call waits ~40 ms on the peer's delayed ACK.
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown,
-        )
-        .await;
+        .add_service(api);
+    tracing::info!(listen = ?listener.local_addr().ok(), tls = tls.is_some(), "compactd serving");
+    // tonic ignores `Server::tcp_nodelay` for a caller-supplied listener;
+    // without it a lone call waits ~40 ms on the peer's delayed ACK.
+    let tcp = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let result = match tls {
+        Some(tls) => {
+            router
+                .serve_with_incoming_shutdown(tls.incoming(tcp), shutdown)
+                .await
+        }
+        None => router.serve_with_incoming_shutdown(tcp, shutdown).await,
+    };
     probe.abort();
     result.map_err(ServeError::from)
 }
 
-fn tls_config(m: &crate::security::MtlsConfig) -> Result<ServerTlsConfig, ServeError> {
-    let read = |p: &PathBuf, field: &str| {
-        std::fs::read(p).map_err(|e| ServeError::Tls(format!("auth.mtls.{field}: {e}")))
-    };
-    let cert = read(&m.cert_file, "cert_file")?;
-    let key = read(&m.key_file, "key_file")?;
-    let ca = read(&m.ca_file, "ca_file")?;
-    // A client certificate is verified when presented but not required, so
-    // JWT and API-key callers can use the same TLS listener; a call with
-    // neither a certificate nor another credential still fails authentication.
-    Ok(ServerTlsConfig::new()
-        .identity(Identity::from_pem(cert, key))
-        .client_ca_root(Certificate::from_pem(ca))
-        .client_auth_optional(true))
+/// The layered API under the generated service's name, so the router
+/// dispatches to it like to any generated service.
+#[derive(Debug, Clone)]
+struct Api<S>(S);
+
+impl<S> tonic::server::NamedService for Api<S> {
+    const NAME: &'static str = SERVICE_NAME;
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Api<S>
+where
+    S: tower::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        self.0.call(req)
+    }
 }
 
 /// Flips the service's health to NOT_SERVING while the plan store fails its

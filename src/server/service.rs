@@ -4,12 +4,17 @@
 //! extensions by the auth layer) → authorize, before any input is looked at →
 //! convert ([`crate::proto`]) → one use case ([`crate::app`]) → response.
 
+use std::sync::Arc;
+
 use tonic::{Request, Response, Status};
 
 use crate::app::{App, AppError, UseCase};
-use crate::proto::{compact_command, pb, rehydrate_command, render_command};
+use crate::proto::{compact_command, pb, rehydrate_command, render_command, ConvertError};
+use crate::runtime::blocking;
 use crate::security::SecurityContext;
 
+use super::error::ApiError;
+use super::limits::TenantLimiter;
 use crate::proto::pb::compaction_service_server::CompactionService;
 
 /// Fully qualified gRPC name of the service (health status key).
@@ -19,12 +24,64 @@ pub const SERVICE_NAME: &str = "compactd.v1.CompactionService";
 #[derive(Clone, Debug)]
 pub struct CompactionApi {
     app: App,
+    limiter: Arc<TenantLimiter>,
 }
 
 impl CompactionApi {
-    /// A service over the application.
-    pub fn new(app: App) -> Self {
-        CompactionApi { app }
+    /// A service over the application, charging request sizes to `limiter`.
+    pub fn new(app: App, limiter: Arc<TenantLimiter>) -> Self {
+        CompactionApi { app, limiter }
+    }
+
+    /// Charges the request's size to the tenant's byte and message budgets,
+    /// then converts it — both on the blocking pool: measuring and
+    /// converting a 100k-message thread (every tool output's JSON parsed)
+    /// must not stall the async workers other tenants' calls run on.
+    async fn admit_and_convert<R, T>(
+        &self,
+        ctx: &SecurityContext,
+        request: R,
+        convert: impl FnOnce(R, &App) -> Result<T, ConvertError> + Send + 'static,
+    ) -> Result<T, Status>
+    where
+        R: prost::Message + Messages + Send + 'static,
+        T: Send + 'static,
+    {
+        let (app, limiter, tenant) = (
+            self.app.clone(),
+            Arc::clone(&self.limiter),
+            ctx.tenant_id.clone(),
+        );
+        let converted = blocking(move || {
+            limiter.charge(&tenant, request.encoded_len(), request.messages())?;
+            convert(request, &app).map_err(ApiError::from)
+        })
+        .await
+        .map_err(AppError::from)?;
+        Ok(converted?)
+    }
+}
+
+/// Thread messages a request carries, for the per-tenant message budget.
+trait Messages {
+    fn messages(&self) -> usize;
+}
+
+impl Messages for pb::CompactRequest {
+    fn messages(&self) -> usize {
+        self.thread.as_ref().map_or(0, |t| t.messages.len())
+    }
+}
+
+impl Messages for pb::RenderRequest {
+    fn messages(&self) -> usize {
+        self.thread.as_ref().map_or(0, |t| t.messages.len())
+    }
+}
+
+impl Messages for pb::RehydrateRequest {
+    fn messages(&self) -> usize {
+        0
     }
 }
 
@@ -45,7 +102,11 @@ impl CompactionService for CompactionApi {
         let ctx = context(&request)?;
         let r = request.into_inner();
         UseCase::Compact.authorize(&ctx, r.tenant_id.as_deref())?;
-        let cmd = compact_command(r, &self.app.defaults().policy)?;
+        let cmd = self
+            .admit_and_convert(&ctx, r, |r, app| {
+                compact_command(r, &app.defaults().policy)
+            })
+            .await?;
         let out = self.app.compact(&ctx, cmd).await?;
         Ok(Response::new((&out).into()))
     }
@@ -61,7 +122,11 @@ impl CompactionService for CompactionApi {
             rehydrates: !r.rehydrate_artifact_ids.is_empty(),
         }
         .authorize(&ctx, r.tenant_id.as_deref())?;
-        let cmd = render_command(r, &self.app.defaults().policy)?;
+        let cmd = self
+            .admit_and_convert(&ctx, r, |r, app| {
+                render_command(r, &app.defaults().policy)
+            })
+            .await?;
         let out = self.app.render(&ctx, cmd).await?;
         Ok(Response::new(out.into()))
     }
@@ -73,7 +138,10 @@ impl CompactionService for CompactionApi {
         let ctx = context(&request)?;
         let r = request.into_inner();
         UseCase::Rehydrate.authorize(&ctx, r.tenant_id.as_deref())?;
-        let out = self.app.rehydrate(&ctx, rehydrate_command(r)).await?;
+        let cmd = self
+            .admit_and_convert(&ctx, r, |r, _| Ok(rehydrate_command(r)))
+            .await?;
+        let out = self.app.rehydrate(&ctx, cmd).await?;
         Ok(Response::new(out.into()))
     }
 }

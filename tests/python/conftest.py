@@ -2,7 +2,7 @@
 
 The stubs are generated from `proto/` with grpcio-tools at test time (nothing
 generated is checked in). The server is the binary under test (`COMPACTD_BIN`,
-default `target/debug/compactd`) started with `compactd serve --listen
+default `target/debug/compactd`) started with `compactd serve --dev --listen
 127.0.0.1:0`: dev mode, loopback only, no credentials, and no configuration
 taken from the environment.
 """
@@ -65,10 +65,10 @@ def server_addr(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("data")
     log_path = data_dir.parent / "compactd-server.log"
     log = open(log_path, "wb")
-    # No config from the environment: the one-command start (dev mode on loopback).
+    # No config from the environment: the one-command start (`--dev`, loopback).
     env = {k: v for k, v in os.environ.items() if not (k.startswith("COMPACTD__") or k == "COMPACTD_CONFIG")}
     proc = subprocess.Popen(
-        [str(_binary()), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
+        [str(_binary()), "serve", "--dev", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
         stdout=subprocess.PIPE,
         stderr=log,
         env=env,
