@@ -236,3 +236,30 @@ fn serve_without_auth_or_dev_refuses_to_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("loopback"), "{err}");
 }
+
+/// API keys on a non-loopback plaintext listener: `serve` exits before
+/// binding, naming both ways out.
+#[test]
+fn serve_refuses_api_keys_on_a_plaintext_public_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.yaml");
+    std::fs::write(
+        &config,
+        "auth:\n  api_keys:\n    - sha256: fcf730b6d95236ecd3c9fc2d92d7b6b2bb061514961aec041d6c7a7192f592e4\n      tenant: acme\n      requester: ci\n",
+    )
+    .unwrap();
+    let out = compactd()
+        .args(["serve", "--listen", "0.0.0.0:0", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("without TLS") && err.contains("allow_plaintext_behind_tls_terminator"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "nothing was served");
+}
