@@ -17,7 +17,7 @@ pub mod model;
 pub mod proto;
 pub mod reduce;
 pub mod render;
-mod runtime;
+pub mod runtime;
 pub mod security;
 pub mod server;
 pub mod store;

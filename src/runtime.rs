@@ -77,9 +77,10 @@ impl Call {
 }
 
 /// Runs `f` on the blocking pool, so it never stalls the async workers; the
-/// current [`Call`] (if any) is held until `f` returns.
+/// current [`Call`] (if any) is held until `f` returns. Store backends use
+/// it for their blocking I/O too, so that work is charged to the call.
 /// `Err` only when the task panicked or the runtime is shutting down.
-pub(crate) async fn blocking<T, F>(f: F) -> Result<T, tokio::task::JoinError>
+pub async fn blocking<T, F>(f: F) -> Result<T, tokio::task::JoinError>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
@@ -93,7 +94,7 @@ where
 }
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
-pub(crate) fn now_unix_ms() -> u64 {
+pub fn now_unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -120,10 +121,7 @@ mod tests {
         // The caller's deadline: the future is dropped before the job ends.
         let _ = tokio::time::timeout(std::time::Duration::from_millis(50), fut).await;
         assert!(cancel.is_cancelled(), "the abandoned call is cancelled");
-        assert!(
-            watch.holders() >= 2,
-            "the running job still holds the call"
-        );
+        assert!(watch.holders() >= 2, "the running job still holds the call");
         tx.send(()).expect("job waits");
         for _ in 0..200 {
             if watch.holders() == 1 {

@@ -19,7 +19,8 @@ use compactd::proto::status::{ErrorDescription, RETRY_AFTER_MS};
 use compactd::security::AuthConfig;
 use compactd::server::{check_startup, ServeError, ServerSettings};
 use compactd::store::{
-    ArtifactMeta, ArtifactStore, FsArtifactStore, FsPlanStore, PlanStore, StoreError, StoredPlan,
+    ArtifactEntry, ArtifactMeta, ArtifactStore, FsArtifactStore, FsPlanStore, PlanStore, Removed,
+    StoreError, StoredPlan,
 };
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -204,7 +205,16 @@ async fn startup_refuses_unsafe_exposure() {
         listen: public,
         ..settings(dir.path())
     };
-    check_startup(&secured).expect("public address with JWT auth");
+    // JWTs over plaintext on a public address: only when TLS ends in front.
+    assert!(matches!(
+        check_startup(&secured),
+        Err(ServeError::PlaintextCredentials(_))
+    ));
+    let behind_terminator = ServerSettings {
+        allow_plaintext_behind_tls_terminator: true,
+        ..secured
+    };
+    check_startup(&behind_terminator).expect("public address with JWT auth behind TLS");
     let mut bad_policy = ServerSettings::default();
     bad_policy.policy.trigger_ratio = 2.0;
     match check_startup(&bad_policy) {
@@ -348,6 +358,12 @@ impl PlanStore for GatedPlans {
     async fn health(&self) -> Result<(), StoreError> {
         self.inner.health().await
     }
+    async fn delete(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError> {
+        self.inner.delete(tenant, thread_id).await
+    }
+    async fn count(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.inner.count(tenant).await
+    }
 }
 
 #[tokio::test]
@@ -445,6 +461,12 @@ impl ArtifactStore for FailingArtifacts {
     ) -> Result<(), StoreError> {
         self.deleted.fetch_add(1, Ordering::SeqCst);
         self.inner.delete(tenant, thread_id, artifact_id).await
+    }
+    async fn scan(&self, tenant: Option<&str>) -> Result<Vec<ArtifactEntry>, StoreError> {
+        self.inner.scan(tenant).await
+    }
+    async fn delete_thread(&self, tenant: &str, thread_id: &str) -> Result<Removed, StoreError> {
+        self.inner.delete_thread(tenant, thread_id).await
     }
 }
 

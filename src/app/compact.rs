@@ -250,6 +250,13 @@ impl App {
             }
         }
 
+        let new_thread = current_version == 0;
+        let pending_bytes = compaction
+            .pending
+            .iter()
+            .map(|a| a.content.len() as u64)
+            .sum();
+        self.check_quotas(tenant, new_thread, pending_bytes).await?;
         let (ids, written) = self
             .write_artifacts(tenant, &thread_id, &compaction)
             .await?;
@@ -273,7 +280,10 @@ impl App {
             .commit(tenant, &thread_id, &plan, current_version)
             .await
         {
-            Ok(version) => plan.version = version,
+            Ok(version) => {
+                plan.version = version;
+                self.record_stored(tenant, new_thread, pending_bytes);
+            }
             Err(e) => {
                 self.delete_artifacts(tenant, &thread_id, &written).await;
                 return Err(plan_store_error(e));
@@ -304,7 +314,7 @@ impl App {
                 tenant: tenant.to_string(),
                 thread_id: thread_id.to_string(),
                 created_at_unix_ms: created,
-                ttl_seconds: None,
+                ttl_seconds: self.artifact_ttl(),
                 sensitivity: a.sensitivity,
                 key_id: None,
                 content_hash: a.content_hash.clone(),

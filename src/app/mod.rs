@@ -10,6 +10,7 @@
 
 mod compact;
 mod error;
+mod lifecycle;
 mod rehydrate;
 mod render;
 
@@ -18,6 +19,7 @@ use std::sync::Arc;
 
 pub use compact::{CompactCommand, CompactOutcome, WrittenArtifact};
 pub use error::AppError;
+pub use lifecycle::{DeleteOutcome, Lifecycle, Quotas, ResetOutcome, SweepReport, Usage};
 pub use rehydrate::{RehydrateCommand, RehydrateOutcome};
 pub use render::{RenderCommand, RenderOutcome, RenderedOutput};
 
@@ -72,6 +74,8 @@ struct Inner {
     summarizer: Arc<dyn Summarizer + Send + Sync>,
     defaults: Defaults,
     limits: ThreadLimits,
+    lifecycle: Lifecycle,
+    usage: lifecycle::UsageBook,
 }
 
 impl std::fmt::Debug for App {
@@ -92,6 +96,7 @@ impl App {
         plans: Arc<dyn PlanStore>,
         artifacts: Arc<dyn ArtifactStore>,
         ledger_max_entries: usize,
+        lifecycle: Lifecycle,
     ) -> Self {
         App {
             inner: Arc::new(Inner {
@@ -102,6 +107,8 @@ impl App {
                 summarizer: Arc::new(ExtractiveSummarizer),
                 defaults,
                 limits: ThreadLimits::default(),
+                lifecycle,
+                usage: lifecycle::UsageBook::default(),
             }),
         }
     }
@@ -114,6 +121,7 @@ impl App {
             Arc::new(MemoryPlanStore::default()),
             Arc::new(MemoryArtifactStore::content_addressed()),
             DEFAULT_MAX_ENTRIES,
+            Lifecycle::default(),
         )
     }
 

@@ -9,7 +9,7 @@ use thiserror::Error;
 use crate::model::Sensitivity;
 
 /// What a credential allows. Wire form: `compact`, `render`, `rehydrate`,
-/// `artifact:read:<sensitivity>`.
+/// `delete`, `artifact:read:<sensitivity>`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Permission {
     /// Call `Compact` (and commit plans).
@@ -18,6 +18,8 @@ pub enum Permission {
     Render,
     /// Call `Rehydrate`.
     Rehydrate,
+    /// Call `DeleteThread` (erases a thread's plan and artifacts).
+    Delete,
     /// Read back artifacts of exactly this sensitivity; levels do not imply
     /// each other, so a grant is always explicit.
     ArtifactRead(Sensitivity),
@@ -37,6 +39,7 @@ impl Permission {
             Permission::Compact,
             Permission::Render,
             Permission::Rehydrate,
+            Permission::Delete,
         ]
         .into();
         all.extend(SENSITIVITIES.map(Permission::ArtifactRead));
@@ -50,6 +53,7 @@ impl fmt::Display for Permission {
             Permission::Compact => f.write_str("compact"),
             Permission::Render => f.write_str("render"),
             Permission::Rehydrate => f.write_str("rehydrate"),
+            Permission::Delete => f.write_str("delete"),
             Permission::ArtifactRead(s) => write!(f, "artifact:read:{}", s.as_str()),
         }
     }
@@ -57,7 +61,7 @@ impl fmt::Display for Permission {
 
 /// A permission string that is not one of the known forms.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("unknown permission {0:?} (expected compact, render, rehydrate or artifact:read:<public|internal|confidential|restricted>)")]
+#[error("unknown permission {0:?} (expected compact, render, rehydrate, delete or artifact:read:<public|internal|confidential|restricted>)")]
 pub struct ParsePermissionError(pub String);
 
 impl FromStr for Permission {
@@ -68,6 +72,7 @@ impl FromStr for Permission {
             "compact" => return Ok(Permission::Compact),
             "render" => return Ok(Permission::Render),
             "rehydrate" => return Ok(Permission::Rehydrate),
+            "delete" => return Ok(Permission::Delete),
             _ => {}
         }
         s.strip_prefix("artifact:read:")

@@ -719,7 +719,7 @@ fn permission_strings() {
     ] {
         assert!(bad.parse::<Permission>().is_err(), "{bad:?}");
     }
-    assert_eq!(Permission::all().len(), 7);
+    assert_eq!(Permission::all().len(), 8);
 }
 
 #[test]

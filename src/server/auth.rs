@@ -17,6 +17,7 @@ use tower::{Layer, Service};
 
 use crate::security::Authenticator;
 
+use super::access::AccessLog;
 use super::error::ApiError;
 
 type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
@@ -25,12 +26,13 @@ type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'stati
 #[derive(Debug, Clone)]
 pub struct AuthLayer {
     auth: Arc<Authenticator>,
+    access: Arc<AccessLog>,
 }
 
 impl AuthLayer {
-    /// A layer sharing `auth` across connections.
-    pub fn new(auth: Arc<Authenticator>) -> Self {
-        AuthLayer { auth }
+    /// A layer sharing `auth` across connections; refusals go to `access`.
+    pub fn new(auth: Arc<Authenticator>, access: Arc<AccessLog>) -> Self {
+        AuthLayer { auth, access }
     }
 }
 
@@ -41,6 +43,7 @@ impl<S> Layer<S> for AuthLayer {
         Auth {
             inner,
             auth: Arc::clone(&self.auth),
+            access: Arc::clone(&self.access),
         }
     }
 }
@@ -50,6 +53,7 @@ impl<S> Layer<S> for AuthLayer {
 pub struct Auth<S> {
     inner: S,
     auth: Arc<Authenticator>,
+    access: Arc<AccessLog>,
 }
 
 impl<S, B> Service<http::Request<B>> for Auth<S>
@@ -80,6 +84,12 @@ where
             Err(e) => {
                 tracing::debug!(path = req.uri().path(), error = %e, "authentication failed");
                 let status = Status::from(ApiError::from(e));
+                self.access.refused(
+                    req.uri().path(),
+                    None,
+                    status.code(),
+                    std::time::Instant::now(),
+                );
                 return Box::pin(std::future::ready(Ok(status.into_http())));
             }
         }

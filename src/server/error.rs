@@ -85,8 +85,7 @@ impl ApiError {
         match self {
             ApiError::App(e) => e.field(),
             ApiError::RateLimited { limit, .. } => limit.setting(),
-            ApiError::Overloaded(_)
-            | ApiError::DeadlineExceeded(_) => "",
+            ApiError::Overloaded(_) | ApiError::DeadlineExceeded(_) => "",
         }
     }
 }

@@ -31,6 +31,7 @@ use crate::app::AppError;
 use crate::runtime::Call;
 use crate::security::SecurityContext;
 
+use super::access::AccessLog;
 use super::error::ApiError;
 
 type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
@@ -166,10 +167,7 @@ impl TenantLimiter {
     pub fn admit(&self, tenant: &str) -> Result<Admission, ApiError> {
         let l = self.limits;
         let global = Arc::clone(&self.global).try_acquire_owned().map_err(|_| {
-            ApiError::Overloaded(format!(
-                " on this server (limit {})",
-                l.global_concurrency
-            ))
+            ApiError::Overloaded(format!(" on this server (limit {})", l.global_concurrency))
         })?;
         self.with_tenant(tenant, |state, now| {
             if l.rps > 0.0 {
@@ -273,12 +271,13 @@ impl RateLimit {
 #[derive(Debug, Clone)]
 pub struct TenantLimitLayer {
     limiter: Arc<TenantLimiter>,
+    access: Arc<AccessLog>,
 }
 
 impl TenantLimitLayer {
-    /// A layer sharing `limiter` across connections.
-    pub fn new(limiter: Arc<TenantLimiter>) -> Self {
-        TenantLimitLayer { limiter }
+    /// A layer sharing `limiter` across connections; refusals go to `access`.
+    pub fn new(limiter: Arc<TenantLimiter>, access: Arc<AccessLog>) -> Self {
+        TenantLimitLayer { limiter, access }
     }
 }
 
@@ -289,6 +288,7 @@ impl<S> Layer<S> for TenantLimitLayer {
         TenantLimit {
             inner,
             limiter: Arc::clone(&self.limiter),
+            access: Arc::clone(&self.access),
         }
     }
 }
@@ -298,6 +298,7 @@ impl<S> Layer<S> for TenantLimitLayer {
 pub struct TenantLimit<S> {
     inner: S,
     limiter: Arc<TenantLimiter>,
+    access: Arc<AccessLog>,
 }
 
 impl<S, B> Service<http::Request<B>> for TenantLimit<S>
@@ -327,7 +328,10 @@ where
             Ok(a) => a,
             Err(e) => {
                 tracing::debug!(tenant = %ctx.tenant_id, error = %e, "call refused by limits");
-                return refuse(e);
+                let status = Status::from(e);
+                self.access
+                    .refused(req.uri().path(), Some(ctx), status.code(), Instant::now());
+                return Box::pin(std::future::ready(Ok(status.into_http())));
             }
         };
         // The service that was polled ready is the one that must be called.
@@ -482,6 +486,7 @@ mod tests {
         }
         l.charge("b", 10_000, 100).expect("b has its own buckets");
         // Larger than the burst: charged as the burst, so it can pass at all.
-        l.charge("c", 1_000_000, 1).expect("oversized request on a full bucket");
+        l.charge("c", 1_000_000, 1)
+            .expect("oversized request on a full bucket");
     }
 }

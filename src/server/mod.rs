@@ -6,6 +6,7 @@
 //! reflection. Handlers authorize, convert ([`crate::proto`]), call one use
 //! case ([`crate::app`]) and map errors in one place ([`error`]).
 
+pub mod access;
 pub mod auth;
 pub mod error;
 pub mod limits;
@@ -29,7 +30,7 @@ use crate::store::{ArtifactStore, FsArtifactStore, FsPlanStore, PlanStore, Store
 pub use error::ApiError;
 pub use service::{CompactionApi, SERVICE_NAME};
 
-use crate::app::{App, Defaults};
+use crate::app::{App, Defaults, Lifecycle};
 use crate::proto::pb;
 
 /// Everything the service needs to run. Plain data, so the config file can
@@ -82,6 +83,10 @@ pub struct ServerSettings {
     pub min_safety_buffer_tokens: u32,
     /// The compaction policy; requests may override parts of it.
     pub policy: Policy,
+    /// Artifact retention, the sweeper and per-tenant quotas.
+    pub lifecycle: Lifecycle,
+    /// Where the per-call access log goes (JSON lines; no content).
+    pub access_log: access::AccessLogSink,
     /// Authentication.
     pub auth: AuthConfig,
     /// Server TLS (certificate and key files, reloaded when they change).
@@ -118,6 +123,8 @@ impl Default for ServerSettings {
             default_max_input_tokens: app.max_input_tokens,
             min_safety_buffer_tokens: app.min_safety_buffer_tokens,
             policy: app.policy,
+            lifecycle: Lifecycle::default(),
+            access_log: access::AccessLogSink::default(),
             auth: AuthConfig::default(),
             tls: None,
             allow_plaintext_behind_tls_terminator: false,
@@ -384,16 +391,24 @@ pub async fn serve_with_stores(
         plans,
         artifacts,
         settings.ledger_max_entries,
+        settings.lifecycle.clone(),
     );
+    let sweeper = tokio::spawn(app.clone().run_sweeper());
     let limiter = Arc::new(limits::TenantLimiter::new(settings.tenant_limits()));
-    let api = CompactionApi::new(app, Arc::clone(&limiter));
+    let access = Arc::new(access::AccessLog::open(&settings.access_log).map_err(|e| {
+        ServeError::Invalid {
+            field: "access_log".into(),
+            message: e.to_string(),
+        }
+    })?);
+    let api = CompactionApi::new(app, Arc::clone(&limiter), Arc::clone(&access));
     let api = pb::compaction_service_server::CompactionServiceServer::new(api)
         .max_decoding_message_size(settings.max_message_bytes);
     // Authentication, admission and the deadline wrap the API only: health
     // checks and reflection are never authenticated, counted or shed.
     let api = Api(tower::ServiceBuilder::new()
-        .layer(auth::AuthLayer::new(authenticator))
-        .layer(limits::TenantLimitLayer::new(limiter))
+        .layer(auth::AuthLayer::new(authenticator, Arc::clone(&access)))
+        .layer(limits::TenantLimitLayer::new(limiter, access))
         .layer(limits::DeadlineLayer::new(settings.request_timeout()))
         .service(api));
 
@@ -418,6 +433,7 @@ pub async fn serve_with_stores(
         None => router.serve_with_incoming_shutdown(tcp, shutdown).await,
     };
     probe.abort();
+    sweeper.abort();
     result.map_err(ServeError::from)
 }
 

@@ -13,6 +13,7 @@ use crate::proto::{compact_command, pb, rehydrate_command, render_command, Conve
 use crate::runtime::blocking;
 use crate::security::SecurityContext;
 
+use super::access::AccessLog;
 use super::error::ApiError;
 use super::limits::TenantLimiter;
 use crate::proto::pb::compaction_service_server::CompactionService;
@@ -25,12 +26,18 @@ pub const SERVICE_NAME: &str = "compactd.v1.CompactionService";
 pub struct CompactionApi {
     app: App,
     limiter: Arc<TenantLimiter>,
+    access: Arc<AccessLog>,
 }
 
 impl CompactionApi {
-    /// A service over the application, charging request sizes to `limiter`.
-    pub fn new(app: App, limiter: Arc<TenantLimiter>) -> Self {
-        CompactionApi { app, limiter }
+    /// A service over the application, charging request sizes to `limiter`
+    /// and writing one access line per call.
+    pub fn new(app: App, limiter: Arc<TenantLimiter>, access: Arc<AccessLog>) -> Self {
+        CompactionApi {
+            app,
+            limiter,
+            access,
+        }
     }
 
     /// Charges the request's size to the tenant's byte and message budgets,
@@ -93,6 +100,10 @@ fn context<T>(req: &Request<T>) -> Result<SecurityContext, AppError> {
         .ok_or_else(|| AppError::Unauthenticated("no authenticated caller".into()))
 }
 
+fn thread_id(thread: Option<&pb::Thread>) -> &str {
+    thread.map_or("", |t| t.id.as_str())
+}
+
 #[tonic::async_trait]
 impl CompactionService for CompactionApi {
     async fn compact(
@@ -101,14 +112,24 @@ impl CompactionService for CompactionApi {
     ) -> Result<Response<pb::CompactResponse>, Status> {
         let ctx = context(&request)?;
         let r = request.into_inner();
-        UseCase::Compact.authorize(&ctx, r.tenant_id.as_deref())?;
-        let cmd = self
-            .admit_and_convert(&ctx, r, |r, app| {
-                compact_command(r, &app.defaults().policy)
-            })
-            .await?;
-        let out = self.app.compact(&ctx, cmd).await?;
-        Ok(Response::new((&out).into()))
+        let mut entry = self
+            .access
+            .entry("Compact", &ctx, thread_id(r.thread.as_ref()));
+        let result = async {
+            UseCase::Compact.authorize(&ctx, r.tenant_id.as_deref())?;
+            let cmd = self
+                .admit_and_convert(&ctx, r, |r, app| compact_command(r, &app.defaults().policy))
+                .await?;
+            let out = self.app.compact(&ctx, cmd).await?;
+            entry.plan(
+                out.plan.version,
+                Some(out.tokens_before()),
+                Some(out.tokens_after()),
+            );
+            Ok(Response::new((&out).into()))
+        }
+        .await;
+        entry.finish(result)
     }
 
     async fn render(
@@ -117,18 +138,28 @@ impl CompactionService for CompactionApi {
     ) -> Result<Response<pb::RenderResponse>, Status> {
         let ctx = context(&request)?;
         let r = request.into_inner();
-        UseCase::Render {
-            compact_first: r.compact_first,
-            rehydrates: !r.rehydrate_artifact_ids.is_empty(),
+        let mut entry = self
+            .access
+            .entry("Render", &ctx, thread_id(r.thread.as_ref()));
+        let result = async {
+            UseCase::Render {
+                compact_first: r.compact_first,
+                rehydrates: !r.rehydrate_artifact_ids.is_empty(),
+            }
+            .authorize(&ctx, r.tenant_id.as_deref())?;
+            let cmd = self
+                .admit_and_convert(&ctx, r, |r, app| render_command(r, &app.defaults().policy))
+                .await?;
+            let out = self.app.render(&ctx, cmd).await?;
+            let before = out
+                .compaction
+                .as_ref()
+                .map_or(out.plan.original_token_count, |c| c.tokens_before());
+            entry.plan(out.plan.version, Some(before), Some(out.tokens.total));
+            Ok(Response::new(out.into()))
         }
-        .authorize(&ctx, r.tenant_id.as_deref())?;
-        let cmd = self
-            .admit_and_convert(&ctx, r, |r, app| {
-                render_command(r, &app.defaults().policy)
-            })
-            .await?;
-        let out = self.app.render(&ctx, cmd).await?;
-        Ok(Response::new(out.into()))
+        .await;
+        entry.finish(result)
     }
 
     async fn rehydrate(
@@ -137,12 +168,62 @@ impl CompactionService for CompactionApi {
     ) -> Result<Response<pb::RehydrateResponse>, Status> {
         let ctx = context(&request)?;
         let r = request.into_inner();
-        UseCase::Rehydrate.authorize(&ctx, r.tenant_id.as_deref())?;
-        let cmd = self
-            .admit_and_convert(&ctx, r, |r, _| Ok(rehydrate_command(r)))
-            .await?;
-        let out = self.app.rehydrate(&ctx, cmd).await?;
-        Ok(Response::new(out.into()))
+        let entry = self.access.entry("Rehydrate", &ctx, &r.thread_id);
+        let result = async {
+            UseCase::Rehydrate.authorize(&ctx, r.tenant_id.as_deref())?;
+            let cmd = self
+                .admit_and_convert(&ctx, r, |r, _| Ok(rehydrate_command(r)))
+                .await?;
+            let out = self.app.rehydrate(&ctx, cmd).await?;
+            Ok(Response::new(out.into()))
+        }
+        .await;
+        entry.finish(result)
+    }
+
+    async fn delete_thread(
+        &self,
+        request: Request<pb::DeleteThreadRequest>,
+    ) -> Result<Response<pb::DeleteThreadResponse>, Status> {
+        let ctx = context(&request)?;
+        let r = request.into_inner();
+        let entry = self.access.entry("DeleteThread", &ctx, &r.thread_id);
+        let result = async {
+            ctx.check_body_tenant(r.tenant_id.as_deref().unwrap_or(""))
+                .map_err(AppError::from)?;
+            let out = self.app.delete_thread(&ctx, &r.thread_id).await?;
+            Ok(Response::new(pb::DeleteThreadResponse {
+                had_plan: out.had_plan,
+                artifacts_deleted: out.removed.artifacts,
+                bytes_freed: out.removed.bytes,
+            }))
+        }
+        .await;
+        entry.finish(result)
+    }
+
+    async fn reset_plan(
+        &self,
+        request: Request<pb::ResetPlanRequest>,
+    ) -> Result<Response<pb::ResetPlanResponse>, Status> {
+        let ctx = context(&request)?;
+        let r = request.into_inner();
+        let mut entry = self.access.entry("ResetPlan", &ctx, &r.thread_id);
+        let result = async {
+            ctx.check_body_tenant(r.tenant_id.as_deref().unwrap_or(""))
+                .map_err(AppError::from)?;
+            let out = self
+                .app
+                .reset_plan(&ctx, &r.thread_id, r.expected_version)
+                .await?;
+            entry.plan(out.version, None, None);
+            Ok(Response::new(pb::ResetPlanResponse {
+                previous_version: out.previous_version,
+                version: out.version,
+            }))
+        }
+        .await;
+        entry.finish(result)
     }
 }
 

@@ -233,15 +233,15 @@ impl Reloader {
     /// Reloads when the files change or on SIGHUP, until aborted.
     async fn run(mut self) {
         #[cfg(unix)]
-        let mut hup =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot listen for SIGHUP; certificates reload on file change only");
-                    None
-                }
-            };
-        let mut tick = tokio::time::interval(self.source.reload_interval.max(Duration::from_millis(10)));
+        let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGHUP; certificates reload on file change only");
+                None
+            }
+        };
+        let mut tick =
+            tokio::time::interval(self.source.reload_interval.max(Duration::from_millis(10)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         loop {

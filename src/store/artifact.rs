@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 
 use super::fs::{self, DataDir};
-use super::{content_hash, validate_artifact_id, ArtifactMeta, ArtifactStore, StoreError};
+use super::{
+    content_hash, validate_artifact_id, ArtifactEntry, ArtifactMeta, ArtifactStore, Removed,
+    StoreError,
+};
 
 const MAGIC: &[u8] = b"compactd-artifact v1\n";
 /// Metadata is small; a bigger header line means the file is not ours.
@@ -50,11 +53,15 @@ fn new_artifact_id() -> String {
     format!("art_{:032x}", rand::random::<u128>())
 }
 
+fn parse_meta(line: &[u8]) -> Result<ArtifactMeta, StoreError> {
+    serde_json::from_slice(line)
+        .map_err(|e| StoreError::Corrupt(format!("artifact metadata does not parse: {e}")))
+}
+
 /// Parses the header line; checks the artifact belongs to the caller's key
 /// and has not expired. Expired reads as `NotFound`, like a deleted one.
 fn check_meta(line: &[u8], tenant: &str, thread_id: &str) -> Result<ArtifactMeta, StoreError> {
-    let meta: ArtifactMeta = serde_json::from_slice(line)
-        .map_err(|e| StoreError::Corrupt(format!("artifact metadata does not parse: {e}")))?;
+    let meta = parse_meta(line)?;
     if meta.tenant != tenant || meta.thread_id != thread_id {
         return Err(StoreError::Corrupt(
             "artifact belongs to a different tenant or thread".into(),
@@ -178,4 +185,109 @@ impl ArtifactStore for FsArtifactStore {
         })
         .await
     }
+
+    async fn scan(&self, tenant: Option<&str>) -> Result<Vec<ArtifactEntry>, StoreError> {
+        let tenants = match tenant {
+            Some(t) => vec![self.dir.tenant_threads(t)?],
+            None => Vec::new(),
+        };
+        let root = self.dir.tenants();
+        fs::blocking(move || {
+            let tenants = if tenants.is_empty() {
+                fs::subdirs(&root)?
+                    .into_iter()
+                    .map(|t| t.join("threads"))
+                    .collect()
+            } else {
+                tenants
+            };
+            let mut out = Vec::new();
+            for threads in tenants {
+                for thread in fs::subdirs(&threads)? {
+                    scan_dir(&thread.join("artifacts"), &mut out)?;
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn delete_thread(&self, tenant: &str, thread_id: &str) -> Result<Removed, StoreError> {
+        let thread_dir = self.dir.thread_dir(tenant, thread_id)?;
+        fs::blocking(move || {
+            let dir = thread_dir.join("artifacts");
+            let mut entries = Vec::new();
+            scan_dir(&dir, &mut entries)?;
+            let mut removed = Removed::default();
+            for e in &entries {
+                match std::fs::remove_file(dir.join(&e.artifact_id)) {
+                    Ok(()) => {
+                        removed.artifacts += 1;
+                        removed.bytes += e.meta.size_bytes;
+                    }
+                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(err) => return Err(err.into()),
+                }
+            }
+            // Stray temp files of interrupted writes go too; then the
+            // directories, if nothing else is left in them.
+            if let Ok(rest) = std::fs::read_dir(&dir) {
+                for entry in rest.flatten() {
+                    if entry.file_name().to_string_lossy().starts_with('.') {
+                        let _ = std::fs::remove_file(entry.path());
+                    }
+                }
+            }
+            for d in [dir.as_path(), thread_dir.as_path()] {
+                match std::fs::remove_dir(d) {
+                    Ok(()) => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::NotFound | std::io::ErrorKind::DirectoryNotEmpty
+                        ) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if let Some(parent) = thread_dir.parent() {
+                let _ = fs::sync_dir(parent);
+            }
+            Ok(removed)
+        })
+        .await
+    }
+}
+
+/// Appends the artifacts in `dir` (headers only); skips temp files and
+/// anything that is not an artifact file. A damaged header is skipped with
+/// a warning rather than failing the whole scan.
+fn scan_dir(dir: &Path, out: &mut Vec<ArtifactEntry>) -> Result<(), StoreError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(id) = name.to_str() else { continue };
+        if validate_artifact_id(id).is_err() {
+            continue;
+        }
+        let file = match std::fs::File::open(entry.path()) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e.into()),
+        };
+        match read_header(&mut BufReader::new(file)).and_then(|h| parse_meta(&h)) {
+            Ok(meta) => out.push(ArtifactEntry {
+                artifact_id: id.to_string(),
+                meta,
+            }),
+            Err(e) => {
+                tracing::warn!(artifact_id = id, error = %e, "skipping an unreadable artifact")
+            }
+        }
+    }
+    Ok(())
 }

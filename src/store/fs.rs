@@ -42,6 +42,17 @@ impl DataDir {
         &self.root
     }
 
+    /// `tenants/{tenant}/threads`, after validating the tenant.
+    pub(super) fn tenant_threads(&self, tenant: &str) -> Result<PathBuf, StoreError> {
+        validate_path_segment("tenant", tenant)?;
+        Ok(self.root.join("tenants").join(tenant).join("threads"))
+    }
+
+    /// `tenants/`.
+    pub(super) fn tenants(&self) -> PathBuf {
+        self.root.join("tenants")
+    }
+
     /// `tenants/{tenant}/threads/{thread_dir}`, after validating both ids.
     pub(super) fn thread_dir(&self, tenant: &str, thread_id: &str) -> Result<PathBuf, StoreError> {
         validate_path_segment("tenant", tenant)?;
@@ -117,6 +128,24 @@ pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
     #[cfg(not(unix))]
     let _ = dir;
     Ok(())
+}
+
+/// The subdirectories of `dir` (none when it does not exist), skipping
+/// anything that is not a directory.
+pub(super) fn subdirs(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            out.push(entry.path());
+        }
+    }
+    Ok(out)
 }
 
 /// `None` when the file does not exist.

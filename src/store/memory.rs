@@ -12,8 +12,8 @@ use crate::model::CompactionPlan;
 use crate::runtime::now_unix_ms;
 
 use super::{
-    validate_artifact_id, validate_path_segment, ArtifactMeta, ArtifactStore, PlanStore,
-    StoreError, StoredPlan,
+    validate_artifact_id, validate_path_segment, ArtifactEntry, ArtifactMeta, ArtifactStore,
+    PlanStore, Removed, StoreError, StoredPlan,
 };
 
 type Key = (String, String);
@@ -76,6 +76,16 @@ impl PlanStore for MemoryPlanStore {
 
     async fn health(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    async fn delete(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError> {
+        let k = key(tenant, thread_id)?;
+        Ok(lock(&self.plans).remove(&k).is_some())
+    }
+
+    async fn count(&self, tenant: &str) -> Result<u64, StoreError> {
+        validate_path_segment("tenant", tenant)?;
+        Ok(lock(&self.plans).keys().filter(|k| k.0 == tenant).count() as u64)
     }
 }
 
@@ -183,6 +193,35 @@ impl ArtifactStore for MemoryArtifactStore {
             .remove(&(k, artifact_id.to_string()))
             .map(|_| ())
             .ok_or(StoreError::NotFound)
+    }
+
+    async fn scan(&self, tenant: Option<&str>) -> Result<Vec<ArtifactEntry>, StoreError> {
+        if let Some(t) = tenant {
+            validate_path_segment("tenant", t)?;
+        }
+        Ok(lock(&self.artifacts)
+            .iter()
+            .filter(|(((t, _), _), _)| tenant.is_none_or(|want| want == t))
+            .map(|((_, id), (meta, _))| ArtifactEntry {
+                artifact_id: id.clone(),
+                meta: meta.clone(),
+            })
+            .collect())
+    }
+
+    async fn delete_thread(&self, tenant: &str, thread_id: &str) -> Result<Removed, StoreError> {
+        let k = key(tenant, thread_id)?;
+        let mut removed = Removed::default();
+        lock(&self.artifacts).retain(|(key, _), (meta, _)| {
+            if *key == k {
+                removed.artifacts += 1;
+                removed.bytes += meta.size_bytes;
+                false
+            } else {
+                true
+            }
+        });
+        Ok(removed)
     }
 }
 

@@ -90,6 +90,30 @@ pub trait PlanStore: Send + Sync {
     ) -> Result<u64, StoreError>;
     /// `Unavailable` when the backend cannot be written and read back.
     async fn health(&self) -> Result<(), StoreError>;
+
+    /// Removes the thread's plan; `false` when there was none (idempotent).
+    async fn delete(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError>;
+
+    /// Threads of `tenant` that have a plan (for the threads quota).
+    async fn count(&self, tenant: &str) -> Result<u64, StoreError>;
+}
+
+/// An artifact as listed by [`ArtifactStore::scan`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArtifactEntry {
+    /// Its id.
+    pub artifact_id: String,
+    /// Its metadata (expired ones included: the sweeper removes them).
+    pub meta: ArtifactMeta,
+}
+
+/// What a bulk delete removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Removed {
+    /// Artifacts.
+    pub artifacts: u64,
+    /// Content bytes.
+    pub bytes: u64,
 }
 
 /// What is known about an artifact besides its bytes.
@@ -197,6 +221,13 @@ pub trait ArtifactStore: Send + Sync {
         thread_id: &str,
         artifact_id: &str,
     ) -> Result<(), StoreError>;
+
+    /// Every artifact of `tenant` (of every tenant when `None`), metadata
+    /// only. For the sweeper and usage accounting, not for request paths.
+    async fn scan(&self, tenant: Option<&str>) -> Result<Vec<ArtifactEntry>, StoreError>;
+
+    /// Removes every artifact of a thread (idempotent).
+    async fn delete_thread(&self, tenant: &str, thread_id: &str) -> Result<Removed, StoreError>;
 }
 
 /// `art_` + 32 lowercase hex, checked on every read so an id can never be a path.

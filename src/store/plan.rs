@@ -213,6 +213,46 @@ impl PlanStore for FsPlanStore {
         let root = self.dir.root().to_path_buf();
         fs::blocking(move || probe(&root)).await
     }
+
+    async fn delete(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError> {
+        let path = self.plan_path(tenant, thread_id)?;
+        let guard = self.locks.get(&path).lock_owned().await;
+        let cache = Arc::clone(&self.cache);
+        fs::blocking(move || {
+            let _guard = guard;
+            cache.remove(&path);
+            let existed = match std::fs::remove_file(&path) {
+                Ok(()) => true,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+                Err(e) => return Err(e.into()),
+            };
+            if let Some(dir) = path.parent() {
+                fs::sync_dir(dir).or_else(|e| {
+                    if e.kind() == std::io::ErrorKind::NotFound {
+                        Ok(())
+                    } else {
+                        Err(e)
+                    }
+                })?;
+            }
+            Ok(existed)
+        })
+        .await
+    }
+
+    async fn count(&self, tenant: &str) -> Result<u64, StoreError> {
+        let threads = self.dir.tenant_threads(tenant)?;
+        fs::blocking(move || {
+            let mut n = 0;
+            for dir in fs::subdirs(&threads)? {
+                if dir.join(PLAN_FILE).is_file() {
+                    n += 1;
+                }
+            }
+            Ok(n)
+        })
+        .await
+    }
 }
 
 /// Write, read back and delete a small file: the cheapest check that covers

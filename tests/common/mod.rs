@@ -51,6 +51,7 @@ impl Default for Harness {
             plans.clone(),
             artifacts.clone(),
             100_000,
+            compactd::app::Lifecycle::default(),
         );
         Harness {
             policy: Policy::default(),

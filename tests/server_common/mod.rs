@@ -62,6 +62,8 @@ pub fn settings(dir: &std::path::Path) -> ServerSettings {
         listen: "127.0.0.1:0".parse().expect("addr"),
         data_dir: dir.join("data"),
         health_probe_interval_ms: 50,
+        // Tests that read the access log point it at a file.
+        access_log: compactd::server::access::AccessLogSink::Off,
         auth,
         ..ServerSettings::default()
     }

@@ -1,0 +1,267 @@
+//! The access log: one JSON line per API call — who (tenant, requester),
+//! what (method, thread, plan version), how it ended (gRPC code, tokens
+//! before and after, latency). Never message content, never credentials.
+//!
+//! Calls refused before a handler runs (authentication, admission) are
+//! logged by the layer that refused them; a call whose future is dropped
+//! (deadline, client gone) is logged as `CANCELLED` with `abandoned: true`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tonic::Code;
+
+use crate::security::SecurityContext;
+
+/// Where access lines go.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessLogSink {
+    /// Not written.
+    Off,
+    /// Standard output.
+    Stdout,
+    /// Standard error, with the diagnostic log (the default).
+    #[default]
+    Stderr,
+    /// Appended to a file (created 0600 if missing).
+    File(PathBuf),
+}
+
+enum Writer {
+    Off,
+    Stdout,
+    Stderr,
+    File(Mutex<std::fs::File>),
+}
+
+/// The access log writer, shared by the layers and the handlers.
+pub struct AccessLog {
+    writer: Writer,
+}
+
+impl std::fmt::Debug for AccessLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessLog").finish_non_exhaustive()
+    }
+}
+
+/// One line.
+#[derive(Debug, Serialize)]
+struct Line<'a> {
+    time: String,
+    tenant: &'a str,
+    requester: &'a str,
+    method: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    thread_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    plan_version: Option<u64>,
+    code: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tokens_before: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tokens_after: Option<u32>,
+    latency_ms: f64,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    abandoned: bool,
+}
+
+impl AccessLog {
+    /// Opens the sink (a file is created 0600 and appended to).
+    pub fn open(sink: &AccessLogSink) -> std::io::Result<Self> {
+        let writer = match sink {
+            AccessLogSink::Off => Writer::Off,
+            AccessLogSink::Stdout => Writer::Stdout,
+            AccessLogSink::Stderr => Writer::Stderr,
+            AccessLogSink::File(path) => {
+                let mut options = std::fs::OpenOptions::new();
+                options.create(true).append(true);
+                #[cfg(unix)]
+                std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+                Writer::File(Mutex::new(options.open(path)?))
+            }
+        };
+        Ok(AccessLog { writer })
+    }
+
+    fn write(&self, line: &Line<'_>) {
+        if matches!(self.writer, Writer::Off) {
+            return;
+        }
+        let Ok(mut bytes) = serde_json::to_vec(line) else {
+            return;
+        };
+        bytes.push(b'\n');
+        // One write per line: lines from concurrent calls never interleave.
+        let result = match &self.writer {
+            Writer::Off => Ok(()),
+            Writer::Stdout => std::io::stdout().lock().write_all(&bytes),
+            Writer::Stderr => std::io::stderr().lock().write_all(&bytes),
+            Writer::File(f) => f
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .write_all(&bytes),
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "cannot write the access log");
+        }
+    }
+
+    /// Logs a call refused before it reached a handler.
+    pub fn refused(&self, path: &str, ctx: Option<&SecurityContext>, code: Code, start: Instant) {
+        self.write(&Line {
+            time: rfc3339_now(),
+            tenant: ctx.map_or("", |c| c.tenant_id.as_str()),
+            requester: ctx.map_or("", |c| c.requester_id.as_str()),
+            method: method_name(path),
+            thread_id: "",
+            plan_version: None,
+            code: code_name(code),
+            tokens_before: None,
+            tokens_after: None,
+            latency_ms: start.elapsed().as_secs_f64() * 1000.0,
+            abandoned: false,
+        });
+    }
+
+    /// Starts the entry of a call a handler runs; it is written when
+    /// finished or dropped.
+    pub fn entry(
+        self: &Arc<Self>,
+        method: &'static str,
+        ctx: &SecurityContext,
+        thread_id: &str,
+    ) -> Entry {
+        Entry {
+            log: Arc::clone(self),
+            start: Instant::now(),
+            method,
+            tenant: ctx.tenant_id.clone(),
+            requester: ctx.requester_id.clone(),
+            thread_id: thread_id.to_string(),
+            plan_version: None,
+            tokens: None,
+            code: None,
+        }
+    }
+}
+
+/// A call being served; written to the log when dropped.
+pub struct Entry {
+    log: Arc<AccessLog>,
+    start: Instant,
+    method: &'static str,
+    tenant: String,
+    requester: String,
+    thread_id: String,
+    plan_version: Option<u64>,
+    tokens: Option<(u32, u32)>,
+    code: Option<Code>,
+}
+
+impl Entry {
+    /// Records the plan version and tokens before and after.
+    pub fn plan(&mut self, version: u64, tokens_before: Option<u32>, tokens_after: Option<u32>) {
+        self.plan_version = Some(version);
+        if let (Some(b), Some(a)) = (tokens_before, tokens_after) {
+            self.tokens = Some((b, a));
+        }
+    }
+
+    /// Records how the call ended and passes the result through.
+    pub fn finish<T>(mut self, result: Result<T, tonic::Status>) -> Result<T, tonic::Status> {
+        self.code = Some(match &result {
+            Ok(_) => Code::Ok,
+            Err(s) => s.code(),
+        });
+        result
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        self.log.write(&Line {
+            time: rfc3339_now(),
+            tenant: &self.tenant,
+            requester: &self.requester,
+            method: self.method,
+            thread_id: &self.thread_id,
+            plan_version: self.plan_version,
+            code: code_name(self.code.unwrap_or(Code::Cancelled)),
+            tokens_before: self.tokens.map(|t| t.0),
+            tokens_after: self.tokens.map(|t| t.1),
+            latency_ms: self.start.elapsed().as_secs_f64() * 1000.0,
+            abandoned: self.code.is_none(),
+        });
+    }
+}
+
+/// `/compactd.v1.CompactionService/Compact` → `Compact`.
+fn method_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// The canonical upper-case name (`OK`, `INVALID_ARGUMENT`, …).
+fn code_name(code: Code) -> String {
+    let mut out = String::new();
+    for (i, c) in format!("{code:?}").chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_uppercase());
+    }
+    out
+}
+
+/// UTC now as `2026-11-22T16:27:43.123Z`.
+fn rfc3339_now() -> String {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, day) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_and_codes() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_414), (2025, 11, 22));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(code_name(Code::InvalidArgument), "INVALID_ARGUMENT");
+        assert_eq!(code_name(Code::Ok), "OK");
+        assert_eq!(
+            method_name("/compactd.v1.CompactionService/Render"),
+            "Render"
+        );
+    }
+}
