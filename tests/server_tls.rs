@@ -26,7 +26,10 @@ fn install(dir: &Path, name: &str, reload_interval_seconds: u64) -> TlsSettings 
     let cert = dir.join("tls.crt");
     let key = dir.join("tls.key");
     // Write then rename, like a kubelet's atomic Secret update.
-    for (from, to) in [(format!("{name}.pem"), &cert), (format!("{name}.key"), &key)] {
+    for (from, to) in [
+        (format!("{name}.pem"), &cert),
+        (format!("{name}.key"), &key),
+    ] {
         let tmp = to.with_extension("tmp");
         std::fs::copy(fixture(&from), &tmp).expect("copy fixture");
         std::fs::rename(&tmp, to).expect("rename");
@@ -105,10 +108,9 @@ async fn jwt_callers_work_over_tls_from_a_real_client() {
     let certs = tempfile::tempdir().expect("tempdir");
     let tls = install(certs.path(), "server", 30);
     let server = TestServer::start_with(|s| s.tls = Some(tls)).await;
-    let mut client =
-        compactd::proto::pb::compaction_service_client::CompactionServiceClient::new(
-            tls_channel(&server).await,
-        );
+    let mut client = compactd::proto::pb::compaction_service_client::CompactionServiceClient::new(
+        tls_channel(&server).await,
+    );
     let out = within(client.compact(authed(
         compact_req(small_thread("tls-1"), 100_000),
         &token("acme", ALL),
@@ -150,10 +152,9 @@ async fn a_rotated_certificate_is_served_without_a_restart() {
     install(certs.path(), "server_rotated", 1);
     wait_for_leaf(&server, &leaf_der("server_rotated")).await;
     // Calls keep working on the new certificate.
-    let mut client =
-        compactd::proto::pb::compaction_service_client::CompactionServiceClient::new(
-            tls_channel(&server).await,
-        );
+    let mut client = compactd::proto::pb::compaction_service_client::CompactionServiceClient::new(
+        tls_channel(&server).await,
+    );
     within(client.compact(authed(
         compact_req(small_thread("tls-rot"), 100_000),
         &token("acme", ALL),
