@@ -100,7 +100,7 @@ fn benches(c: &mut Criterion) {
             || (TokenLedger::new(1 << 20), Memo::default()),
             |(ledger, memo)| {
                 let engine = Engine {
-            cancel: compactd::reduce::Cancel::never(),
+                    cancel: compactd::reduce::Cancel::never(),
                     counter: counter.as_ref(),
                     ledger: &ledger,
                     summarizer: &summarizer,
@@ -114,7 +114,7 @@ fn benches(c: &mut Criterion) {
     let ledger = TokenLedger::new(1 << 20);
     let memo = Memo::default();
     let engine = Engine {
-            cancel: compactd::reduce::Cancel::never(),
+        cancel: compactd::reduce::Cancel::never(),
         counter: counter.as_ref(),
         ledger: &ledger,
         summarizer: &summarizer,
