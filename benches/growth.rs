@@ -76,6 +76,8 @@ struct Fixture {
     compaction: Compaction,
     ids: BTreeMap<String, String>,
     options: RenderOptions,
+    /// How long the fixture's own (cold) compaction took.
+    compact_time: Duration,
 }
 
 fn request<'a>(f: &'a Fixture) -> CompactRequest<'a> {
@@ -149,13 +151,16 @@ fn fixture(n: usize, counter: &dyn TokenCounter) -> Fixture {
         },
         ids: BTreeMap::new(),
         options: RenderOptions::default(),
+        compact_time: Duration::ZERO,
     };
     let summarizer = ExtractiveSummarizer;
+    let t0 = Instant::now();
     let c = compact(
         &request(&f),
         &engine(counter, &f.ledger, &f.memo, &summarizer),
     )
     .expect("bench thread compacts");
+    f.compact_time = t0.elapsed();
     f.ids = c
         .pending
         .iter()
@@ -291,16 +296,23 @@ fn criterion_groups(c: &mut Criterion, fixtures: &[Fixture], counter: &dyn Token
         g.bench_with_input(BenchmarkId::new("validate", n), f, |b, f| {
             b.iter(|| black_box(f.thread.validate(&ThreadLimits::default())))
         });
-        g.bench_with_input(BenchmarkId::new("compact_cold", n), f, |b, f| {
-            b.iter_batched(
-                || (TokenLedger::new(1 << 21), Memo::default()),
-                |(ledger, memo)| {
-                    compact(&request(f), &engine(counter, &ledger, &memo, &summarizer))
-                        .expect("compacts")
-                },
-                BatchSize::PerIteration,
-            )
-        });
+        if f.compact_time > SLOW {
+            eprintln!(
+                "growth/compact_cold/{n}: left out of the criterion group (one run took {}); see the timing loop",
+                fmt(f.compact_time)
+            );
+        } else {
+            g.bench_with_input(BenchmarkId::new("compact_cold", n), f, |b, f| {
+                b.iter_batched(
+                    || (TokenLedger::new(1 << 21), Memo::default()),
+                    |(ledger, memo)| {
+                        compact(&request(f), &engine(counter, &ledger, &memo, &summarizer))
+                            .expect("compacts")
+                    },
+                    BatchSize::PerIteration,
+                )
+            });
+        }
         g.bench_with_input(BenchmarkId::new("bind", n), f, |b, f| {
             b.iter_batched(
                 || f.compaction.clone(),
@@ -338,13 +350,24 @@ fn slope(points: &[(f64, f64)]) -> f64 {
     num / den
 }
 
-/// Median time of pass `name` on `f` over a few runs (fewer on big threads).
+/// Median time of pass `name` on `f` over a few runs (fewer on big
+/// threads; one when a run takes more than [`SLOW`]).
 fn median_time(name: &str, f: &Fixture, counter: &dyn TokenCounter) -> Duration {
+    let first = time_pass(name, f, counter);
+    if first > SLOW {
+        return first;
+    }
     let runs = if f.n >= 50_000 { 3 } else { 7 };
-    let mut times: Vec<Duration> = (0..runs).map(|_| time_pass(name, f, counter)).collect();
+    let mut times: Vec<Duration> = std::iter::once(first)
+        .chain((1..runs).map(|_| time_pass(name, f, counter)))
+        .collect();
     times.sort();
     times[runs / 2]
 }
+
+/// A pass slower than this is timed once, and left out of the criterion
+/// groups (ten samples of it would take minutes).
+const SLOW: Duration = Duration::from_secs(3);
 
 fn fmt(d: Duration) -> String {
     let s = d.as_secs_f64();
@@ -362,7 +385,12 @@ fn fmt(d: Duration) -> String {
 fn growth_report(fixtures: &[Fixture], counter: &dyn TokenCounter) {
     let times: Vec<Vec<Duration>> = PASSES
         .iter()
-        .map(|p| fixtures.iter().map(|f| median_time(p, f, counter)).collect())
+        .map(|p| {
+            fixtures
+                .iter()
+                .map(|f| median_time(p, f, counter))
+                .collect()
+        })
         .collect();
     let sizes: Vec<String> = fixtures.iter().map(|f| f.n.to_string()).collect();
     eprintln!("\ngrowth: median time per pass (ratio to baseline_bare_count at the same size)");
@@ -372,13 +400,7 @@ fn growth_report(fixtures: &[Fixture], counter: &dyn TokenCounter) {
         let cells: Vec<String> = row
             .iter()
             .zip(&times[0])
-            .map(|(t, base)| {
-                format!(
-                    "{} ({:.3}×)",
-                    fmt(*t),
-                    t.as_secs_f64() / base.as_secs_f64()
-                )
-            })
+            .map(|(t, base)| format!("{} ({:.3}×)", fmt(*t), t.as_secs_f64() / base.as_secs_f64()))
             .collect();
         let points: Vec<(f64, f64)> = fixtures
             .iter()

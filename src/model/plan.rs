@@ -457,6 +457,17 @@ impl CompactionPlan {
                 got: self.thread_id.clone(),
             });
         }
+        // For each position, the first pinned or pending message at or after
+        // it (`n` when none): a span's straddle check is one lookup.
+        let n = thread.messages.len();
+        let mut next_blocked = vec![n; n + 1];
+        for j in (0..n).rev() {
+            next_blocked[j] = if pinned(&thread.messages[j]) || pairing.has_pending(j) {
+                j
+            } else {
+                next_blocked[j + 1]
+            };
+        }
         let pos: super::ids::IdMap<&str, usize> = thread
             .messages
             .iter()
@@ -473,6 +484,7 @@ impl CompactionPlan {
             }
             let mut last: Option<usize> = None;
             let mut members: HashSet<usize> = HashSet::with_capacity(span.message_ids.len());
+            let mut order: Vec<usize> = Vec::with_capacity(span.message_ids.len());
             for id in &span.message_ids {
                 let Some(&i) = pos.get(id.as_str()) else {
                     return Err(PlanError::UnknownMessage {
@@ -486,6 +498,7 @@ impl CompactionPlan {
                 }
                 last = Some(i);
                 members.insert(i);
+                order.push(i);
                 let m = &thread.messages[i];
                 if m.metadata.protected {
                     return Err(PlanError::Protected {
@@ -514,9 +527,7 @@ impl CompactionPlan {
                 span.message_ids.first().and_then(|id| pos.get(id.as_str())),
                 last,
             ) {
-                if let Some(p) =
-                    (first..=last).find(|&j| pinned(&thread.messages[j]) || pairing.has_pending(j))
-                {
+                if let Some(p) = Some(next_blocked[first]).filter(|&p| p <= last) {
                     return Err(PlanError::StraddlesPinned {
                         list,
                         record,
@@ -525,7 +536,7 @@ impl CompactionPlan {
                 }
             }
             if removes_pairs {
-                check_pairs(thread, &pairing, &members).map_err(|call_id| {
+                check_pairs(thread, &pairing, &order, &members).map_err(|call_id| {
                     PlanError::SplitsToolPair {
                         list,
                         record,
@@ -556,15 +567,19 @@ impl CompactionPlan {
     }
 }
 
-/// For a set of message indices that will be replaced or removed, returns the
+/// For the message indices that will be replaced or removed (`order`, the
+/// span's order; `members`, the same as a set), returns the
 /// id of a tool call whose call and results are not all inside the set
 /// (paired by position, so a reused call id is never mistaken for another).
 fn check_pairs(
     thread: &Thread,
     pairing: &super::thread::Pairing,
+    order: &[usize],
     members: &HashSet<usize>,
 ) -> Result<(), String> {
-    for &i in members {
+    // In span order, so the call named is the first one split (a set's
+    // iteration order would name any of them).
+    for &i in order {
         let m = &thread.messages[i];
         for (call, answer) in m.tool_calls.iter().zip(&pairing.answers[i]) {
             if !answer.is_some_and(|r| members.contains(&r)) {

@@ -541,9 +541,10 @@ pub fn compact_with(
         ));
     }
 
+    p.purge();
     window::index_drops(&mut p);
     let tokens_after = p.total();
-    let mut plan = std::mem::take(&mut p.plan);
+    let mut plan = p.take_plan();
     let mut pending = std::mem::take(&mut p.pending);
     for w in plan.normalize() {
         state.warn(w.to_string());

@@ -85,7 +85,7 @@ impl Units {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Slot {
     Include,
     Clear(usize),
@@ -103,7 +103,10 @@ pub struct Projection<'a> {
     pub counter: RequestCounter<'a>,
     /// Rendering options that affect cost.
     pub options: &'a RenderOptions,
-    /// Records so far.
+    /// Records so far. A record a later operation absorbed stays in place
+    /// with an empty span until [`Projection::take_plan`] (or
+    /// [`Projection::purge`]) removes it; count summaries with
+    /// [`Projection::summary_count`].
     pub plan: CompactionPlan,
     /// Writes the plan depends on.
     pub pending: Vec<PendingArtifact>,
@@ -125,6 +128,22 @@ pub struct Projection<'a> {
     messages_total: u64,
     fixed: u32,
     next_pending: usize,
+    /// Number of summarization records that still cover a message. Records a later
+    /// operation absorbed are left in place with an empty span (so no other
+    /// record's index shifts, and an operation costs what it touches, not
+    /// the size of the plan) until [`Projection::take_plan`] removes them.
+    live_summaries: usize,
+}
+
+/// What [`Projection::summarize_unless_larger`] needs to put back.
+#[derive(Debug, Default)]
+struct Undo {
+    /// Spans of the records the operation changed, as they were.
+    records: Vec<(Slot, Vec<String>)>,
+    /// Slots of the messages it changed, as they were.
+    slots: Vec<(usize, Slot)>,
+    summaries_len: usize,
+    live_summaries: usize,
 }
 
 impl<'a> Projection<'a> {
@@ -166,9 +185,54 @@ impl<'a> Projection<'a> {
             messages_total: 0,
             fixed,
             next_pending: 0,
+            live_summaries: 0,
         };
         p.rebuild();
         p
+    }
+
+    /// Number of summaries in the plan.
+    pub fn summary_count(&self) -> usize {
+        self.live_summaries
+    }
+
+    /// The plan, without the records later operations absorbed, in the
+    /// order the records were made; the projection is left with an empty plan.
+    pub fn take_plan(&mut self) -> CompactionPlan {
+        self.purge();
+        std::mem::take(&mut self.plan)
+    }
+
+    /// Removes absorbed (empty) records and renumbers the slots.
+    pub fn purge(&mut self) {
+        fn keep<T>(records: &mut Vec<T>, live: impl Fn(&T) -> bool) -> Vec<usize> {
+            let mut new_index = Vec::with_capacity(records.len());
+            let mut next = 0;
+            for r in records.iter() {
+                new_index.push(next);
+                if live(r) {
+                    next += 1;
+                }
+            }
+            records.retain(live);
+            new_index
+        }
+        let plan = &mut self.plan;
+        let c = keep(&mut plan.clearings, |r| !r.span.message_ids.is_empty());
+        let s = keep(&mut plan.summarizations, |r| !r.span.message_ids.is_empty());
+        let e = keep(&mut plan.externalizations, |r| {
+            !r.span.message_ids.is_empty()
+        });
+        let d = keep(&mut plan.drops, |r| !r.span.message_ids.is_empty());
+        for slot in &mut self.slots {
+            *slot = match *slot {
+                Slot::Include => Slot::Include,
+                Slot::Clear(r) => Slot::Clear(c[r]),
+                Slot::Summarize(r) => Slot::Summarize(s[r]),
+                Slot::Externalize(r) => Slot::Externalize(e[r]),
+                Slot::Drop(r) => Slot::Drop(d[r]),
+            };
+        }
     }
 
     /// Tokens of the whole request under the current plan.
@@ -304,6 +368,12 @@ impl<'a> Projection<'a> {
             }
         }
         self.slots = slots;
+        self.live_summaries = self
+            .plan
+            .summarizations
+            .iter()
+            .filter(|r| !r.span.message_ids.is_empty())
+            .count();
         for i in 0..self.thread.messages.len() {
             self.recost(i);
         }
@@ -375,35 +445,88 @@ impl<'a> Projection<'a> {
         self.recost(i);
     }
 
-    /// Removes `indices` from every record, returning the summaries and
-    /// externalizations that covered them (so a new summary can carry them forward).
-    fn take(&mut self, indices: &[usize]) {
+    /// Removes `indices` from every record: a summary or pointer that loses
+    /// any message is absorbed as a whole (its other messages render verbatim
+    /// again), clears and drops just lose those messages. Records are found
+    /// through the messages' slots, so this costs what it touches. Returns
+    /// the messages outside `indices` whose slot changed; their cost and the
+    /// slots of `indices` are the caller's to update.
+    fn take(&mut self, indices: &[usize], mut undo: Option<&mut Undo>) -> Vec<usize> {
+        let mut records: Vec<Slot> = indices
+            .iter()
+            .map(|&i| self.slots[i])
+            .filter(|s| *s != Slot::Include)
+            .collect();
+        records.sort_unstable();
+        records.dedup();
+        if records.is_empty() {
+            return Vec::new();
+        }
         let ids: HashSet<&str> = indices
             .iter()
             .map(|&i| self.thread.messages[i].id.as_str())
             .collect();
-        let plan = &mut self.plan;
-        plan.clearings.retain_mut(|r| {
-            r.span.message_ids.retain(|id| !ids.contains(id.as_str()));
-            !r.span.message_ids.is_empty()
-        });
-        // A summary or pointer that loses any message is replaced as a whole.
-        plan.summarizations.retain(|r| {
-            !r.span
-                .message_ids
-                .iter()
-                .any(|id| ids.contains(id.as_str()))
-        });
-        plan.externalizations.retain(|r| {
-            !r.span
-                .message_ids
-                .iter()
-                .any(|id| ids.contains(id.as_str()))
-        });
-        plan.drops.retain_mut(|r| {
-            r.span.message_ids.retain(|id| !ids.contains(id.as_str()));
-            !r.span.message_ids.is_empty()
-        });
+        let mut changed = Vec::new();
+        for slot in records {
+            let span = match slot {
+                Slot::Include => continue,
+                Slot::Clear(r) => &mut self.plan.clearings[r].span,
+                Slot::Summarize(r) => &mut self.plan.summarizations[r].span,
+                Slot::Externalize(r) => &mut self.plan.externalizations[r].span,
+                Slot::Drop(r) => &mut self.plan.drops[r].span,
+            };
+            match slot {
+                Slot::Summarize(_) | Slot::Externalize(_) => {
+                    let old = std::mem::take(&mut span.message_ids);
+                    for id in &old {
+                        if let Some(&j) = self.index.get(id.as_str()) {
+                            if self.slots[j] == slot {
+                                if let Some(u) = undo.as_deref_mut() {
+                                    u.slots.push((j, slot));
+                                }
+                                self.slots[j] = Slot::Include;
+                                if !ids.contains(id.as_str()) {
+                                    changed.push(j);
+                                }
+                            }
+                        }
+                    }
+                    if matches!(slot, Slot::Summarize(_)) {
+                        self.live_summaries -= 1;
+                    }
+                    if let Some(u) = undo.as_deref_mut() {
+                        u.records.push((slot, old));
+                    }
+                }
+                _ => {
+                    if let Some(u) = undo.as_deref_mut() {
+                        u.records.push((slot, span.message_ids.clone()));
+                    }
+                    span.message_ids.retain(|id| !ids.contains(id.as_str()));
+                }
+            }
+        }
+        changed
+    }
+
+    /// Sets the slot of every message in `indices` and recosts them and
+    /// `changed`.
+    fn settle(
+        &mut self,
+        indices: &[usize],
+        slot: Slot,
+        changed: &[usize],
+        undo: Option<&mut Undo>,
+    ) {
+        if let Some(u) = undo {
+            u.slots.extend(indices.iter().map(|&i| (i, self.slots[i])));
+        }
+        for &i in indices {
+            self.slots[i] = slot;
+        }
+        for &i in changed.iter().chain(indices) {
+            self.recost(i);
+        }
     }
 
     /// Replaces the messages at `indices` (whole units, thread order) with one
@@ -411,15 +534,67 @@ impl<'a> Projection<'a> {
     /// given to the summarizer as `prior`, and externalized content stays
     /// reachable through the summary's artifact list.
     pub fn summarize(&mut self, indices: &[usize], summary: StructuredSummary) {
-        self.take(indices);
+        self.summarize_logged(indices, summary, None);
+    }
+
+    /// [`Projection::summarize`], undone again when the request does not get
+    /// smaller (the summary is not smaller than what it replaces). Returns
+    /// whether the summary was kept. Undoing puts back exactly what the
+    /// operation changed, so it costs what the operation cost.
+    pub fn summarize_unless_larger(
+        &mut self,
+        indices: &[usize],
+        summary: StructuredSummary,
+    ) -> bool {
+        let before = self.total();
+        let mut undo = Undo {
+            summaries_len: self.plan.summarizations.len(),
+            live_summaries: self.live_summaries,
+            ..Undo::default()
+        };
+        self.summarize_logged(indices, summary, Some(&mut undo));
+        if self.total() < before {
+            return true;
+        }
+        self.plan.summarizations.truncate(undo.summaries_len);
+        self.live_summaries = undo.live_summaries;
+        for (slot, ids) in undo.records.into_iter().rev() {
+            let span = match slot {
+                Slot::Include => continue,
+                Slot::Clear(r) => &mut self.plan.clearings[r].span,
+                Slot::Summarize(r) => &mut self.plan.summarizations[r].span,
+                Slot::Externalize(r) => &mut self.plan.externalizations[r].span,
+                Slot::Drop(r) => &mut self.plan.drops[r].span,
+            };
+            span.message_ids = ids;
+        }
+        let mut touched: Vec<usize> = Vec::with_capacity(undo.slots.len());
+        for &(i, slot) in undo.slots.iter().rev() {
+            self.slots[i] = slot;
+            touched.push(i);
+        }
+        for i in touched {
+            self.recost(i);
+        }
+        false
+    }
+
+    fn summarize_logged(
+        &mut self,
+        indices: &[usize],
+        summary: StructuredSummary,
+        mut undo: Option<&mut Undo>,
+    ) {
+        let changed = self.take(indices, undo.as_deref_mut());
         let span = SpanReference::of(self.thread, indices);
         self.plan.summarizations.push(SummarizationRecord {
             span,
             summary,
             summary_token_count: 0,
         });
-        self.rebuild();
+        self.live_summaries += 1;
         let r = self.plan.summarizations.len() - 1;
+        self.settle(indices, Slot::Summarize(r), &changed, undo);
         let first = indices[0];
         self.plan.summarizations[r].summary_token_count = self.cost[first];
     }
@@ -429,25 +604,17 @@ impl<'a> Projection<'a> {
         &self,
         indices: &[usize],
     ) -> (Vec<&SummarizationRecord>, Vec<&ExternalizationRecord>) {
-        let set: HashSet<usize> = indices.iter().copied().collect();
+        let mut seen: HashSet<Slot> = HashSet::new();
         let mut s: Vec<&SummarizationRecord> = Vec::new();
         let mut e: Vec<&ExternalizationRecord> = Vec::new();
-        for &i in &set {
-            match self.slots[i] {
-                Slot::Summarize(r)
-                    if !s
-                        .iter()
-                        .any(|x| std::ptr::eq(*x, &self.plan.summarizations[r])) =>
-                {
-                    s.push(&self.plan.summarizations[r]);
-                }
-                Slot::Externalize(r)
-                    if !e
-                        .iter()
-                        .any(|x| std::ptr::eq(*x, &self.plan.externalizations[r])) =>
-                {
-                    e.push(&self.plan.externalizations[r]);
-                }
+        for &i in indices {
+            let slot = self.slots[i];
+            if !matches!(slot, Slot::Summarize(_) | Slot::Externalize(_)) || !seen.insert(slot) {
+                continue;
+            }
+            match slot {
+                Slot::Summarize(r) => s.push(&self.plan.summarizations[r]),
+                Slot::Externalize(r) => e.push(&self.plan.externalizations[r]),
                 _ => {}
             }
         }
@@ -463,29 +630,43 @@ impl<'a> Projection<'a> {
         let Slot::Summarize(r) = self.slots[i] else {
             return None;
         };
-        let ids: HashSet<&str> = self.plan.summarizations[r]
+        let mut span: Vec<usize> = self.plan.summarizations[r]
             .span
             .message_ids
             .iter()
-            .map(String::as_str)
+            .filter_map(|id| self.position(id))
             .collect();
-        Some(
-            (0..self.thread.messages.len())
-                .filter(|&j| ids.contains(self.thread.messages[j].id.as_str()))
-                .collect(),
-        )
+        span.sort_unstable();
+        span.dedup();
+        Some(span)
+    }
+
+    /// The summarization record that covers message `i` (an index into
+    /// `plan.summarizations`).
+    pub fn summary_of(&self, i: usize) -> Option<usize> {
+        match self.slots[i] {
+            Slot::Summarize(r) => Some(r),
+            _ => None,
+        }
     }
 
     /// Omits the messages at `indices` (whole units). Adjacent drops merge into
     /// one record.
     pub fn drop_messages(&mut self, indices: &[usize], reason: &str) {
-        self.take(indices);
+        let changed = self.take(indices, None);
         let first = indices[0];
-        let extend = self.plan.drops.iter().position(|r| {
-            let last = r.span.end_message_id();
-            first > 0 && self.thread.messages[first - 1].id == last && r.reason == reason
-        });
-        match extend {
+        // The record to extend ends at the message before the first one; a
+        // message is in at most one record, so its slot names it.
+        let extend = match first.checked_sub(1).map(|j| (j, self.slots[j])) {
+            Some((j, Slot::Drop(r)))
+                if self.plan.drops[r].span.end_message_id() == self.thread.messages[j].id
+                    && self.plan.drops[r].reason == reason =>
+            {
+                Some(r)
+            }
+            _ => None,
+        };
+        let r = match extend {
             Some(r) => {
                 let rec = &mut self.plan.drops[r];
                 for &i in indices {
@@ -494,17 +675,21 @@ impl<'a> Projection<'a> {
                         .push(self.thread.messages[i].id.clone());
                 }
                 rec.span.last_turn = self.thread.messages[indices[indices.len() - 1]].turn;
+                r
             }
-            None => self.plan.drops.push(DropRecord {
-                span: SpanReference::of(self.thread, indices),
-                reason: reason.to_string(),
-                index: DroppedSpanIndex {
-                    keywords: Vec::new(),
-                    summary: String::new(),
-                },
-            }),
-        }
-        self.rebuild();
+            None => {
+                self.plan.drops.push(DropRecord {
+                    span: SpanReference::of(self.thread, indices),
+                    reason: reason.to_string(),
+                    index: DroppedSpanIndex {
+                        keywords: Vec::new(),
+                        summary: String::new(),
+                    },
+                });
+                self.plan.drops.len() - 1
+            }
+        };
+        self.settle(indices, Slot::Drop(r), &changed, None);
     }
 
     /// Messages of the thread by index.
@@ -535,7 +720,16 @@ impl Projection<'_> {
             if r + 1 == self.plan.externalizations.len() {
                 let rec = self.plan.externalizations.pop();
                 if let Some(rec) = rec {
-                    self.pending.retain(|a| a.placeholder != rec.artifact_id);
+                    // The pending write is the one `externalize` just pushed.
+                    if self
+                        .pending
+                        .last()
+                        .is_some_and(|a| a.placeholder == rec.artifact_id)
+                    {
+                        self.pending.pop();
+                    } else {
+                        self.pending.retain(|a| a.placeholder != rec.artifact_id);
+                    }
                 }
                 self.slots[i] = Slot::Include;
                 self.recost(i);

@@ -51,11 +51,11 @@ impl Reducer for Summarize {
                 return Ok(());
             }
             let max = state.policy.max_summaries as usize;
-            if p.plan.summarizations.len() > max {
+            if p.summary_count() > max {
                 roll_up(p, state, Some(max));
             }
         }
-        if p.total() > budget.target() && p.plan.summarizations.len() > 1 {
+        if p.total() > budget.target() && p.summary_count() > 1 {
             roll_up(p, state, None);
         }
         Ok(())
@@ -104,14 +104,9 @@ fn apply(p: &mut Projection<'_>, state: &mut PipelineState<'_>, indices: &[usize
             summary.artifacts.push(a);
         }
     }
-    let np = prior.len();
-    let snapshot = (p.plan.clone(), p.total());
-    p.summarize(indices, summary);
-    if std::env::var_os("DBG_SUM").is_some() { eprintln!("DBG apply n={} prior={} restored={} summaries={}", indices.len(), np, p.total() >= snapshot.1, p.plan.summarizations.len()); }
-    if p.total() >= snapshot.1 {
-        // The summary is not smaller than what it replaces: keep the span verbatim.
-        p.restore(snapshot.0);
-    }
+    // When the summary is not smaller than what it replaces, the span stays
+    // as it was.
+    p.summarize_unless_larger(indices, summary);
     true
 }
 
@@ -121,7 +116,7 @@ fn apply(p: &mut Projection<'_>, state: &mut PipelineState<'_>, indices: &[usize
 /// every stretch).
 fn roll_up(p: &mut Projection<'_>, state: &mut PipelineState<'_>, until: Option<usize>) {
     for stretch in stretches(p) {
-        if until.is_some_and(|max| p.plan.summarizations.len() <= max) {
+        if until.is_some_and(|max| p.summary_count() <= max) {
             return;
         }
         if p.covering(&stretch).0.len() < 2 {
@@ -132,7 +127,7 @@ fn roll_up(p: &mut Projection<'_>, state: &mut PipelineState<'_>, until: Option<
         }
     }
     if let Some(max) = until {
-        if p.plan.summarizations.len() > max {
+        if p.summary_count() > max {
             let warning = format!(
                 "summaries exceed max_summaries {max}: pinned or verbatim messages lie between them, and summaries are never merged across those"
             );

@@ -51,9 +51,13 @@ impl Reducer for Window {
             if precious && p.total() <= budget.hard_limit() {
                 continue;
             }
+            // Each summary the unit touches is dropped whole (looked up once:
+            // summaries are made of whole units, so there is rarely more than one).
+            let mut seen: Vec<usize> = Vec::new();
             for i in s..=e {
-                if let Some(span) = p.summary_span_of(i) {
-                    indices.extend(span);
+                if let Some(r) = p.summary_of(i).filter(|r| !seen.contains(r)) {
+                    seen.push(r);
+                    indices.extend(p.summary_span_of(i).unwrap_or_default());
                 }
             }
             let indices: Vec<usize> = indices.into_iter().collect();

@@ -146,8 +146,10 @@ fn canonical_order(thread: &Thread, pairing: &crate::model::Pairing) -> (Vec<usi
                 order.push(r);
             }
         }
+        let mut sorted = results.clone();
+        sorted.sort_unstable();
         let between: Vec<&str> = (i + 1..last)
-            .filter(|j| !results.contains(j))
+            .filter(|j| sorted.binary_search(j).is_err())
             .map(|j| thread.messages[j].id.as_str())
             .collect();
         let id = &thread.messages[i].id;
