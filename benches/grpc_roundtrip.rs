@@ -335,6 +335,8 @@ async fn bench(full: bool) {
             dev: true,
             ..Default::default()
         },
+        // One line per call would measure the terminal.
+        access_log: compactd::server::access::AccessLogSink::Off,
         ..ServerSettings::default()
     };
 

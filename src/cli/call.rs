@@ -461,6 +461,7 @@ mod tests {
                 dev: true,
                 ..Default::default()
             },
+            access_log: compactd::server::access::AccessLogSink::Off,
             ..Default::default()
         };
         let listener = tokio::net::TcpListener::bind(settings.listen)

@@ -30,8 +30,10 @@ impl Reducer for Summarize {
         state: &mut PipelineState<'_>,
     ) -> Result<(), CompactError> {
         let chunk_tokens = state.policy.summary_chunk_tokens;
+        let mut failed = FailedRollUp::default();
         let mut u = 0;
         while u < p.units.ranges.len() && p.total() > budget.target() {
+            state.cancel.check()?;
             if !chunk_unit(p, u) {
                 u += 1;
                 continue;
@@ -52,11 +54,11 @@ impl Reducer for Summarize {
             }
             let max = state.policy.max_summaries as usize;
             if p.summary_count() > max {
-                roll_up(p, state, Some(max));
+                roll_up(p, state, Some(max), &mut failed);
             }
         }
         if p.total() > budget.target() && p.summary_count() > 1 {
-            roll_up(p, state, None);
+            roll_up(p, state, None, &mut failed);
         }
         Ok(())
     }
@@ -110,11 +112,32 @@ fn apply(p: &mut Projection<'_>, state: &mut PipelineState<'_>, indices: &[usize
     true
 }
 
+/// The stretch whose roll-up failed in this call, by first message and
+/// length. New chunks only ever extend the oldest stretch, and a summary of
+/// more messages is no smaller, so a roll-up of the same start and at least
+/// that length would fail again: it is not retried. Retrying re-read the
+/// whole, growing stretch once per chunk, which made compaction quadratic
+/// in thread length (116 s at 100k messages; see README "Growth").
+#[derive(Debug, Default)]
+struct FailedRollUp(Option<(usize, usize)>);
+
+impl FailedRollUp {
+    fn covers(&self, stretch: &[usize]) -> bool {
+        self.0
+            .is_some_and(|(first, len)| stretch.first() == Some(&first) && stretch.len() >= len)
+    }
+}
+
 /// Rolls neighbouring summaries into one, oldest stretch first: a stretch
 /// ends at any message that still renders on its own (verbatim, cleared or
 /// a pointer). Stops once at most `until` summaries remain (`None`: rolls
-/// every stretch).
-fn roll_up(p: &mut Projection<'_>, state: &mut PipelineState<'_>, until: Option<usize>) {
+/// every stretch), or at the first roll-up that fails.
+fn roll_up(
+    p: &mut Projection<'_>,
+    state: &mut PipelineState<'_>,
+    until: Option<usize>,
+    failed: &mut FailedRollUp,
+) {
     for stretch in stretches(p) {
         if until.is_some_and(|max| p.summary_count() <= max) {
             return;
@@ -122,7 +145,11 @@ fn roll_up(p: &mut Projection<'_>, state: &mut PipelineState<'_>, until: Option<
         if p.covering(&stretch).0.len() < 2 {
             continue;
         }
+        if failed.covers(&stretch) {
+            return;
+        }
         if !apply(p, state, &stretch) {
+            failed.0 = stretch.first().map(|&first| (first, stretch.len()));
             return;
         }
     }
