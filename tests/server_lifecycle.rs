@@ -419,16 +419,26 @@ async fn a_timed_out_call_keeps_its_tenant_slot_until_its_work_ends() {
         entered: Arc::default(),
     });
     let plans = Arc::new(FsPlanStore::open(dir.path()).expect("plans"));
-    let server = TestServer::start_with_stores_and(plans as Arc<dyn PlanStore>, artifacts, |s| {
-        s.per_tenant_concurrency = 1;
-        s.request_timeout_ms = 300;
-    })
+    let server = TestServer::start_with_stores_and(
+        plans as Arc<dyn PlanStore>,
+        Arc::clone(&artifacts) as Arc<dyn ArtifactStore>,
+        |s| {
+            s.per_tenant_concurrency = 1;
+            // Long enough for the compaction itself (debug build), so the
+            // deadline passes while the write blocks.
+            s.request_timeout_ms = 1500;
+        },
+    )
     .await;
     let mut client = server.client().await;
     let acme = token("acme", ALL);
-    let err = within(client.compact(authed(externalizing("slow"), &acme)))
-        .await
-        .expect_err("deadline");
+    let first = tokio::spawn({
+        let mut c = client.clone();
+        let t = acme.clone();
+        async move { c.compact(authed(externalizing("slow"), &t)).await }
+    });
+    within(artifacts.entered.notified()).await;
+    let err = within(first).await.expect("task").expect_err("deadline");
     assert_status(&err, Code::DeadlineExceeded, None);
     // The abandoned call's write is still running on the blocking pool: the
     // tenant's one slot is still taken, so the tenant cannot start more.
