@@ -331,6 +331,8 @@ async fn bench(full: bool) {
         // Measure the service, not the tenant limiter.
         per_tenant_concurrency: 0,
         per_tenant_rps: 0.0,
+        per_tenant_bytes_per_second: 0.0,
+        per_tenant_messages_per_second: 0.0,
         auth: AuthConfig {
             dev: true,
             ..Default::default()

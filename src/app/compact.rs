@@ -230,20 +230,24 @@ impl App {
                 });
             }
         }
-        if let Some(prev) = previous.take_if(|prev| {
-            prev.fingerprint == request_fingerprint(&resolved.request(None, self), &parts.engine())
-        }) {
-            return Ok(CompactOutcome::reused(prev, tokenizer));
-        }
-
         let (app, r, p) = (self.clone(), Arc::clone(&resolved), parts.clone());
-        // The previous plan moves into the blocking task and back.
+        // Fingerprinting hashes the whole thread, so the reuse check runs on
+        // the blocking pool with the compaction; the previous plan moves into
+        // the task and back.
         let (compaction, previous) = blocking(move || {
+            if let Some(prev) = previous.take_if(|prev| {
+                prev.fingerprint == request_fingerprint(&r.request(None, &app), &p.engine())
+            }) {
+                return (Ok(None), Some(prev));
+            }
             let c = compact(&r.request(previous.as_ref(), &app), &p.engine());
-            (c.map_err(AppError::from), previous)
+            (c.map(Some).map_err(AppError::from), previous)
         })
         .await?;
-        let compaction = compaction?;
+        let Some(compaction) = compaction? else {
+            let prev = previous.ok_or_else(|| AppError::Internal("reused plan lost".into()))?;
+            return Ok(CompactOutcome::reused(prev, tokenizer));
+        };
         if let Some(prev) = previous {
             if prev.fingerprint == compaction.plan.fingerprint {
                 return Ok(CompactOutcome::reused(prev, tokenizer));
