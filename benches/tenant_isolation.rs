@@ -5,7 +5,8 @@
 //! Starts the real server in-process on 127.0.0.1:0 with two API-key
 //! tenants. The quiet tenant makes one call at a time: `Render` with
 //! `compact_first` of its 500-message thread, unchanged since the last turn
-//! (the per-turn call of a live agent). The noisy tenant runs 4 workers,
+//! (the per-turn call of a live agent). The noisy tenant runs 4 workers
+//! (backing off exponentially, 25 ms to 400 ms, when refused),
 //! each compacting a fresh 1,000-message thread per call (a new thread id
 //! every time, so nothing is reused), as fast as the server lets it.
 //!
@@ -84,7 +85,19 @@ enum Limits {
     Off,
 }
 
-async fn start(limits: Limits) -> (std::net::SocketAddr, oneshot::Sender<()>, tempfile::TempDir) {
+/// The server, the quiet client and the noisy client each run on their own
+/// runtime, as separate processes would: a 1 MB encode in the noisy client
+/// must not hold up a worker the quiet client or the server polls on.
+#[derive(Clone)]
+struct Runtimes {
+    server: tokio::runtime::Handle,
+    noise: tokio::runtime::Handle,
+}
+
+async fn start(
+    limits: Limits,
+    rt: &Runtimes,
+) -> (std::net::SocketAddr, oneshot::Sender<()>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut settings = ServerSettings {
         listen: "127.0.0.1:0".parse().expect("addr"),
@@ -105,14 +118,17 @@ async fn start(limits: Limits) -> (std::net::SocketAddr, oneshot::Sender<()>, te
         settings.per_tenant_bytes_per_second = 0.0;
         settings.per_tenant_messages_per_second = 0.0;
     }
-    let listener = tokio::net::TcpListener::bind(settings.listen)
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
+    let std_listener = std::net::TcpListener::bind(settings.listen).expect("bind");
+    std_listener.set_nonblocking(true).expect("nonblocking");
+    let addr = std_listener.local_addr().expect("addr");
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(compactd::server::serve(settings, listener, async {
-        let _ = stopped.await;
-    }));
+    rt.server.spawn(async move {
+        let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
+        compactd::server::serve(settings, listener, async {
+            let _ = stopped.await;
+        })
+        .await
+    });
     (addr, stop, dir)
 }
 
@@ -151,7 +167,11 @@ struct Noise {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-fn noise(client: &CompactionServiceClient<Channel>, base: &pb::Thread) -> Noise {
+fn noise(
+    client: &CompactionServiceClient<Channel>,
+    base: &pb::Thread,
+    rt: &tokio::runtime::Handle,
+) -> Noise {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(AtomicUsize::new(0));
@@ -160,8 +180,9 @@ fn noise(client: &CompactionServiceClient<Channel>, base: &pb::Thread) -> Noise 
             let (client, base) = (client.clone(), base.clone());
             let (stop, done, refused) =
                 (Arc::clone(&stop), Arc::clone(&done), Arc::clone(&refused));
-            tokio::spawn(async move {
+            rt.spawn(async move {
                 let mut n = 0usize;
+                let mut backoff = Duration::from_millis(25);
                 while !stop.load(Ordering::Relaxed) {
                     let mut t = base.clone();
                     t.id = format!("noise-{w}-{n}");
@@ -175,14 +196,17 @@ fn noise(client: &CompactionServiceClient<Channel>, base: &pb::Thread) -> Noise 
                     match client.clone().compact(with_key(req, NOISY_KEY)).await {
                         Ok(_) => {
                             done.fetch_add(1, Ordering::Relaxed);
+                            backoff = Duration::from_millis(25);
                         }
                         Err(_) => {
                             refused.fetch_add(1, Ordering::Relaxed);
-                            // Backs off as gRPC clients do on RESOURCE_EXHAUSTED;
-                            // the load generator shares this machine's cores, so
-                            // a hot retry loop would measure the client, not
-                            // the server.
-                            tokio::time::sleep(Duration::from_millis(25)).await;
+                            // Exponential backoff on RESOURCE_EXHAUSTED, as a
+                            // gRPC retry policy does (25 ms doubling to 400 ms).
+                            // Every attempt costs this process a 1 MB clone
+                            // and encode on the cores the server shares, so a
+                            // hot retry loop would measure the client.
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(Duration::from_millis(400));
                         }
                     }
                 }
@@ -197,18 +221,31 @@ fn noise(client: &CompactionServiceClient<Channel>, base: &pb::Thread) -> Noise 
     }
 }
 
+/// The same in every phase.
+struct Workload {
+    calls: usize,
+    quiet_thread: pb::Thread,
+    noisy_thread: pb::Thread,
+}
+
 async fn phase(
+    rt: &Runtimes,
+    w: &Workload,
     name: &str,
     limits: Limits,
     noisy: bool,
-    calls: usize,
-    quiet_thread: &pb::Thread,
-    noisy_thread: &pb::Thread,
     alone: Option<Duration>,
 ) -> Duration {
-    let (addr, stop, _dir) = start(limits).await;
+    let (calls, quiet_thread, noisy_thread) = (w.calls, &w.quiet_thread, &w.noisy_thread);
+    let (addr, stop, _dir) = start(limits, rt).await;
     let client = connect(&format!("http://{addr}")).await.expect("connect");
-    let noisy_client = connect(&format!("http://{addr}")).await.expect("connect");
+    // The noisy client's channel lives on its runtime.
+    let noisy_addr = format!("http://{addr}");
+    let noisy_client = rt
+        .noise
+        .spawn(async move { connect(&noisy_addr).await.expect("connect") })
+        .await
+        .expect("noisy connect");
     let req = pb::RenderRequest {
         thread: Some(quiet_thread.clone()),
         compact_first: true,
@@ -219,7 +256,7 @@ async fn phase(
     };
     // Warm: the quiet thread's plan is committed and its counts cached.
     quiet(&client, &req, 5).await;
-    let n = noisy.then(|| noise(&noisy_client, noisy_thread));
+    let n = noisy.then(|| noise(&noisy_client, noisy_thread, &rt.noise));
     if n.is_some() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -254,7 +291,7 @@ async fn phase(
     p50
 }
 
-async fn bench(full: bool) {
+async fn bench(full: bool, rt: &Runtimes) {
     let calls = if full { 300 } else { 5 };
     let quiet_thread = synth(3, 200, 500);
     let noisy_thread = synth(9, 400, if full { 1000 } else { 200 });
@@ -270,38 +307,37 @@ async fn bench(full: bool) {
     println!(
         "|-------------------|---------|---------|-----------|--------------|---------------|"
     );
-    let alone = phase(
-        "alone",
-        Limits::Concurrency,
-        false,
+    let w = Workload {
         calls,
-        &quiet_thread,
-        &noisy_thread,
-        None,
-    )
-    .await;
+        quiet_thread,
+        noisy_thread,
+    };
+    let alone = phase(rt, &w, "alone", Limits::Concurrency, false, None).await;
     for (name, limits) in [
         ("noisy, c=1", Limits::Concurrency),
         ("noisy, unlimited", Limits::Off),
     ] {
-        phase(
-            name,
-            limits,
-            true,
-            calls,
-            &quiet_thread,
-            &noisy_thread,
-            Some(alone),
-        )
-        .await;
+        phase(rt, &w, name, limits, true, Some(alone)).await;
     }
 }
 
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(bench(full));
+    let runtime = |workers: usize| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    };
+    // The server gets a default-sized runtime; each client one worker.
+    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+    let (server, noise, quiet) = (runtime(cores), runtime(1), runtime(1));
+    let rt = Runtimes {
+        server: server.handle().clone(),
+        noise: noise.handle().clone(),
+    };
+    quiet.block_on(bench(full, &rt));
+    noise.shutdown_background();
+    server.shutdown_background();
 }

@@ -93,6 +93,145 @@ where
     .await
 }
 
+/// Why [`compute`] gave no result.
+#[derive(Debug, thiserror::Error)]
+pub enum ComputeError {
+    /// The job panicked.
+    #[error("a compute job panicked")]
+    Panicked,
+    /// The pool could not take the job (its threads are gone).
+    #[error("the compute pool is not running")]
+    Unavailable,
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A fixed set of threads for CPU-heavy work, below the scheduling
+/// priority of request handling.
+struct ComputePool {
+    jobs: std::sync::Mutex<std::sync::mpsc::Sender<Job>>,
+}
+
+/// How the compute pool is set up; see [`configure_compute`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ComputeSettings {
+    /// Threads (0: one per core).
+    pub threads: usize,
+    /// Added to the threads' nice value on Linux (0: same priority as the
+    /// rest of the process).
+    pub nice: i32,
+}
+
+impl Default for ComputeSettings {
+    fn default() -> Self {
+        ComputeSettings {
+            threads: 0,
+            nice: 10,
+        }
+    }
+}
+
+static COMPUTE_SETTINGS: std::sync::OnceLock<ComputeSettings> = std::sync::OnceLock::new();
+static COMPUTE_POOL: std::sync::OnceLock<ComputePool> = std::sync::OnceLock::new();
+
+/// Sets up the compute pool before its first use; later calls (and calls
+/// after first use) have no effect. Returns whether these settings apply.
+pub fn configure_compute(settings: ComputeSettings) -> bool {
+    COMPUTE_SETTINGS.set(settings).is_ok() && COMPUTE_POOL.get().is_none()
+}
+
+fn compute_pool() -> &'static ComputePool {
+    COMPUTE_POOL.get_or_init(|| {
+        let settings = *COMPUTE_SETTINGS.get_or_init(ComputeSettings::default);
+        let threads = match settings.threads {
+            0 => std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
+            n => n,
+        };
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let rx = Arc::new(std::sync::Mutex::new(rx));
+        for i in 0..threads {
+            let rx = Arc::clone(&rx);
+            let spawned = std::thread::Builder::new()
+                .name(format!("compactd-compute-{i}"))
+                .spawn(move || {
+                    lower_priority(settings.nice);
+                    loop {
+                        let job = rx
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .recv();
+                        match job {
+                            Ok(job) => job(),
+                            Err(_) => return,
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::error!(error = %e, "cannot start a compute thread");
+            }
+        }
+        ComputePool {
+            jobs: std::sync::Mutex::new(tx),
+        }
+    })
+}
+
+/// Lowers the calling thread's scheduling priority by `nice` (Linux only:
+/// there each thread has its own nice value). Best effort.
+fn lower_priority(nice: i32) {
+    #[cfg(target_os = "linux")]
+    if nice > 0 {
+        // SAFETY: plain syscalls on the calling thread; no memory is shared.
+        let rc = unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::setpriority(libc::PRIO_PROCESS, tid, nice)
+        };
+        if rc != 0 {
+            tracing::warn!(
+                error = %std::io::Error::last_os_error(),
+                "cannot lower the compute threads' priority"
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}
+
+/// Runs CPU-heavy work (compaction) on the compute pool: one thread per
+/// core, at a lower OS priority than the async workers and the blocking
+/// pool that serve the light per-turn calls, so a tenant compacting a huge
+/// thread slows other tenants' calls as little as the cores allow. The
+/// current [`Call`] is held until `f` returns; a job whose call was
+/// cancelled while it waited in the queue is skipped.
+pub async fn compute<T, F>(f: F) -> Result<T, ComputeError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let call = Call::current();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job: Job = Box::new(move || {
+        if call.as_ref().is_some_and(|c| c.cancel.is_cancelled()) {
+            return;
+        }
+        let _call = call;
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let _ = tx.send(out);
+    });
+    compute_pool()
+        .jobs
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .send(job)
+        .map_err(|_| ComputeError::Unavailable)?;
+    match rx.await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(_)) => Err(ComputeError::Panicked),
+        // Skipped (cancelled) or the pool is gone.
+        Err(_) => Err(ComputeError::Unavailable),
+    }
+}
+
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
 pub fn now_unix_ms() -> u64 {
     std::time::SystemTime::now()
@@ -104,6 +243,15 @@ pub fn now_unix_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn compute_runs_jobs_and_reports_panics() {
+        assert_eq!(compute(|| 6 * 7).await.expect("runs"), 42);
+        let e = compute(|| -> u32 { panic!("job panics") }).await;
+        assert!(matches!(e, Err(ComputeError::Panicked)), "{e:?}");
+        // The pool survives a panicking job.
+        assert_eq!(compute(|| 1).await.expect("still runs"), 1);
+    }
 
     #[tokio::test]
     async fn a_job_holds_the_call_after_the_caller_gives_up() {

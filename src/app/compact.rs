@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::model::{CompactionPlan, Sensitivity, Thread};
 use crate::reduce::{compact, request_fingerprint, CompactRequest, Compaction, Policy, Report};
 use crate::render::OutputFormat;
-use crate::runtime::{blocking, now_unix_ms};
+use crate::runtime::{blocking, compute, now_unix_ms};
 use crate::security::SecurityContext;
 use crate::store::{ArtifactMeta, StoredPlan};
 use crate::tokens::{Provider, Target};
@@ -220,7 +220,7 @@ impl App {
         let tokenizer = parts.counter.name().to_string();
         let thread_id = resolved.cmd.thread.id.clone();
 
-        let mut previous = self.current_plan(tenant, &thread_id).await?;
+        let previous = self.current_plan(tenant, &thread_id).await?;
         let current_version = previous.as_ref().map_or(0, |p| p.version);
         if let Some(expected) = resolved.cmd.expected_version {
             if expected != current_version {
@@ -230,24 +230,30 @@ impl App {
                 });
             }
         }
+        // Fingerprinting hashes the whole thread, so the reuse check (the
+        // per-turn path) runs on the blocking pool; the previous plan moves
+        // into each task and back.
         let (app, r, p) = (self.clone(), Arc::clone(&resolved), parts.clone());
-        // Fingerprinting hashes the whole thread, so the reuse check runs on
-        // the blocking pool with the compaction; the previous plan moves into
-        // the task and back.
-        let (compaction, previous) = blocking(move || {
-            if let Some(prev) = previous.take_if(|prev| {
-                prev.fingerprint == request_fingerprint(&r.request(None, &app), &p.engine())
-            }) {
-                return (Ok(None), Some(prev));
+        let (reused, previous) = blocking(move || {
+            let fingerprint = request_fingerprint(&r.request(None, &app), &p.engine());
+            match previous {
+                Some(prev) if prev.fingerprint == fingerprint => (Some(prev), None),
+                other => (None, other),
             }
-            let c = compact(&r.request(previous.as_ref(), &app), &p.engine());
-            (c.map(Some).map_err(AppError::from), previous)
         })
         .await?;
-        let Some(compaction) = compaction? else {
-            let prev = previous.ok_or_else(|| AppError::Internal("reused plan lost".into()))?;
+        if let Some(prev) = reused {
             return Ok(CompactOutcome::reused(prev, tokenizer));
-        };
+        }
+        // Compaction is the heavy path: the compute pool, below the
+        // priority of the per-turn calls of other tenants.
+        let (app, r, p) = (self.clone(), Arc::clone(&resolved), parts.clone());
+        let (compaction, previous) = compute(move || {
+            let c = compact(&r.request(previous.as_ref(), &app), &p.engine());
+            (c.map_err(AppError::from), previous)
+        })
+        .await?;
+        let compaction = compaction?;
         if let Some(prev) = previous {
             if prev.fingerprint == compaction.plan.fingerprint {
                 return Ok(CompactOutcome::reused(prev, tokenizer));

@@ -135,6 +135,12 @@ impl From<CompactError> for AppError {
     }
 }
 
+impl From<crate::runtime::ComputeError> for AppError {
+    fn from(e: crate::runtime::ComputeError) -> Self {
+        AppError::Internal(format!("compaction failed: {e}"))
+    }
+}
+
 impl From<tokio::task::JoinError> for AppError {
     fn from(e: tokio::task::JoinError) -> Self {
         AppError::Internal(format!("core task failed: {e}"))

@@ -67,6 +67,12 @@ pub struct ServerSettings {
     pub global_concurrency: usize,
     /// How often the plan store is probed for the health status, in ms.
     pub health_probe_interval_ms: u64,
+    /// Threads of the compute pool that runs compactions (0: one per core).
+    pub compute_threads: usize,
+    /// How much lower the compute threads' OS priority is (Linux nice
+    /// increment; 0: the same as request handling). Compactions of huge
+    /// threads then yield the cores to other tenants' per-turn calls.
+    pub compute_nice: i32,
     /// Entries of the process-wide token ledger.
     pub ledger_max_entries: usize,
     /// HTTP/2 initial stream window, bytes (large requests are the norm).
@@ -116,6 +122,8 @@ impl Default for ServerSettings {
             per_tenant_messages_burst: 1_000_000,
             global_concurrency: 1024,
             health_probe_interval_ms: 1000,
+            compute_threads: 0,
+            compute_nice: 10,
             ledger_max_entries: crate::tokens::DEFAULT_MAX_ENTRIES,
             http2_stream_window_bytes: crate::client::STREAM_WINDOW_BYTES,
             http2_connection_window_bytes: crate::client::CONNECTION_WINDOW_BYTES,
@@ -275,6 +283,9 @@ pub fn check_startup(settings: &ServerSettings) -> Result<Startup, ServeError> {
     if settings.max_message_bytes == 0 {
         return Err(invalid("server.max_message_bytes", "must be at least 1"));
     }
+    if !(0..=19).contains(&settings.compute_nice) {
+        return Err(invalid("compute_nice", "must be in 0..=19"));
+    }
     if settings.global_concurrency == 0 {
         return Err(invalid("server.global_concurrency", "must be at least 1"));
     }
@@ -386,6 +397,12 @@ pub async fn serve_with_stores(
     let model = settings.default_model.clone();
     tokio::task::spawn_blocking(move || crate::tokens::counter_for_model(&model).count("warm"));
 
+    // First use wins: in a process that serves once (the binary) these
+    // settings apply; tests and benches share one pool.
+    crate::runtime::configure_compute(crate::runtime::ComputeSettings {
+        threads: settings.compute_threads,
+        nice: settings.compute_nice,
+    });
     let app = App::new(
         settings.app_defaults(),
         plans,
