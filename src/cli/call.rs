@@ -32,6 +32,10 @@ pub enum Method {
     Render,
     /// Read an externalized artifact back.
     Rehydrate,
+    /// Erase a thread: its plan, artifacts and cached summaries.
+    DeleteThread,
+    /// Replace the thread's plan with an empty one at the next version.
+    ResetPlan,
 }
 
 /// Arguments of `compactd call`. Options a method does not use are ignored by it.
@@ -104,6 +108,8 @@ enum Built {
     Compact(pb::CompactRequest),
     Render(pb::RenderRequest),
     Rehydrate(pb::RehydrateRequest),
+    DeleteThread(pb::DeleteThreadRequest),
+    ResetPlan(pb::ResetPlanRequest),
 }
 
 /// Sends the call and prints the response as JSON.
@@ -139,6 +145,29 @@ pub async fn call(args: &CallArgs) -> Result<Value, Failure> {
             .await
             .map_err(|s| client_failure(s.into()))
             .and_then(|r| rehydrate_json(r.into_inner()).map_err(response_failure)),
+        Built::DeleteThread(r) => client
+            .delete_thread(credential.request(r).map_err(client_failure)?)
+            .await
+            .map_err(|s| client_failure(s.into()))
+            .map(|r| {
+                let r = r.into_inner();
+                serde_json::json!({
+                    "had_plan": r.had_plan,
+                    "artifacts_deleted": r.artifacts_deleted,
+                    "bytes_freed": r.bytes_freed,
+                })
+            }),
+        Built::ResetPlan(r) => client
+            .reset_plan(credential.request(r).map_err(client_failure)?)
+            .await
+            .map_err(|s| client_failure(s.into()))
+            .map(|r| {
+                let r = r.into_inner();
+                serde_json::json!({
+                    "previous_version": r.previous_version,
+                    "version": r.version,
+                })
+            }),
     }
 }
 
@@ -158,10 +187,15 @@ fn response_failure(e: ConvertError) -> Failure {
 }
 
 fn build(args: &CallArgs) -> Result<Built, Failure> {
+    let method = match args.method {
+        Method::DeleteThread => "delete-thread",
+        Method::ResetPlan => "reset-plan",
+        _ => "rehydrate",
+    };
     let required_for = |v: &Option<String>, option: &str| {
         v.clone()
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| Failure::bad_input(format!("--{option} is required for rehydrate")))
+            .ok_or_else(|| Failure::bad_input(format!("--{option} is required for {method}")))
     };
     Ok(match args.method {
         Method::Compact => {
@@ -199,6 +233,15 @@ fn build(args: &CallArgs) -> Result<Built, Failure> {
             artifact_id: required_for(&args.artifact_id, "artifact-id")?,
             max_tokens: args.max_tokens.unwrap_or(0),
             model: args.model.clone().unwrap_or_default(),
+            tenant_id: None,
+        }),
+        Method::DeleteThread => Built::DeleteThread(pb::DeleteThreadRequest {
+            thread_id: required_for(&args.thread_id, "thread-id")?,
+            tenant_id: None,
+        }),
+        Method::ResetPlan => Built::ResetPlan(pb::ResetPlanRequest {
+            thread_id: required_for(&args.thread_id, "thread-id")?,
+            expected_version: args.expected_version,
             tenant_id: None,
         }),
     })
@@ -574,6 +617,40 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code, 2, "{}", e.message);
         assert!(e.message.contains("field thread.id"), "{}", e.message);
+
+        // Operators' lifecycle calls.
+        let out = call(&args(&[
+            "reset-plan",
+            "--addr",
+            &addr,
+            "--thread-id",
+            "t-call",
+        ]))
+        .await
+        .expect("reset-plan");
+        assert_eq!(out["previous_version"], 1);
+        assert_eq!(out["version"], 2);
+        let out = call(&args(&[
+            "delete-thread",
+            "--addr",
+            &addr,
+            "--thread-id",
+            "t-call",
+        ]))
+        .await
+        .expect("delete-thread");
+        assert_eq!(out["had_plan"], true);
+        assert_eq!(out["artifacts_deleted"], 1);
+        let e = call(&args(&["delete-thread", "--addr", &addr]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, 2);
+        assert!(
+            e.message
+                .contains("--thread-id is required for delete-thread"),
+            "{}",
+            e.message
+        );
 
         // An impossible budget exits 3, like the offline command.
         let e = call(&args(&[
