@@ -409,27 +409,36 @@ impl ArtifactStore for SlowArtifacts {
     }
 }
 
-#[tokio::test]
-async fn a_timed_out_call_keeps_its_tenant_slot_until_its_work_ends() {
+/// A server whose artifact writes block until `release` is set.
+async fn slow_server(
+    tweak: impl FnOnce(&mut compactd::server::ServerSettings),
+) -> (TestServer, Arc<SlowArtifacts>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let release = Arc::new(AtomicBool::new(false));
     let artifacts = Arc::new(SlowArtifacts {
         inner: FsArtifactStore::open(dir.path()).expect("artifacts"),
-        release: Arc::clone(&release),
+        release: Arc::new(AtomicBool::new(false)),
         entered: Arc::default(),
     });
     let plans = Arc::new(FsPlanStore::open(dir.path()).expect("plans"));
     let server = TestServer::start_with_stores_and(
         plans as Arc<dyn PlanStore>,
         Arc::clone(&artifacts) as Arc<dyn ArtifactStore>,
-        |s| {
-            s.per_tenant_concurrency = 1;
-            // Long enough for the compaction itself (debug build), so the
-            // deadline passes while the write blocks.
-            s.request_timeout_ms = 1500;
-        },
+        tweak,
     )
     .await;
+    (server, artifacts, dir)
+}
+
+#[tokio::test]
+async fn a_timed_out_call_keeps_its_tenant_slot_until_its_work_ends() {
+    let (server, artifacts, _dir) = slow_server(|s| {
+        s.per_tenant_concurrency = 1;
+        // Long enough for the compaction itself (debug build), so the
+        // deadline passes while the write blocks.
+        s.request_timeout_ms = 1500;
+    })
+    .await;
+    let release = Arc::clone(&artifacts.release);
     let mut client = server.client().await;
     let acme = token("acme", ALL);
     let first = tokio::spawn({
@@ -471,22 +480,8 @@ async fn a_timed_out_call_keeps_its_tenant_slot_until_its_work_ends() {
 
 #[tokio::test]
 async fn health_checks_are_never_shed() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let release = Arc::new(AtomicBool::new(false));
-    let artifacts = Arc::new(SlowArtifacts {
-        inner: FsArtifactStore::open(dir.path()).expect("artifacts"),
-        release: Arc::clone(&release),
-        entered: Arc::default(),
-    });
-    let plans = Arc::new(FsPlanStore::open(dir.path()).expect("plans"));
-    let server = TestServer::start_with_stores_and(
-        plans as Arc<dyn PlanStore>,
-        Arc::clone(&artifacts) as Arc<dyn ArtifactStore>,
-        |s| {
-            s.global_concurrency = 1;
-        },
-    )
-    .await;
+    let (server, artifacts, _dir) = slow_server(|s| s.global_concurrency = 1).await;
+    let release = Arc::clone(&artifacts.release);
     let mut client = server.client().await;
     let acme = token("acme", ALL);
     let busy = tokio::spawn({
