@@ -1,19 +1,22 @@
 //! A noisy tenant against a quiet one, on one server, in one run.
 //!
-//! `cargo bench --bench tenant_isolation`
+//! `cargo bench --bench tenant_isolation` (about 30 s)
 //!
 //! Starts the real server in-process on 127.0.0.1:0 with two API-key
-//! tenants. The quiet tenant makes one call at a time: `Render` with
+//! tenants; the server, the quiet client and the noisy client each run on
+//! their own tokio runtime, as separate processes would. The quiet tenant
+//! makes one call every 40 ms (about 10 MB/s of requests): `Render` with
 //! `compact_first` of its 500-message thread, unchanged since the last turn
 //! (the per-turn call of a live agent). The noisy tenant runs 4 workers
-//! (backing off exponentially, 25 ms to 400 ms, when refused),
-//! each compacting a fresh 1,000-message thread per call (a new thread id
-//! every time, so nothing is reused), as fast as the server lets it.
+//! (backing off exponentially, 25 ms to 400 ms, when refused), each
+//! compacting a fresh 1,000-message thread per call (a new thread id every
+//! time, so nothing is reused), as fast as the server lets it.
 //!
-//! Three phases, the same quiet workload in each:
+//! Four phases, the same quiet workload in each:
 //! - **alone**: the quiet tenant alone (the baseline);
-//! - **noisy, c=1**: per-tenant concurrency 1 (half the cores of a 2-core
-//!   replica), the other limits at their defaults;
+//! - **noisy, c=1 + bytes**: per-tenant concurrency 1 (half the cores of a
+//!   2-core replica) and 16 MiB/s of request bytes per tenant;
+//! - **noisy, c=1**: concurrency 1, the other limits at their defaults;
 //! - **noisy, unlimited**: per-tenant limits off (the named comparison: what
 //!   isolation buys).
 //!
@@ -42,6 +45,8 @@ use compactd_testkit::synth::{thread, SynthParams};
 const QUIET_KEY: &str = "quiet-key-0123456789";
 const NOISY_KEY: &str = "noisy-key-0123456789";
 const NOISY_WORKERS: usize = 4;
+/// The quiet tenant's pace.
+const QUIET_INTERVAL: Duration = Duration::from_millis(40);
 
 fn key(secret: &str, tenant: &str) -> ApiKeyEntry {
     ApiKeyEntry {
@@ -79,6 +84,8 @@ fn with_key<T>(msg: T, secret: &str) -> Request<T> {
 /// Per-tenant limits of a phase.
 #[derive(Clone, Copy)]
 enum Limits {
+    /// Concurrency 1 and 16 MiB/s of request bytes per tenant (burst 32 MiB).
+    Bytes,
     /// Concurrency 1 only.
     Concurrency,
     /// None.
@@ -106,11 +113,15 @@ async fn start(
         ..ServerSettings::default()
     };
     settings.auth.api_keys = vec![key(QUIET_KEY, "quiet"), key(NOISY_KEY, "noisy")];
-    if let Limits::Concurrency = limits {
-        // Half the cores of a 2-core replica; byte and message buckets at
-        // their defaults (the quiet loop's back-to-back calls would trip
-        // tighter ones: it is a benchmark, not an agent).
+    if let Limits::Concurrency | Limits::Bytes = limits {
+        // Half the cores of a 2-core replica.
         settings.per_tenant_concurrency = 1;
+    }
+    if let Limits::Bytes = limits {
+        // What one tenant may send to a 2-core replica; the quiet tenant's
+        // paced calls stay well inside it.
+        settings.per_tenant_bytes_per_second = 16.0 * 1024.0 * 1024.0;
+        settings.per_tenant_bytes_burst = 32 * 1024 * 1024;
     }
     if let Limits::Off = limits {
         settings.per_tenant_concurrency = 0;
@@ -139,7 +150,12 @@ async fn quiet(
     calls: usize,
 ) -> Vec<Duration> {
     let mut out = Vec::with_capacity(calls);
+    // One call every QUIET_INTERVAL, like a busy agent platform's tenant
+    // (about 10 MB/s of requests), not a tight loop.
+    let mut tick = tokio::time::interval(QUIET_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for _ in 0..calls {
+        tick.tick().await;
         let t = Instant::now();
         client
             .clone()
@@ -292,7 +308,7 @@ async fn phase(
 }
 
 async fn bench(full: bool, rt: &Runtimes) {
-    let calls = if full { 300 } else { 5 };
+    let calls = if full { 150 } else { 5 };
     let quiet_thread = synth(3, 200, 500);
     let noisy_thread = synth(9, 400, if full { 1000 } else { 200 });
     println!(
@@ -312,8 +328,9 @@ async fn bench(full: bool, rt: &Runtimes) {
         quiet_thread,
         noisy_thread,
     };
-    let alone = phase(rt, &w, "alone", Limits::Concurrency, false, None).await;
+    let alone = phase(rt, &w, "alone", Limits::Bytes, false, None).await;
     for (name, limits) in [
+        ("noisy, c=1 + bytes", Limits::Bytes),
         ("noisy, c=1", Limits::Concurrency),
         ("noisy, unlimited", Limits::Off),
     ] {
