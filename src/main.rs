@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cli::{auth, call, compact, config, serve};
+use cli::{auth, call, compact, config, keys, serve};
 
 #[derive(Parser)]
 #[command(
@@ -21,7 +21,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Runs the gRPC service (the default). Without a config: dev mode on 127.0.0.1:50051.
+    /// Runs the gRPC service (the default). Needs an auth method configured,
+    /// or `--dev` for a development server on a loopback address.
     Serve(serve::ServeArgs),
     /// Compacts a thread file offline and prints {"plan", "request", "report"} as JSON.
     Compact(compact::CompactArgs),
@@ -33,6 +34,9 @@ enum Command {
     /// Authentication tools.
     #[command(subcommand)]
     Auth(auth::AuthCommand),
+    /// The keyring that encrypts artifacts in the data directory.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
 }
 
 /// Exit codes: 2 bad input or config, 3 the budget cannot be met, 1 anything else.
@@ -44,6 +48,7 @@ fn main() -> ExitCode {
         Some(Command::Call(args)) => call::run(&args),
         Some(Command::Config(cmd)) => config::run(&cmd),
         Some(Command::Auth(cmd)) => auth::run(&cmd),
+        Some(Command::Keys(cmd)) => keys::run(&cmd),
     };
     match result {
         Ok(out) => {

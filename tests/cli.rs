@@ -263,3 +263,22 @@ fn serve_refuses_api_keys_on_a_plaintext_public_listener() {
     );
     assert!(out.stdout.is_empty(), "nothing was served");
 }
+
+/// `keys rotate` adds a current key to an existing keyring; it never
+/// creates one where the service has not run.
+#[test]
+fn keys_rotate_and_current() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let (code, _, err) = run(&["keys", "current", "--data-dir", data], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no keyring"), "{err}");
+    compactd::store::FsArtifactStore::open(dir.path()).expect("first start creates the keyring");
+    let (code, first, _) = run(&["keys", "current", "--data-dir", data], None);
+    assert_eq!(code, 0);
+    let (code, rotated, _) = run(&["keys", "rotate", "--data-dir", data], None);
+    assert_eq!(code, 0);
+    assert_ne!(first.trim(), rotated.trim());
+    let (_, now, _) = run(&["keys", "current", "--data-dir", data], None);
+    assert_eq!(now.trim(), rotated.trim());
+}

@@ -1,35 +1,79 @@
 //! The embedded artifact store: one file per artifact, metadata and content
-//! together, so a single atomic rename publishes both.
+//! together, so a single atomic rename publishes both. Every artifact is
+//! encrypted ([`super::envelope`]); nothing is plaintext at rest.
 //!
-//! File layout: the line `compactd-artifact v1`, one line of JSON
-//! [`ArtifactMeta`], then the raw content.
+//! File layout (v2): the line `compactd-artifact v2`, one line of JSON
+//! `{"meta": ArtifactMeta, "envelope": Envelope}`, then the AES-256-GCM
+//! ciphertext of the content. The metadata's exact bytes and the artifact id
+//! are the associated data, so editing the metadata (a sensitivity lowered,
+//! a TTL removed) makes the content fail to decrypt. Version 1 files
+//! (plaintext, written before encryption existed) are still read until
+//! their TTL sweeps them away; nothing writes them any more.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
+use super::envelope::{
+    open_content, seal_content, unwrap_key, CryptoError, EncryptionContext, Envelope, KeyService,
+    LocalKeyring,
+};
 use super::fs::{self, DataDir};
 use super::{
     content_hash, validate_artifact_id, ArtifactEntry, ArtifactMeta, ArtifactStore, Removed,
     StoreError,
 };
 
-const MAGIC: &[u8] = b"compactd-artifact v1\n";
+const MAGIC_V1: &[u8] = b"compactd-artifact v1\n";
+const MAGIC_V2: &[u8] = b"compactd-artifact v2\n";
 /// Metadata is small; a bigger header line means the file is not ours.
 const MAX_META_BYTES: u64 = 4 * 1024 * 1024;
 
+/// Where the embedded keyring lives, relative to the data directory.
+pub const KEYRING_FILE: &str = "keys/keyring.json";
+
 /// Artifacts on local disk under `tenants/{tenant}/threads/{thread}/artifacts/`.
-#[derive(Debug)]
 pub struct FsArtifactStore {
     dir: DataDir,
+    keys: Arc<dyn KeyService>,
+}
+
+impl std::fmt::Debug for FsArtifactStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsArtifactStore")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Key errors in store terms: a context or tamper failure is corruption
+/// (never served), anything else an outage.
+pub(super) fn crypto_error(e: CryptoError) -> StoreError {
+    match e {
+        CryptoError::Invalid(m) => StoreError::Corrupt(format!("artifact does not decrypt: {m}")),
+        CryptoError::Unavailable(m) | CryptoError::KeyFile(m) => StoreError::Unavailable(m),
+    }
 }
 
 impl FsArtifactStore {
-    /// Opens (creating if needed) the store under `data_dir`.
+    /// Opens (creating if needed) the store under `data_dir`, encrypting
+    /// with the local keyring `{data_dir}/keys/keyring.json` (created 0600
+    /// on first start).
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        let keys =
+            LocalKeyring::open_or_create(&data_dir.join(KEYRING_FILE)).map_err(crypto_error)?;
+        FsArtifactStore::open_with_keys(data_dir, Arc::new(keys))
+    }
+
+    /// Opens the store with another key service (a KMS).
+    pub fn open_with_keys(data_dir: &Path, keys: Arc<dyn KeyService>) -> Result<Self, StoreError> {
         Ok(FsArtifactStore {
             dir: DataDir::open(data_dir)?,
+            keys,
         })
     }
 
@@ -53,15 +97,63 @@ fn new_artifact_id() -> String {
     format!("art_{:032x}", rand::random::<u128>())
 }
 
+/// The header line of a v2 file, as written.
+#[derive(Serialize)]
+struct HeaderOut<'a> {
+    meta: &'a RawValue,
+    envelope: &'a Envelope,
+}
+
+/// The header line of a v2 file, as read: the metadata's exact bytes are
+/// kept, because they are what the content was sealed with.
+#[derive(Deserialize)]
+struct HeaderIn<'a> {
+    #[serde(borrow)]
+    meta: &'a RawValue,
+    envelope: Envelope,
+}
+
+/// A parsed header.
+struct Header {
+    meta: ArtifactMeta,
+    /// `None` for a legacy plaintext (v1) file.
+    sealed: Option<(Envelope, Vec<u8>)>,
+}
+
+/// The associated data: a label, the artifact id and the metadata bytes.
+fn aad(artifact_id: &str, meta_raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32 + artifact_id.len() + meta_raw.len());
+    out.extend_from_slice(b"compactd-artifact-aad v1\0");
+    out.extend_from_slice(artifact_id.as_bytes());
+    out.push(0);
+    out.extend_from_slice(meta_raw);
+    out
+}
+
 fn parse_meta(line: &[u8]) -> Result<ArtifactMeta, StoreError> {
     serde_json::from_slice(line)
         .map_err(|e| StoreError::Corrupt(format!("artifact metadata does not parse: {e}")))
 }
 
-/// Parses the header line; checks the artifact belongs to the caller's key
-/// and has not expired. Expired reads as `NotFound`, like a deleted one.
-fn check_meta(line: &[u8], tenant: &str, thread_id: &str) -> Result<ArtifactMeta, StoreError> {
-    let meta = parse_meta(line)?;
+fn parse_header(version: u8, line: &[u8]) -> Result<Header, StoreError> {
+    if version == 1 {
+        return Ok(Header {
+            meta: parse_meta(line)?,
+            sealed: None,
+        });
+    }
+    let h: HeaderIn<'_> = serde_json::from_slice(line)
+        .map_err(|e| StoreError::Corrupt(format!("artifact header does not parse: {e}")))?;
+    let raw = h.meta.get().as_bytes();
+    Ok(Header {
+        meta: parse_meta(raw)?,
+        sealed: Some((h.envelope, raw.to_vec())),
+    })
+}
+
+/// Checks the artifact belongs to the caller's key and has not expired.
+/// Expired reads as `NotFound`, like a deleted one.
+fn check_meta(meta: &ArtifactMeta, tenant: &str, thread_id: &str) -> Result<(), StoreError> {
     if meta.tenant != tenant || meta.thread_id != thread_id {
         return Err(StoreError::Corrupt(
             "artifact belongs to a different tenant or thread".into(),
@@ -70,7 +162,7 @@ fn check_meta(line: &[u8], tenant: &str, thread_id: &str) -> Result<ArtifactMeta
     if meta.is_expired(fs::now_unix_ms()) {
         return Err(StoreError::NotFound);
     }
-    Ok(meta)
+    Ok(())
 }
 
 fn not_found_or(e: std::io::Error) -> StoreError {
@@ -81,14 +173,19 @@ fn not_found_or(e: std::io::Error) -> StoreError {
     }
 }
 
-fn read_header(reader: &mut impl BufRead) -> Result<Vec<u8>, StoreError> {
-    let mut magic = vec![0; MAGIC.len()];
+/// The format version and the header line.
+fn read_header(reader: &mut impl BufRead) -> Result<(u8, Vec<u8>), StoreError> {
+    let mut magic = vec![0; MAGIC_V2.len()];
     reader
         .read_exact(&mut magic)
         .map_err(|_| StoreError::Corrupt("artifact file is truncated".into()))?;
-    if magic != MAGIC {
+    let version = if magic == MAGIC_V2 {
+        2
+    } else if magic == MAGIC_V1 {
+        1
+    } else {
         return Err(StoreError::Corrupt("not a compactd artifact file".into()));
-    }
+    };
     let mut line = Vec::new();
     reader.take(MAX_META_BYTES).read_until(b'\n', &mut line)?;
     if line.pop() != Some(b'\n') {
@@ -96,46 +193,71 @@ fn read_header(reader: &mut impl BufRead) -> Result<Vec<u8>, StoreError> {
             "artifact metadata is truncated or too large".into(),
         ));
     }
-    Ok(line)
+    Ok((version, line))
 }
 
-fn read_artifact(
-    path: &Path,
-    tenant: &str,
-    thread_id: &str,
-) -> Result<(ArtifactMeta, Vec<u8>), StoreError> {
+/// Reads a file: its header (checked against the caller's key) and body.
+fn read_file(path: &Path, tenant: &str, thread_id: &str) -> Result<(Header, Vec<u8>), StoreError> {
     let file = std::fs::File::open(path).map_err(not_found_or)?;
     let mut reader = BufReader::new(file);
-    let meta = check_meta(&read_header(&mut reader)?, tenant, thread_id)?;
-    let mut content = Vec::with_capacity(usize::try_from(meta.size_bytes).unwrap_or(0));
-    reader.read_to_end(&mut content)?;
-    // Catches truncation and bit rot; content is never served unverified.
-    if content.len() as u64 != meta.size_bytes || content_hash(&content) != meta.content_hash {
+    let (version, line) = read_header(&mut reader)?;
+    let header = parse_header(version, &line)?;
+    check_meta(&header.meta, tenant, thread_id)?;
+    let mut body = Vec::with_capacity(usize::try_from(header.meta.size_bytes).unwrap_or(0) + 16);
+    reader.read_to_end(&mut body)?;
+    Ok((header, body))
+}
+
+/// Catches truncation and bit rot; content is never served unverified.
+fn verify(meta: &ArtifactMeta, content: &[u8]) -> Result<(), StoreError> {
+    if content.len() as u64 != meta.size_bytes || content_hash(content) != meta.content_hash {
         return Err(StoreError::Corrupt(
             "artifact content does not match its hash".into(),
         ));
     }
-    Ok((meta, content))
+    Ok(())
 }
 
 #[async_trait]
 impl ArtifactStore for FsArtifactStore {
     async fn put(&self, meta: &ArtifactMeta, content: &[u8]) -> Result<String, StoreError> {
         let dir = self.artifacts_dir(&meta.tenant, &meta.thread_id)?;
-        let meta = meta.for_content(content)?;
-        let header = serde_json::to_vec(&meta)
+        let mut meta = meta.for_content(content)?;
+        // 128 random bits: a collision is not a practical concern, so no existence check.
+        let id = new_artifact_id();
+        let context = EncryptionContext {
+            tenant: &meta.tenant,
+            thread: &meta.thread_id,
+            artifact: &id,
+        };
+        // Nothing is written unless the key service gave a data key.
+        let dk = self
+            .keys
+            .generate_data_key(&context)
+            .await
+            .map_err(crypto_error)?;
+        meta.key_id = Some(dk.key_id.clone());
+        let meta_raw = serde_json::to_vec(&meta)
             .map_err(|e| StoreError::Corrupt(format!("metadata does not serialize: {e}")))?;
-        let mut bytes = Vec::with_capacity(MAGIC.len() + header.len() + 1 + content.len());
-        bytes.extend_from_slice(MAGIC);
-        bytes.extend_from_slice(&header);
-        bytes.push(b'\n');
-        bytes.extend_from_slice(content);
-
+        let content = content.to_vec();
         let data_dir = self.dir.clone();
         fs::blocking(move || {
+            let (envelope, ciphertext) =
+                seal_content(&dk, &aad(&id, &meta_raw), &content).map_err(crypto_error)?;
+            let raw = RawValue::from_string(String::from_utf8_lossy(&meta_raw).into_owned())
+                .map_err(|e| StoreError::Corrupt(format!("metadata: {e}")))?;
+            let header = serde_json::to_vec(&HeaderOut {
+                meta: &raw,
+                envelope: &envelope,
+            })
+            .map_err(|e| StoreError::Corrupt(format!("header does not serialize: {e}")))?;
+            let mut bytes =
+                Vec::with_capacity(MAGIC_V2.len() + header.len() + 1 + ciphertext.len());
+            bytes.extend_from_slice(MAGIC_V2);
+            bytes.extend_from_slice(&header);
+            bytes.push(b'\n');
+            bytes.extend_from_slice(&ciphertext);
             data_dir.ensure_dir(&dir)?;
-            // 128 random bits: a collision is not a practical concern, so no existence check.
-            let id = new_artifact_id();
             fs::write_atomic(&dir, &id, &bytes)?;
             Ok(id)
         })
@@ -149,8 +271,30 @@ impl ArtifactStore for FsArtifactStore {
         artifact_id: &str,
     ) -> Result<(ArtifactMeta, Vec<u8>), StoreError> {
         let path = self.artifact_path(tenant, thread_id, artifact_id)?;
-        let (tenant, thread_id) = (tenant.to_owned(), thread_id.to_owned());
-        fs::blocking(move || read_artifact(&path, &tenant, &thread_id)).await
+        let (t, th) = (tenant.to_owned(), thread_id.to_owned());
+        let (header, body) = fs::blocking(move || read_file(&path, &t, &th)).await?;
+        let Some((envelope, meta_raw)) = header.sealed else {
+            verify(&header.meta, &body)?;
+            return Ok((header.meta, body));
+        };
+        // The context is the caller's, not the file's: another tenant's
+        // request cannot unwrap this key even with the file in its path.
+        let context = EncryptionContext {
+            tenant,
+            thread: thread_id,
+            artifact: artifact_id,
+        };
+        let key = unwrap_key(self.keys.as_ref(), &envelope, &context)
+            .await
+            .map_err(crypto_error)?;
+        let aad = aad(artifact_id, &meta_raw);
+        let meta = header.meta;
+        fs::blocking(move || {
+            let content = open_content(&key, &envelope, &aad, &body).map_err(crypto_error)?;
+            verify(&meta, &content)?;
+            Ok((meta, content))
+        })
+        .await
     }
 
     async fn get_metadata(
@@ -163,8 +307,10 @@ impl ArtifactStore for FsArtifactStore {
         let (tenant, thread_id) = (tenant.to_owned(), thread_id.to_owned());
         fs::blocking(move || {
             let file = std::fs::File::open(&path).map_err(not_found_or)?;
-            let header = read_header(&mut BufReader::new(file))?;
-            check_meta(&header, &tenant, &thread_id)
+            let (version, line) = read_header(&mut BufReader::new(file))?;
+            let header = parse_header(version, &line)?;
+            check_meta(&header.meta, &tenant, &thread_id)?;
+            Ok(header.meta)
         })
         .await
     }
@@ -279,10 +425,10 @@ fn scan_dir(dir: &Path, out: &mut Vec<ArtifactEntry>) -> Result<(), StoreError> 
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e.into()),
         };
-        match read_header(&mut BufReader::new(file)).and_then(|h| parse_meta(&h)) {
-            Ok(meta) => out.push(ArtifactEntry {
+        match read_header(&mut BufReader::new(file)).and_then(|(v, h)| parse_header(v, &h)) {
+            Ok(header) => out.push(ArtifactEntry {
                 artifact_id: id.to_string(),
-                meta,
+                meta: header.meta,
             }),
             Err(e) => {
                 tracing::warn!(artifact_id = id, error = %e, "skipping an unreadable artifact")

@@ -13,9 +13,13 @@
 //! Tenant ids are checked by [`validate_path_segment`]; the authenticated
 //! tenant is further restricted to `[A-Za-z0-9._-]` by `security`.
 //!
-//! Nothing here encrypts: envelope encryption (KMS) is a later layer.
+//! The artifact store encrypts every artifact ([`envelope`]): a data key per
+//! artifact, wrapped under `{tenant, thread, artifact}` by a key service
+//! (the local keyring by default), the content sealed with AES-256-GCM and
+//! the metadata bound as associated data.
 
 mod artifact;
+pub mod envelope;
 mod fs;
 mod memory;
 mod plan;
@@ -27,7 +31,7 @@ use thiserror::Error;
 
 use crate::model::{CompactionPlan, Sensitivity};
 
-pub use artifact::FsArtifactStore;
+pub use artifact::{FsArtifactStore, KEYRING_FILE};
 pub use memory::{MemoryArtifactStore, MemoryPlanStore};
 pub use plan::FsPlanStore;
 

@@ -358,7 +358,8 @@ async fn plans_are_isolated_by_tenant_whatever_the_ids() {
     assert_all_inside(dir.path());
 }
 
-/// Every file the stores created is under `tenants/` (or the root itself).
+/// Every file the stores created is under `tenants/` (or `keys/`, the
+/// embedded keyring, which no id can name).
 fn assert_all_inside(root: &Path) {
     fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
         for entry in std::fs::read_dir(dir)
@@ -376,9 +377,10 @@ fn assert_all_inside(root: &Path) {
     walk(root, &mut all);
     for path in all {
         let rel = path.strip_prefix(root).expect("inside");
-        assert_eq!(
-            rel.components().next(),
-            Some(Component::Normal("tenants".as_ref())),
+        let first = rel.components().next();
+        assert!(
+            first == Some(Component::Normal("tenants".as_ref()))
+                || first == Some(Component::Normal("keys".as_ref())),
             "{path:?}"
         );
     }
@@ -685,4 +687,77 @@ proptest! {
             prop_assert!(thread_dir_name(&thread).len() <= 255);
         }
     }
+}
+
+#[tokio::test]
+async fn artifacts_are_ciphertext_at_rest_and_bound_to_their_metadata_and_context() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FsArtifactStore::open(dir.path()).expect("open");
+    let secret = b"db password: correct-horse-battery-staple; rows 1..500";
+    let id = store.put(&meta("acme", "t"), secret).await.expect("put");
+    let path = thread_dir(dir.path(), "acme", "t")
+        .join("artifacts")
+        .join(&id);
+    let raw = std::fs::read(&path).expect("read");
+    assert!(raw.starts_with(b"compactd-artifact v2\n"));
+    for fragment in [&b"correct-horse"[..], b"battery", b"rows 1..500"] {
+        assert!(
+            !raw.windows(fragment.len()).any(|w| w == fragment),
+            "plaintext fragment {:?} at rest",
+            String::from_utf8_lossy(fragment)
+        );
+    }
+    let (m, back) = store.get("acme", "t", &id).await.expect("get");
+    assert_eq!(back, secret);
+    assert!(m.key_id.as_deref().is_some_and(|k| k.starts_with("local-")));
+
+    // Editing the metadata (lowering the sensitivity) breaks the seal.
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let header_end = raw
+        .iter()
+        .skip(21)
+        .position(|&b| b == b'\n')
+        .expect("header")
+        + 21;
+    let header = String::from_utf8(raw[21..header_end].to_vec()).expect("utf8 header");
+    assert!(text.contains("\"confidential\""));
+    let lowered = header.replace("\"confidential\"", "\"public\"");
+    let mut edited = raw[..21].to_vec();
+    edited.extend_from_slice(lowered.as_bytes());
+    edited.extend_from_slice(&raw[header_end..]);
+    std::fs::write(&path, &edited).expect("w");
+    assert!(matches!(
+        store.get("acme", "t", &id).await,
+        Err(StoreError::Corrupt(_))
+    ));
+
+    // The file under another tenant's path, its header rewritten to match:
+    // the key does not unwrap under the other tenant's context.
+    std::fs::write(&path, &raw).expect("restore");
+    let other = thread_dir(dir.path(), "globex", "t").join("artifacts");
+    std::fs::create_dir_all(&other).expect("mkdir");
+    let forged = header.replace("\"tenant\":\"acme\"", "\"tenant\":\"globex\"");
+    assert_ne!(forged, header);
+    let mut moved = raw[..21].to_vec();
+    moved.extend_from_slice(forged.as_bytes());
+    moved.extend_from_slice(&raw[header_end..]);
+    std::fs::write(other.join(&id), &moved).expect("w");
+    match store.get("globex", "t", &id).await {
+        Err(StoreError::Corrupt(m)) => assert!(m.contains("decrypt"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // The original still reads; rotation keeps it readable.
+    let keyring = super::envelope::LocalKeyring::open_or_create(
+        &dir.path().join(super::artifact::KEYRING_FILE),
+    )
+    .expect("keyring");
+    keyring.rotate().expect("rotate");
+    let store = FsArtifactStore::open(dir.path()).expect("reopen");
+    assert_eq!(
+        store.get("acme", "t", &id).await.expect("old key").1,
+        secret
+    );
+    let id2 = store.put(&meta("acme", "t"), b"new").await.expect("put");
+    let (m2, _) = store.get("acme", "t", &id2).await.expect("get");
+    assert_ne!(m2.key_id, m.key_id, "new artifacts use the new key");
 }
