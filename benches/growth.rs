@@ -103,6 +103,7 @@ fn engine<'a>(
 ) -> Engine<'a> {
     Engine {
         cancel: Cancel::never(),
+        redactor: compactd::redact::Redactor::standard(),
         counter,
         ledger,
         summarizer,

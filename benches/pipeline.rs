@@ -101,6 +101,7 @@ fn benches(c: &mut Criterion) {
             |(ledger, memo)| {
                 let engine = Engine {
                     cancel: compactd::reduce::Cancel::never(),
+                    redactor: compactd::redact::Redactor::standard(),
                     counter: counter.as_ref(),
                     ledger: &ledger,
                     summarizer: &summarizer,
@@ -115,6 +116,7 @@ fn benches(c: &mut Criterion) {
     let memo = Memo::default();
     let engine = Engine {
         cancel: compactd::reduce::Cancel::never(),
+        redactor: compactd::redact::Redactor::standard(),
         counter: counter.as_ref(),
         ledger: &ledger,
         summarizer: &summarizer,

@@ -15,6 +15,7 @@ pub mod client;
 pub mod config;
 pub mod model;
 pub mod proto;
+pub mod redact;
 pub mod reduce;
 pub mod render;
 pub mod runtime;

@@ -24,6 +24,7 @@ pub use rehydrate::{RehydrateCommand, RehydrateOutcome};
 pub use render::{RenderCommand, RenderOutcome, RenderedOutput};
 
 use crate::model::{DeterminismMetadata, Thread, ThreadLimits, ToolSchema};
+use crate::redact::Redactor;
 use crate::reduce::{Cancel, Engine, Memo, Policy};
 use crate::runtime::Call;
 use crate::security::{Permission, SecurityContext};
@@ -76,6 +77,8 @@ struct Inner {
     limits: ThreadLimits,
     lifecycle: Lifecycle,
     usage: lifecycle::UsageBook,
+    /// Applied to everything compaction keeps (artifacts, summaries).
+    redactor: Arc<Redactor>,
 }
 
 impl std::fmt::Debug for App {
@@ -97,6 +100,7 @@ impl App {
         artifacts: Arc<dyn ArtifactStore>,
         ledger_max_entries: usize,
         lifecycle: Lifecycle,
+        redactor: Arc<Redactor>,
     ) -> Self {
         App {
             inner: Arc::new(Inner {
@@ -109,6 +113,7 @@ impl App {
                 limits: ThreadLimits::default(),
                 lifecycle,
                 usage: lifecycle::UsageBook::default(),
+                redactor,
             }),
         }
     }
@@ -122,6 +127,7 @@ impl App {
             Arc::new(MemoryArtifactStore::content_addressed()),
             DEFAULT_MAX_ENTRIES,
             Lifecycle::default(),
+            Arc::new(Redactor::standard().clone()),
         )
     }
 
@@ -183,6 +189,7 @@ impl App {
             memo: self.inner.memo.scoped(&[tenant, thread_id]),
             summarizer: Arc::clone(&self.inner.summarizer),
             cancel: Call::current_cancel(),
+            redactor: Arc::clone(&self.inner.redactor),
         }
     }
 
@@ -201,12 +208,14 @@ struct EngineParts {
     memo: Memo,
     summarizer: Arc<dyn Summarizer + Send + Sync>,
     cancel: Arc<Cancel>,
+    redactor: Arc<Redactor>,
 }
 
 impl EngineParts {
     fn engine(&self) -> Engine<'_> {
         Engine {
             cancel: &self.cancel,
+            redactor: &self.redactor,
             counter: self.counter.as_ref(),
             ledger: &self.ledger,
             summarizer: self.summarizer.as_ref(),

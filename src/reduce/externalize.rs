@@ -85,7 +85,14 @@ impl Reducer for Externalize {
                 ),
             };
             let before = p.cost(i);
-            p.externalize(i, summary, hint, content, tokens);
+            // The store gets the content with secrets redacted; the tokens
+            // freed are those of what the model read.
+            let redacted = match state.redactor.redact(&content) {
+                std::borrow::Cow::Owned(s) => Some(s),
+                std::borrow::Cow::Borrowed(_) => None,
+            };
+            let stored = redacted.unwrap_or(content);
+            p.externalize(i, summary, hint, stored, tokens);
             if p.cost(i) >= before {
                 p.undo_last_externalize(i);
             }

@@ -85,6 +85,8 @@ pub struct PipelineState<'a> {
     pub warnings: Vec<String>,
     /// Checked between reducer steps.
     pub cancel: &'a Cancel,
+    /// Applied to artifact content and summaries before they are kept.
+    pub redactor: &'a crate::redact::Redactor,
     thread: &'a Thread,
     pairing: crate::model::Pairing,
     /// Built on the first [`PipelineState::replay_verified`] that needs it.
@@ -95,21 +97,20 @@ impl<'a> PipelineState<'a> {
     fn new(
         thread: &'a Thread,
         policy: &'a Policy,
-        summarizer: &'a dyn Summarizer,
-        memo: &'a Memo,
+        engine: &Engine<'a>,
         observations: &'a BTreeMap<String, DeterminismMetadata>,
         skip_aggressive: bool,
-        cancel: &'a Cancel,
     ) -> Self {
         PipelineState {
             policy,
-            summarizer,
-            memo,
+            summarizer: engine.summarizer,
+            memo: engine.memo,
             observations,
             skip_aggressive,
             current_turn: thread.current_turn(),
             warnings: Vec::new(),
-            cancel,
+            cancel: engine.cancel,
+            redactor: engine.redactor,
             thread,
             pairing: thread.pairing(),
             replay: std::cell::OnceCell::new(),
@@ -140,8 +141,13 @@ impl<'a> PipelineState<'a> {
         }
         // The span is part of the summary; same content under other ids differs.
         k.part(&serde_json::to_vec(&req.span).unwrap_or_default());
-        self.memo
-            .summary(k.finish(), || self.summarizer.summarize(req))
+        // Redacted after the memo: what is cached is the summarizer's own
+        // output, what is kept is never a secret.
+        let mut summary = self
+            .memo
+            .summary(k.finish(), || self.summarizer.summarize(req))?;
+        self.redactor.redact_summary(&mut summary);
+        Ok(summary)
     }
 
     /// Arguments of the call that result message `i` answers (by position:
@@ -441,6 +447,8 @@ impl Cancel {
 pub struct Engine<'a> {
     /// Checked between steps; see [`Cancel`].
     pub cancel: &'a Cancel,
+    /// Applied to what compaction keeps: artifact content and summaries.
+    pub redactor: &'a crate::redact::Redactor,
     /// Tokenizer for the target model.
     pub counter: &'a dyn TokenCounter,
     /// Per-text count cache.
@@ -608,11 +616,9 @@ pub fn compact_with(
     let mut state = PipelineState::new(
         thread,
         policy,
-        engine.summarizer,
-        engine.memo,
+        engine,
         req.observations,
         req.skip_aggressive,
-        engine.cancel,
     );
     state.warnings = warnings;
     let budget_report = BudgetReport {
@@ -746,6 +752,7 @@ pub fn request_fingerprint(req: &CompactRequest<'_>, engine: &Engine<'_>) -> Str
             req.skip_aggressive,
             engine.counter.name(),
             engine.summarizer.id(),
+            engine.redactor.id(),
             req.target.describe(),
         ),
         &[crate::render::RENDER_FORMAT_VERSION],
@@ -953,15 +960,17 @@ mod tests {
             let memo = Memo::default();
             let observations = BTreeMap::new();
             let summarizer = crate::summarize::ExtractiveSummarizer;
-            let state = PipelineState::new(
-                &thread,
-                &policy,
-                &summarizer,
-                &memo,
-                &observations,
-                false,
-                Cancel::never(),
-            );
+            let counter = crate::tokens::o200k();
+            let ledger = crate::tokens::TokenLedger::new(100);
+            let engine = Engine {
+                cancel: Cancel::never(),
+                redactor: crate::redact::Redactor::standard(),
+                counter: counter.as_ref(),
+                ledger: &ledger,
+                summarizer: &summarizer,
+                memo: &memo,
+            };
+            let state = PipelineState::new(&thread, &policy, &engine, &observations, false);
             let index = ReplayIndex::new(&state);
             for (i, m) in thread.messages.iter().enumerate() {
                 let fast = m

@@ -91,6 +91,8 @@ pub struct ServerSettings {
     pub policy: Policy,
     /// Artifact retention, the sweeper and per-tenant quotas.
     pub lifecycle: Lifecycle,
+    /// Secrets redacted from everything compactd keeps (artifacts, summaries).
+    pub redaction: crate::redact::RedactionConfig,
     /// Where the per-call access log goes (JSON lines; no content).
     pub access_log: access::AccessLogSink,
     /// Authentication.
@@ -132,6 +134,7 @@ impl Default for ServerSettings {
             min_safety_buffer_tokens: app.min_safety_buffer_tokens,
             policy: app.policy,
             lifecycle: Lifecycle::default(),
+            redaction: crate::redact::RedactionConfig::default(),
             access_log: access::AccessLogSink::default(),
             auth: AuthConfig::default(),
             tls: None,
@@ -220,6 +223,8 @@ pub enum ServeError {
 pub struct Startup {
     /// Verifies credentials.
     pub authenticator: Authenticator,
+    /// The compiled redaction rules.
+    pub redactor: crate::redact::Redactor,
     /// TLS for the listener, when configured.
     pub tls: Option<tls::TlsListener>,
 }
@@ -322,9 +327,16 @@ pub fn check_startup(settings: &ServerSettings) -> Result<Startup, ServeError> {
     {
         return Err(ServeError::PlaintextCredentials(settings.listen));
     }
+    let redactor = crate::redact::Redactor::from_config(&settings.redaction).map_err(|e| {
+        ServeError::Invalid {
+            field: e.field,
+            message: e.message,
+        }
+    })?;
     Ok(Startup {
         authenticator: auth,
         tls,
+        redactor,
     })
 }
 
@@ -356,7 +368,11 @@ pub async fn serve_with_stores(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    let Startup { authenticator, tls } = check_startup(&settings)?;
+    let Startup {
+        authenticator,
+        tls,
+        redactor,
+    } = check_startup(&settings)?;
     let authenticator = Arc::new(authenticator);
     if authenticator.is_dev() {
         tracing::warn!(
@@ -409,6 +425,7 @@ pub async fn serve_with_stores(
         artifacts,
         settings.ledger_max_entries,
         settings.lifecycle.clone(),
+        Arc::new(redactor),
     );
     let sweeper = tokio::spawn(app.clone().run_sweeper());
     let limiter = Arc::new(limits::TenantLimiter::new(settings.tenant_limits()));

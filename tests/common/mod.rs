@@ -52,6 +52,7 @@ impl Default for Harness {
             artifacts.clone(),
             100_000,
             compactd::app::Lifecycle::default(),
+            std::sync::Arc::new(compactd::redact::Redactor::standard().clone()),
         );
         Harness {
             policy: Policy::default(),
@@ -90,6 +91,7 @@ impl Harness {
     pub fn engine(&self) -> Engine<'_> {
         Engine {
             cancel: compactd::reduce::Cancel::never(),
+            redactor: compactd::redact::Redactor::standard(),
             counter: self.counter.as_ref(),
             ledger: &self.ledger,
             summarizer: &ExtractiveSummarizer,
