@@ -10,14 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use compactd::proto::pb;
 use compactd::proto::status::ErrorDescription;
 use compactd::server::access::AccessLogSink;
-use compactd::store::{
-    ArtifactEntry, ArtifactMeta, ArtifactStore, FsArtifactStore, FsPlanStore, PlanStore, Removed,
-    StoreError,
-};
+use compactd::store::{FsPlanStore, PlanStore, StoreError};
 use server_common::*;
 use tonic::Code;
 
@@ -353,80 +349,44 @@ async fn the_access_log_has_one_json_line_per_call_and_no_content() {
     }
 }
 
-/// An artifact store whose writes block a pool thread until released.
-struct SlowArtifacts {
-    inner: FsArtifactStore,
+/// Artifact writes that block a pool thread until released.
+struct Slow {
     release: Arc<AtomicBool>,
     entered: Arc<tokio::sync::Notify>,
-}
-
-#[async_trait]
-impl ArtifactStore for SlowArtifacts {
-    async fn put(&self, meta: &ArtifactMeta, content: &[u8]) -> Result<String, StoreError> {
-        let release = Arc::clone(&self.release);
-        self.entered.notify_one();
-        // Blocking work through the runtime helper, as a real backend's I/O.
-        compactd::runtime::blocking(move || {
-            while !release.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        })
-        .await
-        .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        self.inner.put(meta, content).await
-    }
-    async fn get(
-        &self,
-        tenant: &str,
-        thread_id: &str,
-        artifact_id: &str,
-    ) -> Result<(ArtifactMeta, Vec<u8>), StoreError> {
-        self.inner.get(tenant, thread_id, artifact_id).await
-    }
-    async fn get_metadata(
-        &self,
-        tenant: &str,
-        thread_id: &str,
-        artifact_id: &str,
-    ) -> Result<ArtifactMeta, StoreError> {
-        self.inner
-            .get_metadata(tenant, thread_id, artifact_id)
-            .await
-    }
-    async fn delete(
-        &self,
-        tenant: &str,
-        thread_id: &str,
-        artifact_id: &str,
-    ) -> Result<(), StoreError> {
-        self.inner.delete(tenant, thread_id, artifact_id).await
-    }
-    async fn scan(&self, tenant: Option<&str>) -> Result<Vec<ArtifactEntry>, StoreError> {
-        self.inner.scan(tenant).await
-    }
-    async fn delete_thread(&self, tenant: &str, thread_id: &str) -> Result<Removed, StoreError> {
-        self.inner.delete_thread(tenant, thread_id).await
-    }
 }
 
 /// A server whose artifact writes block until `release` is set.
 async fn slow_server(
     tweak: impl FnOnce(&mut compactd::server::ServerSettings),
-) -> (TestServer, Arc<SlowArtifacts>, tempfile::TempDir) {
+) -> (TestServer, Slow, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let artifacts = Arc::new(SlowArtifacts {
-        inner: FsArtifactStore::open(dir.path()).expect("artifacts"),
+    let slow = Slow {
         release: Arc::new(AtomicBool::new(false)),
         entered: Arc::default(),
-    });
+    };
+    let (release, entered) = (Arc::clone(&slow.release), Arc::clone(&slow.entered));
+    let artifacts = Arc::new(HookedArtifacts::new(
+        dir.path(),
+        Box::new(move |_| {
+            let (release, entered) = (Arc::clone(&release), Arc::clone(&entered));
+            Box::pin(async move {
+                entered.notify_one();
+                // Blocking work through the runtime helper, as a real
+                // backend's I/O.
+                compactd::runtime::blocking(move || {
+                    while !release.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                })
+                .await
+                .map_err(|e| StoreError::Unavailable(e.to_string()))
+            })
+        }),
+    ));
     let plans = Arc::new(FsPlanStore::open(dir.path()).expect("plans"));
-    let server = TestServer::start_with_stores_and(
-        plans as Arc<dyn PlanStore>,
-        Arc::clone(&artifacts) as Arc<dyn ArtifactStore>,
-        tweak,
-    )
-    .await;
-    (server, artifacts, dir)
+    let server =
+        TestServer::start_with_stores_and(plans as Arc<dyn PlanStore>, artifacts, tweak).await;
+    (server, slow, dir)
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 
 mod server_common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -19,8 +19,7 @@ use compactd::proto::status::{ErrorDescription, RETRY_AFTER_MS};
 use compactd::security::AuthConfig;
 use compactd::server::{check_startup, ServeError, ServerSettings};
 use compactd::store::{
-    ArtifactEntry, ArtifactMeta, ArtifactStore, FsArtifactStore, FsPlanStore, PlanStore, Removed,
-    StoreError, StoredPlan,
+    ArtifactStore, FsArtifactStore, FsPlanStore, PlanStore, StoreError, StoredPlan,
 };
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -419,57 +418,6 @@ async fn per_tenant_concurrency_is_limited() {
         .expect("slot free again");
 }
 
-/// An artifact store that fails the n-th write.
-struct FailingArtifacts {
-    inner: FsArtifactStore,
-    puts: AtomicUsize,
-    fail_at: usize,
-    deleted: AtomicUsize,
-}
-
-#[async_trait]
-impl ArtifactStore for FailingArtifacts {
-    async fn put(&self, meta: &ArtifactMeta, content: &[u8]) -> Result<String, StoreError> {
-        if self.puts.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_at {
-            return Err(StoreError::Unavailable("disk full at /secret/path".into()));
-        }
-        self.inner.put(meta, content).await
-    }
-    async fn get(
-        &self,
-        tenant: &str,
-        thread_id: &str,
-        artifact_id: &str,
-    ) -> Result<(ArtifactMeta, Vec<u8>), StoreError> {
-        self.inner.get(tenant, thread_id, artifact_id).await
-    }
-    async fn get_metadata(
-        &self,
-        tenant: &str,
-        thread_id: &str,
-        artifact_id: &str,
-    ) -> Result<ArtifactMeta, StoreError> {
-        self.inner
-            .get_metadata(tenant, thread_id, artifact_id)
-            .await
-    }
-    async fn delete(
-        &self,
-        tenant: &str,
-        thread_id: &str,
-        artifact_id: &str,
-    ) -> Result<(), StoreError> {
-        self.deleted.fetch_add(1, Ordering::SeqCst);
-        self.inner.delete(tenant, thread_id, artifact_id).await
-    }
-    async fn scan(&self, tenant: Option<&str>) -> Result<Vec<ArtifactEntry>, StoreError> {
-        self.inner.scan(tenant).await
-    }
-    async fn delete_thread(&self, tenant: &str, thread_id: &str) -> Result<Removed, StoreError> {
-        self.inner.delete_thread(tenant, thread_id).await
-    }
-}
-
 /// Two huge tool outputs, so compaction writes two artifacts.
 fn two_big_outputs(id: &str) -> pb::Thread {
     let mut t = big_thread(id, 1500);
@@ -483,12 +431,19 @@ fn two_big_outputs(id: &str) -> pb::Thread {
 #[tokio::test]
 async fn a_failed_artifact_write_commits_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let artifacts = Arc::new(FailingArtifacts {
-        inner: FsArtifactStore::open(dir.path()).expect("artifacts"),
-        puts: AtomicUsize::new(0),
-        fail_at: 2,
-        deleted: AtomicUsize::new(0),
-    });
+    // The second write fails.
+    let artifacts = Arc::new(HookedArtifacts::new(
+        dir.path(),
+        Box::new(|n| {
+            Box::pin(async move {
+                if n == 2 {
+                    Err(StoreError::Unavailable("disk full at /secret/path".into()))
+                } else {
+                    Ok(())
+                }
+            })
+        }),
+    ));
     let plans = Arc::new(FsPlanStore::open(dir.path()).expect("plans"));
     let server =
         TestServer::start_with_stores(plans, Arc::clone(&artifacts) as Arc<dyn ArtifactStore>)

@@ -21,7 +21,7 @@ use compactd::proto::pb::compaction_service_client::CompactionServiceClient;
 use compactd::proto::status::ErrorDescription;
 use compactd::security::AuthConfig;
 use compactd::server::{ServeError, ServerSettings};
-use compactd::store::{ArtifactStore, PlanStore};
+use compactd::store::{ArtifactEntry, ArtifactMeta, ArtifactStore, PlanStore, Removed, StoreError};
 
 pub const ISSUER: &str = "https://issuer.test";
 pub const AUDIENCE: &str = "compactd";
@@ -379,4 +379,78 @@ pub async fn within<F: std::future::Future>(f: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(60), f)
         .await
         .expect("timed out")
+}
+
+/// What [`HookedArtifacts`] runs before each write: given the write's
+/// number (from 1), it may fail it, hold it or just watch.
+pub type PutHook = Box<
+    dyn Fn(
+            usize,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// A real artifact store with a hook before every write and a count of
+/// deletes: fault injection and timing control for the gRPC tests.
+pub struct HookedArtifacts {
+    pub inner: compactd::store::FsArtifactStore,
+    pub before_put: PutHook,
+    pub puts: std::sync::atomic::AtomicUsize,
+    pub deleted: std::sync::atomic::AtomicUsize,
+}
+
+impl HookedArtifacts {
+    pub fn new(dir: &std::path::Path, before_put: PutHook) -> Self {
+        HookedArtifacts {
+            inner: compactd::store::FsArtifactStore::open(dir).expect("artifacts"),
+            before_put,
+            puts: Default::default(),
+            deleted: Default::default(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ArtifactStore for HookedArtifacts {
+    async fn put(&self, meta: &ArtifactMeta, content: &[u8]) -> Result<String, StoreError> {
+        let n = self.puts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        (self.before_put)(n).await?;
+        self.inner.put(meta, content).await
+    }
+    async fn get(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        artifact_id: &str,
+    ) -> Result<(ArtifactMeta, Vec<u8>), StoreError> {
+        self.inner.get(tenant, thread_id, artifact_id).await
+    }
+    async fn get_metadata(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        artifact_id: &str,
+    ) -> Result<ArtifactMeta, StoreError> {
+        self.inner
+            .get_metadata(tenant, thread_id, artifact_id)
+            .await
+    }
+    async fn delete(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        artifact_id: &str,
+    ) -> Result<(), StoreError> {
+        self.deleted
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.delete(tenant, thread_id, artifact_id).await
+    }
+    async fn scan(&self, tenant: Option<&str>) -> Result<Vec<ArtifactEntry>, StoreError> {
+        self.inner.scan(tenant).await
+    }
+    async fn delete_thread(&self, tenant: &str, thread_id: &str) -> Result<Removed, StoreError> {
+        self.inner.delete_thread(tenant, thread_id).await
+    }
 }
