@@ -85,41 +85,57 @@ impl std::fmt::Debug for Redactor {
 }
 
 /// (name, pattern, keeps a label in group 1).
+/// `(?-u:\b)` is an ASCII word boundary: with Unicode boundaries the lazy
+/// DFA gives up at the first non-ASCII byte and matching gets much slower.
 const DEFAULT_RULES: &[(&str, &str, bool)] = &[
     (
+        // A block cut off before its END line is redacted to the end.
         "private_key",
-        r"(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?-----END [A-Z0-9 ]*PRIVATE KEY-----",
+        r"(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|.*)",
         false,
     ),
     (
         "jwt",
-        r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}",
+        r"(?-u:\b)eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}",
         false,
     ),
     (
+        // A token has a digit somewhere, so "bearer instrument" is prose.
         "bearer_token",
-        r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/-]{8,}=*",
+        r"(?i)((?-u:\b)bearer\s+)[A-Za-z._~+/-]*[0-9][A-Za-z0-9._~+/-]{6,}=*",
         true,
     ),
-    ("aws_access_key_id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", false),
+    (
+        "basic_auth",
+        r#"(?i)(authorization["']?\s*[:=]\s*["']?basic\s+)[A-Za-z0-9+/]{8,}={0,2}"#,
+        true,
+    ),
+    (
+        "aws_access_key_id",
+        r"(?-u:\b)(?:AKIA|ASIA)[0-9A-Z]{16}(?-u:\b)",
+        false,
+    ),
     (
         "aws_secret_access_key",
-        r#"(?i)(aws_?secret_?access_?key["']?\s*[:=]\s*["']?)[A-Za-z0-9/+=]{40}"#,
+        r#"(?i)(aws_?secret_?access_?key\\?["']?\s*[:=]\s*\\?["']?)[A-Za-z0-9/+=]{40}"#,
         true,
     ),
     (
         "api_key",
-        r"\b(?:sk|pk|rk)-(?:[a-z]+-)?[A-Za-z0-9_-]{16,}|\bgh[pousr]_[A-Za-z0-9]{30,}|\bxox[abprs]-[A-Za-z0-9-]{10,}|\bAIza[0-9A-Za-z_-]{35}",
+        r"(?-u:\b)(?:sk|pk|rk)[-_](?:[a-z]+[-_])?[A-Za-z0-9_-]{16,}|(?-u:\b)gh[pousr]_[A-Za-z0-9]{30,}|(?-u:\b)xox[abprs]-[A-Za-z0-9-]{10,}|(?-u:\b)AIza[0-9A-Za-z_-]{35}",
         false,
     ),
     (
         "connection_string_password",
-        r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+(@)",
+        r"(?i)((?-u:\b)[a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+(@)",
         true,
     ),
     (
+        // Also `POSTGRES_PASSWORD=…`, `OPENAI_API_KEY=…` and escaped JSON
+        // (`\"password\":\"…\"`): `_` is a word character, so the key's own
+        // start is the boundary.
         "secret",
-        r#"(?i)(\b(?:api[_-]?key|apikey|secret(?:[_-]?key)?|client[_-]?secret|access[_-]?token|auth[_-]?token|password|passwd|pwd)\b["']?\s*[:=]\s*["']?)[^\s"',;&]{4,}"#,
+        r#"(?i)((?:^|[^A-Za-z0-9])(?:[A-Za-z0-9]+[_-])*(?:api[_-]?key|apikey|secret(?:[_-]?key)?|client[_-]?secret|access[_-]?token|auth[_-]?token|token|password|passwd)\\?["']?\s*[:=]\s*\\?["']?)[^\s"'\\,;&]{4,}"#,
         true,
     ),
 ];
@@ -221,6 +237,30 @@ impl Redactor {
         out
     }
 
+    /// Redacts a compressed tool output (its text and preserved fields).
+    pub fn redact_compressed(
+        &self,
+        text: &mut String,
+        preserved: &mut std::collections::BTreeMap<String, serde_json::Value>,
+    ) {
+        if let Cow::Owned(r) = self.redact(text) {
+            *text = r;
+        }
+        preserved.values_mut().for_each(|v| redact_json(self, v));
+    }
+
+    /// Redacts a dropped span's keyword index.
+    pub fn redact_drop_index(&self, index: &mut crate::model::DroppedSpanIndex) {
+        for k in &mut index.keywords {
+            if let Cow::Owned(r) = self.redact(k) {
+                *k = r;
+            }
+        }
+        if let Cow::Owned(r) = self.redact(&index.summary) {
+            index.summary = r;
+        }
+    }
+
     /// Redacts every text of a summary in place.
     pub fn redact_summary(&self, s: &mut StructuredSummary) {
         let fix = |t: &mut String| {
@@ -291,6 +331,13 @@ mod tests {
             ("DATABASE_URL=postgres://app:s3cr3t-pw@db.internal:5432/main", "s3cr3t-pw"),
             ("config: password=\"hunter2!\" retries=3", "hunter2!"),
             ("API_KEY: 9f8e7d6c5b4a", "9f8e7d6c5b4a"),
+            ("POSTGRES_PASSWORD=pg-secret-77", "pg-secret-77"),
+            ("export OPENAI_API_KEY=abcd1234efgh", "abcd1234efgh"),
+            (r#"{\"password\":\"esc4ped!\"}"#, "esc4ped!"),
+            ("STRIPE sk_live_4eC39HqLyjWDarjtT1zdp7dc ok", "4eC39HqLyjWDarjtT1zdp7dc"),
+            ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA"),
+            ("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0B (truncated", "MIIEvQIBADANBgkqhkiG9w0B"),
+
             (
                 "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\nabc\n-----END RSA PRIVATE KEY-----",
                 "MIIEowIBAAKCAQEA",
@@ -306,6 +353,18 @@ mod tests {
         assert!(std_redact("postgres://app:pw1234@db/x")
             .contains("postgres://app:[REDACTED:connection_string_password]@db/x"));
         // Ordinary prose is untouched (and not copied).
+        for prose in [
+            "The user prefers a monthly budget under 500 EUR; never delete data.",
+            "A bearer instrument is payable to whoever holds it.",
+            "pwd: /home/user/project and max_tokens: 2000",
+            "Füße, naïve café: the token count was high.",
+        ] {
+            assert!(
+                matches!(Redactor::standard().redact(prose), Cow::Borrowed(_)),
+                "{prose:?} -> {:?}",
+                Redactor::standard().redact(prose)
+            );
+        }
         let prose = "The user prefers a monthly budget under 500 EUR; never delete data.";
         assert!(matches!(
             Redactor::standard().redact(prose),

@@ -267,6 +267,10 @@ impl App {
             .map(|a| a.content.len() as u64)
             .sum();
         self.check_quotas(tenant, new_thread, pending_bytes).await?;
+        // Held from the first write to the commit: a DeleteThread of this
+        // thread cannot remove these artifacts before the plan that points
+        // at them is committed (or, after it, leave that plan behind).
+        let _thread = self.lock_thread(tenant, &thread_id).await;
         let (ids, written) = self
             .write_artifacts(tenant, &thread_id, &compaction)
             .await?;

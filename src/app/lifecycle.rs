@@ -158,6 +158,8 @@ impl App {
         ctx.require(&Permission::Delete)?;
         thread_id_field(thread_id)?;
         let tenant = ctx.tenant_id.as_str();
+        // No Compact of this thread is between its writes and its commit.
+        let _thread = self.lock_thread(tenant, thread_id).await;
         let had_plan = self
             .inner
             .plans
@@ -181,8 +183,8 @@ impl App {
     /// Replaces the thread's committed plan with an empty one (the thread
     /// renders verbatim until the next Compact), keeping versions monotonic
     /// so a stale `expected_version` still conflicts. Artifacts only the old
-    /// plan pointed at are left to the sweeper's grace period: an agent may
-    /// still hold their ids from the last rendered prompt.
+    /// plan pointed at are removed by the next sweep once they are older than
+    /// the grace period (counted from their creation).
     pub async fn reset_plan(
         &self,
         ctx: &SecurityContext,
@@ -334,6 +336,9 @@ impl App {
         let mut report = SweepReport::default();
         let mut bytes_by_tenant: HashMap<String, u64> = HashMap::new();
         for ((tenant, thread_id), entries) in by_thread {
+            // A Compact between its writes and its commit holds this lock:
+            // its artifacts are referenced by the time the sweep looks.
+            let _thread = self.lock_thread(&tenant, &thread_id).await;
             let referenced: BTreeSet<String> = match self.current_plan(&tenant, &thread_id).await {
                 Ok(Some(plan)) => referenced_artifacts(&plan),
                 Ok(None) => BTreeSet::new(),

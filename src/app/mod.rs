@@ -79,6 +79,9 @@ struct Inner {
     usage: lifecycle::UsageBook,
     /// Applied to everything compaction keeps (artifacts, summaries).
     redactor: Arc<Redactor>,
+    /// Per (tenant, thread): a Compact's artifact writes and commit, and a
+    /// DeleteThread's removals, never interleave.
+    thread_locks: crate::store::KeyedLocks<String>,
 }
 
 impl std::fmt::Debug for App {
@@ -114,6 +117,7 @@ impl App {
                 lifecycle,
                 usage: lifecycle::UsageBook::default(),
                 redactor,
+                thread_locks: crate::store::KeyedLocks::default(),
             }),
         }
     }
@@ -191,6 +195,13 @@ impl App {
             cancel: Call::current_cancel(),
             redactor: Arc::clone(&self.inner.redactor),
         }
+    }
+
+    /// The lock of one tenant's thread (see `Inner::thread_locks`).
+    async fn lock_thread(&self, tenant: &str, thread_id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        // NUL cannot occur in a tenant id, so the key is unambiguous.
+        let key = format!("{tenant}\0{thread_id}");
+        self.inner.thread_locks.get(key.as_str()).lock_owned().await
     }
 
     /// Forgets the cached summaries and compressions of a thread.

@@ -55,6 +55,12 @@ impl Reducer for Compress {
             let Some(c) = compressed else {
                 continue;
             };
+            // What replaces the output is kept in the plan: redacted first,
+            // so its cost is counted as it will render.
+            let mut c = c;
+            state
+                .redactor
+                .redact_compressed(&mut c.text, &mut c.preserved);
             let before = p.cost(i);
             p.clear(i, ClearReason::Compressed, c.text, c.preserved);
             if p.cost(i) >= before {

@@ -705,6 +705,10 @@ pub fn compact_with(
     window::index_drops(&mut p);
     let tokens_after = p.total();
     let mut plan = p.take_plan();
+    // Dropped spans' indexes are kept in the plan (never rendered).
+    for d in &mut plan.drops {
+        engine.redactor.redact_drop_index(&mut d.index);
+    }
     let mut pending = std::mem::take(&mut p.pending);
     for w in plan.normalize() {
         state.warn(w.to_string());

@@ -142,7 +142,8 @@ impl AccessLog {
             method,
             tenant: ctx.tenant_id.clone(),
             requester: ctx.requester_id.clone(),
-            thread_id: thread_id.to_string(),
+            // Caller-chosen and logged before validation: bounded.
+            thread_id: truncate(thread_id, MAX_LOGGED_ID_BYTES).to_string(),
             plan_version: None,
             tokens: None,
             code: None,
@@ -198,6 +199,21 @@ impl Drop for Entry {
             abandoned: self.code.is_none(),
         });
     }
+}
+
+/// Longest thread id written to the log.
+const MAX_LOGGED_ID_BYTES: usize = 256;
+
+/// At most `max` bytes of `s`, cut at a character boundary.
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// `/compactd.v1.CompactionService/Compact` → `Compact`.
@@ -259,6 +275,8 @@ mod tests {
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
         assert_eq!(code_name(Code::InvalidArgument), "INVALID_ARGUMENT");
         assert_eq!(code_name(Code::Ok), "OK");
+        assert_eq!(truncate("ééé", 3), "é");
+        assert_eq!(truncate("abc", 256), "abc");
         assert_eq!(
             method_name("/compactd.v1.CompactionService/Render"),
             "Render"

@@ -82,7 +82,8 @@ impl Bucket {
         let cost = cost.min(capacity);
         if self.tokens < cost {
             let wait = (cost - self.tokens) / rate;
-            return Err(Duration::from_secs_f64(wait.max(0.001)));
+            // A tiny configured rate can make the wait unrepresentable.
+            return Err(Duration::try_from_secs_f64(wait.max(0.001)).unwrap_or(Duration::MAX));
         }
         self.tokens -= cost;
         Ok(())

@@ -1,9 +1,9 @@
 //! The gRPC service: tonic handlers, interceptors, limits, error mapping.
 //!
-//! Request path, outermost first: load shedding over a global concurrency
-//! limit → authentication ([`auth`]) → per-tenant limits and the call deadline
-//! ([`limits`]) → routing to `CompactionService` ([`service`]), health or
-//! reflection. Handlers authorize, convert ([`crate::proto`]), call one use
+//! Request path of API calls, outermost first: authentication ([`auth`]) →
+//! admission (the server-wide cap, then per-tenant limits) and the call
+//! deadline ([`limits`]) → `CompactionService` ([`service`]); health checks
+//! and reflection are routed around all of it. Handlers authorize, convert ([`crate::proto`]), call one use
 //! case ([`crate::app`]) and map errors in one place ([`error`]).
 
 pub mod access;

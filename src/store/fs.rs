@@ -172,19 +172,38 @@ pub(super) use crate::runtime::now_unix_ms;
 
 /// One async mutex per key, created on demand and dropped when unused, so
 /// commits to different threads never wait on each other.
-#[derive(Debug, Default)]
-pub(super) struct KeyedLocks {
-    inner: Mutex<LockMap>,
+pub(crate) struct KeyedLocks<K = PathBuf> {
+    inner: Mutex<LockMap<K>>,
 }
 
-#[derive(Debug, Default)]
-struct LockMap {
-    locks: HashMap<PathBuf, Weak<tokio::sync::Mutex<()>>>,
+impl<K> Default for KeyedLocks<K> {
+    fn default() -> Self {
+        KeyedLocks {
+            inner: Mutex::new(LockMap {
+                locks: HashMap::new(),
+                prune_at: 0,
+            }),
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for KeyedLocks<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedLocks").finish_non_exhaustive()
+    }
+}
+
+struct LockMap<K> {
+    locks: HashMap<K, Weak<tokio::sync::Mutex<()>>>,
     prune_at: usize,
 }
 
-impl KeyedLocks {
-    pub(super) fn get(&self, key: &Path) -> Arc<tokio::sync::Mutex<()>> {
+impl<K: std::hash::Hash + Eq> KeyedLocks<K> {
+    pub(crate) fn get<Q>(&self, key: &Q) -> Arc<tokio::sync::Mutex<()>>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         // The map stays consistent even if a holder panicked, so poisoning is ignored.
         let mut map = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(lock) = map.locks.get(key).and_then(Weak::upgrade) {
@@ -196,7 +215,7 @@ impl KeyedLocks {
             map.prune_at = (map.locks.len() * 2).max(1024);
         }
         let lock = Arc::new(tokio::sync::Mutex::new(()));
-        map.locks.insert(key.to_path_buf(), Arc::downgrade(&lock));
+        map.locks.insert(key.to_owned(), Arc::downgrade(&lock));
         lock
     }
 

@@ -21,6 +21,7 @@
 mod artifact;
 pub mod envelope;
 mod fs;
+pub(crate) use fs::KeyedLocks;
 mod memory;
 mod plan;
 
