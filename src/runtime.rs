@@ -99,17 +99,80 @@ pub enum ComputeError {
     /// The job panicked.
     #[error("a compute job panicked")]
     Panicked,
-    /// The pool could not take the job (its threads are gone).
-    #[error("the compute pool is not running")]
+    /// No result: the job was skipped because its call was cancelled while
+    /// it waited, or the pool's threads are gone.
+    #[error("the compute job did not run")]
     Unavailable,
 }
 
 type Job = Box<dyn FnOnce() + Send>;
 
 /// A fixed set of threads for CPU-heavy work, below the scheduling
-/// priority of request handling.
+/// priority of request handling, fed by a queue that is fair across
+/// tenants: one queue per tenant, served round-robin, so a tenant with many
+/// large jobs queued delays another tenant's job by at most one of its own
+/// per thread.
 struct ComputePool {
-    jobs: std::sync::Mutex<std::sync::mpsc::Sender<Job>>,
+    queue: Arc<FairQueue>,
+}
+
+#[derive(Default)]
+struct FairQueue {
+    state: std::sync::Mutex<QueueState>,
+    ready: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    /// Tenants with queued jobs, in serving order.
+    order: std::collections::VecDeque<String>,
+    jobs: std::collections::HashMap<String, std::collections::VecDeque<Job>>,
+}
+
+impl FairQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn push(&self, tenant: &str, job: Job) {
+        let mut st = self.lock();
+        let queue = st.jobs.entry(tenant.to_string()).or_default();
+        let first = queue.is_empty();
+        queue.push_back(job);
+        if first {
+            st.order.push_back(tenant.to_string());
+        }
+        drop(st);
+        self.ready.notify_one();
+    }
+
+    /// The next job, round-robin over tenants; blocks while there is none.
+    fn pop(&self) -> Job {
+        let mut st = self.lock();
+        loop {
+            if let Some(tenant) = st.order.pop_front() {
+                let (job, more) = match st.jobs.get_mut(&tenant) {
+                    Some(q) => (q.pop_front(), !q.is_empty()),
+                    None => (None, false),
+                };
+                if more {
+                    st.order.push_back(tenant);
+                } else {
+                    st.jobs.remove(&tenant);
+                }
+                if let Some(job) = job {
+                    return job;
+                }
+                continue;
+            }
+            st = self
+                .ready
+                .wait(st)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
 }
 
 /// How the compute pool is set up; see [`configure_compute`].
@@ -147,32 +210,22 @@ fn compute_pool() -> &'static ComputePool {
             0 => std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
             n => n,
         };
-        let (tx, rx) = std::sync::mpsc::channel::<Job>();
-        let rx = Arc::new(std::sync::Mutex::new(rx));
+        let queue = Arc::new(FairQueue::default());
         for i in 0..threads {
-            let rx = Arc::clone(&rx);
+            let queue = Arc::clone(&queue);
             let spawned = std::thread::Builder::new()
                 .name(format!("compactd-compute-{i}"))
                 .spawn(move || {
                     lower_priority(settings.nice);
                     loop {
-                        let job = rx
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .recv();
-                        match job {
-                            Ok(job) => job(),
-                            Err(_) => return,
-                        }
+                        (queue.pop())();
                     }
                 });
             if let Err(e) = spawned {
                 tracing::error!(error = %e, "cannot start a compute thread");
             }
         }
-        ComputePool {
-            jobs: std::sync::Mutex::new(tx),
-        }
+        ComputePool { queue }
     })
 }
 
@@ -203,7 +256,7 @@ fn lower_priority(nice: i32) {
 /// thread slows other tenants' calls as little as the cores allow. The
 /// current [`Call`] is held until `f` returns; a job whose call was
 /// cancelled while it waited in the queue is skipped.
-pub async fn compute<T, F>(f: F) -> Result<T, ComputeError>
+pub async fn compute<T, F>(tenant: &str, f: F) -> Result<T, ComputeError>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
@@ -218,12 +271,8 @@ where
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
         let _ = tx.send(out);
     });
-    compute_pool()
-        .jobs
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .send(job)
-        .map_err(|_| ComputeError::Unavailable)?;
+    let pool = compute_pool();
+    pool.queue.push(tenant, job);
     match rx.await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(_)) => Err(ComputeError::Panicked),
@@ -246,11 +295,33 @@ mod tests {
 
     #[tokio::test]
     async fn compute_runs_jobs_and_reports_panics() {
-        assert_eq!(compute(|| 6 * 7).await.expect("runs"), 42);
-        let e = compute(|| -> u32 { panic!("job panics") }).await;
+        assert_eq!(compute("a", || 6 * 7).await.expect("runs"), 42);
+        let e = compute("a", || -> u32 { panic!("job panics") }).await;
         assert!(matches!(e, Err(ComputeError::Panicked)), "{e:?}");
         // The pool survives a panicking job.
-        assert_eq!(compute(|| 1).await.expect("still runs"), 1);
+        assert_eq!(compute("a", || 1).await.expect("still runs"), 1);
+    }
+
+    #[test]
+    fn the_queue_serves_tenants_round_robin() {
+        let q = FairQueue::default();
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let job = |tag: &'static str| -> Job {
+            let log = Arc::clone(&log);
+            Box::new(move || log.lock().expect("log").push(tag))
+        };
+        for _ in 0..3 {
+            q.push("noisy", job("noisy"));
+        }
+        q.push("quiet", job("quiet"));
+        for _ in 0..4 {
+            (q.pop())();
+        }
+        assert_eq!(
+            *log.lock().expect("log"),
+            vec!["noisy", "quiet", "noisy", "noisy"],
+            "the quiet tenant waits for one noisy job, not three"
+        );
     }
 
     #[tokio::test]

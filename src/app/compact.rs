@@ -248,7 +248,7 @@ impl App {
         // Compaction is the heavy path: the compute pool, below the
         // priority of the per-turn calls of other tenants.
         let (app, r, p) = (self.clone(), Arc::clone(&resolved), parts.clone());
-        let (compaction, previous) = compute(move || {
+        let (compaction, previous) = compute(tenant, move || {
             let c = compact(&r.request(previous.as_ref(), &app), &p.engine());
             (c.map_err(AppError::from), previous)
         })

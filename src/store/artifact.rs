@@ -375,12 +375,20 @@ impl ArtifactStore for FsArtifactStore {
                     Err(err) => return Err(err.into()),
                 }
             }
-            // Stray temp files of interrupted writes go too; then the
-            // directories, if nothing else is left in them.
+            // Erasure is complete: artifact files whose header does not
+            // parse (skipped by the scan) go too, and so do stray temp files
+            // of interrupted writes; then the directories.
             if let Ok(rest) = std::fs::read_dir(&dir) {
                 for entry in rest.flatten() {
-                    if entry.file_name().to_string_lossy().starts_with('.') {
-                        let _ = std::fs::remove_file(entry.path());
+                    let name = entry.file_name();
+                    let name = name.to_string_lossy();
+                    if name.starts_with('.') || validate_artifact_id(&name).is_ok() {
+                        match std::fs::remove_file(entry.path()) {
+                            Ok(()) if !name.starts_with('.') => removed.artifacts += 1,
+                            Ok(()) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                            Err(e) => return Err(e.into()),
+                        }
                     }
                 }
             }

@@ -761,3 +761,22 @@ async fn artifacts_are_ciphertext_at_rest_and_bound_to_their_metadata_and_contex
     let (m2, _) = store.get("acme", "t", &id2).await.expect("get");
     assert_ne!(m2.key_id, m.key_id, "new artifacts use the new key");
 }
+
+#[tokio::test]
+async fn delete_thread_removes_damaged_artifacts_too() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FsArtifactStore::open(dir.path()).expect("open");
+    let a = store
+        .put(&meta("acme", "t"), b"kept whole")
+        .await
+        .expect("put");
+    let b = store
+        .put(&meta("acme", "t"), b"to be damaged")
+        .await
+        .expect("put");
+    let artifacts = thread_dir(dir.path(), "acme", "t").join("artifacts");
+    std::fs::write(artifacts.join(&b), b"compactd-art").expect("damage");
+    let removed = store.delete_thread("acme", "t").await.expect("delete");
+    assert_eq!(removed.artifacts, 2, "{a} and the damaged {b}");
+    assert!(!artifacts.exists(), "nothing left behind");
+}
