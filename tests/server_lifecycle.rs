@@ -488,3 +488,33 @@ async fn health_checks_are_never_shed() {
         .expect("task")
         .expect("busy call completes");
 }
+
+#[tokio::test]
+async fn the_keyring_can_live_outside_the_data_directory() {
+    let keys = tempfile::tempdir().expect("tempdir");
+    let keyring = keys.path().join("keyring.json");
+    let k = keyring.clone();
+    let server = TestServer::start_with(move |s| s.keyring_file = Some(k)).await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+    let out = within(client.compact(authed(externalizing("t-keys"), &acme)))
+        .await
+        .expect("compact")
+        .into_inner();
+    let artifact_id = out.new_artifact_ids.first().cloned().expect("artifact");
+    assert!(keyring.is_file(), "keyring created where configured");
+    assert!(
+        !server.data_dir.join("keys").exists(),
+        "no second keyring in data_dir"
+    );
+    within(client.rehydrate(authed(
+        pb::RehydrateRequest {
+            thread_id: "t-keys".into(),
+            artifact_id,
+            ..Default::default()
+        },
+        &acme,
+    )))
+    .await
+    .expect("decrypts with the configured keyring");
+}

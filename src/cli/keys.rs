@@ -16,26 +16,44 @@ pub enum KeysCommand {
         /// The data directory whose keyring (`keys/keyring.json`) to rotate.
         #[arg(long, default_value = "compactd-data")]
         data_dir: PathBuf,
+        /// The keyring file, when `keyring_file` is set (overrides --data-dir).
+        #[arg(long)]
+        keyring_file: Option<PathBuf>,
     },
     /// Prints the id of the current master key.
     Current {
         /// The data directory.
         #[arg(long, default_value = "compactd-data")]
         data_dir: PathBuf,
+        /// The keyring file, when `keyring_file` is set (overrides --data-dir).
+        #[arg(long)]
+        keyring_file: Option<PathBuf>,
     },
 }
 
 /// Runs the subcommand.
 pub fn run(cmd: &KeysCommand) -> Result<String, Failure> {
     match cmd {
-        KeysCommand::Rotate { data_dir } => open(data_dir)?.rotate().map_err(Failure::other),
-        KeysCommand::Current { data_dir } => Ok(open(data_dir)?.current_key_id()),
+        KeysCommand::Rotate {
+            data_dir,
+            keyring_file,
+        } => open(data_dir, keyring_file.as_deref())?
+            .rotate()
+            .map_err(Failure::other),
+        KeysCommand::Current {
+            data_dir,
+            keyring_file,
+        } => Ok(open(data_dir, keyring_file.as_deref())?.current_key_id()),
     }
 }
 
 /// Opens an existing keyring; never creates one in the wrong directory.
-fn open(data_dir: &std::path::Path) -> Result<LocalKeyring, Failure> {
-    let path = data_dir.join(KEYRING_FILE);
+fn open(
+    data_dir: &std::path::Path,
+    keyring_file: Option<&std::path::Path>,
+) -> Result<LocalKeyring, Failure> {
+    let path =
+        keyring_file.map_or_else(|| data_dir.join(KEYRING_FILE), std::path::Path::to_path_buf);
     if !path.is_file() {
         return Err(Failure::bad_input(format!(
             "no keyring at {} (it is created when the service first starts there)",

@@ -42,6 +42,10 @@ pub struct ServerSettings {
     pub listen: SocketAddr,
     /// Directory of the embedded plan and artifact stores.
     pub data_dir: PathBuf,
+    /// The local keyring that encrypts artifacts; `None`:
+    /// `{data_dir}/keys/keyring.json`. Put it outside `data_dir` (another
+    /// volume, a mounted Secret) so a copy of the data is not a copy of the key.
+    pub keyring_file: Option<PathBuf>,
     /// Largest request message accepted, in bytes (after decompression).
     pub max_message_bytes: usize,
     /// Deadline of one call on the server, in milliseconds (0: none).
@@ -113,6 +117,7 @@ impl Default for ServerSettings {
         ServerSettings {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 50051),
             data_dir: PathBuf::from("compactd-data"),
+            keyring_file: None,
             max_message_bytes: 64 * 1024 * 1024,
             request_timeout_ms: 30_000,
             per_tenant_concurrency: 64,
@@ -349,7 +354,24 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let plans = FsPlanStore::open(&settings.data_dir)?;
-    let artifacts = FsArtifactStore::open(&settings.data_dir)?;
+    let keyring_file = settings
+        .keyring_file
+        .clone()
+        .unwrap_or_else(|| settings.data_dir.join(crate::store::KEYRING_FILE));
+    if keyring_file.starts_with(&settings.data_dir) {
+        tracing::warn!(
+            keyring = %keyring_file.display(),
+            "the artifact keyring is inside data_dir: a backup of the data is also a copy of the key; set keyring_file elsewhere"
+        );
+    }
+    let keys =
+        crate::store::envelope::LocalKeyring::open_or_create(&keyring_file).map_err(|e| {
+            ServeError::Invalid {
+                field: "keyring_file".into(),
+                message: e.to_string(),
+            }
+        })?;
+    let artifacts = FsArtifactStore::open_with_keys(&settings.data_dir, Arc::new(keys))?;
     serve_with_stores(
         settings,
         Arc::new(plans),
