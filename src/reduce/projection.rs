@@ -147,6 +147,17 @@ struct Undo {
 }
 
 impl<'a> Projection<'a> {
+    /// The span of the plan record a slot points at (`None` for `Include`).
+    fn record_span_mut(&mut self, slot: Slot) -> Option<&mut SpanReference> {
+        Some(match slot {
+            Slot::Include => return None,
+            Slot::Clear(r) => &mut self.plan.clearings[r].span,
+            Slot::Summarize(r) => &mut self.plan.summarizations[r].span,
+            Slot::Externalize(r) => &mut self.plan.externalizations[r].span,
+            Slot::Drop(r) => &mut self.plan.drops[r].span,
+        })
+    }
+
     /// A projection of `thread` starting from `plan` (already validated).
     pub fn new(
         thread: &'a Thread,
@@ -468,12 +479,8 @@ impl<'a> Projection<'a> {
             .collect();
         let mut changed = Vec::new();
         for slot in records {
-            let span = match slot {
-                Slot::Include => continue,
-                Slot::Clear(r) => &mut self.plan.clearings[r].span,
-                Slot::Summarize(r) => &mut self.plan.summarizations[r].span,
-                Slot::Externalize(r) => &mut self.plan.externalizations[r].span,
-                Slot::Drop(r) => &mut self.plan.drops[r].span,
+            let Some(span) = self.record_span_mut(slot) else {
+                continue;
             };
             match slot {
                 Slot::Summarize(_) | Slot::Externalize(_) => {
@@ -559,14 +566,9 @@ impl<'a> Projection<'a> {
         self.plan.summarizations.truncate(undo.summaries_len);
         self.live_summaries = undo.live_summaries;
         for (slot, ids) in undo.records.into_iter().rev() {
-            let span = match slot {
-                Slot::Include => continue,
-                Slot::Clear(r) => &mut self.plan.clearings[r].span,
-                Slot::Summarize(r) => &mut self.plan.summarizations[r].span,
-                Slot::Externalize(r) => &mut self.plan.externalizations[r].span,
-                Slot::Drop(r) => &mut self.plan.drops[r].span,
-            };
-            span.message_ids = ids;
+            if let Some(span) = self.record_span_mut(slot) {
+                span.message_ids = ids;
+            }
         }
         let mut touched: Vec<usize> = Vec::with_capacity(undo.slots.len());
         for &(i, slot) in undo.slots.iter().rev() {
