@@ -233,18 +233,26 @@ impl App {
         // Fingerprinting hashes the whole thread, so the reuse check (the
         // per-turn path) runs on the blocking pool; the previous plan moves
         // into each task and back.
-        let (app, r, p) = (self.clone(), Arc::clone(&resolved), parts.clone());
-        let (reused, previous) = blocking(move || {
-            let fingerprint = request_fingerprint(&r.request(None, &app), &p.engine());
-            match previous {
-                Some(prev) if prev.fingerprint == fingerprint => (Some(prev), None),
-                other => (None, other),
+        // A thread without a plan has nothing to reuse: no hashing, no hop.
+        let previous = match previous {
+            Some(prev) => {
+                let (app, r, p) = (self.clone(), Arc::clone(&resolved), parts.clone());
+                let (reused, previous) = blocking(move || {
+                    let fingerprint = request_fingerprint(&r.request(None, &app), &p.engine());
+                    if prev.fingerprint == fingerprint {
+                        (Some(prev), None)
+                    } else {
+                        (None, Some(prev))
+                    }
+                })
+                .await?;
+                if let Some(prev) = reused {
+                    return Ok(CompactOutcome::reused(prev, tokenizer));
+                }
+                previous
             }
-        })
-        .await?;
-        if let Some(prev) = reused {
-            return Ok(CompactOutcome::reused(prev, tokenizer));
-        }
+            None => None,
+        };
         // Compaction is the heavy path: the compute pool, below the
         // priority of the per-turn calls of other tenants.
         let (app, r, p) = (self.clone(), Arc::clone(&resolved), parts.clone());
