@@ -20,11 +20,11 @@ use serde::{Deserialize, Serialize};
 use crate::model::CompactionPlan;
 use crate::reduce::referenced_artifacts;
 use crate::runtime::now_unix_ms;
-use crate::security::{Permission, SecurityContext};
+use crate::security::SecurityContext;
 use crate::store::Removed;
 
 use super::error::{plan_store_error, store_error};
-use super::{App, AppError, Result};
+use super::{App, AppError, Result, UseCase};
 
 /// Retention and quotas.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -155,7 +155,7 @@ impl App {
         ctx: &SecurityContext,
         thread_id: &str,
     ) -> Result<DeleteOutcome> {
-        ctx.require(&Permission::Delete)?;
+        UseCase::DeleteThread.authorize(ctx, None)?;
         thread_id_field(thread_id)?;
         let tenant = ctx.tenant_id.as_str();
         // No Compact of this thread is between its writes and its commit.
@@ -191,7 +191,7 @@ impl App {
         thread_id: &str,
         expected_version: Option<u64>,
     ) -> Result<ResetOutcome> {
-        ctx.require(&Permission::Compact)?;
+        UseCase::ResetPlan.authorize(ctx, None)?;
         thread_id_field(thread_id)?;
         let tenant = ctx.tenant_id.as_str();
         let Some(current) = self.current_plan(tenant, thread_id).await? else {

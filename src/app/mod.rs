@@ -251,6 +251,10 @@ pub enum UseCase {
     },
     /// Read an artifact back.
     Rehydrate,
+    /// Erase a thread.
+    DeleteThread,
+    /// Replace a thread's plan with an empty one.
+    ResetPlan,
 }
 
 impl UseCase {
@@ -272,6 +276,8 @@ impl UseCase {
                 needs
             }
             UseCase::Rehydrate => vec![Permission::Rehydrate],
+            UseCase::DeleteThread => vec![Permission::Delete],
+            UseCase::ResetPlan => vec![Permission::Compact],
         }
     }
 

@@ -189,8 +189,7 @@ impl CompactionService for CompactionApi {
         let r = request.into_inner();
         let entry = self.access.entry("DeleteThread", &ctx, &r.thread_id);
         let result = async {
-            ctx.check_body_tenant(r.tenant_id.as_deref().unwrap_or(""))
-                .map_err(AppError::from)?;
+            UseCase::DeleteThread.authorize(&ctx, r.tenant_id.as_deref())?;
             let out = self.app.delete_thread(&ctx, &r.thread_id).await?;
             Ok(Response::new(pb::DeleteThreadResponse {
                 had_plan: out.had_plan,
@@ -210,8 +209,7 @@ impl CompactionService for CompactionApi {
         let r = request.into_inner();
         let mut entry = self.access.entry("ResetPlan", &ctx, &r.thread_id);
         let result = async {
-            ctx.check_body_tenant(r.tenant_id.as_deref().unwrap_or(""))
-                .map_err(AppError::from)?;
+            UseCase::ResetPlan.authorize(&ctx, r.tenant_id.as_deref())?;
             let out = self
                 .app
                 .reset_plan(&ctx, &r.thread_id, r.expected_version)
