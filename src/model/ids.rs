@@ -14,14 +14,17 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 #[derive(Clone, Copy, Debug)]
 pub struct IdHash(u64);
 
+/// A random seed drawn once per process and never logged: for hashes of
+/// caller-chosen input (id maps, cache keys), so nobody can precompute
+/// collisions.
+pub(crate) fn process_seed() -> u64 {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64))
+}
+
 impl Default for IdHash {
     fn default() -> Self {
-        static SEED: OnceLock<u64> = OnceLock::new();
-        IdHash(
-            *SEED.get_or_init(|| {
-                std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
-            }),
-        )
+        IdHash(process_seed())
     }
 }
 

@@ -11,6 +11,7 @@ mod summary;
 mod thread;
 
 pub use audit::{AuditRecord, EvictionCounts};
+pub(crate) use ids::process_seed;
 pub use ids::{IdHash, IdHasher, IdMap, IdSet};
 pub use import::{thread_from_json, ImportError, InputFormat, ThreadInput};
 pub use message::{

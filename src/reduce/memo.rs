@@ -51,15 +51,6 @@ impl Default for Memo {
     }
 }
 
-/// The per-process key seed.
-fn process_seed() -> u64 {
-    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *SEED.get_or_init(|| {
-        use std::hash::BuildHasher;
-        std::collections::hash_map::RandomState::new().hash_one(0x6d656d6f_u64)
-    })
-}
-
 /// The scope id of `parts` (length-prefixed, seeded).
 fn scope_id(parts: &[&str]) -> u64 {
     let mut k = KeyHasher::seeded();
@@ -198,7 +189,9 @@ pub struct KeyHasher(xxhash_rust::xxh3::Xxh3);
 
 impl KeyHasher {
     fn seeded() -> Self {
-        KeyHasher(xxhash_rust::xxh3::Xxh3::with_seed(process_seed()))
+        KeyHasher(xxhash_rust::xxh3::Xxh3::with_seed(
+            crate::model::process_seed(),
+        ))
     }
 
     /// Adds one part.
