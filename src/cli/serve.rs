@@ -47,7 +47,9 @@ pub fn run(args: &ServeArgs) -> Result<String, Failure> {
     if args.dev {
         settings.auth.dev = true;
     }
-    config::check(&settings).map_err(Failure::bad_input)?;
+    // Once: key files are read, TLS set up and rules compiled here.
+    let startup = compactd::server::check_startup(&settings)
+        .map_err(|e| Failure::bad_input(e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -62,7 +64,7 @@ pub fn run(args: &ServeArgs) -> Result<String, Failure> {
         // Scripts and tests read this line to find a port chosen with `:0`.
         println!("compactd listening on {addr}");
         let _ = std::io::stdout().flush();
-        compactd::server::serve(settings, listener, shutdown)
+        compactd::server::serve_checked(settings, startup, listener, shutdown)
             .await
             .map_err(Failure::other)?;
         Ok(String::new())

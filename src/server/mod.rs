@@ -345,11 +345,24 @@ pub fn check_startup(settings: &ServerSettings) -> Result<Startup, ServeError> {
     })
 }
 
-/// Opens the embedded stores in `settings.data_dir` (plans and artifacts
-/// share the `tenants/{tenant}/threads/{thread}/` layout) and serves until
-/// `shutdown` resolves; in-flight calls are drained before it returns.
+/// Checks the settings ([`check_startup`]), opens the embedded stores in
+/// `settings.data_dir` (plans and artifacts share the
+/// `tenants/{tenant}/threads/{thread}/` layout) and serves until `shutdown`
+/// resolves; in-flight calls are drained before it returns.
 pub async fn serve(
     settings: ServerSettings,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let startup = check_startup(&settings)?;
+    serve_checked(settings, startup, listener, shutdown).await
+}
+
+/// [`serve`] with the start-up checks already done (the CLI runs them
+/// before binding, so key files are read and rules compiled once).
+pub async fn serve_checked(
+    settings: ServerSettings,
+    startup: Startup,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
@@ -372,8 +385,9 @@ pub async fn serve(
             }
         })?;
     let artifacts = FsArtifactStore::open_with_keys(&settings.data_dir, Arc::new(keys))?;
-    serve_with_stores(
+    run(
         settings,
+        startup,
         Arc::new(plans),
         Arc::new(artifacts),
         listener,
@@ -390,11 +404,23 @@ pub async fn serve_with_stores(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let startup = check_startup(&settings)?;
+    run(settings, startup, plans, artifacts, listener, shutdown).await
+}
+
+async fn run(
+    settings: ServerSettings,
+    startup: Startup,
+    plans: Arc<dyn PlanStore>,
+    artifacts: Arc<dyn ArtifactStore>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
     let Startup {
         authenticator,
         tls,
         redactor,
-    } = check_startup(&settings)?;
+    } = startup;
     let authenticator = Arc::new(authenticator);
     if authenticator.is_dev() {
         tracing::warn!(
