@@ -3,8 +3,9 @@
 //! Request path of API calls, outermost first: authentication ([`auth`]) →
 //! admission (the server-wide cap, then per-tenant limits) and the call
 //! deadline ([`limits`]) → `CompactionService` ([`service`]); health checks
-//! and reflection are routed around all of it. Handlers authorize, convert ([`crate::proto`]), call one use
-//! case ([`crate::app`]) and map errors in one place ([`error`]).
+//! and reflection are routed around all of it. Handlers authorize, convert
+//! ([`crate::proto`]), call one use case ([`crate::app`]) and map errors in
+//! one place ([`error`]).
 
 pub mod access;
 pub mod auth;
@@ -222,6 +223,16 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
+impl ServeError {
+    /// An `Invalid` naming `field`.
+    fn invalid(field: impl Into<String>, message: impl ToString) -> Self {
+        ServeError::Invalid {
+            field: field.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
 /// What start-up checks produced: the authenticator and the TLS listener,
 /// built once (key files are read here).
 #[derive(Debug)]
@@ -238,11 +249,10 @@ pub struct Startup {
 /// `auth.mtls` (which also verify client certificates); never both.
 fn tls_source(settings: &ServerSettings) -> Result<Option<tls::TlsSource>, ServeError> {
     match (&settings.tls, &settings.auth.mtls) {
-        (Some(_), Some(_)) => Err(ServeError::Invalid {
-            field: "tls".into(),
-            message: "auth.mtls already configures the server certificate; set it in one place"
-                .into(),
-        }),
+        (Some(_), Some(_)) => Err(ServeError::invalid(
+            "tls",
+            "auth.mtls already configures the server certificate; set it in one place",
+        )),
         (Some(t), None) => Ok(Some(tls::TlsSource {
             cert_file: t.cert_file.clone(),
             key_file: t.key_file.clone(),
@@ -264,17 +274,11 @@ fn tls_source(settings: &ServerSettings) -> Result<Option<tls::TlsSource>, Serve
 /// secrets on a non-loopback plaintext listener. Also validates the policy,
 /// the auth section and the TLS files.
 pub fn check_startup(settings: &ServerSettings) -> Result<Startup, ServeError> {
-    let invalid = |field: &str, message: &str| ServeError::Invalid {
-        field: field.into(),
-        message: message.into(),
-    };
+    let invalid = |field: &str, message: &str| ServeError::invalid(field, message);
     settings
         .policy
         .validate()
-        .map_err(|e| ServeError::Invalid {
-            field: e.field,
-            message: e.reason,
-        })?;
+        .map_err(|e| ServeError::invalid(e.field, e.reason))?;
     if settings.default_model.is_empty() {
         return Err(invalid("server.default_model", "must not be empty"));
     }
@@ -332,12 +336,8 @@ pub fn check_startup(settings: &ServerSettings) -> Result<Startup, ServeError> {
     {
         return Err(ServeError::PlaintextCredentials(settings.listen));
     }
-    let redactor = crate::redact::Redactor::from_config(&settings.redaction).map_err(|e| {
-        ServeError::Invalid {
-            field: e.field,
-            message: e.message,
-        }
-    })?;
+    let redactor = crate::redact::Redactor::from_config(&settings.redaction)
+        .map_err(|e| ServeError::invalid(e.field, e.message))?;
     Ok(Startup {
         authenticator: auth,
         tls,
@@ -377,13 +377,8 @@ pub async fn serve_checked(
             "the artifact keyring is inside data_dir: a backup of the data is also a copy of the key; set keyring_file elsewhere"
         );
     }
-    let keys =
-        crate::store::envelope::LocalKeyring::open_or_create(&keyring_file).map_err(|e| {
-            ServeError::Invalid {
-                field: "keyring_file".into(),
-                message: e.to_string(),
-            }
-        })?;
+    let keys = crate::store::envelope::LocalKeyring::open_or_create(&keyring_file)
+        .map_err(|e| ServeError::invalid("keyring_file", e))?;
     let artifacts = FsArtifactStore::open_with_keys(&settings.data_dir, Arc::new(keys))?;
     run(
         settings,
@@ -439,22 +434,17 @@ async fn run(
         Duration::from_millis(settings.health_probe_interval_ms.max(10)),
     ));
 
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection()
         .build_v1()
-        .map_err(|e| ServeError::Invalid {
-            field: "proto".into(),
-            message: e.to_string(),
-        })?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .map_err(|e| ServeError::invalid("proto", e))?;
+    let reflection_v1alpha = reflection()
         .build_v1alpha()
-        .map_err(|e| ServeError::Invalid {
-            field: "proto".into(),
-            message: e.to_string(),
-        })?;
+        .map_err(|e| ServeError::invalid("proto", e))?;
 
     // Build the default model's tokenizer tables (tens of ms) before the
     // first call needs them, off the async workers.
@@ -477,12 +467,10 @@ async fn run(
     );
     let sweeper = tokio::spawn(app.clone().run_sweeper());
     let limiter = Arc::new(limits::TenantLimiter::new(settings.tenant_limits()));
-    let access = Arc::new(access::AccessLog::open(&settings.access_log).map_err(|e| {
-        ServeError::Invalid {
-            field: "access_log".into(),
-            message: e.to_string(),
-        }
-    })?);
+    let access = Arc::new(
+        access::AccessLog::open(&settings.access_log)
+            .map_err(|e| ServeError::invalid("access_log", e))?,
+    );
     let api = CompactionApi::new(app, Arc::clone(&limiter), Arc::clone(&access));
     let api = pb::compaction_service_server::CompactionServiceServer::new(api)
         .max_decoding_message_size(settings.max_message_bytes);
