@@ -112,42 +112,21 @@ impl AccessLog {
     }
 
     /// Logs a call refused before it reached a handler.
-    pub fn refused(&self, path: &str, ctx: Option<&SecurityContext>, code: Code, start: Instant) {
-        self.write(&Line {
-            time: rfc3339_now(),
-            tenant: ctx.map_or("", |c| c.tenant_id.as_str()),
-            requester: ctx.map_or("", |c| c.requester_id.as_str()),
-            method: method_name(path),
-            thread_id: "",
-            plan_version: None,
-            code: code_name(code),
-            tokens_before: None,
-            tokens_after: None,
-            latency_ms: start.elapsed().as_secs_f64() * 1000.0,
-            abandoned: false,
-        });
+    pub fn refused(self: &Arc<Self>, path: &str, ctx: Option<&SecurityContext>, code: Code) {
+        let mut entry = Entry::new(
+            self,
+            method_name(path),
+            ctx.map_or("", |c| c.tenant_id.as_str()),
+            ctx.map_or("", |c| c.requester_id.as_str()),
+            "",
+        );
+        entry.code = Some(code);
     }
 
     /// Starts the entry of a call a handler runs; it is written when
     /// finished or dropped.
-    pub fn entry(
-        self: &Arc<Self>,
-        method: &'static str,
-        ctx: &SecurityContext,
-        thread_id: &str,
-    ) -> Entry {
-        Entry {
-            log: Arc::clone(self),
-            start: Instant::now(),
-            method,
-            tenant: ctx.tenant_id.clone(),
-            requester: ctx.requester_id.clone(),
-            // Caller-chosen and logged before validation: bounded.
-            thread_id: truncate(thread_id, MAX_LOGGED_ID_BYTES).to_string(),
-            plan_version: None,
-            tokens: None,
-            code: None,
-        }
+    pub fn entry(self: &Arc<Self>, method: &str, ctx: &SecurityContext, thread_id: &str) -> Entry {
+        Entry::new(self, method, &ctx.tenant_id, &ctx.requester_id, thread_id)
     }
 }
 
@@ -155,7 +134,7 @@ impl AccessLog {
 pub struct Entry {
     log: Arc<AccessLog>,
     start: Instant,
-    method: &'static str,
+    method: String,
     tenant: String,
     requester: String,
     thread_id: String,
@@ -165,6 +144,27 @@ pub struct Entry {
 }
 
 impl Entry {
+    fn new(
+        log: &Arc<AccessLog>,
+        method: &str,
+        tenant: &str,
+        requester: &str,
+        thread_id: &str,
+    ) -> Self {
+        Entry {
+            log: Arc::clone(log),
+            start: Instant::now(),
+            method: method.to_string(),
+            tenant: tenant.to_string(),
+            requester: requester.to_string(),
+            // Caller-chosen and logged before validation: bounded.
+            thread_id: truncate(thread_id, MAX_LOGGED_ID_BYTES).to_string(),
+            plan_version: None,
+            tokens: None,
+            code: None,
+        }
+    }
+
     /// Records the plan version and tokens before and after.
     pub fn plan(&mut self, version: u64, tokens_before: Option<u32>, tokens_after: Option<u32>) {
         self.plan_version = Some(version);
@@ -189,7 +189,7 @@ impl Drop for Entry {
             time: rfc3339_now(),
             tenant: &self.tenant,
             requester: &self.requester,
-            method: self.method,
+            method: &self.method,
             thread_id: &self.thread_id,
             plan_version: self.plan_version,
             code: code_name(self.code.unwrap_or(Code::Cancelled)),

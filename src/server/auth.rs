@@ -84,12 +84,7 @@ where
             Err(e) => {
                 tracing::debug!(path = req.uri().path(), error = %e, "authentication failed");
                 let status = Status::from(ApiError::from(e));
-                self.access.refused(
-                    req.uri().path(),
-                    None,
-                    status.code(),
-                    std::time::Instant::now(),
-                );
+                self.access.refused(req.uri().path(), None, status.code());
                 return Box::pin(std::future::ready(Ok(status.into_http())));
             }
         }

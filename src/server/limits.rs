@@ -331,7 +331,7 @@ where
                 tracing::debug!(tenant = %ctx.tenant_id, error = %e, "call refused by limits");
                 let status = Status::from(e);
                 self.access
-                    .refused(req.uri().path(), Some(ctx), status.code(), Instant::now());
+                    .refused(req.uri().path(), Some(ctx), status.code());
                 return Box::pin(std::future::ready(Ok(status.into_http())));
             }
         };
