@@ -215,29 +215,6 @@ pub fn open_content(
     open(key, &nonce, aad, ciphertext)
 }
 
-/// [`KeyService::generate_data_key`] then [`seal_content`].
-pub async fn encrypt(
-    keys: &dyn KeyService,
-    context: &EncryptionContext<'_>,
-    aad: &[u8],
-    plaintext: &[u8],
-) -> Result<(Envelope, Vec<u8>), CryptoError> {
-    let dk = keys.generate_data_key(context).await?;
-    seal_content(&dk, aad, plaintext)
-}
-
-/// [`unwrap_key`] then [`open_content`].
-pub async fn decrypt(
-    keys: &dyn KeyService,
-    envelope: &Envelope,
-    context: &EncryptionContext<'_>,
-    aad: &[u8],
-    ciphertext: &[u8],
-) -> Result<Vec<u8>, CryptoError> {
-    let key = unwrap_key(keys, envelope, context).await?;
-    open_content(&key, envelope, aad, ciphertext)
-}
-
 /// One master key in the keyring file.
 #[derive(Clone, Serialize, Deserialize)]
 struct MasterKey {
@@ -453,6 +430,29 @@ impl KeyService for LocalKeyring {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`KeyService::generate_data_key`] then [`seal_content`].
+    async fn encrypt(
+        keys: &dyn KeyService,
+        context: &EncryptionContext<'_>,
+        aad: &[u8],
+        plaintext: &[u8],
+    ) -> Result<(Envelope, Vec<u8>), CryptoError> {
+        let dk = keys.generate_data_key(context).await?;
+        seal_content(&dk, aad, plaintext)
+    }
+
+    /// [`unwrap_key`] then [`open_content`].
+    async fn decrypt(
+        keys: &dyn KeyService,
+        envelope: &Envelope,
+        context: &EncryptionContext<'_>,
+        aad: &[u8],
+        ciphertext: &[u8],
+    ) -> Result<Vec<u8>, CryptoError> {
+        let key = unwrap_key(keys, envelope, context).await?;
+        open_content(&key, envelope, aad, ciphertext)
+    }
 
     fn ctx<'a>(tenant: &'a str, artifact: &'a str) -> EncryptionContext<'a> {
         EncryptionContext {
