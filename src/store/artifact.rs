@@ -237,15 +237,16 @@ impl ArtifactStore for FsArtifactStore {
             .await
             .map_err(crypto_error)?;
         meta.key_id = Some(dk.key_id.clone());
-        let meta_raw = serde_json::to_vec(&meta)
+        // Serialized once: these exact bytes are both the header's `meta`
+        // and the associated data.
+        let raw = serde_json::value::to_raw_value(&meta)
             .map_err(|e| StoreError::Corrupt(format!("metadata does not serialize: {e}")))?;
         let content = content.to_vec();
         let data_dir = self.dir.clone();
         fs::blocking(move || {
             let (envelope, ciphertext) =
-                seal_content(&dk, &aad(&id, &meta_raw), &content).map_err(crypto_error)?;
-            let raw = RawValue::from_string(String::from_utf8_lossy(&meta_raw).into_owned())
-                .map_err(|e| StoreError::Corrupt(format!("metadata: {e}")))?;
+                seal_content(&dk, &aad(&id, raw.get().as_bytes()), &content)
+                    .map_err(crypto_error)?;
             let header = serde_json::to_vec(&HeaderOut {
                 meta: &raw,
                 envelope: &envelope,
