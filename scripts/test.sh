@@ -12,6 +12,8 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+# The S3/KMS tests (tests/server_s3.rs) start moto from this venv.
+export COMPACTD_MOTO_SERVER="$(cd "$venv" && pwd)/bin/moto_server"
 
 cargo fmt --all -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings

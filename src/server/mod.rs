@@ -26,7 +26,7 @@ use tonic::transport::Server;
 
 use crate::reduce::Policy;
 use crate::security::{AuthConfig, AuthConfigError, Authenticator};
-use crate::store::{ArtifactStore, FsArtifactStore, FsPlanStore, PlanStore, StoreError};
+use crate::store::{ArtifactStore, PlanStore, StoreError};
 
 pub use error::ApiError;
 pub use service::{CompactionApi, SERVICE_NAME};
@@ -47,6 +47,11 @@ pub struct ServerSettings {
     /// `{data_dir}/keys/keyring.json`. Put it outside `data_dir` (another
     /// volume, a mounted Secret) so a copy of the data is not a copy of the key.
     pub keyring_file: Option<PathBuf>,
+    /// Where artifacts are stored and which key service wraps their keys
+    /// (filesystem + local keyring by default; S3 and KMS).
+    pub artifacts: crate::store::backend::ArtifactsSettings,
+    /// Where plans are stored (by default wherever artifacts are).
+    pub plans: crate::store::backend::PlansSettings,
     /// Largest request message accepted, in bytes (after decompression).
     pub max_message_bytes: usize,
     /// Deadline of one call on the server, in milliseconds (0: none).
@@ -119,6 +124,8 @@ impl Default for ServerSettings {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 50051),
             data_dir: PathBuf::from("compactd-data"),
             keyring_file: None,
+            artifacts: Default::default(),
+            plans: Default::default(),
             max_message_bytes: 64 * 1024 * 1024,
             request_timeout_ms: 30_000,
             per_tenant_concurrency: 64,
@@ -366,25 +373,28 @@ pub async fn serve_checked(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    let plans = FsPlanStore::open(&settings.data_dir)?;
-    let keyring_file = settings
-        .keyring_file
-        .clone()
-        .unwrap_or_else(|| settings.data_dir.join(crate::store::KEYRING_FILE));
-    if keyring_file.starts_with(&settings.data_dir) {
-        tracing::warn!(
-            keyring = %keyring_file.display(),
-            "the artifact keyring is inside data_dir: a backup of the data is also a copy of the key; set keyring_file elsewhere"
-        );
-    }
-    let keys = crate::store::envelope::LocalKeyring::open_or_create(&keyring_file)
-        .map_err(|e| ServeError::invalid("keyring_file", e))?;
-    let artifacts = FsArtifactStore::open_with_keys(&settings.data_dir, Arc::new(keys))?;
+    let stores = crate::store::backend::open(
+        crate::store::backend::Local {
+            data_dir: &settings.data_dir,
+            keyring_file: settings.keyring_file.as_deref(),
+        },
+        &settings.artifacts,
+        &settings.plans,
+        None,
+    )
+    .await
+    .map_err(|e| match e {
+        crate::store::backend::OpenError::Invalid { field, message } => {
+            ServeError::invalid(field, message)
+        }
+        crate::store::backend::OpenError::Store(e) => ServeError::from(e),
+    })?;
+    tracing::info!(stores = %stores.description, "stores opened");
     run(
         settings,
         startup,
-        Arc::new(plans),
-        Arc::new(artifacts),
+        stores.plans,
+        stores.artifacts,
         listener,
         shutdown,
     )

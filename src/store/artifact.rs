@@ -29,7 +29,7 @@ use super::{
 };
 
 const MAGIC_V1: &[u8] = b"compactd-artifact v1\n";
-const MAGIC_V2: &[u8] = b"compactd-artifact v2\n";
+pub(super) const MAGIC_V2: &[u8] = b"compactd-artifact v2\n";
 /// Metadata is small; a bigger header line means the file is not ours.
 const MAX_META_BYTES: u64 = 4 * 1024 * 1024;
 
@@ -196,18 +196,6 @@ fn read_header(reader: &mut impl BufRead) -> Result<(u8, Vec<u8>), StoreError> {
     Ok((version, line))
 }
 
-/// Reads a file: its header (checked against the caller's key) and body.
-fn read_file(path: &Path, tenant: &str, thread_id: &str) -> Result<(Header, Vec<u8>), StoreError> {
-    let file = std::fs::File::open(path).map_err(not_found_or)?;
-    let mut reader = BufReader::new(file);
-    let (version, line) = read_header(&mut reader)?;
-    let header = parse_header(version, &line)?;
-    check_meta(&header.meta, tenant, thread_id)?;
-    let mut body = Vec::with_capacity(usize::try_from(header.meta.size_bytes).unwrap_or(0) + 16);
-    reader.read_to_end(&mut body)?;
-    Ok((header, body))
-}
-
 /// Catches truncation and bit rot; content is never served unverified.
 fn verify(meta: &ArtifactMeta, content: &[u8]) -> Result<(), StoreError> {
     if content.len() as u64 != meta.size_bytes || content_hash(content) != meta.content_hash {
@@ -218,49 +206,128 @@ fn verify(meta: &ArtifactMeta, content: &[u8]) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// An artifact object (v2) ready to be stored under `id`, in the same format
+/// on every backend.
+pub(super) struct SealedObject {
+    /// The new artifact id.
+    pub id: String,
+    /// Magic, header line and ciphertext.
+    pub bytes: Vec<u8>,
+}
+
+/// Seals `content` for a new artifact: a fresh id, a data key from `keys`
+/// under `{tenant, thread, artifact}`, the metadata serialized once and bound
+/// as associated data. Nothing is produced unless the key service answered.
+pub(super) async fn seal_object(
+    keys: &dyn KeyService,
+    meta: &ArtifactMeta,
+    content: &[u8],
+) -> Result<SealedObject, StoreError> {
+    let mut meta = meta.for_content(content)?;
+    // 128 random bits: a collision is not a practical concern, so no existence check.
+    let id = new_artifact_id();
+    let context = EncryptionContext {
+        tenant: &meta.tenant,
+        thread: &meta.thread_id,
+        artifact: &id,
+    };
+    let dk = keys
+        .generate_data_key(&context)
+        .await
+        .map_err(crypto_error)?;
+    meta.key_id = Some(dk.key_id.clone());
+    // Serialized once: these exact bytes are both the header's `meta` and
+    // the associated data.
+    let raw = serde_json::value::to_raw_value(&meta)
+        .map_err(|e| StoreError::Corrupt(format!("metadata does not serialize: {e}")))?;
+    let content = content.to_vec();
+    fs::blocking(move || {
+        let (envelope, ciphertext) =
+            seal_content(&dk, &aad(&id, raw.get().as_bytes()), &content).map_err(crypto_error)?;
+        let header = serde_json::to_vec(&HeaderOut {
+            meta: &raw,
+            envelope: &envelope,
+        })
+        .map_err(|e| StoreError::Corrupt(format!("header does not serialize: {e}")))?;
+        let mut bytes = Vec::with_capacity(MAGIC_V2.len() + header.len() + 1 + ciphertext.len());
+        bytes.extend_from_slice(MAGIC_V2);
+        bytes.extend_from_slice(&header);
+        bytes.push(b'\n');
+        bytes.extend_from_slice(&ciphertext);
+        Ok(SealedObject { id, bytes })
+    })
+    .await
+}
+
+/// The metadata of a stored object, checked against the caller's tenant and
+/// thread (and expiry). Reads only the header.
+pub(super) fn object_meta(
+    bytes: &[u8],
+    tenant: &str,
+    thread_id: &str,
+) -> Result<ArtifactMeta, StoreError> {
+    let meta = object_header_meta(bytes)?;
+    check_meta(&meta, tenant, thread_id)?;
+    Ok(meta)
+}
+
+/// The metadata in a stored object's header, unchecked (for listings).
+pub(super) fn object_header_meta(bytes: &[u8]) -> Result<ArtifactMeta, StoreError> {
+    let mut reader = bytes;
+    let (version, line) = read_header(&mut reader)?;
+    Ok(parse_header(version, &line)?.meta)
+}
+
+/// Opens a stored object for the caller: header checked against the
+/// caller's tenant and thread, the data key unwrapped under the caller's
+/// context (not the object's: another tenant's request cannot unwrap it even
+/// with the object in its path), content authenticated and hash-verified.
+pub(super) async fn open_object(
+    keys: &dyn KeyService,
+    tenant: &str,
+    thread_id: &str,
+    artifact_id: &str,
+    bytes: Vec<u8>,
+) -> Result<(ArtifactMeta, Vec<u8>), StoreError> {
+    let mut reader = bytes.as_slice();
+    let (version, line) = read_header(&mut reader)?;
+    let body_at = bytes.len() - reader.len();
+    let header = parse_header(version, &line)?;
+    check_meta(&header.meta, tenant, thread_id)?;
+    let Some((envelope, meta_raw)) = header.sealed else {
+        let body = bytes[body_at..].to_vec();
+        verify(&header.meta, &body)?;
+        return Ok((header.meta, body));
+    };
+    let context = EncryptionContext {
+        tenant,
+        thread: thread_id,
+        artifact: artifact_id,
+    };
+    let key = unwrap_key(keys, &envelope, &context)
+        .await
+        .map_err(crypto_error)?;
+    let aad = aad(artifact_id, &meta_raw);
+    let meta = header.meta;
+    fs::blocking(move || {
+        let content =
+            open_content(&key, &envelope, &aad, &bytes[body_at..]).map_err(crypto_error)?;
+        verify(&meta, &content)?;
+        Ok((meta, content))
+    })
+    .await
+}
+
 #[async_trait]
 impl ArtifactStore for FsArtifactStore {
     async fn put(&self, meta: &ArtifactMeta, content: &[u8]) -> Result<String, StoreError> {
         let dir = self.artifacts_dir(&meta.tenant, &meta.thread_id)?;
-        let mut meta = meta.for_content(content)?;
-        // 128 random bits: a collision is not a practical concern, so no existence check.
-        let id = new_artifact_id();
-        let context = EncryptionContext {
-            tenant: &meta.tenant,
-            thread: &meta.thread_id,
-            artifact: &id,
-        };
-        // Nothing is written unless the key service gave a data key.
-        let dk = self
-            .keys
-            .generate_data_key(&context)
-            .await
-            .map_err(crypto_error)?;
-        meta.key_id = Some(dk.key_id.clone());
-        // Serialized once: these exact bytes are both the header's `meta`
-        // and the associated data.
-        let raw = serde_json::value::to_raw_value(&meta)
-            .map_err(|e| StoreError::Corrupt(format!("metadata does not serialize: {e}")))?;
-        let content = content.to_vec();
+        let sealed = seal_object(self.keys.as_ref(), meta, content).await?;
         let data_dir = self.dir.clone();
         fs::blocking(move || {
-            let (envelope, ciphertext) =
-                seal_content(&dk, &aad(&id, raw.get().as_bytes()), &content)
-                    .map_err(crypto_error)?;
-            let header = serde_json::to_vec(&HeaderOut {
-                meta: &raw,
-                envelope: &envelope,
-            })
-            .map_err(|e| StoreError::Corrupt(format!("header does not serialize: {e}")))?;
-            let mut bytes =
-                Vec::with_capacity(MAGIC_V2.len() + header.len() + 1 + ciphertext.len());
-            bytes.extend_from_slice(MAGIC_V2);
-            bytes.extend_from_slice(&header);
-            bytes.push(b'\n');
-            bytes.extend_from_slice(&ciphertext);
             data_dir.ensure_dir(&dir)?;
-            fs::write_atomic(&dir, &id, &bytes)?;
-            Ok(id)
+            fs::write_atomic(&dir, &sealed.id, &sealed.bytes)?;
+            Ok(sealed.id)
         })
         .await
     }
@@ -272,30 +339,8 @@ impl ArtifactStore for FsArtifactStore {
         artifact_id: &str,
     ) -> Result<(ArtifactMeta, Vec<u8>), StoreError> {
         let path = self.artifact_path(tenant, thread_id, artifact_id)?;
-        let (t, th) = (tenant.to_owned(), thread_id.to_owned());
-        let (header, body) = fs::blocking(move || read_file(&path, &t, &th)).await?;
-        let Some((envelope, meta_raw)) = header.sealed else {
-            verify(&header.meta, &body)?;
-            return Ok((header.meta, body));
-        };
-        // The context is the caller's, not the file's: another tenant's
-        // request cannot unwrap this key even with the file in its path.
-        let context = EncryptionContext {
-            tenant,
-            thread: thread_id,
-            artifact: artifact_id,
-        };
-        let key = unwrap_key(self.keys.as_ref(), &envelope, &context)
-            .await
-            .map_err(crypto_error)?;
-        let aad = aad(artifact_id, &meta_raw);
-        let meta = header.meta;
-        fs::blocking(move || {
-            let content = open_content(&key, &envelope, &aad, &body).map_err(crypto_error)?;
-            verify(&meta, &content)?;
-            Ok((meta, content))
-        })
-        .await
+        let bytes = fs::blocking(move || std::fs::read(&path).map_err(not_found_or)).await?;
+        open_object(self.keys.as_ref(), tenant, thread_id, artifact_id, bytes).await
     }
 
     async fn get_metadata(

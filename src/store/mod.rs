@@ -19,11 +19,14 @@
 //! the metadata bound as associated data.
 
 mod artifact;
+pub mod backend;
 pub mod envelope;
 mod fs;
+pub mod kms;
 pub(crate) use fs::KeyedLocks;
 mod memory;
 mod plan;
+pub mod s3;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

@@ -105,7 +105,17 @@ fn read_plan(path: &Path, tenant: &str, thread_id: &str) -> Result<Option<Stored
     let Some(bytes) = fs::read_optional(path)? else {
         return Ok(None);
     };
-    let file: PlanFile = serde_json::from_slice(&bytes)
+    decode_plan(&bytes, tenant, thread_id).map(Some)
+}
+
+/// Parses a stored plan (the same format on every backend) and checks it
+/// belongs to `tenant` and `thread_id`.
+pub(super) fn decode_plan(
+    bytes: &[u8],
+    tenant: &str,
+    thread_id: &str,
+) -> Result<StoredPlan, StoreError> {
+    let file: PlanFile = serde_json::from_slice(bytes)
         .map_err(|e| StoreError::Corrupt(format!("plan file does not parse: {e}")))?;
     if file.format != PLAN_FILE_FORMAT {
         return Err(StoreError::Corrupt(format!(
@@ -120,11 +130,41 @@ fn read_plan(path: &Path, tenant: &str, thread_id: &str) -> Result<Option<Stored
     }
     let mut plan = file.plan;
     plan.version = file.version;
-    Ok(Some(StoredPlan {
+    Ok(StoredPlan {
         version: file.version,
         plan,
         committed_at_unix_ms: file.committed_at_unix_ms,
-    }))
+    })
+}
+
+/// The bytes to store for `plan` committed as `version` now, and the
+/// [`StoredPlan`] they decode to.
+pub(super) fn encode_plan(
+    tenant: &str,
+    thread_id: &str,
+    plan: &CompactionPlan,
+    version: u64,
+) -> Result<(Vec<u8>, StoredPlan), StoreError> {
+    let mut plan = plan.clone();
+    plan.version = version;
+    let file = PlanFile {
+        format: PLAN_FILE_FORMAT,
+        tenant: tenant.to_owned(),
+        thread_id: thread_id.to_owned(),
+        version,
+        committed_at_unix_ms: fs::now_unix_ms(),
+        plan,
+    };
+    let bytes = serde_json::to_vec(&file)
+        .map_err(|e| StoreError::Corrupt(format!("plan does not serialize: {e}")))?;
+    Ok((
+        bytes,
+        StoredPlan {
+            version,
+            plan: file.plan,
+            committed_at_unix_ms: file.committed_at_unix_ms,
+        },
+    ))
 }
 
 #[async_trait]
@@ -158,33 +198,18 @@ impl PlanStore for FsPlanStore {
     ) -> Result<u64, StoreError> {
         let path = self.plan_path(tenant, thread_id)?;
         let version = super::next_version(plan, thread_id, expected_version)?;
-        let mut plan = plan.clone();
-        plan.version = version;
-        let file = PlanFile {
-            format: PLAN_FILE_FORMAT,
-            tenant: tenant.to_owned(),
-            thread_id: thread_id.to_owned(),
-            version,
-            committed_at_unix_ms: fs::now_unix_ms(),
-            plan,
-        };
-        let bytes = serde_json::to_vec(&file)
-            .map_err(|e| StoreError::Corrupt(format!("plan does not serialize: {e}")))?;
+        let (bytes, cached) = encode_plan(tenant, thread_id, plan, version)?;
+        let (tenant, thread_id) = (tenant.to_owned(), thread_id.to_owned());
 
         let guard = self.locks.get(&path).lock_owned().await;
         let dir = self.dir.clone();
         let key = path.clone();
-        let cached = StoredPlan {
-            version,
-            plan: file.plan.clone(),
-            committed_at_unix_ms: file.committed_at_unix_ms,
-        };
         let cache = Arc::clone(&self.cache);
         fs::blocking(move || {
             // The guard moves in here: if the caller is cancelled mid-commit,
             // the lock is held until the write has finished, not released early.
             let _guard = guard;
-            let current = read_plan(&path, &file.tenant, &file.thread_id)?.map_or(0, |p| p.version);
+            let current = read_plan(&path, &tenant, &thread_id)?.map_or(0, |p| p.version);
             if current != expected_version {
                 return Err(StoreError::Conflict {
                     expected: expected_version,

@@ -2,6 +2,7 @@
 //! API so nothing test-only ships with it. Used as a dev-dependency only.
 
 pub mod hard;
+pub mod moto;
 mod rng;
 pub mod synth;
 

@@ -1,0 +1,730 @@
+//! Artifacts and plans on S3 with KMS envelope encryption, against a real
+//! local moto server (S3 + KMS) started per test; the AWS path is exercised
+//! through the real `aws-sdk-s3`/`aws-sdk-kms` clients, the API through a
+//! real gRPC client. moto missing = these tests fail, saying so.
+
+mod server_common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use aws_sdk_kms::primitives::Blob;
+use aws_sdk_s3::config::Credentials;
+use aws_sdk_s3::primitives::ByteStream;
+use base64::Engine as _;
+use compactd::model::CompactionPlan;
+use compactd::proto::pb;
+use compactd::store::backend::{self, ArtifactsSettings, Backend, Local, PlansSettings, Stores};
+use compactd::store::{PlanStore, StoreError};
+use compactd_testkit::moto::{Fault, FaultProxy, Moto};
+use server_common::*;
+use tonic::Code;
+
+const BUCKET: &str = "compactd-artifacts";
+const REGION: &str = "us-east-1";
+
+fn creds() -> Credentials {
+    Credentials::new("testing", "testing", None, None, "moto")
+}
+
+/// moto, a proxy in front of it for S3 and one for KMS (so either can fail
+/// alone), direct clients for inspecting what was stored, a bucket and two
+/// KMS keys (the default and globex's own).
+struct Aws {
+    _moto: Moto,
+    s3_proxy: FaultProxy,
+    kms_proxy: FaultProxy,
+    s3: aws_sdk_s3::Client,
+    kms: aws_sdk_kms::Client,
+    default_key: String,
+    globex_key: String,
+    dir: tempfile::TempDir,
+}
+
+async fn aws() -> Aws {
+    let moto = tokio::task::spawn_blocking(Moto::start)
+        .await
+        .expect("moto start");
+    let s3_proxy = FaultProxy::start(moto.addr());
+    let kms_proxy = FaultProxy::start(moto.addr());
+    let sdk = backend::sdk_config(Some(REGION), Some(creds())).await;
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&sdk)
+            .endpoint_url(moto.endpoint())
+            .force_path_style(true)
+            .build(),
+    );
+    let kms = aws_sdk_kms::Client::from_conf(
+        aws_sdk_kms::config::Builder::from(&sdk)
+            .endpoint_url(moto.endpoint())
+            .build(),
+    );
+    s3.create_bucket()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .expect("bucket");
+    let mut keys = Vec::new();
+    for _ in 0..2 {
+        let k = kms.create_key().send().await.expect("kms key");
+        keys.push(k.key_metadata.expect("metadata").arn.expect("arn"));
+    }
+    Aws {
+        _moto: moto,
+        s3_proxy,
+        kms_proxy,
+        s3,
+        kms,
+        globex_key: keys.pop().expect("key"),
+        default_key: keys.pop().expect("key"),
+        dir: tempfile::tempdir().expect("tempdir"),
+    }
+}
+
+impl Aws {
+    fn settings(&self) -> ArtifactsSettings {
+        let mut s = ArtifactsSettings {
+            backend: Backend::S3,
+            ..Default::default()
+        };
+        s.s3.bucket = BUCKET.into();
+        s.s3.prefix = "prod".into();
+        s.s3.region = Some(REGION.into());
+        s.s3.endpoint_url = Some(self.s3_proxy.endpoint());
+        s.kms.key_id = Some(self.default_key.clone());
+        s.kms.endpoint_url = Some(self.kms_proxy.endpoint());
+        s.kms.tenant_keys = BTreeMap::from([("globex".to_string(), self.globex_key.clone())]);
+        s
+    }
+
+    async fn stores(&self) -> Stores {
+        backend::open(
+            Local {
+                data_dir: &self.dir.path().join("data"),
+                keyring_file: None,
+            },
+            &self.settings(),
+            &PlansSettings::default(),
+            Some(creds()),
+        )
+        .await
+        .expect("open the S3 stores")
+    }
+
+    async fn server(&self) -> TestServer {
+        let stores = self.stores().await;
+        TestServer::start_with_stores(stores.plans, stores.artifacts).await
+    }
+
+    /// Every key in the bucket.
+    async fn keys(&self) -> Vec<String> {
+        let out = self
+            .s3
+            .list_objects_v2()
+            .bucket(BUCKET)
+            .send()
+            .await
+            .expect("list");
+        out.contents()
+            .iter()
+            .filter_map(|o| o.key().map(String::from))
+            .collect()
+    }
+
+    async fn object(&self, key: &str) -> Vec<u8> {
+        let out = self
+            .s3
+            .get_object()
+            .bucket(BUCKET)
+            .key(key)
+            .send()
+            .await
+            .expect("get");
+        out.body
+            .collect()
+            .await
+            .expect("body")
+            .into_bytes()
+            .to_vec()
+    }
+
+    async fn put(&self, key: &str, bytes: Vec<u8>) {
+        self.s3
+            .put_object()
+            .bucket(BUCKET)
+            .key(key)
+            .body(ByteStream::from(bytes))
+            .send()
+            .await
+            .expect("put");
+    }
+
+    async fn artifact_keys(&self) -> Vec<String> {
+        self.keys()
+            .await
+            .into_iter()
+            .filter(|k| k.contains("/artifacts/art_"))
+            .collect()
+    }
+}
+
+/// The object's header line, parsed.
+fn header(object: &[u8]) -> serde_json::Value {
+    let start = object.iter().position(|&b| b == b'\n').expect("magic line") + 1;
+    let end = start
+        + object[start..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .expect("header line");
+    serde_json::from_slice(&object[start..end]).expect("header json")
+}
+
+fn kms_context(tenant: &str, thread: &str, artifact: &str) -> HashMap<String, String> {
+    HashMap::from([
+        ("tenant".into(), tenant.into()),
+        ("thread".into(), thread.into()),
+        ("artifact".into(), artifact.into()),
+    ])
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A thread whose big tool result gets externalized, with secrets in it.
+fn secret_thread(id: &str) -> pb::Thread {
+    let mut t = big_thread(id, 2000);
+    t.messages[2] = result(
+        "t1",
+        1,
+        "c1",
+        "read_file",
+        format!(
+            "config:\n  password: hunter2-prod\n  AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n{}",
+            big_output(2000)
+        ),
+    );
+    t
+}
+
+async fn compact_externalizing(
+    client: &mut pb::compaction_service_client::CompactionServiceClient<tonic::transport::Channel>,
+    token: &str,
+    thread: pb::Thread,
+) -> Result<pb::CompactResponse, tonic::Status> {
+    let mut req = compact_req(thread, 8000);
+    req.policy = Some(externalize_policy());
+    within(client.compact(authed(req, token)))
+        .await
+        .map(|r| r.into_inner())
+}
+
+async fn rehydrate(
+    client: &mut pb::compaction_service_client::CompactionServiceClient<tonic::transport::Channel>,
+    token: &str,
+    thread_id: &str,
+    artifact_id: &str,
+) -> Result<pb::RehydrateResponse, tonic::Status> {
+    within(client.rehydrate(authed(
+        pb::RehydrateRequest {
+            thread_id: thread_id.into(),
+            artifact_id: artifact_id.into(),
+            max_tokens: 200_000,
+            ..Default::default()
+        },
+        token,
+    )))
+    .await
+    .map(|r| r.into_inner())
+}
+
+#[tokio::test]
+async fn externalized_content_is_ciphertext_in_s3_and_comes_back_redacted() {
+    let aws = aws().await;
+    let server = aws.server().await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+    let out = compact_externalizing(&mut client, &acme, secret_thread("t-s3"))
+        .await
+        .expect("compact");
+    let artifact_id = out.new_artifact_ids.first().cloned().expect("externalized");
+
+    let keys = aws.artifact_keys().await;
+    let key = keys
+        .iter()
+        .find(|k| k.ends_with(&artifact_id))
+        .expect("the artifact's object");
+    assert!(
+        key.starts_with("prod/tenants/acme/threads/") && key.contains("/artifacts/"),
+        "{key}"
+    );
+    let object = aws.object(key).await;
+    // No plaintext fragment: no line of the original output, no secret.
+    let original = big_output(2000);
+    for line in original.lines().step_by(97) {
+        assert!(
+            !contains(&object, line.as_bytes()),
+            "plaintext {line:?} in S3"
+        );
+    }
+    for secret in ["hunter2-prod", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"] {
+        assert!(!contains(&object, secret.as_bytes()), "{secret} in S3");
+    }
+    let h = header(&object);
+    assert_eq!(h["envelope"]["algorithm"], "AES-256-GCM");
+    assert_eq!(h["envelope"]["key_id"], aws.default_key.as_str());
+    assert_eq!(h["meta"]["tenant"], "acme");
+
+    let back = rehydrate(&mut client, &acme, "t-s3", &artifact_id)
+        .await
+        .expect("rehydrate");
+    assert!(back
+        .content
+        .contains(original.lines().nth(1000).expect("line")));
+    assert!(!back.content.contains("hunter2-prod"));
+    assert!(
+        back.content.contains("[REDACTED"),
+        "redaction marker missing"
+    );
+
+    // The plan is on S3 too, encrypted by S3 under the KMS key.
+    let plan_key = keys[0]
+        .split("/artifacts/")
+        .next()
+        .expect("thread prefix")
+        .to_string()
+        + "/plan.json";
+    let head = aws
+        .s3
+        .head_object()
+        .bucket(BUCKET)
+        .key(&plan_key)
+        .send()
+        .await
+        .expect("plan object");
+    assert_eq!(
+        head.server_side_encryption().map(|s| s.as_str()),
+        Some("aws:kms")
+    );
+    let plan_bytes = aws.object(&plan_key).await;
+    assert!(!contains(&plan_bytes, b"hunter2-prod"));
+}
+
+#[tokio::test]
+async fn another_tenant_cannot_read_an_artifact_by_any_route() {
+    let aws = aws().await;
+    let server = aws.server().await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+    let globex = token("globex", ALL);
+    let out = compact_externalizing(&mut client, &acme, secret_thread("shared-name"))
+        .await
+        .expect("compact");
+    let id = out.new_artifact_ids[0].clone();
+
+    // The owner reads it.
+    rehydrate(&mut client, &acme, "shared-name", &id)
+        .await
+        .expect("owner reads");
+    // Guessed id, same thread name: globex's key prefix has no such object.
+    let e = rehydrate(&mut client, &globex, "shared-name", &id)
+        .await
+        .expect_err("cross-tenant read");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    // Forged body tenant: refused before any read.
+    let e = within(client.rehydrate(authed(
+        pb::RehydrateRequest {
+            thread_id: "shared-name".into(),
+            artifact_id: id.clone(),
+            tenant_id: Some("acme".into()),
+            ..Default::default()
+        },
+        &globex,
+    )))
+    .await
+    .expect_err("forged tenant");
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    // Path-like and malformed ids never name an object.
+    for bad in [
+        "../../acme/threads/x/artifacts/".to_string() + &id,
+        format!("{id}/../{id}"),
+        id.to_uppercase(),
+        format!("{id}0"),
+        "art_%2e%2e%2facme".into(),
+    ] {
+        let e = rehydrate(&mut client, &globex, "shared-name", &bad)
+            .await
+            .expect_err("bad id");
+        assert!(
+            matches!(e.code(), Code::NotFound | Code::InvalidArgument),
+            "{bad}: {e:?}"
+        );
+    }
+    // A thread id with path tricks stays inside globex's prefix.
+    let e = rehydrate(&mut client, &globex, "../../acme/threads/shared-name", &id)
+        .await
+        .expect_err("thread traversal");
+    assert!(
+        matches!(e.code(), Code::NotFound | Code::InvalidArgument),
+        "{e:?}"
+    );
+
+    // The object itself, copied under globex's key: the header names acme,
+    // so it is refused, never served.
+    let acme_key = aws
+        .artifact_keys()
+        .await
+        .into_iter()
+        .find(|k| k.ends_with(&id))
+        .expect("object");
+    let object = aws.object(&acme_key).await;
+    aws.put(
+        &acme_key.replace("/tenants/acme/", "/tenants/globex/"),
+        object.clone(),
+    )
+    .await;
+    let e = rehydrate(&mut client, &globex, "shared-name", &id)
+        .await
+        .expect_err("copied object");
+    assert_ne!(e.code(), Code::Ok);
+    // And cryptographically: KMS refuses to unwrap acme's data key in
+    // globex's context, with or without globex's key named.
+    let h = header(&object);
+    let wrapped = base64::engine::general_purpose::STANDARD
+        .decode(h["envelope"]["wrapped_key"].as_str().expect("wrapped"))
+        .expect("base64");
+    let refused = aws
+        .kms
+        .decrypt()
+        .ciphertext_blob(Blob::new(wrapped.clone()))
+        .set_encryption_context(Some(kms_context("globex", "shared-name", &id)))
+        .send()
+        .await
+        .expect_err("KMS must refuse another tenant's context");
+    assert!(
+        format!("{refused:?}").contains("InvalidCiphertextException"),
+        "{refused:?}"
+    );
+    aws.kms
+        .decrypt()
+        .ciphertext_blob(Blob::new(wrapped))
+        .set_encryption_context(Some(kms_context("acme", "shared-name", &id)))
+        .send()
+        .await
+        .expect("the owner's context unwraps");
+}
+
+#[tokio::test]
+async fn tampered_ciphertext_or_metadata_is_an_error_never_garbage() {
+    let aws = aws().await;
+    let server = aws.server().await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+    let out = compact_externalizing(&mut client, &acme, big_thread("t-tamper", 2000))
+        .await
+        .expect("compact");
+    let id = out.new_artifact_ids[0].clone();
+    let key = aws
+        .artifact_keys()
+        .await
+        .into_iter()
+        .find(|k| k.ends_with(&id))
+        .expect("object");
+    let original = aws.object(&key).await;
+
+    // One bit of the ciphertext.
+    let mut flipped = original.clone();
+    let last = flipped.len() - 20;
+    flipped[last] ^= 0x01;
+    aws.put(&key, flipped).await;
+    let e = rehydrate(&mut client, &acme, "t-tamper", &id)
+        .await
+        .expect_err("tampered ciphertext");
+    assert_ne!(e.code(), Code::Ok);
+    assert!(!e.message().contains("line"), "{e:?}");
+
+    // The metadata: sensitivity lowered, TTL removed — same length or not,
+    // the associated data no longer authenticates.
+    let text = String::from_utf8_lossy(&original).into_owned();
+    let mut edits = 0;
+    for (from, to) in [
+        ("\"internal\"", "\"public\""),
+        ("\"ttl_seconds\":", "\"ttl_secondz\":"),
+    ] {
+        if !text.contains(from) {
+            continue;
+        }
+        let mut edited = original.clone();
+        let at = text.find(from).expect("field");
+        edited.splice(at..at + from.len(), to.bytes());
+        aws.put(&key, edited).await;
+        let e = rehydrate(&mut client, &acme, "t-tamper", &id)
+            .await
+            .expect_err("tampered metadata");
+        assert_ne!(e.code(), Code::Ok, "{from}");
+        edits += 1;
+    }
+    assert!(edits > 0, "no metadata field to edit in {text:.300}");
+
+    // Restored, it reads again.
+    aws.put(&key, original).await;
+    rehydrate(&mut client, &acme, "t-tamper", &id)
+        .await
+        .expect("restored object reads");
+}
+
+/// Plan in the S3 store, if any.
+async fn stored_plan(aws: &Aws, tenant: &str, thread: &str) -> Option<CompactionPlan> {
+    aws.stores()
+        .await
+        .plans
+        .get(tenant, thread)
+        .await
+        .expect("plan read")
+        .map(|p| p.plan)
+}
+
+#[tokio::test]
+async fn s3_or_kms_down_is_unavailable_commits_nothing_and_recovers() {
+    let aws = aws().await;
+    let server = aws.server().await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+
+    for (which, proxy, fault) in [
+        ("kms refused", &aws.kms_proxy, Fault::Refuse),
+        ("kms 500", &aws.kms_proxy, Fault::Http500),
+        ("s3 refused", &aws.s3_proxy, Fault::Refuse),
+        ("s3 500", &aws.s3_proxy, Fault::Http500),
+    ] {
+        let thread = format!("t-down-{}", which.replace(' ', "-"));
+        proxy.set(fault);
+        let e = compact_externalizing(&mut client, &acme, big_thread(&thread, 2000))
+            .await
+            .expect_err(which);
+        assert_eq!(e.code(), Code::Unavailable, "{which}: {e:?}");
+        proxy.set(Fault::None);
+        // Nothing committed: no plan, and no object for a plan to point at.
+        assert_eq!(stored_plan(&aws, "acme", &thread).await, None, "{which}");
+        if which.starts_with("kms") {
+            let hex = hex_of(&thread);
+            assert!(
+                !aws.keys().await.iter().any(|k| k.contains(&hex)),
+                "{which}: an object was written without a data key"
+            );
+        }
+        // Healthy again for the next call, on the same thread.
+        let out = compact_externalizing(&mut client, &acme, big_thread(&thread, 2000))
+            .await
+            .unwrap_or_else(|e| panic!("{which}: after recovery: {e:?}"));
+        let plan = stored_plan(&aws, "acme", &thread).await.expect("plan");
+        for id in &out.new_artifact_ids {
+            assert!(format!("{plan:?}").contains(id.as_str()));
+            rehydrate(&mut client, &acme, &thread, id)
+                .await
+                .unwrap_or_else(|e| panic!("{which}: {id} unreadable: {e:?}"));
+        }
+    }
+}
+
+fn hex_of(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn two_replicas_on_one_bucket_get_one_winner_per_version() {
+    let aws = aws().await;
+    let (a, b) = (aws.stores().await, aws.stores().await);
+    let replicas: [Arc<dyn PlanStore>; 2] = [a.plans, b.plans];
+    let thread = "t-shared";
+    // Each round both replicas read the latest plan and commit a successor
+    // that appends their name; exactly one wins each version and the winner
+    // of every version is visible in the final history (no lost update).
+    let mut winners = Vec::new();
+    let mut versions = Vec::new();
+    let mut conflicts = 0;
+    for round in 0..12u64 {
+        let attempts = replicas.iter().enumerate().map(|(i, store)| {
+            let store = Arc::clone(store);
+            async move {
+                let current = store.get("acme", thread).await.expect("get");
+                let (version, mut plan) = match current {
+                    Some(p) => (p.version, p.plan),
+                    None => (0, CompactionPlan::new(thread)),
+                };
+                plan.fingerprint = format!("{}+r{i}", plan.fingerprint);
+                (i, store.commit("acme", thread, &plan, version).await)
+            }
+        });
+        let results = futures_join(attempts.collect()).await;
+        let won: Vec<usize> = results
+            .iter()
+            .filter(|(_, r)| r.is_ok())
+            .map(|(i, _)| *i)
+            .collect();
+        let lost = results
+            .iter()
+            .filter(|(_, r)| matches!(r, Err(StoreError::Conflict { .. })))
+            .count();
+        assert!(!won.is_empty(), "round {round}: nobody won: {results:?}");
+        assert_eq!(won.len() + lost, 2, "round {round}: {results:?}");
+        conflicts += lost;
+        versions.extend(results.iter().filter_map(|(_, r)| r.as_ref().ok().copied()));
+        winners.extend(won);
+    }
+    let last = replicas[0]
+        .get("acme", thread)
+        .await
+        .expect("get")
+        .expect("plan");
+    assert_eq!(last.version, winners.len() as u64);
+    assert!(
+        conflicts > 0,
+        "the replicas never raced; the test proves nothing"
+    );
+    // Every version was won exactly once, in order.
+    assert_eq!(versions, (1..=last.version).collect::<Vec<_>>());
+    let expected: String = winners.iter().map(|i| format!("+r{i}")).collect();
+    assert_eq!(
+        last.plan.fingerprint, expected,
+        "a committed update was lost"
+    );
+    // A stale writer is refused with the current version.
+    let e = replicas[1]
+        .commit("acme", thread, &last.plan, 1)
+        .await
+        .expect_err("stale");
+    assert!(
+        matches!(e, StoreError::Conflict { expected: 1, current } if current == last.version),
+        "{e:?}"
+    );
+}
+
+/// Runs the futures concurrently and returns their outputs in order.
+async fn futures_join<F: std::future::Future + Send + 'static>(fs: Vec<F>) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = fs.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("task"));
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_plan_one_replica_commits_is_the_one_the_other_replaces() {
+    let aws = aws().await;
+    let (one, two) = (aws.server().await, aws.server().await);
+    let acme = token("acme", ALL);
+    let out = compact_externalizing(&mut one.client().await, &acme, big_thread("t-rep", 2000))
+        .await
+        .expect("compact on replica one");
+    let plan = out.plan.expect("plan");
+    let mut c2 = two.client().await;
+    // Replica two resets exactly the version replica one committed.
+    let reset = within(c2.reset_plan(authed(
+        pb::ResetPlanRequest {
+            thread_id: "t-rep".into(),
+            expected_version: Some(plan.version),
+            ..Default::default()
+        },
+        &token(
+            "acme",
+            &[
+                "compact",
+                "render",
+                "rehydrate",
+                "artifact:read:internal",
+                "delete",
+            ],
+        ),
+    )))
+    .await
+    .expect("reset on replica two")
+    .into_inner();
+    assert_eq!(reset.previous_version, plan.version);
+    assert_eq!(reset.version, plan.version + 1);
+    rehydrate(&mut c2, &acme, "t-rep", &out.new_artifact_ids[0])
+        .await
+        .expect("replica two reads replica one's artifact");
+}
+
+/// Deployment contract: the binary serves on S3+KMS from the SDK's standard
+/// environment plus three `COMPACTD__` variables, nothing else.
+#[cfg(unix)]
+#[tokio::test]
+async fn the_binary_serves_on_s3_and_kms_from_the_environment_alone() {
+    use std::io::{BufRead, BufReader};
+    let aws = aws().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_compactd"));
+    for (k, _) in
+        std::env::vars().filter(|(k, _)| k.starts_with("COMPACTD") || k.starts_with("AWS_"))
+    {
+        cmd.env_remove(k);
+    }
+    let mut child = cmd
+        .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env("COMPACTD__ARTIFACTS__BACKEND", "s3")
+        .env("COMPACTD__ARTIFACTS__S3__BUCKET", BUCKET)
+        .env("COMPACTD__ARTIFACTS__KMS__KEY_ID", &aws.default_key)
+        .env("AWS_ENDPOINT_URL", aws.s3_proxy.endpoint())
+        .env("AWS_REGION", REGION)
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("HOME", dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = child.stdout.take().expect("stdout");
+    let mut child = Kill(child);
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("read");
+        line
+    })
+    .await
+    .expect("line");
+    let addr = line
+        .trim()
+        .strip_prefix("compactd listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    let mut client =
+        pb::compaction_service_client::CompactionServiceClient::connect(format!("http://{addr}"))
+            .await
+            .expect("connect");
+    let mut req = compact_req(big_thread("t-env", 2000), 8000);
+    req.policy = Some(externalize_policy());
+    let out = within(client.compact(req))
+        .await
+        .unwrap_or_else(|e| {
+            let _ = child.0.kill();
+            panic!("compact against the env-configured binary: {e:?}")
+        })
+        .into_inner();
+    let id = out.new_artifact_ids[0].clone();
+    let keys = aws.keys().await;
+    assert!(keys.iter().any(|k| k.ends_with(&id)), "{keys:?}");
+    assert!(keys.iter().any(|k| k.ends_with("/plan.json")), "{keys:?}");
+    let object = aws
+        .object(keys.iter().find(|k| k.ends_with(&id)).expect("key"))
+        .await;
+    assert_eq!(
+        header(&object)["envelope"]["key_id"],
+        aws.default_key.as_str()
+    );
+    // Nothing under the data directory but the (unused) directory itself.
+    assert!(!dir.path().join("tenants").exists());
+}
