@@ -45,6 +45,8 @@ pub struct Defaults {
     pub max_input_tokens: u32,
     /// The floor of every request's `safety_buffer_tokens`.
     pub min_safety_buffer_tokens: u32,
+    /// Render's injection of artifacts the agent names.
+    pub auto_rehydrate: crate::render::AutoRehydrate,
 }
 
 impl Default for Defaults {
@@ -54,6 +56,7 @@ impl Default for Defaults {
             model: "gpt-4o".into(),
             max_input_tokens: 128_000,
             min_safety_buffer_tokens: 256,
+            auto_rehydrate: crate::render::AutoRehydrate::default(),
         }
     }
 }

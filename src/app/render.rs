@@ -9,14 +9,18 @@ use crate::model::{
     AuditRecord, CompactionPlan, EvictionCounts, PLAN_FORMAT_VERSION, SUMMARY_RENDER_VERSION,
     SUMMARY_SCHEMA_VERSION,
 };
+use crate::model::{Sensitivity, ToolSchema};
 use crate::reduce::{referenced_artifacts, TokenBudget};
 use crate::render::{
     anthropic, body_tokens, fit_rehydrated, openai, render, responses, OutputFormat,
     ProviderOptions, RehydrationReport, RenderInput, Request, RequestCounter, RequestTokens,
     RENDER_FORMAT_VERSION,
 };
+use crate::render::{named_recently, named_this_turn, AutoRehydrate, RehydrationBlocked};
 use crate::runtime::blocking;
-use crate::security::SecurityContext;
+use crate::security::{Permission, SecurityContext};
+use crate::store::StoreError;
+use crate::tokens::truncate_to_tokens;
 
 use super::error::artifact_read_error;
 use super::rehydrate::check_sensitivity;
@@ -40,6 +44,11 @@ pub struct RenderCommand {
     pub rehydrate_artifact_ids: Vec<String>,
     /// Leave tool calls without a result out instead of refusing.
     pub omit_pending_calls: bool,
+    /// Inject artifacts the agent names in its latest turn; `None`: the
+    /// server's setting.
+    pub auto_rehydrate: Option<bool>,
+    /// Add the `read_artifact` tool definition to the request's tools.
+    pub read_artifact_tool: bool,
 }
 
 /// A rendered request in the requested form.
@@ -84,6 +93,24 @@ impl App {
         }
         let mut cmd = cmd;
         cmd.request.policy = self.effective_policy(&cmd.request.policy)?;
+        if cmd.read_artifact_tool
+            && !cmd
+                .request
+                .tools
+                .iter()
+                .any(|t| t.name == READ_ARTIFACT_TOOL)
+        {
+            Arc::make_mut(&mut cmd.request.tools).push(read_artifact_tool());
+        }
+        let limits = self.inner.defaults.auto_rehydrate;
+        let auto = if cmd.auto_rehydrate.unwrap_or(limits.enabled) {
+            self.auto_rehydration(ctx, &cmd, limits).await
+        } else {
+            AutoRehydration::default()
+        };
+        // The compaction of this turn must not externalize or drop what is
+        // being read back (loop breaking).
+        cmd.request.rehydrated_this_turn |= !auto.fetched.is_empty();
         let (plan, compaction) = self.plan_to_render(ctx, &cmd).await?;
         let fetched = self
             .fetch_artifacts(ctx, &cmd.request.thread.id, &cmd.rehydrate_artifact_ids)
@@ -103,8 +130,15 @@ impl App {
             let plan = Arc::clone(&plan);
             move || {
                 let rc = RequestCounter::for_target(parts.counter.as_ref(), &parts.ledger, target);
-                let (request, tokens, rehydrated) =
-                    render_and_count(&cmd, &plan, &rc, fetched, max_input_tokens)?;
+                let (request, tokens, rehydrated) = render_and_count(
+                    &cmd,
+                    &plan,
+                    &rc,
+                    fetched,
+                    auto,
+                    limits.max_tokens_per_artifact,
+                    max_input_tokens,
+                )?;
                 let mut audit = audit(&plan, parts.counter.name(), &summarizer_id, &rehydrated);
                 audit.warnings = render_warnings(&request, cmd.format);
                 let output = output(
@@ -193,21 +227,164 @@ impl App {
     }
 }
 
+/// The name of the tool [`read_artifact_tool`] defines.
+pub const READ_ARTIFACT_TOOL: &str = "read_artifact";
+
+/// The `read_artifact` tool: what an agent calls to read back content that
+/// left its prompt (an externalized result, an archived stub, summary or
+/// dropped span). The platform answers it with the Rehydrate RPC.
+pub fn read_artifact_tool() -> ToolSchema {
+    ToolSchema {
+        name: READ_ARTIFACT_TOOL.to_string(),
+        description: "Read back content that was moved out of the conversation to save space. \
+            Call it with an artifact id (art_ followed by 32 hex digits) shown in a placeholder, \
+            pointer or summary when you need the exact original text."
+            .to_string(),
+        parameters: serde_json::json!({
+            "type": "object",
+            "properties": {
+                "artifact_id": {
+                    "type": "string",
+                    "pattern": "^art_[0-9a-f]{32}$",
+                    "description": "The artifact id, exactly as shown."
+                },
+                "max_tokens": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Optional cap on the returned content, in tokens."
+                }
+            },
+            "required": ["artifact_id"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+/// What the agent named this turn: content to inject, and what was refused.
+#[derive(Debug, Default)]
+struct AutoRehydration {
+    fetched: Vec<(String, String)>,
+    blocked: Vec<RehydrationReport>,
+}
+
+/// A store error as a reason not to inject (never a reason to fail the turn).
+fn store_block(artifact_id: &str, e: StoreError) -> RehydrationBlocked {
+    match e {
+        StoreError::NotFound | StoreError::InvalidId(_) => RehydrationBlocked::NotFound,
+        e => {
+            tracing::warn!(artifact_id, error = %e, "automatic rehydration: artifact store error");
+            RehydrationBlocked::Unavailable
+        }
+    }
+}
+
+fn blocked(artifact_id: &str, why: RehydrationBlocked) -> RehydrationReport {
+    RehydrationReport {
+        artifact_id: artifact_id.to_string(),
+        truncated: false,
+        omitted: true,
+        auto: true,
+        blocked: Some(why),
+    }
+}
+
+impl App {
+    /// Artifacts the agent named in its latest turn that may be injected:
+    /// public or internal, readable by the caller, not named within the
+    /// cooldown, at most `max_per_turn`. Best effort: a store that does not
+    /// answer blocks the injection, never the turn. Every refusal is
+    /// reported and logged as an event (ids and reasons, never content).
+    async fn auto_rehydration(
+        &self,
+        ctx: &SecurityContext,
+        cmd: &RenderCommand,
+        limits: AutoRehydrate,
+    ) -> AutoRehydration {
+        let thread = &cmd.request.thread;
+        let mut out = AutoRehydration::default();
+        for id in named_this_turn(thread) {
+            if cmd.rehydrate_artifact_ids.contains(&id) {
+                continue;
+            }
+            let why = if named_recently(thread, &id, limits.cooldown_turns) {
+                Some(RehydrationBlocked::Cooldown)
+            } else if !ctx.permissions.contains(&Permission::Rehydrate) {
+                Some(RehydrationBlocked::Permission)
+            } else if out.fetched.len() >= limits.max_per_turn as usize {
+                Some(RehydrationBlocked::TurnLimit)
+            } else {
+                // The metadata first: confidential content is never even
+                // decrypted on this path.
+                let store = &self.inner.artifacts;
+                let read = match store.get_metadata(&ctx.tenant_id, &thread.id, &id).await {
+                    Ok(meta) if meta.sensitivity > Sensitivity::Internal => {
+                        Err(RehydrationBlocked::Sensitivity)
+                    }
+                    Ok(meta) if !ctx.can_read(meta.sensitivity) => {
+                        Err(RehydrationBlocked::Permission)
+                    }
+                    Ok(_) => store
+                        .get(&ctx.tenant_id, &thread.id, &id)
+                        .await
+                        .map_err(|e| store_block(&id, e)),
+                    Err(e) => Err(store_block(&id, e)),
+                };
+                match read {
+                    Ok((_, bytes)) => {
+                        out.fetched
+                            .push((id.clone(), String::from_utf8_lossy(&bytes).into_owned()));
+                        None
+                    }
+                    Err(why) => Some(why),
+                }
+            };
+            if let Some(why) = why {
+                tracing::info!(
+                    event = "rehydration_blocked",
+                    tenant = %ctx.tenant_id,
+                    artifact_id = %id,
+                    reason = ?why,
+                    "an artifact the agent named was not injected"
+                );
+                out.blocked.push(blocked(&id, why));
+            }
+        }
+        out
+    }
+}
+
 /// Renders with the rehydrated content fitted in, and counts the request as
 /// rendered: what is sent is recounted, never taken from the plan (pending
 /// calls left out, the order repaired). A committed plan rendered against a
 /// thread that has grown since may no longer fit: it is refused, never handed
 /// out over budget; a plan compacted in this call that does not fit is a bug,
 /// reported as one.
+#[allow(clippy::too_many_arguments)]
 fn render_and_count(
     cmd: &RenderCommand,
     plan: &CompactionPlan,
     rc: &RequestCounter<'_>,
-    fetched: Vec<(String, String)>,
+    mut fetched: Vec<(String, String)>,
+    auto: AutoRehydration,
+    auto_cap: u32,
     max_input_tokens: u32,
 ) -> Result<(Request, RequestTokens, Vec<RehydrationReport>)> {
     let policy = &cmd.request.policy;
-    let (injected, report) = fit_rehydrated(rc, fetched, policy.rehydration_reserve_tokens);
+    // Explicit requests first: they share the reserve with what the agent
+    // named, and an explicit request is the stronger signal.
+    let explicit = fetched.len();
+    let mut cut = Vec::with_capacity(auto.fetched.len());
+    for (id, text) in auto.fetched {
+        let (text, truncated) = truncate_to_tokens(rc.counter, &text, auto_cap);
+        cut.push(truncated);
+        fetched.push((id, text));
+    }
+    let (injected, mut report) = fit_rehydrated(rc, fetched, policy.rehydration_reserve_tokens);
+    for (r, truncated) in report[explicit..].iter_mut().zip(cut) {
+        r.auto = true;
+        r.truncated |= truncated;
+    }
+    report.extend(auto.blocked);
     let request = render(
         &cmd.request.thread,
         plan,

@@ -63,6 +63,8 @@ pub fn run(args: &CompactArgs) -> Result<String, Failure> {
         max_output_tokens: args.max_output_tokens,
         rehydrate_artifact_ids: Vec::new(),
         omit_pending_calls: args.omit_pending_calls,
+        auto_rehydrate: None,
+        read_artifact_tool: false,
     };
     let out = runtime()?.block_on(app.render(&SecurityContext::dev(), cmd))?;
 

@@ -3,7 +3,9 @@
 
 use crate::model::{AuditRecord, EvictionCounts};
 use crate::reduce::{BudgetReport, ReducerReport};
-use crate::render::{Origin, OutputFormat, RehydrationReport, RenderedMessage, RequestTokens};
+use crate::render::{
+    Origin, OutputFormat, RehydrationBlocked, RehydrationReport, RenderedMessage, RequestTokens,
+};
 
 use super::thread::{content, content_to_pb, role};
 use super::{each, pb, unknown_enum, unset_enum, ConvertError, Result};
@@ -174,6 +176,16 @@ impl From<&RehydrationReport> for pb::RehydratedArtifact {
             artifact_id: r.artifact_id.clone(),
             truncated: r.truncated,
             omitted: r.omitted,
+            auto: r.auto,
+            blocked: match r.blocked {
+                None => pb::RehydrationBlocked::Unspecified,
+                Some(RehydrationBlocked::Sensitivity) => pb::RehydrationBlocked::Sensitivity,
+                Some(RehydrationBlocked::Permission) => pb::RehydrationBlocked::Permission,
+                Some(RehydrationBlocked::Cooldown) => pb::RehydrationBlocked::Cooldown,
+                Some(RehydrationBlocked::TurnLimit) => pb::RehydrationBlocked::TurnLimit,
+                Some(RehydrationBlocked::NotFound) => pb::RehydrationBlocked::NotFound,
+                Some(RehydrationBlocked::Unavailable) => pb::RehydrationBlocked::Unavailable,
+            } as i32,
         }
     }
 }
@@ -185,6 +197,17 @@ impl TryFrom<pb::RehydratedArtifact> for RehydrationReport {
             artifact_id: r.artifact_id,
             truncated: r.truncated,
             omitted: r.omitted,
+            auto: r.auto,
+            blocked: match pb::RehydrationBlocked::try_from(r.blocked) {
+                Ok(pb::RehydrationBlocked::Unspecified) => None,
+                Ok(pb::RehydrationBlocked::Sensitivity) => Some(RehydrationBlocked::Sensitivity),
+                Ok(pb::RehydrationBlocked::Permission) => Some(RehydrationBlocked::Permission),
+                Ok(pb::RehydrationBlocked::Cooldown) => Some(RehydrationBlocked::Cooldown),
+                Ok(pb::RehydrationBlocked::TurnLimit) => Some(RehydrationBlocked::TurnLimit),
+                Ok(pb::RehydrationBlocked::NotFound) => Some(RehydrationBlocked::NotFound),
+                Ok(pb::RehydrationBlocked::Unavailable) => Some(RehydrationBlocked::Unavailable),
+                Err(_) => return Err(ConvertError::new("blocked", "unknown value")),
+            },
         })
     }
 }

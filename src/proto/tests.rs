@@ -17,7 +17,9 @@ use crate::model::{
     ToolContent, ToolOutcome, ToolResultEnvelope, ToolSchema,
 };
 use crate::reduce::{BudgetReport, ReducerReport};
-use crate::render::{Origin, OutputFormat, RehydrationReport, RenderedMessage, RequestTokens};
+use crate::render::{
+    Origin, OutputFormat, RehydrationBlocked, RehydrationReport, RenderedMessage, RequestTokens,
+};
 
 // ───────────────────────────── strategies ─────────────────────────────
 
@@ -476,7 +478,22 @@ proptest! {
         prop_assert_eq!(through_the_wire::<BudgetReport, pb::BudgetReport>(&budget)?, budget);
         let reducer = ReducerReport { name: r.0, tokens_freed: r.1 };
         prop_assert_eq!(through_the_wire::<ReducerReport, pb::ReducerReport>(&reducer)?, reducer);
-        let rehydrated = RehydrationReport { artifact_id: h.0, truncated: h.1, omitted: h.2 };
+        let blocked = [
+            None,
+            Some(RehydrationBlocked::Sensitivity),
+            Some(RehydrationBlocked::Permission),
+            Some(RehydrationBlocked::Cooldown),
+            Some(RehydrationBlocked::TurnLimit),
+            Some(RehydrationBlocked::NotFound),
+            Some(RehydrationBlocked::Unavailable),
+        ][(b[0] % 7) as usize];
+        let rehydrated = RehydrationReport {
+            artifact_id: h.0,
+            truncated: h.1,
+            omitted: h.2,
+            auto: h.1 ^ h.2,
+            blocked,
+        };
         prop_assert_eq!(
             through_the_wire::<RehydrationReport, pb::RehydratedArtifact>(&rehydrated)?,
             rehydrated

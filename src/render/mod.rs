@@ -15,7 +15,10 @@ mod tool_ids;
 
 pub use body_count::body_tokens;
 pub use count::{RequestCounter, RequestTokens};
-pub use rehydrate::{fit_rehydrated, RehydrationReport};
+pub use rehydrate::{
+    artifact_ids_in, fit_rehydrated, named_recently, named_this_turn, AutoRehydrate,
+    RehydrationBlocked, RehydrationReport,
+};
 pub use renderer::{
     externalization_text, render, render_message, summary_text, Rehydrated, RenderInput,
     RenderOptions, RENDER_FORMAT_VERSION,

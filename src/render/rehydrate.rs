@@ -2,20 +2,137 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::{Message, Role, Thread, ToolCall};
 use crate::tokens::truncate_to_tokens;
 
 use super::renderer::render_rehydrated;
 use super::{Rehydrated, RequestCounter};
 
-/// What happened to one artifact asked for this turn.
+/// What happened to one artifact asked for (or named by the agent) this turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RehydrationReport {
     /// The artifact.
     pub artifact_id: String,
     /// Its content was cut to fit.
     pub truncated: bool,
-    /// Nothing of it fit; it is not in the request.
+    /// Nothing of it fit, or it was blocked; it is not in the request.
     pub omitted: bool,
+    /// Found in the agent's latest turn, not asked for explicitly.
+    #[serde(default)]
+    pub auto: bool,
+    /// Why it was not injected, when it was refused before fitting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<RehydrationBlocked>,
+}
+
+/// Why an artifact the agent named was not injected automatically.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RehydrationBlocked {
+    /// Confidential or restricted: only an explicit read may return it.
+    Sensitivity,
+    /// The caller lacks `rehydrate` or `artifact:read:<sensitivity>`.
+    Permission,
+    /// Already named within the cooldown: it was injected then (loop breaking).
+    Cooldown,
+    /// More artifacts were named this turn than may be injected.
+    TurnLimit,
+    /// No such artifact for this tenant and thread (or expired).
+    NotFound,
+    /// The store did not answer; the turn goes on without it.
+    Unavailable,
+}
+
+/// Automatic rehydration: artifacts the agent names in its latest turn are
+/// injected for that turn, within limits that keep it from looping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AutoRehydrate {
+    /// On by default; a request may turn it off.
+    pub enabled: bool,
+    /// Artifacts injected automatically per turn at most.
+    pub max_per_turn: u32,
+    /// Tokens of one automatically injected artifact at most (cut beyond).
+    pub max_tokens_per_artifact: u32,
+    /// An artifact named again within this many turns is not injected again.
+    pub cooldown_turns: u32,
+}
+
+impl Default for AutoRehydrate {
+    fn default() -> Self {
+        AutoRehydrate {
+            enabled: true,
+            max_per_turn: 2,
+            max_tokens_per_artifact: 1500,
+            cooldown_turns: 3,
+        }
+    }
+}
+
+/// Artifact ids (`art_` + 32 lowercase hex, not part of a longer word) in
+/// `text`, in order.
+pub fn artifact_ids_in(text: &str) -> impl Iterator<Item = &str> {
+    let bytes = text.as_bytes();
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    text.match_indices("art_").filter_map(move |(at, _)| {
+        let end = at + 36;
+        let id = text.get(at..end)?;
+        let hex_ok = id[4..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        let before_ok = at == 0 || !word(bytes[at - 1]);
+        let after_ok = bytes.get(end).is_none_or(|&b| !word(b));
+        (hex_ok && before_ok && after_ok).then_some(id)
+    })
+}
+
+/// Where the agent can name an artifact: user and assistant text and the
+/// arguments of tool calls (tool results and system text are not the
+/// agent asking). Calls the agent made this turn count whether or not
+/// their result is in yet.
+fn agent_text(m: &Message) -> Vec<String> {
+    let mut out = Vec::new();
+    if matches!(m.role, Role::User | Role::Assistant) {
+        out.push(m.content.text().into_owned());
+    }
+    out.extend(m.tool_calls.iter().map(ToolCall::arguments_json));
+    out
+}
+
+/// Artifact ids the agent named in the thread's latest turn, first mention
+/// first, each once.
+pub fn named_this_turn(thread: &Thread) -> Vec<String> {
+    let turn = thread.current_turn();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for m in thread.messages.iter().filter(|m| m.turn == turn) {
+        for text in agent_text(m) {
+            for id in artifact_ids_in(&text) {
+                if seen.insert(id.to_string()) {
+                    out.push(id.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether `id` was named in one of the `cooldown` turns before the latest:
+/// it was injected (or refused) then, and injecting it again every turn is
+/// how rehydration loops start. Derived from the thread itself, so every
+/// replica decides alike without shared state.
+pub fn named_recently(thread: &Thread, id: &str, cooldown: u32) -> bool {
+    let turn = thread.current_turn();
+    let from = turn.saturating_sub(cooldown);
+    thread
+        .messages
+        .iter()
+        .filter(|m| m.turn >= from && m.turn < turn)
+        .any(|m| {
+            agent_text(m)
+                .iter()
+                .any(|t| artifact_ids_in(t).any(|x| x == id))
+        })
 }
 
 /// Fits artifacts into `reserve` tokens, in request order: each is cut so that
@@ -62,6 +179,8 @@ pub fn fit_rehydrated(
                     artifact_id,
                     truncated: true,
                     omitted: true,
+                    auto: false,
+                    blocked: None,
                 });
                 continue;
             }
@@ -71,6 +190,8 @@ pub fn fit_rehydrated(
             artifact_id,
             truncated: r.truncated,
             omitted: false,
+            auto: false,
+            blocked: None,
         });
         injected.push(r);
     }

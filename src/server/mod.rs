@@ -52,6 +52,9 @@ pub struct ServerSettings {
     pub artifacts: crate::store::backend::ArtifactsSettings,
     /// Where plans are stored (by default wherever artifacts are).
     pub plans: crate::store::backend::PlansSettings,
+    /// Render injects public and internal artifacts the agent names in its
+    /// latest turn, within these limits.
+    pub auto_rehydrate: crate::render::AutoRehydrate,
     /// Largest request message accepted, in bytes (after decompression).
     pub max_message_bytes: usize,
     /// Deadline of one call on the server, in milliseconds (0: none).
@@ -126,6 +129,7 @@ impl Default for ServerSettings {
             keyring_file: None,
             artifacts: Default::default(),
             plans: Default::default(),
+            auto_rehydrate: Default::default(),
             max_message_bytes: 64 * 1024 * 1024,
             request_timeout_ms: 30_000,
             per_tenant_concurrency: 64,
@@ -164,6 +168,7 @@ impl ServerSettings {
             model: self.default_model.clone(),
             max_input_tokens: self.default_max_input_tokens,
             min_safety_buffer_tokens: self.min_safety_buffer_tokens,
+            auto_rehydrate: self.auto_rehydrate,
         }
     }
 }

@@ -166,6 +166,8 @@ impl Harness {
                         max_output_tokens: None,
                         rehydrate_artifact_ids: Vec::new(),
                         omit_pending_calls: self.omit_pending_calls,
+                        auto_rehydrate: None,
+                        read_artifact_tool: false,
                     },
                 )
                 .await?;
