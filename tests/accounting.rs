@@ -27,6 +27,8 @@ fn verbatim_and_cleared_costs_equal_the_rendered_message_cost() {
                 preserved_fields: Default::default(),
                 reason: ClearReason::Expired,
                 replacement: "[result expired] tool: success".into(),
+                archive_artifact_id: None,
+                archive_note: None,
             };
             let cleared = render_message(m, Action::Clear(&record), &options).expect("renders");
             assert_eq!(c.cleared(m, &record.replacement), c.message(&cleared));

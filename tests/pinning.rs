@@ -52,6 +52,7 @@ fn plans_never_touch_or_straddle_pinned_roles() {
         span: span(ids),
         summary: StructuredSummary::empty(span(ids)),
         summary_token_count: 10,
+        archive_artifact_id: None,
     };
     let roles = [Role::System, Role::Developer];
 
@@ -64,6 +65,7 @@ fn plans_never_touch_or_straddle_pinned_roles() {
             keywords: vec![],
             summary: String::new(),
         },
+        archive_artifact_id: None,
     });
     assert!(matches!(
         plan.validate_against(&t, &roles),

@@ -728,3 +728,42 @@ async fn the_binary_serves_on_s3_and_kms_from_the_environment_alone() {
     // Nothing under the data directory but the (unused) directory itself.
     assert!(!dir.path().join("tenants").exists());
 }
+
+/// A bucket that does not exist, or a bucket setting missing, stops
+/// start-up with the reason, before the address is announced.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_wrong_bucket_stops_start_up_before_listening() {
+    let aws = aws().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (bucket, expect) in [
+        ("no-such-bucket", "no-such-bucket"),
+        ("''", "artifacts.s3.bucket"),
+    ] {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_compactd"));
+        for (k, _) in
+            std::env::vars().filter(|(k, _)| k.starts_with("COMPACTD") || k.starts_with("AWS_"))
+        {
+            cmd.env_remove(k);
+        }
+        let out = cmd
+            .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .env("COMPACTD__ARTIFACTS__BACKEND", "s3")
+            .env("COMPACTD__ARTIFACTS__S3__BUCKET", bucket)
+            .env("AWS_ENDPOINT_URL", aws.s3_proxy.endpoint())
+            .env("AWS_REGION", REGION)
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("HOME", dir.path())
+            .output()
+            .expect("run");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(!out.status.success(), "{bucket:?}: started");
+        assert!(!stdout.contains("listening"), "{bucket:?}: {stdout}");
+        assert!(stderr.contains(expect), "{bucket:?}: {stderr}");
+    }
+}

@@ -57,6 +57,11 @@ pub fn run(args: &ServeArgs) -> Result<String, Failure> {
     runtime.block_on(async move {
         let shutdown = shutdown_signal()
             .map_err(|e| Failure::other(format!("cannot install signal handlers: {e}")))?;
+        // Stores before the listener: a bad bucket, key or permission
+        // stops start-up before the address is announced.
+        let stores = compactd::server::open_stores(&settings)
+            .await
+            .map_err(|e| Failure::bad_input(e.to_string()))?;
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .map_err(|e| Failure::other(format!("cannot listen on {}: {e}", settings.listen)))?;
@@ -64,7 +69,7 @@ pub fn run(args: &ServeArgs) -> Result<String, Failure> {
         // Scripts and tests read this line to find a port chosen with `:0`.
         println!("compactd listening on {addr}");
         let _ = std::io::stdout().flush();
-        compactd::server::serve_checked(settings, startup, listener, shutdown)
+        compactd::server::serve_opened(settings, startup, stores, listener, shutdown)
             .await
             .map_err(Failure::other)?;
         Ok(String::new())

@@ -85,6 +85,10 @@ pub struct SummarizationRecord {
     pub summary: StructuredSummary,
     /// Tokens of the rendered summary message.
     pub summary_token_count: u32,
+    /// The artifact holding the summarized messages' originals (shown in the
+    /// summary's header), when an artifact store archives evictions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive_artifact_id: Option<String>,
 }
 
 /// Why a message's content was replaced by a placeholder.
@@ -114,6 +118,38 @@ pub struct ClearRecord {
     pub reason: ClearReason,
     /// The exact text rendered in place of the content.
     pub replacement: String,
+    /// The artifact holding the original (one per batch of clears).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive_artifact_id: Option<String>,
+    /// Appended to the replacement of the first clear of a batch: where the
+    /// batch's originals are (the id appears once per batch, not per stub).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive_note: Option<String>,
+}
+
+impl ClearRecord {
+    /// What renders in place of the content: the replacement, plus the
+    /// batch's archive note on the batch's first clear.
+    pub fn rendered_text(&self) -> std::borrow::Cow<'_, str> {
+        match &self.archive_note {
+            Some(note) => std::borrow::Cow::Owned(format!("{}\n{note}", self.replacement)),
+            None => std::borrow::Cow::Borrowed(&self.replacement),
+        }
+    }
+}
+
+impl DropRecord {
+    /// The one line that stands for an archived dropped span (rendered in
+    /// place of its first message); `None` when the span is not archived.
+    pub fn notice(&self) -> Option<String> {
+        let id = self.archive_artifact_id.as_deref()?;
+        let n = self.span.message_ids.len();
+        let noun = if n == 1 { "message" } else { "messages" };
+        Some(format!(
+            "[{n} earlier {noun} (turns {}-{}) were removed to fit the context; the originals are archived as {id} (read_artifact)]",
+            self.span.first_turn, self.span.last_turn
+        ))
+    }
 }
 
 /// A keyword index of dropped content, so recall can be added later without rework.
@@ -134,6 +170,10 @@ pub struct DropRecord {
     pub reason: String,
     /// What was in it.
     pub index: DroppedSpanIndex,
+    /// The artifact holding the dropped messages; when set, the span's first
+    /// message renders as a one-line notice naming it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive_artifact_id: Option<String>,
 }
 
 /// What the renderer does with one message. Order is precedence: a higher action

@@ -100,6 +100,7 @@ impl From<&SummarizationRecord> for pb::SummarizationRecord {
             span: Some((&r.span).into()),
             summary: Some((&r.summary).into()),
             summary_token_count: r.summary_token_count,
+            archive_artifact_id: r.archive_artifact_id.clone(),
         }
     }
 }
@@ -111,6 +112,7 @@ impl TryFrom<pb::SummarizationRecord> for SummarizationRecord {
             span: required(r.span, "span")?,
             summary: required(r.summary, "summary")?,
             summary_token_count: r.summary_token_count,
+            archive_artifact_id: r.archive_artifact_id,
         })
     }
 }
@@ -144,6 +146,8 @@ impl From<&ClearRecord> for pb::ClearRecord {
             preserved_fields: json_map_to_pb(&r.preserved_fields),
             reason: pb::ClearReason::from(r.reason) as i32,
             replacement: r.replacement.clone(),
+            archive_artifact_id: r.archive_artifact_id.clone(),
+            archive_note: r.archive_note.clone(),
         }
     }
 }
@@ -156,6 +160,8 @@ impl TryFrom<pb::ClearRecord> for ClearRecord {
             preserved_fields: json_map(r.preserved_fields, "preserved_fields")?,
             reason: clear_reason(r.reason, "reason")?,
             replacement: r.replacement,
+            archive_artifact_id: r.archive_artifact_id,
+            archive_note: r.archive_note,
         })
     }
 }
@@ -169,6 +175,7 @@ impl From<&DropRecord> for pb::DropRecord {
                 keywords: r.index.keywords.clone(),
                 summary: r.index.summary.clone(),
             }),
+            archive_artifact_id: r.archive_artifact_id.clone(),
         }
     }
 }
@@ -180,6 +187,7 @@ impl TryFrom<pb::DropRecord> for DropRecord {
             span: required(r.span, "span")?,
             index: required(r.index, "index")?,
             reason: r.reason,
+            archive_artifact_id: r.archive_artifact_id,
         })
     }
 }

@@ -296,31 +296,45 @@ fn plan() -> impl Strategy<Value = CompactionPlan> {
                 }
             },
         );
-    let sum =
-        (span(), summary(), any::<u32>()).prop_map(|(span, summary, n)| SummarizationRecord {
+    let archive = || proptest::option::of("art_[0-9a-f]{32}");
+    let sum = (span(), summary(), any::<u32>(), archive()).prop_map(|(span, summary, n, a)| {
+        SummarizationRecord {
             span,
             summary,
             summary_token_count: n,
-        });
+            archive_artifact_id: a,
+        }
+    });
     let reason = prop_oneof![
         Just(ClearReason::Expired),
         Just(ClearReason::Durability),
         Just(ClearReason::Compressed),
         Just(ClearReason::Plugin),
     ];
-    let clear = (span(), json_map(), reason, text()).prop_map(
-        |(span, preserved_fields, reason, replacement)| ClearRecord {
-            span,
-            preserved_fields,
-            reason,
-            replacement,
-        },
-    );
-    let drop = (span(), text(), vec(text(), 0..3), text()).prop_map(
-        |(span, reason, keywords, summary)| DropRecord {
+    let clear = (
+        span(),
+        json_map(),
+        reason,
+        text(),
+        archive(),
+        proptest::option::of(text()),
+    )
+        .prop_map(
+            |(span, preserved_fields, reason, replacement, a, note)| ClearRecord {
+                span,
+                preserved_fields,
+                reason,
+                replacement,
+                archive_artifact_id: a,
+                archive_note: note,
+            },
+        );
+    let drop = (span(), text(), vec(text(), 0..3), text(), archive()).prop_map(
+        |(span, reason, keywords, summary, a)| DropRecord {
             span,
             reason,
             index: DroppedSpanIndex { keywords, summary },
+            archive_artifact_id: a,
         },
     );
     (

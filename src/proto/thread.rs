@@ -520,6 +520,7 @@ pub fn policy_from_overrides(base: &Policy, o: Option<pb::PolicyOverrides>) -> R
     flag(&mut p.enable.externalize, o.enable_externalize);
     flag(&mut p.enable.summarize, o.enable_summarize);
     flag(&mut p.enable.drop, o.enable_drop);
+    flag(&mut p.enable.archive, o.enable_archive);
     flag(&mut p.render.delimit_user_content, o.delimit_user_content);
     if let Some(v) = o.tool_result_max_chars {
         p.render.tool_result_max_chars = Some(v as usize);

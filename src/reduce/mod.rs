@@ -676,6 +676,27 @@ pub fn compact_with(
             &budget,
             &mut state,
         )?;
+        if policy.enable.archive {
+            // Naming the archives costs a few tokens per summary, dropped
+            // span and batch of clears; when that tips the request over the
+            // hard limit, the window frees more and the new drops are
+            // archived in turn.
+            for _ in 0..3 {
+                p.archive_evictions(engine.redactor);
+                if p.total() <= budget.hard_limit() {
+                    break;
+                }
+                run(
+                    &window,
+                    reducers,
+                    &mut per_reducer,
+                    &mut p,
+                    &budget,
+                    &mut state,
+                )?;
+            }
+            p.archive_evictions(engine.redactor);
+        }
         if p.total() > budget.hard_limit() {
             let (pinned, tail) = p.locked_tokens();
             return Err(CompactError::InsufficientBudget {
@@ -783,13 +804,24 @@ impl Compaction {
                 .get(m.id.as_str())
                 .copied()
                 .unwrap_or(crate::model::Action::Include);
-            if matches!(
-                action,
-                crate::model::Action::Summarize(_) | crate::model::Action::Externalize(_)
-            ) {
+            let names_artifact = match action {
+                crate::model::Action::Summarize(_) | crate::model::Action::Externalize(_) => true,
+                crate::model::Action::Clear(r) => r.archive_note.is_some(),
+                crate::model::Action::Drop(r) => r.archive_artifact_id.is_some(),
+                crate::model::Action::Include => false,
+            };
+            if names_artifact {
                 if let Some(slot) = self.message_tokens.get_mut(i) {
                     *slot = crate::render::render_message(m, action, options)
                         .map_or(0, |rm| counter.message(&rm));
+                }
+            }
+        }
+        // A summary's recorded size is its rendered message's, ids bound.
+        for r in &mut self.plan.summarizations {
+            if let Some(i) = thread.index_of(r.span.start_message_id()) {
+                if let Some(&n) = self.message_tokens.get(i) {
+                    r.summary_token_count = n;
                 }
             }
         }
@@ -817,6 +849,11 @@ fn run(
         state.cancel.check()?;
         let before = p.total();
         reducers[i].reduce(p, budget, state)?;
+        // What a reducer evicted is archived at once, so the next one sees
+        // what naming the archives costs and reduces for it.
+        if state.policy.enable.archive {
+            p.archive_evictions(state.redactor);
+        }
         reports[i].tokens_freed += before.saturating_sub(p.total());
     }
     Ok(())
@@ -831,6 +868,13 @@ pub fn referenced_artifacts(plan: &CompactionPlan) -> std::collections::BTreeSet
         .collect();
     for s in &plan.summarizations {
         ids.extend(s.summary.artifacts.iter().map(|a| a.artifact_id.clone()));
+        ids.extend(s.archive_artifact_id.iter().cloned());
+    }
+    for c in &plan.clearings {
+        ids.extend(c.archive_artifact_id.iter().cloned());
+    }
+    for d in &plan.drops {
+        ids.extend(d.archive_artifact_id.iter().cloned());
     }
     for e in &plan.externalizations {
         ids.extend(e.summary.artifacts.iter().map(|a| a.artifact_id.clone()));
@@ -858,6 +902,18 @@ pub fn bind_artifacts(plan: &mut CompactionPlan, ids: &BTreeMap<String, String>)
             .artifacts
             .iter_mut()
             .for_each(|a| swap(&mut a.artifact_id));
+        s.archive_artifact_id.iter_mut().for_each(swap);
+    }
+    for d in &mut plan.drops {
+        d.archive_artifact_id.iter_mut().for_each(swap);
+    }
+    for c in &mut plan.clearings {
+        if let (Some(pending), Some(note)) = (&c.archive_artifact_id, &mut c.archive_note) {
+            if let Some(real) = ids.get(pending.as_str()) {
+                *note = note.replace(pending.as_str(), real);
+            }
+        }
+        c.archive_artifact_id.iter_mut().for_each(swap);
     }
 }
 

@@ -80,6 +80,19 @@ pub struct Enabled {
     pub summarize: bool,
     /// Sliding window / drop.
     pub drop: bool,
+    /// Archive the originals of cleared, summarized and dropped messages as
+    /// artifacts the prompt names. Left out of the serialized policy while
+    /// on (the default), so fingerprints of existing plans do not change.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub archive: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 impl Default for Enabled {
@@ -91,6 +104,7 @@ impl Default for Enabled {
             externalize: true,
             summarize: true,
             drop: true,
+            archive: true,
         }
     }
 }

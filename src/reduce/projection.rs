@@ -2,6 +2,8 @@
 //! plus the rendered token cost of every message under it. Reducers change the
 //! projection only through the operations here, which keep the costs exact.
 
+mod archive;
+
 use std::collections::{BTreeMap, HashSet};
 
 use serde_json::Value;
@@ -321,8 +323,16 @@ impl<'a> Projection<'a> {
         let m = &self.thread.messages[i];
         let quick = match self.slots[i] {
             Slot::Include => Some(self.verbatim[i]),
-            Slot::Clear(r) => Some(self.counter.cleared(m, &self.plan.clearings[r].replacement)),
-            Slot::Drop(_) => Some(0),
+            Slot::Clear(r) => {
+                let text = self.plan.clearings[r].rendered_text();
+                let slack = PENDING_ID_SLACK * text.matches(PENDING_ARTIFACT_PREFIX).count() as u32;
+                Some(self.counter.cleared(m, &text) + slack)
+            }
+            Slot::Drop(r) => {
+                let rec = &self.plan.drops[r];
+                (rec.archive_artifact_id.is_none() || rec.span.start_message_id() != m.id)
+                    .then_some(0)
+            }
             Slot::Summarize(_) | Slot::Externalize(_) => None,
         };
         if let Some(new) = quick {
@@ -333,7 +343,10 @@ impl<'a> Projection<'a> {
         let new = match render_message(m, self.action(i), self.options) {
             Some(rm) => {
                 let mut n = self.counter.message(&rm);
-                if matches!(self.slots[i], Slot::Summarize(_) | Slot::Externalize(_)) {
+                if matches!(
+                    self.slots[i],
+                    Slot::Summarize(_) | Slot::Externalize(_) | Slot::Drop(_)
+                ) {
                     let text = rm.content.text();
                     n += PENDING_ID_SLACK * text.matches(PENDING_ARTIFACT_PREFIX).count() as u32;
                 }
@@ -404,6 +417,8 @@ impl<'a> Projection<'a> {
             preserved_fields,
             reason,
             replacement,
+            archive_artifact_id: None,
+            archive_note: None,
         });
         self.slots[i] = Slot::Clear(self.plan.clearings.len() - 1);
         self.recost(i);
@@ -593,6 +608,7 @@ impl<'a> Projection<'a> {
             span,
             summary,
             summary_token_count: 0,
+            archive_artifact_id: None,
         });
         self.live_summaries += 1;
         let r = self.plan.summarizations.len() - 1;
@@ -660,9 +676,11 @@ impl<'a> Projection<'a> {
         // The record to extend ends at the message before the first one; a
         // message is in at most one record, so its slot names it.
         let extend = match first.checked_sub(1).map(|j| (j, self.slots[j])) {
+            // An archived span is closed: its artifact holds exactly its messages.
             Some((j, Slot::Drop(r)))
                 if self.plan.drops[r].span.end_message_id() == self.thread.messages[j].id
-                    && self.plan.drops[r].reason == reason =>
+                    && self.plan.drops[r].reason == reason
+                    && self.plan.drops[r].archive_artifact_id.is_none() =>
             {
                 Some(r)
             }
@@ -687,6 +705,7 @@ impl<'a> Projection<'a> {
                         keywords: Vec::new(),
                         summary: String::new(),
                     },
+                    archive_artifact_id: None,
                 });
                 self.plan.drops.len() - 1
             }

@@ -177,7 +177,10 @@ pub fn render_message(
     match action {
         Action::Include => Some(render_verbatim(m, options)),
         Action::Clear(r) => Some(render_cleared(m, r)),
-        Action::Drop(_) => None,
+        Action::Drop(r) => (r.span.start_message_id() == m.id)
+            .then(|| r.notice())
+            .flatten()
+            .map(|notice| render_drop_notice(m, notice)),
         Action::Summarize(r) => (r.span.start_message_id() == m.id).then(|| render_summary(m, r)),
         Action::Externalize(r) => {
             (r.span.start_message_id() == m.id).then(|| render_externalized(m, r))
@@ -214,10 +217,30 @@ fn render_verbatim(m: &Message, options: &RenderOptions) -> RenderedMessage {
 fn render_cleared(m: &Message, r: &ClearRecord) -> RenderedMessage {
     RenderedMessage {
         role: m.role,
-        content: Content::Text(r.replacement.clone()),
+        content: Content::Text(r.rendered_text().into_owned()),
         tool_calls: m.tool_calls.clone(),
         tool_call_id: m.tool_result.as_ref().map(|e| e.tool_call_id.clone()),
         tool_name: m.tool_result.as_ref().map(|e| e.tool_name.clone()),
+        is_error: false,
+        source_id: m.id.clone(),
+        origin: Origin::Cleared,
+    }
+}
+
+/// An archived dropped span: one plain message in place of its first, with
+/// no tool calls (the whole span, results included, is gone), as the user
+/// when the span began with the user, else as the assistant.
+fn render_drop_notice(m: &Message, notice: String) -> RenderedMessage {
+    RenderedMessage {
+        role: if m.role == Role::User {
+            Role::User
+        } else {
+            Role::Assistant
+        },
+        content: Content::Text(notice),
+        tool_calls: Vec::new(),
+        tool_call_id: None,
+        tool_name: None,
         is_error: false,
         source_id: m.id.clone(),
         origin: Origin::Cleared,
@@ -228,8 +251,13 @@ fn render_cleared(m: &Message, r: &ClearRecord) -> RenderedMessage {
 /// privileged instructions, a custom role breaks providers, and `assistant`
 /// reads as "context I provided earlier".
 pub fn summary_text(r: &SummarizationRecord) -> String {
+    let archived = r
+        .archive_artifact_id
+        .as_deref()
+        .map(|id| format!(" · originals: {id}"))
+        .unwrap_or_default();
     format!(
-        "[Context Summary - Turns {}-{}]\n{}",
+        "[Context Summary - Turns {}-{}{archived}]\n{}",
         r.span.first_turn,
         r.span.last_turn,
         r.summary.render_as_message()

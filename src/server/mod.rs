@@ -26,6 +26,7 @@ use tonic::transport::Server;
 
 use crate::reduce::Policy;
 use crate::security::{AuthConfig, AuthConfigError, Authenticator};
+use crate::store::backend::Stores;
 use crate::store::{ArtifactStore, PlanStore, StoreError};
 
 pub use error::ApiError;
@@ -378,6 +379,13 @@ pub async fn serve_checked(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let stores = open_stores(&settings).await?;
+    serve_opened(settings, startup, stores, listener, shutdown).await
+}
+
+/// Opens (and probes) the stores the settings name: a wrong bucket, key or
+/// permission is reported here, before the service announces itself.
+pub async fn open_stores(settings: &ServerSettings) -> Result<Stores, ServeError> {
     let stores = crate::store::backend::open(
         crate::store::backend::Local {
             data_dir: &settings.data_dir,
@@ -395,6 +403,17 @@ pub async fn serve_checked(
         crate::store::backend::OpenError::Store(e) => ServeError::from(e),
     })?;
     tracing::info!(stores = %stores.description, "stores opened");
+    Ok(stores)
+}
+
+/// [`serve_checked`] over stores [`open_stores`] opened.
+pub async fn serve_opened(
+    settings: ServerSettings,
+    startup: Startup,
+    stores: Stores,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
     run(
         settings,
         startup,

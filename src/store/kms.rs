@@ -256,3 +256,85 @@ impl KeyService for KmsKeys {
         Ok(key)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(cache: DataKeyCache) -> KmsKeys {
+        // A client that is never called: only the cache is under test.
+        let conf = aws_sdk_kms::Config::builder()
+            .behavior_version(aws_sdk_kms::config::BehaviorVersion::latest())
+            .region(aws_sdk_kms::config::Region::new("us-east-1"))
+            .build();
+        KmsKeys::new(
+            aws_sdk_kms::Client::from_conf(conf),
+            "key-default".into(),
+            BTreeMap::from([("globex".to_string(), "key-globex".to_string())]),
+            cache,
+        )
+    }
+
+    fn ctx<'a>(tenant: &'a str) -> EncryptionContext<'a> {
+        EncryptionContext {
+            tenant,
+            thread: "t",
+            artifact: "art_00000000000000000000000000000001",
+        }
+    }
+
+    #[test]
+    fn tenants_get_their_own_key_and_everyone_else_the_default() {
+        let k = keys(DataKeyCache {
+            max_age: Duration::ZERO,
+            max_uses: 0,
+            max_entries: 0,
+        });
+        assert_eq!(k.key_for("globex"), "key-globex");
+        assert_eq!(k.key_for("acme"), "key-default");
+    }
+
+    #[test]
+    fn the_unwrap_cache_is_bounded_in_uses_age_and_entries_and_keyed_by_context() {
+        let k = keys(DataKeyCache {
+            max_age: Duration::from_secs(60),
+            max_uses: 3,
+            max_entries: 2,
+        });
+        let key = Zeroizing::new([7u8; 32]);
+        let acme = KmsKeys::cache_key("key-default", b"wrapped", &ctx("acme"));
+        let globex = KmsKeys::cache_key("key-default", b"wrapped", &ctx("globex"));
+        assert_ne!(acme, globex, "the context is part of the cache key");
+        k.remember(acme, &key);
+        assert!(k.cached(&globex).is_none(), "another tenant never hits");
+        // The unwrap itself was use 1; two more, then KMS again.
+        assert_eq!(k.cached(&acme).as_deref(), Some(&[7u8; 32]));
+        assert!(k.cached(&acme).is_some());
+        assert!(k.cached(&acme).is_none(), "max_uses reached");
+        // Entries: the oldest live one goes when full.
+        for i in 0..3u8 {
+            k.remember([i; 32], &key);
+        }
+        assert!(k.unwrapped.lock().map(|m| m.len()).unwrap_or(0) <= 2);
+        assert!(k.cached(&[0; 32]).is_none());
+        assert!(k.cached(&[2; 32]).is_some());
+
+        // Age.
+        let short = keys(DataKeyCache {
+            max_age: Duration::from_millis(20),
+            max_uses: 100,
+            max_entries: 10,
+        });
+        short.remember(acme, &key);
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(short.cached(&acme).is_none(), "max_age reached");
+        // Off.
+        let off = keys(DataKeyCache {
+            max_age: Duration::ZERO,
+            max_uses: 100,
+            max_entries: 10,
+        });
+        off.remember(acme, &key);
+        assert!(off.cached(&acme).is_none());
+    }
+}

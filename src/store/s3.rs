@@ -135,7 +135,7 @@ impl S3Location {
         ))
     }
 
-    /// Every key under `prefix`, with its size.
+    /// Every key under `prefix` (all pages).
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         let mut keys = Vec::new();
         let mut token = None;
@@ -214,6 +214,35 @@ impl S3Location {
             }
         }
         Ok(())
+    }
+
+    /// Deletes `key`; `false` when there was nothing to delete (S3's
+    /// DeleteObject succeeds either way, so existence is checked first).
+    async fn delete_if_exists(&self, key: &str) -> Result<bool, StoreError> {
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(_) => {}
+            Err(e) => {
+                return match s3_error("HeadObject", e) {
+                    StoreError::NotFound => Ok(false),
+                    other => Err(other),
+                }
+            }
+        }
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| s3_error("DeleteObject", e))?;
+        Ok(true)
     }
 
     /// Checks the bucket answers (start-up and the health probe).
@@ -392,23 +421,11 @@ impl ArtifactStore for S3ArtifactStore {
         artifact_id: &str,
     ) -> Result<(), StoreError> {
         let key = self.at.artifact_key(tenant, thread_id, artifact_id)?;
-        self.at
-            .client
-            .head_object()
-            .bucket(&self.at.bucket)
-            .key(&key)
-            .send()
-            .await
-            .map_err(|e| s3_error("HeadObject", e))?;
-        self.at
-            .client
-            .delete_object()
-            .bucket(&self.at.bucket)
-            .key(&key)
-            .send()
-            .await
-            .map_err(|e| s3_error("DeleteObject", e))?;
-        Ok(())
+        if self.at.delete_if_exists(&key).await? {
+            Ok(())
+        } else {
+            Err(StoreError::NotFound)
+        }
     }
 
     async fn scan(&self, tenant: Option<&str>) -> Result<Vec<ArtifactEntry>, StoreError> {
@@ -571,32 +588,7 @@ impl PlanStore for S3PlanStore {
 
     async fn delete(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError> {
         let key = self.plan_key(tenant, thread_id)?;
-        match self
-            .at
-            .client
-            .head_object()
-            .bucket(&self.at.bucket)
-            .key(&key)
-            .send()
-            .await
-        {
-            Ok(_) => {}
-            Err(e) => {
-                return match s3_error("HeadObject", e) {
-                    StoreError::NotFound => Ok(false),
-                    other => Err(other),
-                }
-            }
-        }
-        self.at
-            .client
-            .delete_object()
-            .bucket(&self.at.bucket)
-            .key(&key)
-            .send()
-            .await
-            .map_err(|e| s3_error("DeleteObject", e))?;
-        Ok(true)
+        self.at.delete_if_exists(&key).await
     }
 
     async fn count(&self, tenant: &str) -> Result<u64, StoreError> {

@@ -21,6 +21,7 @@ fn plan(thread_id: &str, marker: &str) -> CompactionPlan {
                 keywords: vec!["deploy".into()],
                 summary: "old chatter".into(),
             },
+            archive_artifact_id: None,
         }],
         original_token_count: 1000,
         compacted_token_count: 400,
