@@ -48,7 +48,11 @@ async fn start(
     bucket: &'static str,
     archive: bool,
 ) -> Mode {
-    s3.create_bucket().bucket(bucket).send().await.expect("bucket");
+    s3.create_bucket()
+        .bucket(bucket)
+        .send()
+        .await
+        .expect("bucket");
     let mut artifacts = ArtifactsSettings {
         backend: Backend::S3,
         ..Default::default()

@@ -1,6 +1,7 @@
 //! Property tests of the pipeline's invariants over random threads: never over
 //! budget, never an orphaned tool call or result in any output form, protected
-//! messages never removed, deterministic rendering, idempotent normalization.
+//! messages never removed, every eviction archived where the prompt names it,
+//! deterministic rendering, idempotent normalization.
 
 mod common;
 
@@ -8,7 +9,7 @@ use common::{run_counted, Harness};
 use compactd::app::AppError;
 use compactd::model::{Content, Role};
 use compactd::reduce::CompactError;
-use compactd::render::{anthropic, openai, Origin, ProviderOptions};
+use compactd::render::{anthropic, artifact_ids_in, openai, Origin, ProviderOptions};
 use compactd_testkit::synth::{thread, SynthParams};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -77,6 +78,36 @@ fn compaction_invariants(
                         m.id
                     );
                 }
+            }
+            // Every eviction is retrievable: each message renders verbatim
+            // or is held by an artifact whose id the prompt names.
+            let named: std::collections::BTreeSet<String> = out
+                .request
+                .messages
+                .iter()
+                .flat_map(|r| {
+                    artifact_ids_in(&r.content.text())
+                        .map(String::from)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let held: std::collections::BTreeSet<&str> = out
+                .artifacts
+                .iter()
+                .filter(|a| named.contains(&a.artifact_id))
+                .flat_map(|a| a.message_ids.iter().map(String::as_str))
+                .collect();
+            for m in &t.messages {
+                let verbatim = out
+                    .request
+                    .messages
+                    .iter()
+                    .any(|r| r.source_id == m.id && r.origin == Origin::Verbatim);
+                prop_assert!(
+                    verbatim || held.contains(m.id.as_str()),
+                    "message {} left the prompt without an archive the prompt names",
+                    m.id
+                );
             }
             // Deterministic rendering.
             let again = h.render(&t, &out.plan);
