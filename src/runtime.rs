@@ -59,6 +59,13 @@ impl Call {
         CALL.scope(self, fut).await
     }
 
+    /// Runs `fut`, a task this call spawned, as this call: what it starts
+    /// holds the call too. Unlike [`Call::scope`], `fut` ending does not
+    /// cancel the call.
+    pub async fn within<F: Future>(self, fut: F) -> F::Output {
+        CALL.scope(self, fut).await
+    }
+
     /// The call the current task runs as, if any.
     pub fn current() -> Option<Call> {
         CALL.try_with(Call::clone).ok()

@@ -14,10 +14,13 @@ use serde::Serialize;
 use crate::model::{CompactionPlan, Sensitivity, Thread};
 use crate::reduce::{compact, request_fingerprint, CompactRequest, Compaction, Policy, Report};
 use crate::render::OutputFormat;
-use crate::runtime::{blocking, compute, now_unix_ms};
+use crate::runtime::{blocking, compute, now_unix_ms, Call};
 use crate::security::SecurityContext;
 use crate::store::{ArtifactMeta, StoredPlan};
 use crate::tokens::{Provider, Target};
+
+/// Artifact writes of one compaction in flight at most.
+const WRITE_CONCURRENCY: usize = 8;
 
 /// What a request in `format` for `model` is counted for: the format's
 /// provider, or for neutral output (and Compact) the one the model implies.
@@ -328,10 +331,17 @@ impl App {
         thread_id: &str,
         compaction: &Compaction,
     ) -> Result<(BTreeMap<String, String>, Vec<WrittenArtifact>)> {
-        let mut ids = BTreeMap::new();
-        let mut written: Vec<WrittenArtifact> = Vec::with_capacity(compaction.pending.len());
         let created = now_unix_ms();
-        for a in &compaction.pending {
+        // Up to WRITE_CONCURRENCY writes in flight: each is a round trip
+        // (and a KMS call) on S3, and a compaction may archive and
+        // externalize dozens of objects. The set aborts what is still
+        // running if this call is dropped.
+        let limit = Arc::new(tokio::sync::Semaphore::new(WRITE_CONCURRENCY));
+        let mut set = tokio::task::JoinSet::new();
+        // The writes run as this call: a deadline does not free the tenant's
+        // slot while a write is still blocking.
+        let call = Call::current();
+        for (k, a) in compaction.pending.iter().enumerate() {
             let meta = ArtifactMeta {
                 tenant: tenant.to_string(),
                 thread_id: thread_id.to_string(),
@@ -343,8 +353,42 @@ impl App {
                 size_bytes: a.content.len() as u64,
                 message_ids: a.message_ids.clone(),
             };
-            match self.inner.artifacts.put(&meta, a.content.as_bytes()).await {
-                Ok(id) => {
+            let (store, limit, content) = (
+                Arc::clone(&self.inner.artifacts),
+                Arc::clone(&limit),
+                a.content.clone(),
+            );
+            let write = async move {
+                let _permit = limit.acquire_owned().await;
+                (k, store.put(&meta, content.as_bytes()).await)
+            };
+            match call.clone() {
+                Some(c) => set.spawn(c.within(write)),
+                None => set.spawn(write),
+            };
+        }
+        let mut results: Vec<Option<Result<String>>> =
+            (0..compaction.pending.len()).map(|_| None).collect();
+        while let Some(joined) = set.join_next().await {
+            match joined {
+                Ok((k, r)) => {
+                    results[k] = Some(r.map_err(|e| match store_error(e, "artifact") {
+                        AppError::NotFound(_) => {
+                            AppError::Internal("artifact store rejected a write".into())
+                        }
+                        other => other,
+                    }))
+                }
+                Err(e) => return Err(AppError::Internal(format!("artifact write task: {e}"))),
+            }
+        }
+        // In pending order: what was written, and the first failure.
+        let mut ids = BTreeMap::new();
+        let mut written: Vec<WrittenArtifact> = Vec::with_capacity(compaction.pending.len());
+        let mut failure = None;
+        for (a, r) in compaction.pending.iter().zip(results) {
+            match r {
+                Some(Ok(id)) => {
                     ids.insert(a.placeholder.clone(), id.clone());
                     written.push(WrittenArtifact {
                         artifact_id: id,
@@ -354,16 +398,19 @@ impl App {
                         content_hash: a.content_hash.clone(),
                     });
                 }
-                Err(e) => {
-                    self.delete_artifacts(tenant, thread_id, &written).await;
-                    return Err(match store_error(e, "artifact") {
-                        AppError::NotFound(_) => {
-                            AppError::Internal("artifact store rejected a write".into())
-                        }
-                        other => other,
-                    });
+                Some(Err(e)) => {
+                    failure.get_or_insert(e);
+                }
+                None => {
+                    failure.get_or_insert(AppError::Internal(
+                        "an artifact write did not finish".into(),
+                    ));
                 }
             }
+        }
+        if let Some(e) = failure {
+            self.delete_artifacts(tenant, thread_id, &written).await;
+            return Err(e);
         }
         Ok((ids, written))
     }
