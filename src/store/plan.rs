@@ -67,6 +67,7 @@ impl Weigh for StoredPlan {
                 .map(|r| {
                     strings_weight(&r.span.message_ids)
                         + r.replacement.len() as u64
+                        + r.archive_note.as_ref().map_or(0, |n| n.len() as u64)
                         + r.preserved_fields
                             .iter()
                             .map(|(k, v)| k.len() as u64 + json_weight(v))
