@@ -14,7 +14,6 @@
 
 use std::time::{Duration, Instant};
 
-use aws_sdk_s3::config::Credentials;
 use tokio::sync::oneshot;
 
 use compactd::proto::pb;
@@ -22,14 +21,8 @@ use compactd::proto::pb::compaction_service_client::CompactionServiceClient;
 use compactd::server::access::AccessLogSink;
 use compactd::server::ServerSettings;
 use compactd::store::backend::{self, ArtifactsSettings, Backend, Local, PlansSettings};
-use compactd_testkit::moto::Moto;
+use compactd_testkit::moto::{credentials, Moto, REGION};
 use compactd_testkit::synth::{thread, SynthParams};
-
-const REGION: &str = "us-east-1";
-
-fn creds() -> Credentials {
-    Credentials::new("testing", "testing", None, None, "moto")
-}
 
 struct Mode {
     name: &'static str,
@@ -70,7 +63,7 @@ async fn start(
         },
         &artifacts,
         &PlansSettings::default(),
-        Some(creds()),
+        Some(credentials()),
     )
     .await
     .expect("stores");
@@ -145,18 +138,7 @@ async fn bench(full: bool) {
     let moto = tokio::task::spawn_blocking(Moto::start)
         .await
         .expect("moto");
-    let sdk = backend::sdk_config(Some(REGION), Some(creds())).await;
-    let s3 = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&sdk)
-            .endpoint_url(moto.endpoint())
-            .force_path_style(true)
-            .build(),
-    );
-    let kms = aws_sdk_kms::Client::from_conf(
-        aws_sdk_kms::config::Builder::from(&sdk)
-            .endpoint_url(moto.endpoint())
-            .build(),
-    );
+    let (s3, kms) = moto.clients().await;
     let key = kms
         .create_key()
         .send()

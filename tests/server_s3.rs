@@ -9,23 +9,17 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use aws_sdk_kms::primitives::Blob;
-use aws_sdk_s3::config::Credentials;
 use aws_sdk_s3::primitives::ByteStream;
 use base64::Engine as _;
 use compactd::model::CompactionPlan;
 use compactd::proto::pb;
 use compactd::store::backend::{self, ArtifactsSettings, Backend, Local, PlansSettings, Stores};
 use compactd::store::{PlanStore, StoreError};
-use compactd_testkit::moto::{Fault, FaultProxy, Moto};
+use compactd_testkit::moto::{credentials, Fault, FaultProxy, Moto, REGION};
 use server_common::*;
 use tonic::Code;
 
 const BUCKET: &str = "compactd-artifacts";
-const REGION: &str = "us-east-1";
-
-fn creds() -> Credentials {
-    Credentials::new("testing", "testing", None, None, "moto")
-}
 
 /// moto, a proxy in front of it for S3 and one for KMS (so either can fail
 /// alone), direct clients for inspecting what was stored, a bucket and two
@@ -47,18 +41,7 @@ async fn aws() -> Aws {
         .expect("moto start");
     let s3_proxy = FaultProxy::start(moto.addr());
     let kms_proxy = FaultProxy::start(moto.addr());
-    let sdk = backend::sdk_config(Some(REGION), Some(creds())).await;
-    let s3 = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&sdk)
-            .endpoint_url(moto.endpoint())
-            .force_path_style(true)
-            .build(),
-    );
-    let kms = aws_sdk_kms::Client::from_conf(
-        aws_sdk_kms::config::Builder::from(&sdk)
-            .endpoint_url(moto.endpoint())
-            .build(),
-    );
+    let (s3, kms) = moto.clients().await;
     s3.create_bucket()
         .bucket(BUCKET)
         .send()
@@ -105,7 +88,7 @@ impl Aws {
             },
             &self.settings(),
             &PlansSettings::default(),
-            Some(creds()),
+            Some(credentials()),
         )
         .await
         .expect("open the S3 stores")

@@ -302,11 +302,12 @@ impl App {
     ) -> AutoRehydration {
         let thread = &cmd.request.thread;
         let mut out = AutoRehydration::default();
+        let recent = named_recently(thread, limits.cooldown_turns);
         for id in named_this_turn(thread) {
             if cmd.rehydrate_artifact_ids.contains(&id) {
                 continue;
             }
-            let why = if named_recently(thread, &id, limits.cooldown_turns) {
+            let why = if recent.contains(&id) {
                 Some(RehydrationBlocked::Cooldown)
             } else if !ctx.permissions.contains(&Permission::Rehydrate) {
                 Some(RehydrationBlocked::Permission)

@@ -20,8 +20,8 @@ pub use message::{
 };
 pub use outcome::{error_message, infer_outcome, ERROR_MESSAGE_MAX_CHARS};
 pub use plan::{
-    fingerprint, message_digest, thread_digest, Action, ActionKind, ActionMap, ClearReason,
-    ClearRecord, CompactionPlan, DropRecord, DroppedSpanIndex, ExternalizationRecord,
+    fingerprint, is_artifact_id, message_digest, thread_digest, Action, ActionKind, ActionMap,
+    ClearReason, ClearRecord, CompactionPlan, DropRecord, DroppedSpanIndex, ExternalizationRecord,
     NormalizationWarning, PlanError, SpanReference, SummarizationRecord, PLAN_FORMAT_VERSION,
 };
 pub use summary::{

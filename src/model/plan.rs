@@ -127,6 +127,17 @@ pub struct ClearRecord {
     pub archive_note: Option<String>,
 }
 
+/// An artifact id as the stores issue them: `art_` + 32 lowercase hex (128
+/// random bits). Checked on every read, so an id can never be a path, and
+/// used to find ids in text.
+pub fn is_artifact_id(s: &str) -> bool {
+    s.len() == 36
+        && s.starts_with("art_")
+        && s[4..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 impl ClearRecord {
     /// What renders in place of the content: the replacement, plus the
     /// batch's archive note on the batch's first clear.

@@ -676,26 +676,21 @@ pub fn compact_with(
             &budget,
             &mut state,
         )?;
-        if policy.enable.archive {
-            // Naming the archives costs a few tokens per summary, dropped
-            // span and batch of clears; when that tips the request over the
-            // hard limit, the window frees more and the new drops are
-            // archived in turn.
-            for _ in 0..3 {
-                p.archive_evictions(engine.redactor);
-                if p.total() <= budget.hard_limit() {
-                    break;
-                }
-                run(
-                    &window,
-                    reducers,
-                    &mut per_reducer,
-                    &mut p,
-                    &budget,
-                    &mut state,
-                )?;
+        // `run` archives what each step evicted; naming the window's own
+        // archives can tip the request over the hard limit, and then the
+        // window frees more (its new drops archived in turn).
+        for _ in 0..3 {
+            if !policy.enable.archive || p.total() <= budget.hard_limit() {
+                break;
             }
-            p.archive_evictions(engine.redactor);
+            run(
+                &window,
+                reducers,
+                &mut per_reducer,
+                &mut p,
+                &budget,
+                &mut state,
+            )?;
         }
         if p.total() > budget.hard_limit() {
             let (pinned, tail) = p.locked_tokens();

@@ -1,8 +1,11 @@
 //! Fitting rehydrated artifacts into the request's rehydration reserve.
 
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Message, Role, Thread, ToolCall};
+use crate::model::{is_artifact_id, Message, Role, Thread};
 use crate::tokens::truncate_to_tokens;
 
 use super::renderer::render_rehydrated;
@@ -77,12 +80,9 @@ pub fn artifact_ids_in(text: &str) -> impl Iterator<Item = &str> {
     text.match_indices("art_").filter_map(move |(at, _)| {
         let end = at + 36;
         let id = text.get(at..end)?;
-        let hex_ok = id[4..]
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         let before_ok = at == 0 || !word(bytes[at - 1]);
         let after_ok = bytes.get(end).is_none_or(|&b| !word(b));
-        (hex_ok && before_ok && after_ok).then_some(id)
+        (is_artifact_id(id) && before_ok && after_ok).then_some(id)
     })
 }
 
@@ -90,22 +90,17 @@ pub fn artifact_ids_in(text: &str) -> impl Iterator<Item = &str> {
 /// arguments of tool calls (tool results and system text are not the
 /// agent asking). Calls the agent made this turn count whether or not
 /// their result is in yet.
-fn agent_text(m: &Message) -> Vec<String> {
-    let mut out = Vec::new();
-    if matches!(m.role, Role::User | Role::Assistant) {
-        out.push(m.content.text().into_owned());
-    }
-    out.extend(m.tool_calls.iter().map(ToolCall::arguments_json));
-    out
+fn agent_text(m: &Message) -> impl Iterator<Item = Cow<'_, str>> {
+    let text = matches!(m.role, Role::User | Role::Assistant).then(|| m.content.text());
+    text.into_iter()
+        .chain(m.tool_calls.iter().map(|c| Cow::Owned(c.arguments_json())))
 }
 
-/// Artifact ids the agent named in the thread's latest turn, first mention
-/// first, each once.
-pub fn named_this_turn(thread: &Thread) -> Vec<String> {
-    let turn = thread.current_turn();
-    let mut seen = std::collections::BTreeSet::new();
+/// Artifact ids the agent named in `turns`, first mention first, each once.
+fn named_in(thread: &Thread, turns: std::ops::Range<u32>) -> Vec<String> {
+    let mut seen = BTreeSet::new();
     let mut out = Vec::new();
-    for m in thread.messages.iter().filter(|m| m.turn == turn) {
+    for m in thread.messages.iter().filter(|m| turns.contains(&m.turn)) {
         for text in agent_text(m) {
             for id in artifact_ids_in(&text) {
                 if seen.insert(id.to_string()) {
@@ -117,22 +112,22 @@ pub fn named_this_turn(thread: &Thread) -> Vec<String> {
     out
 }
 
-/// Whether `id` was named in one of the `cooldown` turns before the latest:
-/// it was injected (or refused) then, and injecting it again every turn is
-/// how rehydration loops start. Derived from the thread itself, so every
-/// replica decides alike without shared state.
-pub fn named_recently(thread: &Thread, id: &str, cooldown: u32) -> bool {
+/// Artifact ids the agent named in the thread's latest turn, first mention
+/// first, each once.
+pub fn named_this_turn(thread: &Thread) -> Vec<String> {
     let turn = thread.current_turn();
-    let from = turn.saturating_sub(cooldown);
-    thread
-        .messages
-        .iter()
-        .filter(|m| m.turn >= from && m.turn < turn)
-        .any(|m| {
-            agent_text(m)
-                .iter()
-                .any(|t| artifact_ids_in(t).any(|x| x == id))
-        })
+    named_in(thread, turn..turn + 1)
+}
+
+/// Ids named in the `cooldown` turns before the latest: they were injected
+/// (or refused) then, and injecting them again every turn is how
+/// rehydration loops start. Derived from the thread itself, so every
+/// replica decides alike without shared state.
+pub fn named_recently(thread: &Thread, cooldown: u32) -> BTreeSet<String> {
+    let turn = thread.current_turn();
+    named_in(thread, turn.saturating_sub(cooldown)..turn)
+        .into_iter()
+        .collect()
 }
 
 /// Fits artifacts into `reserve` tokens, in request order: each is cut so that

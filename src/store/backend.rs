@@ -172,13 +172,6 @@ pub struct Stores {
     pub description: String,
 }
 
-/// Uses S3 or KMS at all.
-pub fn uses_aws(artifacts: &ArtifactsSettings, plans: &PlansSettings) -> bool {
-    artifacts.backend == Backend::S3
-        || plans.backend == PlanBackend::S3
-        || artifacts.kms.key_id.is_some()
-}
-
 /// The SDK configuration: the standard chain for credentials and region
 /// (or the given static credentials, for tests), rustls on ring, and
 /// timeouts so an unreachable endpoint fails a call in seconds, not minutes.
@@ -326,11 +319,14 @@ pub async fn open(
             if !prefix.is_empty() && !prefix.ends_with('/') {
                 prefix.push('/');
             }
-            Some(S3Location::new(
+            let at = S3Location::new(
                 aws_sdk_s3::Client::from_conf(conf.build()),
                 s.bucket.clone(),
                 prefix,
-            ))
+            );
+            // Once for both stores: the bucket answers.
+            at.head_bucket().await?;
+            Some(at)
         }
         _ => None,
     };
@@ -338,7 +334,6 @@ pub async fn open(
     let artifact_store: Arc<dyn ArtifactStore> = match (&location, artifacts.backend) {
         (Some(at), Backend::S3) => {
             let store = S3ArtifactStore::new(at.clone(), keys);
-            store.health().await?;
             description.push(format!("artifacts=s3://{}", at.bucket()));
             Arc::new(store)
         }
@@ -350,7 +345,6 @@ pub async fn open(
     let plan_store: Arc<dyn PlanStore> = match (&location, plan_backend) {
         (Some(at), Backend::S3) => {
             let store = S3PlanStore::new(at.clone(), artifacts.kms.key_id.clone());
-            store.health().await?;
             description.push(format!("plans=s3://{}", at.bucket()));
             Arc::new(store)
         }

@@ -146,8 +146,13 @@ impl KmsKeys {
         h.finalize().into()
     }
 
+    /// The cache is on only when every bound allows an entry.
+    fn caching(&self) -> bool {
+        !self.cache.max_age.is_zero() && self.cache.max_uses > 0 && self.cache.max_entries > 0
+    }
+
     fn cached(&self, k: &[u8; 32]) -> Option<Zeroizing<[u8; 32]>> {
-        if self.cache.max_age.is_zero() || self.cache.max_uses == 0 {
+        if !self.caching() {
             return None;
         }
         let mut map = self.unwrapped.lock().ok()?;
@@ -161,7 +166,7 @@ impl KmsKeys {
     }
 
     fn remember(&self, k: [u8; 32], key: &Zeroizing<[u8; 32]>) {
-        if self.cache.max_age.is_zero() || self.cache.max_uses == 0 || self.cache.max_entries == 0 {
+        if !self.caching() {
             return;
         }
         let Ok(mut map) = self.unwrapped.lock() else {

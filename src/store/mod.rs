@@ -240,12 +240,7 @@ pub trait ArtifactStore: Send + Sync {
 
 /// `art_` + 32 lowercase hex, checked on every read so an id can never be a path.
 pub fn validate_artifact_id(id: &str) -> Result<(), StoreError> {
-    let ok = id.len() == 36
-        && id.starts_with("art_")
-        && id[4..]
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    if ok {
+    if crate::model::is_artifact_id(id) {
         Ok(())
     } else {
         Err(StoreError::InvalidId(

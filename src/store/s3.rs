@@ -163,6 +163,16 @@ impl S3Location {
 
     /// The object's bytes (or the first `range` bytes); `None` if absent.
     async fn read(&self, key: &str, range: Option<u64>) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.read_tagged(key, range).await?.map(|(bytes, _)| bytes))
+    }
+
+    /// [`S3Location::read`] with the object's ETag (what a conditional
+    /// replacement must match).
+    async fn read_tagged(
+        &self,
+        key: &str,
+        range: Option<u64>,
+    ) -> Result<Option<(Vec<u8>, String)>, StoreError> {
         let req = self.client.get_object().bucket(&self.bucket).key(key);
         let req = match range {
             Some(n) => req.range(format!("bytes=0-{}", n - 1)),
@@ -177,12 +187,13 @@ impl S3Location {
                 }
             }
         };
+        let etag = out.e_tag.clone().unwrap_or_default();
         let body = out
             .body
             .collect()
             .await
             .map_err(|e| StoreError::Unavailable(format!("S3 GetObject body: {e}")))?;
-        Ok(Some(body.into_bytes().to_vec()))
+        Ok(Some((body.into_bytes().to_vec(), etag)))
     }
 
     async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
@@ -246,7 +257,7 @@ impl S3Location {
     }
 
     /// Checks the bucket answers (start-up and the health probe).
-    async fn head_bucket(&self) -> Result<(), StoreError> {
+    pub async fn head_bucket(&self) -> Result<(), StoreError> {
         self.client
             .head_bucket()
             .bucket(&self.bucket)
@@ -280,11 +291,6 @@ impl S3ArtifactStore {
     /// A store in `at`, sealing with `keys`.
     pub fn new(at: S3Location, keys: Arc<dyn KeyService>) -> S3ArtifactStore {
         S3ArtifactStore { at, keys }
-    }
-
-    /// `Unavailable` unless the bucket answers.
-    pub async fn health(&self) -> Result<(), StoreError> {
-        self.at.head_bucket().await
     }
 
     /// The object's bytes up to the end of its header at least: a prefix
@@ -484,31 +490,10 @@ impl S3PlanStore {
         tenant: &str,
         thread_id: &str,
     ) -> Result<Option<(StoredPlan, String)>, StoreError> {
-        let out = match self
-            .at
-            .client
-            .get_object()
-            .bucket(&self.at.bucket)
-            .key(key)
-            .send()
-            .await
-        {
-            Ok(out) => out,
-            Err(e) => {
-                return match s3_error("GetObject", e) {
-                    StoreError::NotFound => Ok(None),
-                    other => Err(other),
-                }
-            }
-        };
-        let etag = out.e_tag.clone().unwrap_or_default();
-        let bytes = out
-            .body
-            .collect()
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("S3 GetObject body: {e}")))?
-            .into_bytes();
-        Ok(Some((decode_plan(&bytes, tenant, thread_id)?, etag)))
+        match self.at.read_tagged(key, None).await? {
+            Some((bytes, etag)) => Ok(Some((decode_plan(&bytes, tenant, thread_id)?, etag))),
+            None => Ok(None),
+        }
     }
 
     async fn current_version(

@@ -107,6 +107,32 @@ impl Moto {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+
+    /// S3 (path-style) and KMS clients pointed straight at this server, for
+    /// setting up buckets and keys and inspecting what was stored.
+    pub async fn clients(&self) -> (aws_sdk_s3::Client, aws_sdk_kms::Client) {
+        let sdk = compactd::store::backend::sdk_config(Some(REGION), Some(credentials())).await;
+        let s3 = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&sdk)
+                .endpoint_url(self.endpoint())
+                .force_path_style(true)
+                .build(),
+        );
+        let kms = aws_sdk_kms::Client::from_conf(
+            aws_sdk_kms::config::Builder::from(&sdk)
+                .endpoint_url(self.endpoint())
+                .build(),
+        );
+        (s3, kms)
+    }
+}
+
+/// The region the tests and benches use against moto.
+pub const REGION: &str = "us-east-1";
+
+/// Static credentials moto accepts (it checks none).
+pub fn credentials() -> aws_sdk_s3::config::Credentials {
+    aws_sdk_s3::config::Credentials::new("testing", "testing", None, None, "moto")
 }
 
 impl Drop for Moto {

@@ -51,8 +51,9 @@ impl Projection<'_> {
             let idx = self.positions(&rec.span.message_ids);
             let id = self.archive(&idx, redactor);
             self.plan.drops[r].archive_artifact_id = Some(id);
-            for i in idx {
-                self.recost(i);
+            // Only the span's first message renders (as the notice).
+            if let Some(&first) = idx.first() {
+                self.recost(first);
             }
         }
         self.repair_clear_notes();
