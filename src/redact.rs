@@ -261,6 +261,80 @@ impl Redactor {
         }
     }
 
+    /// `m` as a summarizer may read it: text, tool output, call arguments
+    /// and key fields redacted. Borrowed when nothing matched. A value
+    /// pulled out of a sentence (an id, a path) no longer has the context
+    /// that marks it as a secret, so redaction must come before extraction.
+    pub fn redact_message<'a>(
+        &self,
+        m: &'a crate::model::Message,
+    ) -> Cow<'a, crate::model::Message> {
+        use crate::model::{Content, ContentPart, JsonText, ToolContent};
+        let mut out: Option<crate::model::Message> = None;
+        match &m.content {
+            Content::Text(t) => {
+                if let Cow::Owned(r) = self.redact(t) {
+                    out.get_or_insert_with(|| m.clone()).content = Content::Text(r);
+                }
+            }
+            Content::Parts(parts) => {
+                let changed = parts.iter().any(|p| {
+                    matches!(p, ContentPart::Text { text } if matches!(self.redact(text), Cow::Owned(_)))
+                });
+                if changed {
+                    let parts = parts
+                        .iter()
+                        .map(|p| match p {
+                            ContentPart::Text { text } => ContentPart::Text {
+                                text: self.redact(text).into_owned(),
+                            },
+                            other => other.clone(),
+                        })
+                        .collect();
+                    out.get_or_insert_with(|| m.clone()).content = Content::Parts(parts);
+                }
+            }
+        }
+        for (i, call) in m.tool_calls.iter().enumerate() {
+            let mut args = call.arguments.clone();
+            redact_json(self, &mut args);
+            if args != call.arguments {
+                out.get_or_insert_with(|| m.clone()).tool_calls[i].arguments = args;
+            }
+        }
+        if let Some(env) = &m.tool_result {
+            let content = match &env.content {
+                ToolContent::Text(t) => match self.redact(t) {
+                    Cow::Owned(r) => Some(ToolContent::Text(r)),
+                    Cow::Borrowed(_) => None,
+                },
+                ToolContent::Json(j) => match self.redact(j.as_str()) {
+                    Cow::Borrowed(_) => None,
+                    Cow::Owned(_) => {
+                        let mut v = j.parse();
+                        redact_json(self, &mut v);
+                        Some(ToolContent::Json(JsonText::from_value(&v)))
+                    }
+                },
+            };
+            let mut key_fields = env.key_fields.clone();
+            key_fields.values_mut().for_each(|v| redact_json(self, v));
+            let fields_changed = key_fields != env.key_fields;
+            if content.is_some() || fields_changed {
+                if let Some(r) = out.get_or_insert_with(|| m.clone()).tool_result.as_mut() {
+                    if let Some(c) = content {
+                        r.content = c;
+                    }
+                    r.key_fields = key_fields;
+                }
+            }
+        }
+        match out {
+            Some(m) => Cow::Owned(m),
+            None => Cow::Borrowed(m),
+        }
+    }
+
     /// Redacts every text of a summary in place.
     pub fn redact_summary(&self, s: &mut StructuredSummary) {
         let fix = |t: &mut String| {
@@ -292,6 +366,7 @@ impl Redactor {
             fix(t);
         }
         s.current_plan.iter_mut().for_each(fix);
+        s.references.iter_mut().for_each(fix);
     }
 }
 

@@ -51,6 +51,22 @@ fn golden_anthropic() {
     insta::assert_json_snapshot!("incident_anthropic", body);
 }
 
+/// A budget tight enough that the old turns are summarized: the summary's
+/// rendered form (sections, references, the archive it names) is pinned.
+#[test]
+fn golden_summary() {
+    let (mut h, t) = incident();
+    h.policy.rehydration_reserve_tokens = 0;
+    let out = h.compact(&t, 1200, None).unwrap();
+    assert!(
+        !out.plan.summarizations.is_empty(),
+        "the budget must force a summary"
+    );
+    let body = openai::to_openai(&out.request, &opts());
+    openai::check_pairing(&body).unwrap();
+    insta::assert_json_snapshot!("incident_summary_openai", body);
+}
+
 #[test]
 fn golden_openai_import() {
     let text = include_str!("../examples/threads/openai_messages.json");

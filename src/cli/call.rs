@@ -283,6 +283,7 @@ fn compact_json(r: pb::CompactResponse) -> Result<Value, ConvertError> {
         "per_reducer": per_reducer,
         "warnings": r.warnings,
         "new_artifact_ids": r.new_artifact_ids,
+        "target_use": r.target_use,
         "plan": to_json(&plan)?,
     }))
 }

@@ -86,6 +86,7 @@ pub fn run(args: &CompactArgs) -> Result<String, Failure> {
     if let (Some(r), Value::Object(doc)) = (&compaction.report, &mut report) {
         doc.insert("budget".into(), json!(r.budget));
         doc.insert("triggered".into(), json!(r.triggered));
+        doc.insert("target_use".into(), json!(r.target_use()));
         doc.insert("keep_recent_turns".into(), json!(r.keep_recent_turns));
         doc.insert("keep_tool_io_pairs".into(), json!(r.keep_tool_io_pairs));
         doc.insert("per_reducer".into(), json!(r.per_reducer));

@@ -12,9 +12,9 @@ use super::plan::SpanReference;
 
 /// Bump when the fields of [`StructuredSummary`] change: it is part of every
 /// summary cache key, so stale cached summaries are never reused.
-pub const SUMMARY_SCHEMA_VERSION: &str = "v1";
+pub const SUMMARY_SCHEMA_VERSION: &str = "v2";
 /// Bump when [`StructuredSummary::render_as_message`] output changes.
-pub const SUMMARY_RENDER_VERSION: &str = "v1";
+pub const SUMMARY_RENDER_VERSION: &str = "v2";
 
 /// A decision taken in the conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,6 +104,17 @@ pub struct StructuredSummary {
     /// The agent's plan, step by step.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub current_plan: Vec<String>,
+    /// Identifiers, paths, URLs and codes the span mentioned, listed on their
+    /// own so they outlive the sentences that carried them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<String>,
+    /// Entries left out to fit the size cap (their originals are archived).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl StructuredSummary {
@@ -118,6 +129,8 @@ impl StructuredSummary {
             tool_outcomes: Vec::new(),
             current_task: None,
             current_plan: Vec::new(),
+            references: Vec::new(),
+            omitted: 0,
         }
     }
 
@@ -166,14 +179,27 @@ impl StructuredSummary {
         }
         if !self.tool_outcomes.is_empty() {
             out.push_str("Tool outcomes:\n");
+            // Identical lines (a tool that succeeded twelve times with nothing
+            // to keep) render once, with a count, where the first stood.
+            let mut lines: Vec<(String, usize)> = Vec::new();
             for t in &self.tool_outcomes {
-                let _ = write!(out, "- {}: {}", t.tool_name, t.outcome.as_str());
+                let mut line = format!("- {}: {}", t.tool_name, t.outcome.as_str());
                 if !t.key_fields.is_empty() {
                     let fields = serde_json::to_string(&t.key_fields).unwrap_or_default();
-                    let _ = write!(out, " {fields}");
+                    let _ = write!(line, " {fields}");
                 }
                 if let Some(e) = &t.error_message {
-                    let _ = write!(out, " error: {e}");
+                    let _ = write!(line, " error: {e}");
+                }
+                match lines.iter_mut().find(|(l, _)| *l == line) {
+                    Some((_, n)) => *n += 1,
+                    None => lines.push((line, 1)),
+                }
+            }
+            for (line, n) in lines {
+                out.push_str(&line);
+                if n > 1 {
+                    let _ = write!(out, " (×{n})");
                 }
                 out.push('\n');
             }
@@ -193,6 +219,19 @@ impl StructuredSummary {
             for (i, step) in self.current_plan.iter().enumerate() {
                 let _ = writeln!(out, "{}. {step}", i + 1);
             }
+        }
+        // A reference already spelled out above is not repeated.
+        let fresh: Vec<&str> = self
+            .references
+            .iter()
+            .map(String::as_str)
+            .filter(|r| !r.is_empty() && !out.contains(r))
+            .collect();
+        if !fresh.is_empty() {
+            let _ = writeln!(out, "References: {}", fresh.join(", "));
+        }
+        if self.omitted > 0 {
+            let _ = writeln!(out, "({} more entries left out for size.)", self.omitted);
         }
         while out.ends_with('\n') {
             out.pop();

@@ -7,7 +7,7 @@ use crate::app::{
     RenderOutcome, RenderedOutput,
 };
 use crate::model::{Thread, ToolSchema};
-use crate::reduce::Policy;
+use crate::reduce::{Policy, Report};
 
 use super::render::output_format;
 use super::thread::{observations_from_pb, policy_from_overrides};
@@ -96,6 +96,7 @@ impl From<&CompactOutcome> for pb::CompactResponse {
                 .iter()
                 .map(|a| a.artifact_id.clone())
                 .collect(),
+            target_use: report.map_or(0.0, Report::target_use),
         }
     }
 }

@@ -248,6 +248,8 @@ impl From<&StructuredSummary> for pb::StructuredSummary {
                 .collect(),
             current_task: s.current_task.clone(),
             current_plan: s.current_plan.clone(),
+            references: s.references.clone(),
+            omitted: s.omitted,
         }
     }
 }
@@ -264,6 +266,8 @@ impl TryFrom<pb::StructuredSummary> for StructuredSummary {
             tool_outcomes: each(s.tool_outcomes, "tool_outcomes")?,
             current_task: s.current_task,
             current_plan: s.current_plan,
+            references: s.references,
+            omitted: s.omitted,
         })
     }
 }

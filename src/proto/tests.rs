@@ -249,6 +249,7 @@ fn summary() -> impl Strategy<Value = StructuredSummary> {
         vec(tool, 0..2),
         option::of(text()),
         vec(text(), 0..3),
+        (vec(text(), 0..3), any::<u32>()),
     )
         .prop_map(
             |(
@@ -260,6 +261,7 @@ fn summary() -> impl Strategy<Value = StructuredSummary> {
                 tool_outcomes,
                 current_task,
                 current_plan,
+                (references, omitted),
             )| StructuredSummary {
                 span,
                 facts,
@@ -269,6 +271,8 @@ fn summary() -> impl Strategy<Value = StructuredSummary> {
                 tool_outcomes,
                 current_task,
                 current_plan,
+                references,
+                omitted,
             },
         )
 }

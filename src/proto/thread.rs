@@ -484,6 +484,7 @@ pub fn policy_from_overrides(base: &Policy, o: Option<pb::PolicyOverrides>) -> R
     set(&mut p.injection_reserve_tokens, o.injection_reserve_tokens);
     set(&mut p.keep_recent_turns, o.keep_recent_turns);
     set(&mut p.keep_tool_io_pairs, o.keep_tool_io_pairs);
+    set(&mut p.keep_recent_tokens, o.keep_recent_tokens);
     set(
         &mut p.externalize_threshold_tokens,
         o.externalize_threshold_tokens,

@@ -169,6 +169,7 @@ impl Weigh for StructuredSummary {
             + tools
             + task
             + strings_weight(&s.current_plan)
+            + strings_weight(&s.references)
     }
 }
 

@@ -141,11 +141,23 @@ impl<'a> PipelineState<'a> {
         }
         // The span is part of the summary; same content under other ids differs.
         k.part(&serde_json::to_vec(&req.span).unwrap_or_default());
-        // Redacted after the memo: what is cached is the summarizer's own
-        // output, what is kept is never a secret.
-        let mut summary = self
-            .memo
-            .summary(k.finish(), || self.summarizer.summarize(req))?;
+        k.part(self.redactor.id().as_bytes());
+        // The summarizer reads redacted messages (a value it pulls out of a
+        // sentence has lost the context that marked it secret), and what it
+        // returns is redacted again, for what prior summaries carried.
+        let mut summary = self.memo.summary(k.finish(), || {
+            let redacted: Vec<std::borrow::Cow<'_, crate::model::Message>> = req
+                .messages
+                .iter()
+                .map(|m| self.redactor.redact_message(m))
+                .collect();
+            let messages: Vec<&crate::model::Message> =
+                redacted.iter().map(std::convert::AsRef::as_ref).collect();
+            self.summarizer.summarize(&SummaryRequest {
+                messages: &messages,
+                ..req.clone()
+            })
+        })?;
         self.redactor.redact_summary(&mut summary);
         Ok(summary)
     }
@@ -504,6 +516,15 @@ pub struct Report {
     pub warnings: Vec<String>,
 }
 
+impl Report {
+    /// How much of the target the compacted request uses (1.0 = exactly the
+    /// target): a compaction that lands far below it threw away context it
+    /// had room for.
+    pub fn target_use(&self) -> f64 {
+        f64::from(self.tokens_after) / f64::from(self.budget.target.max(1))
+    }
+}
+
 /// A plan and the artifact writes it depends on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Compaction {
@@ -639,6 +660,8 @@ pub fn compact_with(
     let triggered = p.total() > budget.trigger();
     let mut keep_turns = policy.keep_recent_turns;
     let mut keep_pairs = policy.keep_tool_io_pairs;
+    // The tail's token bound, at most half of what compaction aims for.
+    let keep_tokens = policy.keep_recent_tokens.min(budget.target() / 2);
     if triggered {
         // Dropping is the last resort: it runs only after the tail has been
         // shrunk as far as it goes, or when the rest already fits the hard
@@ -648,7 +671,7 @@ pub fn compact_with(
         let pairs_floor = keep_pairs.min(1);
         let mut last_round = false;
         loop {
-            partition::mark_kept(&mut p, keep_turns, keep_pairs);
+            partition::mark_kept(&mut p, keep_turns, keep_pairs, keep_tokens);
             p.tail_tool_results_reducible = last_round;
             run(
                 &rest,

@@ -23,11 +23,34 @@ pub fn pinned(thread: &crate::model::Thread, policy: &Policy) -> Vec<bool> {
         .collect()
 }
 
-/// Marks the last `keep_turns` turns and the last `keep_pairs` tool call
-/// groups as kept. The tail never starts inside a call/result group.
-pub fn mark_kept(p: &mut Projection<'_>, keep_turns: u32, keep_pairs: u32) {
+/// Marks the verbatim tail as kept: the last `keep_turns` turns, but no
+/// more of them than fit in `keep_tokens` (an agent's turn can be 200
+/// tokens or 20,000), and never less than the last user message with the
+/// calls and results after it. The last `keep_pairs` tool call groups inside
+/// the token bound are kept too. The tail never starts inside a call/result
+/// group.
+pub fn mark_kept(p: &mut Projection<'_>, keep_turns: u32, keep_pairs: u32, keep_tokens: u32) {
     let n = p.len();
     let mut kept = vec![false; n];
+    // First message of the longest suffix of whole units within keep_tokens.
+    let mut token_start = n;
+    let mut used = 0u64;
+    for &(s, e) in p.units.ranges.iter().rev() {
+        let unit: u64 = (s..=e).map(|i| u64::from(p.cost(i))).sum();
+        if used + unit > u64::from(keep_tokens) {
+            break;
+        }
+        used += unit;
+        token_start = s;
+    }
+    // The floor: the last user message (not a tool result) and what follows.
+    let floor = (0..n)
+        .rev()
+        .find(|&i| {
+            let m = p.message(i);
+            m.role == crate::model::Role::User && m.tool_result.is_none()
+        })
+        .map(|i| p.units.ranges[p.units.unit_of[i]].0);
     if n > 0 && keep_turns > 0 {
         // Turn number of the `keep_turns`-th distinct turn from the end.
         let mut distinct = 0u32;
@@ -47,6 +70,7 @@ pub fn mark_kept(p: &mut Projection<'_>, keep_turns: u32, keep_pairs: u32) {
         let first = (0..n).find(|&i| p.message(i).turn >= cutoff).unwrap_or(n);
         if first < n {
             let start = p.units.ranges[p.units.unit_of[first]].0;
+            let start = start.max(token_start).min(floor.unwrap_or(n));
             for k in kept.iter_mut().skip(start) {
                 *k = true;
             }
@@ -54,7 +78,7 @@ pub fn mark_kept(p: &mut Projection<'_>, keep_turns: u32, keep_pairs: u32) {
     }
     let mut pairs = 0;
     for &(s, e) in p.units.ranges.iter().rev() {
-        if pairs >= keep_pairs {
+        if pairs >= keep_pairs || s < token_start {
             break;
         }
         if !p.message(s).tool_calls.is_empty() {

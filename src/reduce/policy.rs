@@ -40,6 +40,10 @@ pub struct Policy {
     pub keep_recent_turns: u32,
     /// The most recent tool call/result groups kept verbatim (shrunk toward 1).
     pub keep_tool_io_pairs: u32,
+    /// Tokens the verbatim tail may take (at most half the target): the
+    /// recent turns are kept only as far as they fit, but the last user
+    /// message and the calls after it always are.
+    pub keep_recent_tokens: u32,
     /// Roles that are never compacted.
     pub roles_never_prune: Vec<Role>,
     /// Tool-result retention for tools without their own entry.
@@ -120,6 +124,7 @@ impl Default for Policy {
             injection_reserve_tokens: 0,
             keep_recent_turns: 6,
             keep_tool_io_pairs: 4,
+            keep_recent_tokens: 20_000,
             roles_never_prune: vec![Role::System, Role::Developer],
             retention_default: ToolRetention {
                 keep_turns: Some(8),

@@ -25,7 +25,7 @@ impl Reducer for Retention {
     fn reduce(
         &self,
         p: &mut Projection<'_>,
-        _budget: &TokenBudget,
+        budget: &TokenBudget,
         state: &mut PipelineState<'_>,
     ) -> Result<(), CompactError> {
         let policy = state.policy;
@@ -39,8 +39,11 @@ impl Reducer for Retention {
                 *c += 1;
             }
         }
-        // Retention is a rule, not a search for tokens: when compaction runs it
-        // applies wholly, so what is expired stays expired on the next turn.
+        // A tool's own retention entry is a rule: when compaction runs it
+        // applies wholly. The default is a reason to evict, not a duty: expired
+        // results go oldest first and only as far as the target needs (the
+        // rest of the budget is better spent than on stubs), and what was
+        // stubbed stays stubbed, since later turns extend the plan.
         for i in 0..p.len() {
             let m = p.message(i);
             let Some(env) = &m.tool_result else { continue };
@@ -53,6 +56,10 @@ impl Reducer for Retention {
             // Non-replayable results cannot be fetched again; they go to the
             // artifact store instead of being stubbed.
             if durability == Durability::NonReplayable {
+                continue;
+            }
+            let explicit = policy.retention.contains_key(&env.tool_name);
+            if !explicit && p.total() <= budget.target() {
                 continue;
             }
             let rule = policy.retention_for(&env.tool_name);

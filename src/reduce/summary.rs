@@ -49,16 +49,16 @@ impl Reducer for Summarize {
                 }
                 u += 1;
             }
-            if !apply(p, state, &indices) {
+            if !apply(p, state, &indices, state.summary_max_chars()) {
                 return Ok(());
             }
             let max = state.policy.max_summaries as usize;
             if p.summary_count() > max {
-                roll_up(p, state, Some(max), &mut failed);
+                roll_up(p, state, RollUp::Merge { until: max }, &mut failed);
             }
         }
-        if p.total() > budget.target() && p.summary_count() > 1 {
-            roll_up(p, state, None, &mut failed);
+        if p.total() > budget.target() && p.summary_count() > 0 {
+            roll_up(p, state, RollUp::Squeeze { budget }, &mut failed);
         }
         Ok(())
     }
@@ -69,9 +69,15 @@ fn chunk_unit(p: &Projection<'_>, u: usize) -> bool {
     p.unit_is_free(u) && (s..=e).all(|i| !p.is_summarized(i) && !p.is_dropped(i))
 }
 
-/// Summarizes `indices`; false when the summarizer failed. A failed summary
-/// is never committed: the pipeline falls back to dropping, with a warning.
-fn apply(p: &mut Projection<'_>, state: &mut PipelineState<'_>, indices: &[usize]) -> bool {
+/// Summarizes `indices` within `max_chars`; false when the summarizer
+/// failed. A failed summary is never committed: the pipeline falls back to
+/// dropping, with a warning.
+fn apply(
+    p: &mut Projection<'_>,
+    state: &mut PipelineState<'_>,
+    indices: &[usize],
+    max_chars: usize,
+) -> bool {
     let span = SpanReference::of(p.thread, indices);
     let messages: Vec<&crate::model::Message> = indices.iter().map(|&i| p.message(i)).collect();
     let (prior, externalized) = p.covering(indices);
@@ -88,7 +94,7 @@ fn apply(p: &mut Projection<'_>, state: &mut PipelineState<'_>, indices: &[usize
         span,
         messages: &messages,
         prior: &prior,
-        max_chars: state.summary_max_chars(),
+        max_chars,
     };
     let mut summary = match state.summarize(&req) {
         Ok(s) => s,
@@ -128,32 +134,79 @@ impl FailedRollUp {
     }
 }
 
+/// Why summaries are rolled together.
+#[derive(Clone, Copy)]
+enum RollUp<'b> {
+    /// Too many summary messages: merge neighbours into one, keeping what
+    /// they hold (the cap is their combined size), until at most `until`
+    /// remain.
+    Merge { until: usize },
+    /// Everything old is summarized and the request is still over the
+    /// target: each stretch is re-summarized into the room the target
+    /// leaves it, so the summaries use the budget instead of the window
+    /// dropping them.
+    Squeeze { budget: &'b TokenBudget },
+}
+
+/// Granularity of a squeezed summary's cap, in tokens: the cap moves only
+/// when the room changes by this much, so the summary (and the prompt
+/// prefix after it) stays byte-stable while the room drifts a little.
+const SQUEEZE_STEP_TOKENS: u32 = 256;
+
 /// Rolls neighbouring summaries into one, oldest stretch first: a stretch
 /// ends at any message that still renders on its own (verbatim, cleared or
-/// a pointer). Stops once at most `until` summaries remain (`None`: rolls
-/// every stretch), or at the first roll-up that fails.
+/// a pointer). Stops once the goal of `how` is met, or at the first
+/// roll-up that fails.
 fn roll_up(
     p: &mut Projection<'_>,
     state: &mut PipelineState<'_>,
-    until: Option<usize>,
+    how: RollUp<'_>,
     failed: &mut FailedRollUp,
 ) {
+    let base = state.summary_max_chars();
     for stretch in stretches(p) {
-        if until.is_some_and(|max| p.summary_count() <= max) {
-            return;
-        }
-        if p.covering(&stretch).0.len() < 2 {
+        let (covered, cap) = {
+            let (prior, _) = p.covering(&stretch);
+            let held: usize = prior
+                .iter()
+                .map(|r| r.summary.render_as_message().len())
+                .sum();
+            (prior.len(), held)
+        };
+        let max_chars = match how {
+            RollUp::Merge { until } => {
+                if p.summary_count() <= until {
+                    return;
+                }
+                if covered < 2 {
+                    continue;
+                }
+                base.max(cap)
+            }
+            RollUp::Squeeze { budget } => {
+                if p.total() <= budget.target() {
+                    return;
+                }
+                let stretch_tokens: u32 = stretch.iter().map(|&i| p.cost(i)).sum();
+                let room = budget
+                    .target()
+                    .saturating_sub(p.total().saturating_sub(stretch_tokens));
+                let room = room / SQUEEZE_STEP_TOKENS * SQUEEZE_STEP_TOKENS;
+                base.max(room as usize * 3)
+            }
+        };
+        if covered == 0 {
             continue;
         }
         if failed.covers(&stretch) {
             return;
         }
-        if !apply(p, state, &stretch) {
+        if !apply(p, state, &stretch, max_chars) {
             failed.0 = stretch.first().map(|&first| (first, stretch.len()));
             return;
         }
     }
-    if let Some(max) = until {
+    if let RollUp::Merge { until: max } = how {
         if p.summary_count() > max {
             let warning = format!(
                 "summaries exceed max_summaries {max}: pinned or verbatim messages lie between them, and summaries are never merged across those"

@@ -6,6 +6,7 @@
 use std::cmp::Reverse;
 use std::collections::HashSet;
 
+use super::shapes;
 use super::text::{
     cap_chars, clean, collapse_ws, dedup_key, find_ascii_ci, has_phrase, strip_list_marker, words,
 };
@@ -16,7 +17,7 @@ use crate::model::{
 };
 
 /// Cache-key id; bump the suffix whenever extraction output changes.
-pub const EXTRACTIVE_ID: &str = "extractive-v1";
+pub const EXTRACTIVE_ID: &str = "extractive-v2";
 
 const FACT_MAX_CHARS: usize = 300;
 const DECISION_MAX_CHARS: usize = 240;
@@ -244,23 +245,126 @@ impl Summarizer for ExtractiveSummarizer {
 
     fn summarize(&self, req: &SummaryRequest<'_>) -> Result<StructuredSummary, SummarizeError> {
         let fresh = extract(req.span.clone(), req.messages);
-        let merged = merge_summaries(req.span.clone(), req.prior, &fresh);
-        fit_to_size(merged, req.max_chars)
+        let mut merged = merge_summaries(req.span.clone(), req.prior, &fresh);
+        // The span's messages were all read again: what the prior summaries
+        // left out is back among the candidates, so only this fitting's
+        // omissions count.
+        merged.omitted = 0;
+        Ok(fit_to_size(merged, req.max_chars))
     }
 }
 
 /// True when `fact` carries a hard-constraint cue (never/must/budget/prefer…,
-/// an amount with a limit word, a date with a deadline word). Facts are plain strings, so this is recomputed
-/// from the text on every cycle: the classification is stable across merges.
+/// an amount with a limit word, a date with a deadline word). Facts are plain
+/// strings, so this is recomputed from the text on every cycle: the
+/// classification is stable across merges.
 pub fn is_constraint(fact: &str) -> bool {
     let w = words(fact);
     cues(fact, &w).constraint
 }
 
+/// Prefix of a fact the assistant stated (user and system facts are verbatim).
+const ASSISTANT_TAG: &str = "assistant: ";
+/// Prefix of a fact read from a tool's output.
+const TOOL_TAG: &str = "tool ";
+
+/// Who a fact came from, read back from its text, so a fact ranks the same
+/// after any number of merges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    User,
+    Assistant,
+    Tool,
+}
+
+fn source_of(fact: &str) -> Source {
+    if fact.starts_with(ASSISTANT_TAG) {
+        Source::Assistant
+    } else if fact.starts_with(TOOL_TAG) && fact.contains(": ") {
+        Source::Tool
+    } else {
+        Source::User
+    }
+}
+
+/// How much losing `fact` would hurt when the cap forces a choice: who said
+/// it (the user and the system first), whether it binds the agent, whether
+/// the user said it of themselves, and how specific it is (a sentence with
+/// an order id or an amount beats a generic one).
+pub fn fact_score(fact: &str) -> i32 {
+    let source = source_of(fact);
+    let w = words(fact);
+    let c = cues(fact, &w);
+    let mut score = match source {
+        Source::User => 40,
+        Source::Assistant => 15,
+        Source::Tool => 10,
+    };
+    if c.constraint {
+        score += 30;
+    } else if c.imperative && source == Source::User {
+        score += 20;
+    } else if c.soft {
+        score += 8;
+    }
+    if source == Source::User && first_person(&w) {
+        score += 10;
+    }
+    score += specificity(fact);
+    score - (fact.chars().count() / 60) as i32
+}
+
+/// Points for concrete content: shaped values, numbers, names.
+fn specificity(text: &str) -> i32 {
+    let shaped: i32 = shapes::scan(text)
+        .iter()
+        .take(4)
+        .map(|(s, _)| s.weight())
+        .sum();
+    let number = i32::from(text.split_whitespace().any(|t| {
+        t.trim_start_matches(['$', '€', '£', '('])
+            .starts_with(|c: char| c.is_ascii_digit())
+    })) * 3;
+    // Capitalised words after the first: names of people, products, places.
+    let names = text
+        .split_whitespace()
+        .skip(1)
+        .filter(|t| {
+            let t = t.trim_start_matches(['(', '"', '\'']);
+            t.len() > 1
+                && t.starts_with(|c: char| c.is_uppercase())
+                && t.chars().skip(1).any(char::is_lowercase)
+        })
+        .count()
+        .min(3) as i32
+        * 2;
+    shaped + number + names
+}
+
+fn first_person(w: &[String]) -> bool {
+    w.iter().any(|x| {
+        matches!(
+            x.as_str(),
+            "i" | "i'm"
+                | "i'd"
+                | "i've"
+                | "i'll"
+                | "my"
+                | "me"
+                | "we"
+                | "we're"
+                | "we've"
+                | "our"
+                | "us"
+        )
+    })
+}
+
 /// Merges `prior` summaries (in order) and then `fresh` field by field: facts,
-/// decisions and open items are de-duplicated keeping the first occurrence, so
-/// older content comes first and nothing is lost by merging. `current_task` and
-/// `current_plan` take the newest non-empty value. Usable by any summarizer.
+/// decisions, open items and references are de-duplicated keeping the first
+/// occurrence, so older content comes first and nothing is lost by merging.
+/// `current_task` and `current_plan` take the newest non-empty value; the
+/// counts of entries left out add up. Usable by any summarizer.
 pub fn merge_summaries(
     span: SpanReference,
     prior: &[&StructuredSummary],
@@ -293,6 +397,12 @@ pub fn merge_summaries(
             out.artifacts.push(a.clone());
         }
     }
+    let mut seen = HashSet::new();
+    for r in all().flat_map(|s| &s.references) {
+        if !r.is_empty() && seen.insert(r.as_str()) {
+            out.references.push(r.clone());
+        }
+    }
     // Tool outcomes are events, not statements: two identical calls are two outcomes.
     out.tool_outcomes = all()
         .flat_map(|s| s.tool_outcomes.iter().cloned())
@@ -303,12 +413,13 @@ pub fn merge_summaries(
         .rfind(|p| !p.is_empty())
         .cloned()
         .unwrap_or_default();
+    out.omitted = all().fold(0u32, |n, s| n.saturating_add(s.omitted));
     out
 }
 
-/// One trimming step, in the order they are applied.
+/// One entry of a summary, as the fitting sees it.
 #[derive(Debug, Clone, Copy)]
-enum Removal {
+enum Entry {
     ToolOutcome(usize),
     Decision(usize),
     OpenItem(usize),
@@ -316,85 +427,128 @@ enum Removal {
     Artifact(usize),
     Task,
     Fact(usize),
+    Reference(usize),
 }
 
-/// Makes `summary` render within `max_chars` bytes by dropping whole entries:
-/// oldest tool outcomes, then oldest decisions, then open items (low priority
-/// first), the plan, artifacts, the current task, then non-constraint facts
-/// (newest first). Constraint facts are never dropped: if they alone do not
-/// fit, the result is [`SummarizeError::TooLarge`].
-pub fn fit_to_size(
-    summary: StructuredSummary,
-    max_chars: usize,
-) -> Result<StructuredSummary, SummarizeError> {
-    if summary.render_as_message().len() <= max_chars {
-        return Ok(summary);
+/// Makes `summary` render within `max_chars` bytes by leaving out whole
+/// entries, least valuable first across every section (see [`fact_score`]):
+/// a plain "succeeded" tool outcome goes before a generic remark, which goes
+/// before an error, a decision or a specific constraint. What is left out is
+/// counted in `omitted` (the originals stay in the span's archive), so the
+/// reader knows the summary is partial. Never fails: when even the most
+/// valuable entries do not fit, fewer of them are kept.
+pub fn fit_to_size(summary: StructuredSummary, max_chars: usize) -> StructuredSummary {
+    let fits = |s: &StructuredSummary| s.render_as_message().len() <= max_chars;
+    if fits(&summary) {
+        return summary;
     }
     let order = removal_order(&summary);
-    let floor = apply_removals(&summary, &order);
-    let needed = floor.render_as_message().len();
-    if needed > max_chars {
-        return Err(SummarizeError::TooLarge { needed, max_chars });
-    }
-    // Rendered size shrinks monotonically with each removal, so binary-search
-    // the fewest removals that fit: O(log n) renders instead of O(n).
+    // Size shrinks with each removal (nearly always: a reference may start
+    // rendering once the entry that spelled it out is gone, and the count
+    // can gain a digit), so binary-search the fewest removals, then step on
+    // until the result really fits.
     let (mut lo, mut hi) = (1usize, order.len());
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        if apply_removals(&summary, &order[..mid])
-            .render_as_message()
-            .len()
-            <= max_chars
-        {
+        if fits(&apply_removals(&summary, &order[..mid])) {
             hi = mid;
         } else {
             lo = mid + 1;
         }
     }
-    Ok(apply_removals(&summary, &order[..hi]))
+    let mut k = hi;
+    let mut out = apply_removals(&summary, &order[..k]);
+    while k < order.len() && !fits(&out) {
+        k += 1;
+        out = apply_removals(&summary, &order[..k]);
+    }
+    out
 }
 
-fn removal_order(s: &StructuredSummary) -> Vec<Removal> {
-    let mut order: Vec<Removal> = (0..s.tool_outcomes.len())
-        .map(Removal::ToolOutcome)
-        .collect();
-    order.extend((0..s.decisions.len()).map(Removal::Decision));
-    let mut open: Vec<usize> = (0..s.open_items.len()).collect();
-    open.sort_by_key(|&i| (Reverse(s.open_items[i].priority), i));
-    order.extend(open.into_iter().map(Removal::OpenItem));
+fn entry_scores(s: &StructuredSummary) -> Vec<(i32, Entry)> {
+    let mut out = Vec::new();
+    for (i, t) in s.tool_outcomes.iter().enumerate() {
+        let score = match (t.outcome, &t.error_message) {
+            (Outcome::Success, _) if t.key_fields.is_empty() => 2,
+            (Outcome::Success, _) => 18,
+            (_, Some(_)) => 45,
+            (_, None) => 30,
+        };
+        out.push((score, Entry::ToolOutcome(i)));
+    }
+    for (i, d) in s.decisions.iter().enumerate() {
+        out.push((30 + specificity(&d.decision), Entry::Decision(i)));
+    }
+    for (i, o) in s.open_items.iter().enumerate() {
+        let score = match o.priority {
+            Priority::High => 40,
+            Priority::Medium => 28,
+            Priority::Low => 12,
+        };
+        out.push((score, Entry::OpenItem(i)));
+    }
     if !s.current_plan.is_empty() {
-        order.push(Removal::Plan);
+        out.push((30, Entry::Plan));
     }
-    order.extend((0..s.artifacts.len()).map(Removal::Artifact));
+    for i in 0..s.artifacts.len() {
+        out.push((35, Entry::Artifact(i)));
+    }
     if s.current_task.is_some() {
-        order.push(Removal::Task);
+        out.push((50, Entry::Task));
     }
-    order.extend(
-        (0..s.facts.len())
-            .rev()
-            .filter(|&i| !is_constraint(&s.facts[i]))
-            .map(Removal::Fact),
-    );
-    order
+    for (i, f) in s.facts.iter().enumerate() {
+        out.push((fact_score(f), Entry::Fact(i)));
+    }
+    for (i, r) in s.references.iter().enumerate() {
+        let weight = shapes::classify(r).map_or(3, shapes::Shape::weight);
+        out.push((20 + weight, Entry::Reference(i)));
+    }
+    out
 }
 
-fn apply_removals(s: &StructuredSummary, removals: &[Removal]) -> StructuredSummary {
+/// Least valuable first; among equals, the later entry first (an early
+/// constraint has held longer and is as binding).
+fn removal_order(s: &StructuredSummary) -> Vec<Entry> {
+    let mut scored: Vec<(usize, (i32, Entry))> = entry_scores(s).into_iter().enumerate().collect();
+    scored.sort_by_key(|&(pos, (score, _))| (score, Reverse(pos)));
+    scored.into_iter().map(|(_, (_, e))| e).collect()
+}
+
+fn apply_removals(s: &StructuredSummary, removals: &[Entry]) -> StructuredSummary {
     let mut tools = vec![true; s.tool_outcomes.len()];
     let mut decisions = vec![true; s.decisions.len()];
     let mut open = vec![true; s.open_items.len()];
     let mut artifacts = vec![true; s.artifacts.len()];
     let mut facts = vec![true; s.facts.len()];
+    let mut references = vec![true; s.references.len()];
     let (mut plan, mut task) = (true, true);
+    let mut omitted = 0u32;
+    let mut references_left_out = false;
     for r in removals {
         match *r {
-            Removal::ToolOutcome(i) => tools[i] = false,
-            Removal::Decision(i) => decisions[i] = false,
-            Removal::OpenItem(i) => open[i] = false,
-            Removal::Plan => plan = false,
-            Removal::Artifact(i) => artifacts[i] = false,
-            Removal::Task => task = false,
-            Removal::Fact(i) => facts[i] = false,
+            Entry::ToolOutcome(i) => {
+                tools[i] = false;
+                // "read_file: success" carries nothing worth counting.
+                let t = &s.tool_outcomes[i];
+                if t.outcome != Outcome::Success || !t.key_fields.is_empty() {
+                    omitted += 1;
+                }
+                continue;
+            }
+            Entry::Decision(i) => decisions[i] = false,
+            Entry::OpenItem(i) => open[i] = false,
+            Entry::Plan => plan = false,
+            Entry::Artifact(i) => artifacts[i] = false,
+            Entry::Task => task = false,
+            Entry::Fact(i) => facts[i] = false,
+            Entry::Reference(i) => {
+                // Counted below, unless a kept entry still spells it out.
+                references[i] = false;
+                references_left_out = true;
+                continue;
+            }
         }
+        omitted += 1;
     }
     fn keep<T: Clone>(items: &[T], mask: &[bool]) -> Vec<T> {
         items
@@ -404,7 +558,7 @@ fn apply_removals(s: &StructuredSummary, removals: &[Removal]) -> StructuredSumm
             .map(|(t, _)| t.clone())
             .collect()
     }
-    StructuredSummary {
+    let mut out = StructuredSummary {
         span: s.span.clone(),
         facts: keep(&s.facts, &facts),
         decisions: keep(&s.decisions, &decisions),
@@ -417,7 +571,21 @@ fn apply_removals(s: &StructuredSummary, removals: &[Removal]) -> StructuredSumm
         } else {
             Vec::new()
         },
+        references: keep(&s.references, &references),
+        omitted: 0,
+    };
+    if references_left_out {
+        let text = out.render_as_message();
+        let lost = s
+            .references
+            .iter()
+            .zip(&references)
+            .filter(|(r, &k)| !k && !text.contains(r.as_str()))
+            .count();
+        omitted += u32::try_from(lost).unwrap_or(u32::MAX);
     }
+    out.omitted = s.omitted.saturating_add(omitted);
+    out
 }
 
 /// Cues found in one sentence.
@@ -426,6 +594,8 @@ struct Cues {
     constraint: bool,
     soft: bool,
     open: bool,
+    /// The sentence opens with a verb: an instruction ("Keep replies short").
+    imperative: bool,
 }
 
 fn cues(raw: &str, w: &[String]) -> Cues {
@@ -443,7 +613,169 @@ fn cues(raw: &str, w: &[String]) -> Cues {
             || hard_date,
         soft: any_word(SOFT_WORDS) || any_phrase(SOFT_PHRASES) || money || date,
         open: any_word(OPEN_WORDS) || any_phrase(OPEN_PHRASES),
+        imperative: opens_with_verb(raw),
     }
+}
+
+/// Words that open statements and questions but never instructions:
+/// pronouns, determiners, auxiliaries, conjunctions, prepositions and
+/// reactions. A sentence that opens with any other word, after "please" and
+/// interjections, opens with a verb ("Use metric units", "Stick to EU
+/// regions") — grammar, not a vocabulary of instructions.
+const NOT_VERBS: &[&str] = &[
+    "i",
+    "i'm",
+    "i'd",
+    "i've",
+    "i'll",
+    "you",
+    "you're",
+    "he",
+    "she",
+    "it",
+    "it's",
+    "we",
+    "we're",
+    "they",
+    "they're",
+    "this",
+    "that",
+    "that's",
+    "these",
+    "those",
+    "there",
+    "there's",
+    "here",
+    "the",
+    "a",
+    "an",
+    "my",
+    "your",
+    "our",
+    "their",
+    "his",
+    "her",
+    "its",
+    "what",
+    "what's",
+    "why",
+    "how",
+    "when",
+    "where",
+    "who",
+    "which",
+    "is",
+    "are",
+    "was",
+    "were",
+    "be",
+    "been",
+    "am",
+    "do",
+    "does",
+    "did",
+    "have",
+    "has",
+    "had",
+    "can",
+    "could",
+    "would",
+    "will",
+    "shall",
+    "should",
+    "may",
+    "might",
+    "must",
+    "and",
+    "but",
+    "or",
+    "if",
+    "because",
+    "also",
+    "just",
+    "yes",
+    "no",
+    "not",
+    "thanks",
+    "thank",
+    "hi",
+    "hello",
+    "hey",
+    "in",
+    "on",
+    "at",
+    "for",
+    "with",
+    "from",
+    "to",
+    "of",
+    "as",
+    "by",
+    "about",
+    "after",
+    "before",
+    "all",
+    "some",
+    "any",
+    "every",
+    "each",
+    "one",
+    "maybe",
+    "perhaps",
+    "actually",
+    "looks",
+    "sounds",
+    "seems",
+    "got",
+    "nice",
+    "cool",
+    "good",
+    "wow",
+    "hmm",
+    "oh",
+    "yeah",
+    "yep",
+    "nope",
+    "honestly",
+    "anyway",
+    "btw",
+    "fyi",
+    "still",
+    "again",
+    "too",
+    "very",
+    "really",
+    "lol",
+    "haha",
+    "sorry",
+    "agreed",
+    "exactly",
+    "interesting",
+    "hm",
+    "ah",
+    "huh",
+    "nah",
+    "cheers",
+    "fine",
+    "done",
+    "more",
+    "less",
+];
+
+fn opens_with_verb(sentence: &str) -> bool {
+    let view = decision_view(sentence);
+    let view = view
+        .strip_prefix("please")
+        .map_or(view.as_str(), |r| r.trim_start_matches([',', ' ']));
+    let first: String = view
+        .chars()
+        .take_while(|c| c.is_alphabetic() || *c == '\'')
+        .collect();
+    first.len() >= 2
+        && view[first.len()..].starts_with(' ')
+        && !NOT_VERBS.contains(&first.as_str())
+        && !first.ends_with("ly")
+        && !first.ends_with("ing")
 }
 
 fn priority_of(w: &[String]) -> Priority {
@@ -727,20 +1059,33 @@ fn is_artifact_key(k: &str) -> bool {
 /// Builds the summary of `messages` alone (no prior, no size cap).
 fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
     let mut s = StructuredSummary::empty(span);
+    let mut refs = References::default();
     let last_assistant_text = messages.iter().rposition(|m| {
         m.role == Role::Assistant && m.tool_result.is_none() && !m.content.text().trim().is_empty()
     });
     for (idx, m) in messages.iter().enumerate() {
+        for call in &m.tool_calls {
+            refs.calls.extend(argument_references(&call.arguments));
+        }
         if let Some(env) = &m.tool_result {
+            let error = if env.outcome == Outcome::Success {
+                None
+            } else {
+                error_line(env)
+            };
+            if let Some(e) = &error {
+                refs.calls.extend(reference_values(e));
+            }
+            refs.tools.extend(
+                reference_values(&head(&env.content.to_text(), TOOL_SCAN_BYTES))
+                    .into_iter()
+                    .take(TOOL_REFERENCES),
+            );
             s.tool_outcomes.push(ToolOutcome {
                 tool_name: env.tool_name.clone(),
                 outcome: env.outcome,
                 key_fields: env.key_fields.clone(),
-                error_message: if env.outcome == Outcome::Success {
-                    None
-                } else {
-                    error_line(env)
-                },
+                error_message: error,
             });
             for (k, v) in &env.key_fields {
                 if let (true, Some(id)) = (is_artifact_key(k), v.as_str()) {
@@ -783,9 +1128,16 @@ fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
                         }
                     } else if c.open && !m.metadata.protected {
                         s.open_items.push(open_item(&sent.text));
-                    } else if (m.metadata.protected || c.constraint || c.soft) && w.len() >= 2 {
+                    } else if w.len() >= 2
+                        && (m.metadata.protected
+                            || c.constraint
+                            || c.soft
+                            || c.imperative
+                            || specificity(&sent.text) > 0)
+                    {
                         s.facts.push(clean(&sent.text, FACT_MAX_CHARS));
                     }
+                    refs.user.extend(reference_values(&sent.text));
                 }
                 Role::Assistant => {
                     if sent.question {
@@ -795,7 +1147,16 @@ fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
                         s.open_items.push(open_item(&sent.text));
                     } else if let Some(d) = decision_of(&sent.text, m.turn) {
                         s.decisions.push(d);
+                    } else if shapes::scan(&sent.text)
+                        .iter()
+                        .any(|(sh, _)| sh.is_reference() || matches!(sh, shapes::Shape::Money))
+                    {
+                        // A finding with a concrete value ("the cert at
+                        // /etc/ssl/api.pem expired"), ranked below the user's.
+                        let fact = format!("{ASSISTANT_TAG}{}", sent.text);
+                        s.facts.push(clean(&fact, FACT_MAX_CHARS));
                     }
+                    refs.assistant.extend(reference_values(&sent.text));
                 }
                 Role::Tool => {}
             }
@@ -815,7 +1176,77 @@ fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
         .filter(|m| m.role == Role::Assistant && m.tool_result.is_none())
         .find_map(|m| last_list(&m.content.text()))
         .unwrap_or_default();
+    s.references = refs.ordered();
     s
+}
+
+/// How much of a tool result is scanned for references, and how many are
+/// taken from it: a result of 500 rows names 500 ids, and the first few
+/// stand for the rest (the whole result is archived).
+const TOOL_SCAN_BYTES: usize = 16 * 1024;
+const TOOL_REFERENCES: usize = 4;
+const REFERENCE_MAX_CHARS: usize = 120;
+
+/// References by where they were found, listed most trusted first so the
+/// fitting (which leaves out later entries first among equals) keeps the
+/// user's ids before a tool's.
+#[derive(Debug, Default)]
+struct References {
+    user: Vec<String>,
+    assistant: Vec<String>,
+    calls: Vec<String>,
+    tools: Vec<String>,
+}
+
+impl References {
+    fn ordered(self) -> Vec<String> {
+        let mut seen = HashSet::new();
+        [self.user, self.assistant, self.calls, self.tools]
+            .into_iter()
+            .flatten()
+            .filter(|r| seen.insert(r.clone()))
+            .collect()
+    }
+}
+
+/// The shaped values of `text` worth listing on their own.
+fn reference_values(text: &str) -> Vec<String> {
+    shapes::scan(text)
+        .into_iter()
+        .filter(|(shape, v)| shape.is_reference() && v.chars().count() <= REFERENCE_MAX_CHARS)
+        .map(|(_, v)| v)
+        .collect()
+}
+
+/// Shaped values among a tool call's arguments (a path read, an id looked up).
+fn argument_references(args: &serde_json::Value) -> Vec<String> {
+    fn walk(v: &serde_json::Value, depth: u32, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::String(s) => out.extend(reference_values(&head(s, 2048))),
+            serde_json::Value::Array(a) if depth < 3 => {
+                a.iter().take(16).for_each(|x| walk(x, depth + 1, out));
+            }
+            serde_json::Value::Object(m) if depth < 3 => {
+                m.values().take(32).for_each(|x| walk(x, depth + 1, out));
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(args, 0, &mut out);
+    out
+}
+
+/// The first `max` bytes of `s`, cut at a char boundary.
+fn head(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
 }
 
 #[cfg(test)]

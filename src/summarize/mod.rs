@@ -4,11 +4,12 @@
 //! hot path and tests can pin its output byte for byte.
 
 pub mod extractive;
+pub mod shapes;
 mod text;
 pub mod tool_output;
 
 pub use extractive::{
-    fit_to_size, is_constraint, merge_summaries, ExtractiveSummarizer, EXTRACTIVE_ID,
+    fact_score, fit_to_size, is_constraint, merge_summaries, ExtractiveSummarizer, EXTRACTIVE_ID,
 };
 pub use tool_output::{
     compress_tool_output, CompressRules, Compressed, OutputKind, STRUCTURED_KEEP_TOKENS,
@@ -37,15 +38,6 @@ pub enum SummarizeError {
     /// The backend declined to summarize (model refusal, policy).
     #[error("summarizer refused: {0}")]
     Refused(String),
-    /// Even the constraint facts alone do not fit `max_chars`; trimming further
-    /// would lose constraints, so the caller must raise the cap or split the span.
-    #[error("summary needs {needed} chars for its constraints alone; the cap is {max_chars}")]
-    TooLarge {
-        /// Rendered size of the smallest acceptable summary.
-        needed: usize,
-        /// The cap requested.
-        max_chars: usize,
-    },
     /// The backend failed (network, bad response).
     #[error("summarizer backend failed: {0}")]
     Backend(String),

@@ -71,7 +71,7 @@ const BIG: usize = 1 << 20;
 
 #[test]
 fn id_is_stable() {
-    assert_eq!(ExtractiveSummarizer.id(), "extractive-v1");
+    assert_eq!(ExtractiveSummarizer.id(), "extractive-v2");
 }
 
 #[test]
@@ -105,9 +105,8 @@ fn captures_protected_constraints_verbatim() {
         "no cue, not a fact"
     );
     assert!(!s.facts.iter().any(|f| f.contains("coding agent")));
-    for f in &s.facts {
-        assert!(is_constraint(f), "{f}");
-    }
+    // An instruction is kept as said, though it names no rule word.
+    assert!(s.facts.contains(&"Please keep it simple.".to_string()));
 }
 
 #[test]
@@ -417,26 +416,22 @@ fn empty_input() {
     };
     let s = ExtractiveSummarizer.summarize(&req).expect("empty fits");
     assert_eq!(s, StructuredSummary::empty(span.clone()));
-    assert_eq!(s.render_as_message(), "[Summary v1]");
+    assert_eq!(s.render_as_message(), "[Summary v2]");
+    // Below the size of an empty summary nothing smaller exists: the empty
+    // summary is the answer, never an error.
     let tiny = SummaryRequest {
         max_chars: 3,
         ..req
     };
-    assert!(matches!(
-        ExtractiveSummarizer.summarize(&tiny),
-        Err(SummarizeError::TooLarge {
-            needed: 12,
-            max_chars: 3
-        })
-    ));
+    assert_eq!(ExtractiveSummarizer.summarize(&tiny), Ok(s));
 }
 
-fn is_suffix<T: PartialEq>(part: &[T], whole: &[T]) -> bool {
-    whole.ends_with(part)
-}
+/// Smallest cap the fitting always meets: an empty summary saying how many
+/// entries were left out.
+const FLOOR_CHARS: usize = 64;
 
 #[test]
-fn size_cap_trims_in_order_and_keeps_constraints() {
+fn size_cap_leaves_out_the_least_valuable_first() {
     let mut msgs = vec![msg(
         "u0",
         Role::User,
@@ -447,67 +442,54 @@ fn size_cap_trims_in_order_and_keeps_constraints() {
         msgs.extend(cycle_messages(c));
     }
     let full = run(&msgs, &[], BIG).expect("fits");
+    assert_eq!(full.omitted, 0);
     let constraints: Vec<&String> = full.facts.iter().filter(|f| is_constraint(f)).collect();
-    let (mut oks, mut errs) = (0, 0);
+    assert!(!constraints.is_empty());
+    let mut trimmed = 0;
     for max in (0..full.render_as_message().len() + 10).step_by(7) {
-        match run(&msgs, &[], max) {
-            Ok(s) => {
-                oks += 1;
-                assert!(s.render_as_message().len() <= max);
-                for c in &constraints {
-                    assert!(s.facts.contains(c), "max {max}: lost {c}");
-                }
-                // Oldest go first: what is left is the newest part of each section.
-                assert!(is_suffix(&s.tool_outcomes, &full.tool_outcomes));
-                assert!(is_suffix(&s.decisions, &full.decisions));
-                // Section order: tool outcomes, decisions, open items, plan,
-                // artifacts, task, then non-constraint facts.
-                if s.decisions.len() < full.decisions.len() {
-                    assert!(s.tool_outcomes.is_empty(), "max {max}");
-                }
-                if s.open_items.len() < full.open_items.len() {
-                    assert!(s.decisions.is_empty(), "max {max}");
-                }
-                if s.current_plan.is_empty() {
-                    assert!(s.open_items.is_empty(), "max {max}");
-                }
-                if s.current_task.is_none() {
-                    assert!(s.current_plan.is_empty(), "max {max}");
-                }
-                if s.facts.len() < full.facts.len() {
-                    assert!(s.current_task.is_none(), "max {max}");
-                }
-            }
-            Err(SummarizeError::TooLarge { needed, max_chars }) => {
-                errs += 1;
-                assert_eq!(max_chars, max);
-                assert!(needed > max);
-                let mut floor = StructuredSummary::empty(full.span.clone());
-                floor.facts = constraints.iter().map(|f| (*f).clone()).collect();
-                assert_eq!(needed, floor.render_as_message().len());
-            }
-            Err(e) => panic!("{e}"),
+        let s = run(&msgs, &[], max).expect("never fails");
+        if max >= FLOOR_CHARS {
+            assert!(s.render_as_message().len() <= max, "max {max}");
+        }
+        let lost_constraint = constraints.iter().any(|c| !s.facts.contains(c));
+        if lost_constraint {
+            // A user's constraint goes only after every decision and every
+            // tool outcome, which are worth less.
+            assert!(s.decisions.is_empty(), "max {max}: {s:#?}");
+            assert!(s.tool_outcomes.is_empty(), "max {max}: {s:#?}");
+        }
+        if s != full {
+            trimmed += 1;
+            assert!(
+                s.omitted > 0,
+                "max {max}: entries left out without saying so"
+            );
+            assert!(s.render_as_message().contains("left out for size"));
         }
     }
-    assert!(oks > 20 && errs > 5, "{oks} {errs}");
+    assert!(trimmed > 10, "{trimmed}");
 }
 
 #[test]
-fn too_large_when_constraints_alone_do_not_fit() {
+fn a_specific_constraint_outranks_a_generic_one() {
     let msgs = vec![msg(
         "u",
         Role::User,
         1,
-        "Never delete production data. Always use TLS. Budget is $5.",
+        "Never be sloppy. Always be careful. The monthly budget is capped at $3,750 for ORD-58213.",
     )];
-    let err = run(&msgs, &[], 40).expect_err("too small");
-    match err {
-        SummarizeError::TooLarge { needed, max_chars } => {
-            assert_eq!(max_chars, 40);
-            assert!(needed > 40);
-        }
-        e => panic!("{e}"),
-    }
+    let full = run(&msgs, &[], BIG).expect("fits");
+    assert_eq!(full.facts.len(), 3, "{full:#?}");
+    let mut only = StructuredSummary::empty(full.span.clone());
+    only.facts = vec![full.facts[2].clone()];
+    // The two generic rules and the current task are left out; the id is
+    // still spelled out in the kept fact, so dropping its reference loses
+    // nothing and is not counted.
+    only.omitted = 3;
+    let cap = only.render_as_message().len();
+    let s = run(&msgs, &[], cap).expect("never fails");
+    assert_eq!(s.facts, only.facts, "{s:#?}");
+    assert_eq!(s.omitted, 3);
 }
 
 #[test]
@@ -655,43 +637,30 @@ proptest! {
         let again = run(&msgs, &prior, max_chars);
         prop_assert_eq!(&result, &again);
 
-        let merged = merge_summaries(span.clone(), &prior, &extract(span.clone(), &refs));
-        let prior_keys: HashSet<String> = priors
-            .iter()
-            .flat_map(|p| &p.facts)
-            .filter(|f| !f.trim().is_empty())
-            .map(|f| dedup_key(f))
-            .collect();
-        let mut candidate = StructuredSummary::empty(span.clone());
-        candidate.facts = merged
+        let mut merged = merge_summaries(span.clone(), &prior, &extract(span.clone(), &refs));
+        merged.omitted = 0;
+        let s = result.expect("the extractive summarizer never fails");
+        if max_chars >= FLOOR_CHARS {
+            prop_assert!(s.render_as_message().len() <= max_chars);
+        }
+        if merged.render_as_message().len() <= max_chars {
+            // Everything fits: nothing is left out.
+            prop_assert_eq!(&s, &merged);
+        } else {
+            prop_assert!(s.omitted > 0 || s.tool_outcomes.len() < merged.tool_outcomes.len());
+        }
+        // Facts are left out least valuable first.
+        let kept: HashSet<&String> = s.facts.iter().collect();
+        let min_kept = s.facts.iter().map(|f| fact_score(f)).min();
+        let max_lost = merged
             .facts
             .iter()
-            .filter(|f| prior_keys.contains(&dedup_key(f)) || is_constraint(f))
-            .cloned()
-            .collect();
-        let mut floor = StructuredSummary::empty(span);
-        floor.facts = merged.facts.iter().filter(|f| is_constraint(f)).cloned().collect();
-
-        match result {
-            Ok(s) => {
-                prop_assert!(s.render_as_message().len() <= max_chars);
-                // Constraints are never trimmed.
-                for f in &floor.facts {
-                    prop_assert!(s.facts.contains(f), "constraint lost: {}", f);
-                }
-                if candidate.render_as_message().len() <= max_chars {
-                    let kept: HashSet<String> = s.facts.iter().map(|f| dedup_key(f)).collect();
-                    for k in &prior_keys {
-                        prop_assert!(kept.contains(k), "prior fact lost: {}", k);
-                    }
-                }
-            }
-            Err(SummarizeError::TooLarge { needed, max_chars: m }) => {
-                prop_assert_eq!(m, max_chars);
-                prop_assert!(needed > max_chars);
-                prop_assert_eq!(needed, floor.render_as_message().len());
-            }
-            Err(e) => prop_assert!(false, "unexpected error {}", e),
+            .filter(|f| !kept.contains(f))
+            .map(|f| fact_score(f))
+            .max();
+        if let (Some(k), Some(l)) = (min_kept, max_lost) {
+            prop_assert!(l <= k, "lost a fact scored {} but kept one scored {}", l, k);
         }
+        let _ = &refs;
     }
 }
