@@ -300,3 +300,107 @@ fn the_plan_names_every_action_once() {
     let back: compactd::model::CompactionPlan = serde_json::from_str(&json).unwrap();
     assert_eq!(&back, plan);
 }
+
+#[test]
+fn default_retention_evicts_the_oldest_first_and_only_to_the_target() {
+    let mut b = ThreadBuilder::default();
+    let mut calls = Vec::new();
+    let mut audits = Vec::new();
+    for t in 0..16 {
+        b.user(&format!("step {t}: check the worker logs"));
+        calls.push(b.tool(
+            "list_logs",
+            json!({"n": t}),
+            ToolContent::Text(log_lines(40)),
+            Outcome::Success,
+            None,
+        ));
+        audits.push(b.tool(
+            "audit_log",
+            json!({"n": t}),
+            ToolContent::Text(log_lines(4)),
+            Outcome::Success,
+            None,
+        ));
+        b.assistant("looked at them");
+    }
+    let t = b.build("retention-order");
+    let mut h = Harness::default();
+    // audit_log has its own rule: a rule applies wholly.
+    h.policy.retention.insert(
+        "audit_log".into(),
+        compactd::reduce::ToolRetention {
+            keep_turns: Some(8),
+            keep_last: None,
+            never_evict: false,
+        },
+    );
+    let out = h.compact(&t, 14_000, None).unwrap();
+    assert!(out.report.triggered);
+    let origin = |c: &String| rendered_tool(&out, c).origin;
+    // Turns 1-8 are past the default 8-turn retention; only as many of them
+    // as the target needs are stubbed, oldest first.
+    let stubbed: Vec<bool> = calls[..8]
+        .iter()
+        .map(|c| origin(c) == Origin::Cleared)
+        .collect();
+    assert!(stubbed[0], "the oldest result goes first: {stubbed:?}");
+    assert!(
+        !stubbed[7],
+        "the target was met before the newest expired result: {stubbed:?}"
+    );
+    let first_kept = stubbed.iter().position(|s| !s).unwrap_or(8);
+    assert!(
+        stubbed[first_kept..].iter().all(|s| !s),
+        "stubs form a prefix: {stubbed:?}"
+    );
+    for c in &audits[..8] {
+        assert_eq!(
+            origin(c),
+            Origin::Cleared,
+            "a tool's own rule applies wholly"
+        );
+    }
+    assert!(out.tokens.total <= out.report.budget.target);
+    assert!(
+        out.report.target_use() >= 0.9,
+        "use {}",
+        out.report.target_use()
+    );
+}
+
+#[test]
+fn the_tail_is_bounded_by_tokens_but_keeps_the_last_user_message() {
+    let mut b = ThreadBuilder::default();
+    let mut calls = Vec::new();
+    for t in 0..6 {
+        b.user(&format!("step {t}: dump the worker logs"));
+        calls.push(b.tool(
+            "dump_logs",
+            json!({"n": t}),
+            ToolContent::Text(log_lines(300)),
+            Outcome::Success,
+            Some(Durability::Replayable),
+        ));
+        b.assistant("dumped");
+    }
+    let t = b.build("token-tail");
+    let mut h = Harness::default();
+    h.policy.keep_recent_turns = 6;
+    h.policy.keep_tool_io_pairs = 6;
+    h.policy.keep_recent_tokens = 2_000;
+    let out = h.compact(&t, 40_000, None).unwrap();
+    assert!(out.report.triggered);
+    // Six turns are within keep_recent_turns, but only the last fits the
+    // token bound: the earlier results are reduced.
+    assert!(
+        calls[..5]
+            .iter()
+            .any(|c| rendered_tool(&out, c).origin != Origin::Verbatim),
+        "the token bound did not shrink the tail"
+    );
+    // The floor: the last user message and its call stay verbatim, even
+    // though the result alone is over the bound.
+    assert_eq!(rendered_tool(&out, &calls[5]).origin, Origin::Verbatim);
+    assert!(common::request_text(&out.request).contains("step 5: dump the worker logs"));
+}
