@@ -141,7 +141,29 @@ fn object_error(obj: &Map<String, Value>) -> Option<String> {
         Value::String(s) => Some(s.clone()),
         Value::Object(o) => member(o, &["message", "detail", "description"])
             .and_then(Value::as_str)
-            .map(str::to_string)
+            .map(|message| {
+                // `{"code": "WH-92553", "exception": "QuorumError", "message": …}`:
+                // the name and the code are what the agent searches for.
+                let name =
+                    member(o, &["exception", "type", "name", "kind"]).and_then(Value::as_str);
+                let code = member(o, &["code", "error_code", "errno"]).and_then(|c| match c {
+                    Value::String(s) => Some(s.clone()),
+                    Value::Number(n) => Some(n.to_string()),
+                    _ => None,
+                });
+                let mut line = String::new();
+                if let Some(name) = name.filter(|n| !n.is_empty()) {
+                    line.push_str(name);
+                    line.push_str(": ");
+                }
+                if let Some(code) = code.filter(|c| !c.is_empty()) {
+                    line.push('[');
+                    line.push_str(&code);
+                    line.push_str("] ");
+                }
+                line.push_str(message);
+                line
+            })
             .or_else(|| Some(v.to_string())),
         Value::Array(a) => a.first().map(|first| match first {
             Value::String(s) => s.clone(),

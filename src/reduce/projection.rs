@@ -568,6 +568,18 @@ impl<'a> Projection<'a> {
         indices: &[usize],
         summary: StructuredSummary,
     ) -> bool {
+        self.summarize_within(indices, summary, None)
+    }
+
+    /// [`Projection::summarize_unless_larger`], except that with a `limit`
+    /// the summary is also kept when it makes the request larger but not
+    /// above `limit` (a summary re-fitted into room the target leaves).
+    pub fn summarize_within(
+        &mut self,
+        indices: &[usize],
+        summary: StructuredSummary,
+        limit: Option<u32>,
+    ) -> bool {
         let before = self.total();
         let mut undo = Undo {
             summaries_len: self.plan.summarizations.len(),
@@ -575,7 +587,7 @@ impl<'a> Projection<'a> {
             ..Undo::default()
         };
         self.summarize_logged(indices, summary, Some(&mut undo));
-        if self.total() < before {
+        if self.total() < before || limit.is_some_and(|l| self.total() <= l) {
             return true;
         }
         self.plan.summarizations.truncate(undo.summaries_len);

@@ -94,12 +94,22 @@ impl Reducer for Retention {
     }
 }
 
-/// Appends what every stub of a result keeps: its error when it did not
-/// fully succeed, and its key fields. Returns the error.
+/// Values a stub keeps from the output it replaces.
+const STUB_REFERENCES: usize = 4;
+
+/// Appends what every stub of a result keeps: the error it reports (when
+/// it did not fully succeed, or when a line of it says so: a deploy log
+/// whose last lines fail is often sent as a success), its key fields, and
+/// the few values that stand out in it (see [`crate::summarize::salient`]).
+/// Returns the error.
 pub(super) fn push_stub_details(env: &ToolResultEnvelope, out: &mut String) -> Option<String> {
-    let error = (env.outcome != Outcome::Success)
-        .then(|| error_message(&env.content))
-        .flatten();
+    let text = env.content.to_text();
+    let salient = crate::summarize::salient::salient(&text, STUB_REFERENCES);
+    let error = if env.outcome == Outcome::Success {
+        salient.error
+    } else {
+        error_message(&env.content).or(salient.error)
+    };
     if let Some(error) = &error {
         out.push_str("\nError: ");
         out.push_str(error);
@@ -107,6 +117,16 @@ pub(super) fn push_stub_details(env: &ToolResultEnvelope, out: &mut String) -> O
     if !env.key_fields.is_empty() {
         out.push_str("\nKey data: ");
         out.push_str(&serde_json::to_string(&env.key_fields).unwrap_or_default());
+    }
+    let refs: Vec<&str> = salient
+        .references
+        .iter()
+        .map(String::as_str)
+        .filter(|r| !out.contains(r))
+        .collect();
+    if !refs.is_empty() {
+        out.push_str("\nRefs: ");
+        out.push_str(&refs.join(", "));
     }
     error
 }

@@ -38,10 +38,20 @@ impl Reducer for Summarize {
                 u += 1;
                 continue;
             }
-            // A chunk: consecutive free, unsummarized units up to the chunk size.
+            // A chunk: consecutive free, unsummarized units up to the chunk
+            // size, or only as much as the target still needs (with a
+            // quarter to spare for what the summary itself takes): the last
+            // chunk does not summarize thousands of tokens the budget has
+            // room for.
+            let excess = p.total().saturating_sub(budget.target());
+            let enough = excess.saturating_add(excess / 4);
             let mut indices = Vec::new();
             let mut tokens = 0u32;
-            while u < p.units.ranges.len() && chunk_unit(p, u) && tokens < chunk_tokens {
+            while u < p.units.ranges.len()
+                && chunk_unit(p, u)
+                && tokens < chunk_tokens
+                && tokens < enough
+            {
                 let (s, e) = p.units.ranges[u];
                 for i in s..=e {
                     tokens += p.cost(i);
@@ -49,7 +59,10 @@ impl Reducer for Summarize {
                 }
                 u += 1;
             }
-            if !apply(p, state, &indices, state.summary_max_chars()) {
+            // The summary may take whatever the target leaves it.
+            let cap = room_chars(budget.target(), p.total(), tokens, CHARS_PER_TOKEN)
+                .max(state.summary_max_chars());
+            if apply(p, state, &indices, cap, None) == Applied::Failed {
                 return Ok(());
             }
             let max = state.policy.max_summaries as usize;
@@ -60,6 +73,43 @@ impl Reducer for Summarize {
         if p.total() > budget.target() && p.summary_count() > 0 {
             roll_up(p, state, RollUp::Squeeze { budget }, &mut failed);
         }
+        // The target is met, but a summary had to leave entries out: the
+        // facts it lost are worth more than the verbatim middle still
+        // standing. Summarize that too, a chunk at a time, and let the
+        // summaries grow into the room it frees, until nothing is left out
+        // or only the tail remains.
+        let max = state.policy.max_summaries as usize;
+        while p.total() <= budget.target() && lossy(p) {
+            state.cancel.check()?;
+            while u < p.units.ranges.len() && !chunk_unit(p, u) {
+                u += 1;
+            }
+            let mut indices = Vec::new();
+            let mut tokens = 0u32;
+            while u < p.units.ranges.len() && chunk_unit(p, u) && tokens < chunk_tokens {
+                let (s, e) = p.units.ranges[u];
+                for i in s..=e {
+                    tokens += p.cost(i);
+                    indices.push(i);
+                }
+                u += 1;
+            }
+            if indices.is_empty() {
+                // Only the tail is left: the summaries may still grow into
+                // what room there is.
+                roll_up(p, state, RollUp::Grow { budget }, &mut failed);
+                break;
+            }
+            let cap = room_chars(budget.target(), p.total(), tokens, CHARS_PER_TOKEN)
+                .max(state.summary_max_chars());
+            if apply(p, state, &indices, cap, Some(budget.target())) == Applied::Failed {
+                break;
+            }
+            if p.summary_count() > max {
+                roll_up(p, state, RollUp::Merge { until: max }, &mut failed);
+            }
+            roll_up(p, state, RollUp::Grow { budget }, &mut failed);
+        }
         Ok(())
     }
 }
@@ -69,15 +119,34 @@ fn chunk_unit(p: &Projection<'_>, u: usize) -> bool {
     p.unit_is_free(u) && (s..=e).all(|i| !p.is_summarized(i) && !p.is_dropped(i))
 }
 
-/// Summarizes `indices` within `max_chars`; false when the summarizer
-/// failed. A failed summary is never committed: the pipeline falls back to
-/// dropping, with a warning.
+/// Whether a summary that still renders had to leave entries out.
+fn lossy(p: &Projection<'_>) -> bool {
+    stretches(p)
+        .iter()
+        .any(|s| p.covering(s).0.iter().any(|r| r.summary.omitted > 0))
+}
+
+/// What became of one summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Applied {
+    /// The summarizer failed; nothing was committed (the pipeline falls
+    /// back to dropping, with a warning).
+    Failed,
+    /// Made, but it would have grown the request (past `limit`): undone.
+    Rejected,
+    /// In the plan.
+    Kept,
+}
+
+/// Summarizes `indices` within `max_chars`. The summary is kept when the
+/// request gets smaller, or (with `limit`) when it stays within `limit`.
 fn apply(
     p: &mut Projection<'_>,
     state: &mut PipelineState<'_>,
     indices: &[usize],
     max_chars: usize,
-) -> bool {
+    limit: Option<u32>,
+) -> Applied {
     let span = SpanReference::of(p.thread, indices);
     let messages: Vec<&crate::model::Message> = indices.iter().map(|&i| p.message(i)).collect();
     let (prior, externalized) = p.covering(indices);
@@ -100,7 +169,7 @@ fn apply(
         Ok(s) => s,
         Err(e) => {
             state.warn(format!("summarize: {e}; falling back to dropping"));
-            return false;
+            return Applied::Failed;
         }
     };
     for a in artifacts {
@@ -114,8 +183,11 @@ fn apply(
     }
     // When the summary is not smaller than what it replaces, the span stays
     // as it was.
-    p.summarize_unless_larger(indices, summary);
-    true
+    if p.summarize_within(indices, summary, limit) {
+        Applied::Kept
+    } else {
+        Applied::Rejected
+    }
 }
 
 /// The stretch whose roll-up failed in this call, by first message and
@@ -146,12 +218,37 @@ enum RollUp<'b> {
     /// leaves it, so the summaries use the budget instead of the window
     /// dropping them.
     Squeeze { budget: &'b TokenBudget },
+    /// A stretch whose summaries left entries out is re-summarized into the
+    /// room the target leaves it, which may be larger than it is now.
+    Grow { budget: &'b TokenBudget },
 }
 
 /// Granularity of a squeezed summary's cap, in tokens: the cap moves only
 /// when the room changes by this much, so the summary (and the prompt
 /// prefix after it) stays byte-stable while the room drifts a little.
 const SQUEEZE_STEP_TOKENS: u32 = 256;
+
+/// Characters per token of text not measured yet, erring small (the
+/// pipeline counts the real tokens afterwards).
+const CHARS_PER_TOKEN: f64 = 3.0;
+
+/// Characters a summary replacing `replaced` tokens of a request of
+/// `total` may take so that the request lands at `target`, at
+/// `chars_per_token`, in steps of [`SQUEEZE_STEP_TOKENS`].
+fn room_chars(target: u32, total: u32, replaced: u32, chars_per_token: f64) -> usize {
+    let room = target.saturating_sub(total.saturating_sub(replaced));
+    let room = room / SQUEEZE_STEP_TOKENS * SQUEEZE_STEP_TOKENS;
+    (f64::from(room) * chars_per_token) as usize
+}
+
+/// Characters per token of the summaries a stretch holds, measured (less
+/// 5%), so a re-fitted summary is sized in its own text's terms.
+fn measured_ratio(held_chars: usize, stretch_tokens: u32) -> f64 {
+    if stretch_tokens == 0 || held_chars == 0 {
+        return CHARS_PER_TOKEN;
+    }
+    (held_chars as f64 / f64::from(stretch_tokens) * 0.95).max(CHARS_PER_TOKEN)
+}
 
 /// Rolls neighbouring summaries into one, oldest stretch first: a stretch
 /// ends at any message that still renders on its own (verbatim, cleared or
@@ -181,19 +278,42 @@ fn roll_up(
                 if covered < 2 {
                     continue;
                 }
-                base.max(cap)
+                // A tenth less than what they hold: re-reading the span
+                // recovers what each left out, and text dense in ids costs
+                // more tokens per character than prose, so the merge is
+                // sized to come out no larger (it is undone if it does not).
+                base.max(cap - cap / 10)
             }
             RollUp::Squeeze { budget } => {
                 if p.total() <= budget.target() {
                     return;
                 }
                 let stretch_tokens: u32 = stretch.iter().map(|&i| p.cost(i)).sum();
-                let room = budget
-                    .target()
-                    .saturating_sub(p.total().saturating_sub(stretch_tokens));
-                let room = room / SQUEEZE_STEP_TOKENS * SQUEEZE_STEP_TOKENS;
-                base.max(room as usize * 3)
+                let ratio = measured_ratio(cap, stretch_tokens);
+                base.max(room_chars(
+                    budget.target(),
+                    p.total(),
+                    stretch_tokens,
+                    ratio,
+                ))
             }
+            RollUp::Grow { budget } => {
+                let lossy = p.covering(&stretch).0.iter().any(|r| r.summary.omitted > 0);
+                let stretch_tokens: u32 = stretch.iter().map(|&i| p.cost(i)).sum();
+                let ratio = measured_ratio(cap, stretch_tokens);
+                let room = room_chars(budget.target(), p.total(), stretch_tokens, ratio);
+                // Only a real gain is worth new summary bytes.
+                if !lossy || room < cap + cap / 8 + 256 {
+                    continue;
+                }
+                room
+            }
+        };
+        let limit = match how {
+            RollUp::Grow { budget } => Some(budget.target()),
+            // Fewer summary messages at no cost in tokens is a gain.
+            RollUp::Merge { .. } => Some(p.total()),
+            RollUp::Squeeze { .. } => None,
         };
         if covered == 0 {
             continue;
@@ -201,7 +321,18 @@ fn roll_up(
         if failed.covers(&stretch) {
             return;
         }
-        if !apply(p, state, &stretch, max_chars) {
+        // A re-fitted summary denser in tokens than the ones it replaces
+        // overshoots and is undone; a smaller cap is tried, twice at most.
+        let attempts = if limit.is_some() { 3 } else { 1 };
+        let mut outcome = Applied::Rejected;
+        for k in 0..attempts {
+            let cap = max_chars - max_chars * k / 6;
+            outcome = apply(p, state, &stretch, cap.max(base), limit);
+            if outcome != Applied::Rejected {
+                break;
+            }
+        }
+        if outcome == Applied::Failed {
             failed.0 = stretch.first().map(|&first| (first, stretch.len()));
             return;
         }

@@ -173,6 +173,13 @@ const INTERJECTIONS: &[&str] = &[
     "yes",
     "well",
     "understood",
+    "also",
+    "btw",
+    "ps",
+    "p.s",
+    "and",
+    "oh",
+    "actually",
 ];
 /// Messages that are acknowledgements, not requests (skipped for current_task).
 const ACKS: &[&str] = &[
@@ -297,8 +304,9 @@ pub fn fact_score(fact: &str) -> i32 {
     let c = cues(fact, &w);
     let mut score = match source {
         Source::User => 40,
+        // Tool facts are the errors a tool's output reports.
+        Source::Tool => 35,
         Source::Assistant => 15,
-        Source::Tool => 10,
     };
     if c.constraint {
         score += 30;
@@ -1068,19 +1076,29 @@ fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
             refs.calls.extend(argument_references(&call.arguments));
         }
         if let Some(env) = &m.tool_result {
+            let text = env.content.to_text();
+            let salient = super::salient::salient(&text, TOOL_REFERENCES);
             let error = if env.outcome == Outcome::Success {
+                // A success whose output reports an error (a deploy log
+                // ending in a failure, a test run with one failing test).
+                if let Some(e) = &salient.error {
+                    let fact = format!("{TOOL_TAG}{}: {e}", env.tool_name);
+                    s.facts.push(clean(&fact, FACT_MAX_CHARS));
+                }
                 None
-            } else {
+            } else if text.trim_start().starts_with('{') {
                 error_line(env)
+            } else {
+                salient
+                    .error
+                    .clone()
+                    .map(|e| clean(&e, ERROR_MAX_CHARS))
+                    .or_else(|| error_line(env))
             };
             if let Some(e) = &error {
                 refs.calls.extend(reference_values(e));
             }
-            refs.tools.extend(
-                reference_values(&head(&env.content.to_text(), TOOL_SCAN_BYTES))
-                    .into_iter()
-                    .take(TOOL_REFERENCES),
-            );
+            refs.tools.extend(salient.references);
             s.tool_outcomes.push(ToolOutcome {
                 tool_name: env.tool_name.clone(),
                 outcome: env.outcome,
@@ -1128,6 +1146,12 @@ fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
                         }
                     } else if c.open && !m.metadata.protected {
                         s.open_items.push(open_item(&sent.text));
+                    } else if let Some(d) = (m.role == Role::User)
+                        .then(|| decision_of(&sent.text, m.turn))
+                        .flatten()
+                    {
+                        // "OK, let's go with the phone check": the user decides too.
+                        s.decisions.push(d);
                     } else if w.len() >= 2
                         && (m.metadata.protected
                             || c.constraint
@@ -1180,10 +1204,9 @@ fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
     s
 }
 
-/// How much of a tool result is scanned for references, and how many are
-/// taken from it: a result of 500 rows names 500 ids, and the first few
-/// stand for the rest (the whole result is archived).
-const TOOL_SCAN_BYTES: usize = 16 * 1024;
+/// How many references are taken from one tool result: a result of 500
+/// rows names 500 ids, and the few that stand out stand for the rest (the
+/// whole result is archived).
 const TOOL_REFERENCES: usize = 4;
 const REFERENCE_MAX_CHARS: usize = 120;
 

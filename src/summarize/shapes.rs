@@ -19,6 +19,8 @@ pub enum Shape {
     Url,
     /// `v2.3.1`, `15.4`.
     Version,
+    /// A code symbol: `pg_partman`, `getUserById`.
+    Symbol,
     /// `$4,000`, `€12.50`, `300 USD`.
     Money,
     /// `2025-03-14`, `03/14/2025`.
@@ -41,6 +43,7 @@ impl Shape {
             Shape::Money | Shape::Date => 6,
             Shape::Url => 4,
             Shape::Version => 3,
+            Shape::Symbol => 2,
         }
     }
 }
@@ -106,12 +109,39 @@ pub fn scan(text: &str) -> Vec<(Shape, String)> {
                 push(Shape::Money, format!("{t} {next}"));
                 continue;
             }
+            // "PR #88431", "issue #12": the number is named by the word before it.
+            let numbered = next
+                .strip_prefix('#')
+                .is_some_and(|n| n.len() >= 2 && n.bytes().all(|b| b.is_ascii_digit()));
+            if numbered && (1..=12).contains(&t.len()) && t.chars().all(char::is_alphabetic) {
+                push(Shape::Id, format!("{t} {next}"));
+                continue;
+            }
         }
+        // `src/main.rs:42:7` (compiler and grep output): the path without
+        // its line and column.
+        let t = strip_line_suffix(t);
         if let Some(shape) = classify(t) {
-            push(shape, (*t).to_string());
+            push(shape, t.to_string());
         }
     }
     out
+}
+
+fn strip_line_suffix(t: &str) -> &str {
+    let Some(colon) = t.find(':') else {
+        return t;
+    };
+    let (path, suffix) = (&t[..colon], &t[colon + 1..]);
+    let numeric = !suffix.is_empty()
+        && suffix
+            .split(':')
+            .all(|p| p.is_empty() || p.bytes().all(|b| b.is_ascii_digit()));
+    if numeric && is_path(path) {
+        path
+    } else {
+        t
+    }
 }
 
 /// The shape of one whitespace-free token, if it has one.
@@ -142,6 +172,9 @@ pub fn classify(t: &str) -> Option<Shape> {
     }
     if is_id(t) {
         return Some(Shape::Id);
+    }
+    if is_symbol(t) {
+        return Some(Shape::Symbol);
     }
     None
 }
@@ -305,6 +338,24 @@ const ERRNO: &[&str] = &[
     "ETIMEDOUT",
 ];
 
+/// A code symbol: `snake_case` (`pg_partman`) or `camelCase`
+/// (`getUserById`), as identifiers in code and config are written.
+fn is_symbol(t: &str) -> bool {
+    let snake = t.len() >= 6
+        && t.contains('_')
+        && !t.starts_with('_')
+        && !t.ends_with('_')
+        && !t.contains("__")
+        && t.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+    let camel = t.len() >= 6
+        && t.starts_with(|c: char| c.is_ascii_lowercase())
+        && t.chars().all(|c| c.is_ascii_alphabetic())
+        && t.as_bytes()
+            .windows(2)
+            .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase());
+    snake || camel
+}
+
 /// A token mixing letters and digits with separators (`ORD-48213`,
 /// `inv_93b2`, `a3f9c2e1`, a UUID), or `#` and digits, or a long number.
 /// Quantities (`5GB`, `10am`, `3rd`) are not identifiers.
@@ -350,7 +401,10 @@ mod tests {
         let cases = [
             ("order ORD-48213 shipped", Shape::Id, "ORD-48213"),
             ("customer cus_9f8a7c is active", Shape::Id, "cus_9f8a7c"),
-            ("see PR #1234.", Shape::Id, "#1234"),
+            ("see PR #1234.", Shape::Id, "PR #1234"),
+            ("see #1234.", Shape::Id, "#1234"),
+            ("use pg_partman here", Shape::Symbol, "pg_partman"),
+            ("call getUserById first", Shape::Symbol, "getUserById"),
             ("commit a3f9c2e1 broke it", Shape::Id, "a3f9c2e1"),
             (
                 "trace 3f2b8c1e-9d4a-4b7e-8c2f-1a2b3c4d5e6f",
@@ -395,6 +449,7 @@ mod tests {
                 "https://t.example.com/PAY-4711",
             ),
             ("path=/var/log/app.log,", Shape::Path, "/var/log/app.log"),
+            ("src/lib.rs:42:7: error", Shape::Path, "src/lib.rs"),
         ];
         for (text, shape, value) in cases {
             assert!(

@@ -289,7 +289,7 @@ fn json_tool_error_message() {
     let s = run(&[m], &[], BIG).expect("fits");
     assert_eq!(
         s.tool_outcomes[0].error_message.as_deref(),
-        Some("not found")
+        Some("[404] not found")
     );
 }
 
