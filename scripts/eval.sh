@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Regenerates the fact-retention evaluation in README (eval/results/): builds
+# the release binary, creates the test venv on first use, and runs
+# eval/run.py over the default 12 seeded threads (3 domains x {480, 2000}
+# messages x 2 seeds) at 4:1, 10:1, 20:1 and 40:1 for compactd, naive
+# truncation and LangChain's trim_messages. Extra arguments go to run.py.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv="${COMPACTD_VENV:-.venv}"
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+cargo build --release --locked --bin compactd
+exec "$venv/bin/python" eval/run.py \
+  --compactd-bin "${CARGO_TARGET_DIR:-$PWD/target}/release/compactd" "$@"
