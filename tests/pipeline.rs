@@ -404,3 +404,41 @@ fn the_tail_is_bounded_by_tokens_but_keeps_the_last_user_message() {
     assert_eq!(rendered_tool(&out, &calls[5]).origin, Origin::Verbatim);
     assert!(common::request_text(&out.request).contains("step 5: dump the worker logs"));
 }
+
+/// A summary that has to leave entries out is a reason to summarize more
+/// of the verbatim middle, not to stop at the target: the room it frees
+/// goes to the summary, so the user's facts from every turn are kept.
+#[test]
+fn lossy_summaries_grow_into_the_room_the_middle_frees() {
+    let mut b = ThreadBuilder::default();
+    let regions = ["eu-west-1", "us-east-2", "ap-south-1", "sa-east-1"];
+    for t in 0..40 {
+        b.user(&format!(
+            "Ticket OPS-{} must stay in {} until 2027-01-{:02}; escalate to team-{t} only.",
+            4100 + t,
+            regions[t % 4],
+            t % 28 + 1
+        ));
+        b.tool(
+            "list_logs",
+            json!({"n": t}),
+            ToolContent::Text(log_lines(60)),
+            Outcome::Success,
+            Some(Durability::Replayable),
+        );
+        b.assistant("Noted, checking the logs.");
+    }
+    let t = b.build("lossy");
+    let mut h = Harness::default();
+    h.policy.rehydration_reserve_tokens = 0;
+    h.policy.summary_max_tokens = 200;
+    let out = h.compact(&t, 6000, None).unwrap();
+    assert!(out.report.triggered);
+    assert!(!out.plan.summarizations.is_empty());
+    let text = common::request_text(&out.request);
+    let kept = (0..40)
+        .filter(|t| text.contains(&format!("OPS-{}", 4100 + t)))
+        .count();
+    assert_eq!(kept, 40, "{text}");
+    assert!(out.tokens.total <= out.report.budget.target);
+}

@@ -28,6 +28,20 @@ const PLAN_STEP_MAX_CHARS: usize = 160;
 const PLAN_MAX_STEPS: usize = 20;
 const ERROR_MAX_CHARS: usize = 240;
 
+/// Cue words that name a topic of constraints rather than state one ("the
+/// budget meeting ran long"): they count as much as a rule only with an
+/// amount or a date.
+const TOPIC_WORDS: &[&str] = &[
+    "budget",
+    "budgets",
+    "deadline",
+    "deadlines",
+    "prefer",
+    "prefers",
+    "preferred",
+    "preference",
+    "preferences",
+];
 /// Hard-constraint cue words: a sentence with one is a constraint fact, the
 /// last thing trimmed.
 const CONSTRAINT_WORDS: &[&str] = &[
@@ -60,6 +74,14 @@ const CONSTRAINT_WORDS: &[&str] = &[
     "mandatory",
     "avoid",
     "strictly",
+    "banned",
+    "ban",
+    "disallowed",
+    "blocklisted",
+    "blacklisted",
+    "off-limits",
+    "nonnegotiable",
+    "non-negotiable",
 ];
 /// Hard-constraint cue phrases.
 const CONSTRAINT_PHRASES: &[&[&str]] = &[
@@ -71,6 +93,10 @@ const CONSTRAINT_PHRASES: &[&[&str]] = &[
     &["at", "most"],
     &["at", "least"],
     &["under", "no", "circumstances"],
+    &["not", "permitted"],
+    &["no", "longer", "allowed"],
+    &["off", "limits"],
+    &["out", "of", "bounds"],
 ];
 /// Words that turn an amount into a limit.
 const LIMIT_WORDS: &[&str] = &[
@@ -156,7 +182,17 @@ const DECISION_INFIXES: &[&str] = &[
     " opted to ",
     " opted for ",
     " settled on ",
+    " wins over ",
+    " won out over ",
+    " over the alternative",
+    "that's what i'll ",
+    "that's what we'll ",
+    "that is what we will ",
+    " we're going with ",
+    " plan of record",
 ];
+/// Decision cues that end a sentence: "pybreaker it is.", "…, final answer."
+const DECISION_SUFFIXES: &[&str] = &[" it is", " it is then", " final answer", " is the call"];
 const INTERJECTIONS: &[&str] = &[
     "ok",
     "okay",
@@ -308,17 +344,39 @@ pub fn fact_score(fact: &str) -> i32 {
         Source::Tool => 35,
         Source::Assistant => 15,
     };
-    if c.constraint {
-        score += 30;
+    let body = fact.strip_prefix(ASSISTANT_TAG).unwrap_or(fact);
+    // A rule addressed to the agent ("Never restart ledger-db", "Do not
+    // email the customer") binds; one about the speaker ("I never know how
+    // these dashboards work") is small talk with a rule word in it.
+    let addressed = c.imperative || decision_view(body).starts_with("do not ");
+    let binds = c.hard_value || (c.rule && addressed);
+    score += if binds {
+        25
+    } else if c.constraint {
+        // A rule about the speaker, or a topic word (budget, prefer): a
+        // preference lasts the whole conversation, so it outranks a task.
+        12
     } else if c.imperative && source == Source::User {
-        score += 20;
+        // A request: it mattered in its turn, less once it is done.
+        8
     } else if c.soft {
-        score += 8;
-    }
+        5
+    } else {
+        0
+    };
     if source == Source::User && first_person(&w) {
-        score += 10;
+        score += 6;
     }
-    score += specificity(fact);
+    // Specific over generic: an id, an amount, a path or a name is what a
+    // reader cannot reconstruct.
+    let specific = specificity(fact);
+    score += if specific > 0 {
+        2 * specific.min(24)
+    } else if binds {
+        0
+    } else {
+        -12
+    };
     score - (fact.chars().count() / 60) as i32
 }
 
@@ -329,10 +387,20 @@ fn specificity(text: &str) -> i32 {
         .take(4)
         .map(|(s, _)| s.weight())
         .sum();
-    let number = i32::from(text.split_whitespace().any(|t| {
-        t.trim_start_matches(['$', '€', '£', '('])
-            .starts_with(|c: char| c.is_ascii_digit())
-    })) * 3;
+    // A number: an amount or a count says more than an index ("dataset 2").
+    let number = text
+        .split_whitespace()
+        .map(|t| t.trim_start_matches(['$', '€', '£', '(']))
+        .filter(|t| t.starts_with(|c: char| c.is_ascii_digit()))
+        .map(|t| {
+            if t.chars().take_while(char::is_ascii_digit).count() > 2 {
+                3
+            } else {
+                1
+            }
+        })
+        .max()
+        .unwrap_or(0);
     // Capitalised words after the first: names of people, products, places.
     let names = text
         .split_whitespace()
@@ -345,7 +413,7 @@ fn specificity(text: &str) -> i32 {
         })
         .count()
         .min(3) as i32
-        * 2;
+        * 3;
     shaped + number + names
 }
 
@@ -599,6 +667,11 @@ fn apply_removals(s: &StructuredSummary, removals: &[Entry]) -> StructuredSummar
 /// Cues found in one sentence.
 #[derive(Debug, Default, Clone, Copy)]
 struct Cues {
+    /// A rule word or phrase (never, must, only, at most…), as opposed to a
+    /// topic word (budget, deadline, prefer) that is as often small talk.
+    rule: bool,
+    /// An amount with a limit word, a date with a deadline word.
+    hard_value: bool,
     constraint: bool,
     soft: bool,
     open: bool,
@@ -614,14 +687,22 @@ fn cues(raw: &str, w: &[String]) -> Cues {
     // limit or deadline word it is a constraint ("under $500", "by Friday").
     let hard_money = money && (any_word(LIMIT_WORDS) || any_phrase(LIMIT_PHRASES));
     let hard_date = date && any_word(DEADLINE_WORDS);
+    // "No cloudpickle." "No force-pushes to main.": a prohibition in brief.
+    let prohibition = w.first().is_some_and(|x| x == "no") && (2..=6).contains(&w.len());
+    let rule = prohibition
+        || w.iter()
+            .any(|x| CONSTRAINT_WORDS.contains(&x.as_str()) && !TOPIC_WORDS.contains(&x.as_str()))
+        || any_phrase(CONSTRAINT_PHRASES);
     Cues {
+        rule,
+        hard_value: hard_money || hard_date,
         constraint: any_word(CONSTRAINT_WORDS)
             || any_phrase(CONSTRAINT_PHRASES)
             || hard_money
             || hard_date,
         soft: any_word(SOFT_WORDS) || any_phrase(SOFT_PHRASES) || money || date,
         open: any_word(OPEN_WORDS) || any_phrase(OPEN_PHRASES),
-        imperative: opens_with_verb(raw),
+        imperative: prohibition || opens_with_verb(raw),
     }
 }
 
@@ -976,6 +1057,24 @@ fn is_request_question(lower: &str) -> bool {
     .any(|p| lower.starts_with(p))
 }
 
+/// The request after its "Could you" / "Can we" / "Please".
+fn request_body(sentence: &str) -> &str {
+    let lower = sentence.to_ascii_lowercase();
+    for p in [
+        "can you ",
+        "could you ",
+        "would you ",
+        "will you ",
+        "please ",
+        "can we ",
+    ] {
+        if lower.starts_with(p) && sentence.is_char_boundary(p.len()) {
+            return &sentence[p.len()..];
+        }
+    }
+    sentence
+}
+
 /// Lower case with `’` folded and leading interjections ("OK, so next,") removed.
 fn decision_view(sentence: &str) -> String {
     let lower = sentence.to_lowercase().replace('’', "'");
@@ -995,8 +1094,10 @@ fn decision_view(sentence: &str) -> String {
 fn decision_of(sentence: &str, turn: u32) -> Option<Decision> {
     let view = decision_view(sentence);
     let padded = format!(" {view}");
+    let end = view.trim_end_matches(['.', '!', ' ']);
     let is_decision = DECISION_PREFIXES.iter().any(|p| view.starts_with(p))
-        || DECISION_INFIXES.iter().any(|p| padded.contains(p));
+        || DECISION_INFIXES.iter().any(|p| padded.contains(p))
+        || DECISION_SUFFIXES.iter().any(|p| end.ends_with(p));
     if !is_decision {
         return None;
     }
@@ -1014,6 +1115,24 @@ fn decision_of(sentence: &str, turn: u32) -> Option<Decision> {
         rationale: clean(rationale, RATIONALE_MAX_CHARS),
         turn,
     })
+}
+
+/// The contents of a message's fenced code blocks, joined.
+fn fenced_code(text: &str) -> String {
+    let mut out = String::new();
+    let mut in_code = false;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// The last list (≥ 2 top-level items) of a message, outside code fences.
@@ -1124,6 +1243,18 @@ fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
             continue;
         }
         let context = format!("{}, turn {}", m.role.as_str(), m.turn);
+        // What a person pasted in a code block (an error, a log) is skipped
+        // as prose; its error line and odd values are kept.
+        if m.role != Role::Assistant {
+            let code = fenced_code(&text);
+            if !code.is_empty() {
+                let pasted = super::salient::salient(&code, TOOL_REFERENCES);
+                if let Some(e) = pasted.error {
+                    s.facts.push(clean(&e, FACT_MAX_CHARS));
+                }
+                refs.user.extend(pasted.references);
+            }
+        }
         for sent in sentences(&text) {
             let w = words(&sent.text);
             let c = cues(&sent.text, &w);
@@ -1141,7 +1272,11 @@ fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
                         if unanswered || c.open {
                             s.open_items.push(open_item(&sent.text));
                         }
-                        if is_request_question(&lower) && c.constraint {
+                        // "Could you format dates DD.MM.YYYY from now on?" is
+                        // an instruction in question form.
+                        if is_request_question(&lower)
+                            && (c.constraint || opens_with_verb(request_body(&sent.text)))
+                        {
                             s.facts.push(clean(&sent.text, FACT_MAX_CHARS));
                         }
                     } else if c.open && !m.metadata.protected {

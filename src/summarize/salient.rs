@@ -202,11 +202,15 @@ fn reports_error(body: &str) -> bool {
         return false;
     };
     let lower = first.to_ascii_lowercase();
-    let named = lower.ends_with("error")
-        || lower.ends_with("exception")
-        || lower == "fatal"
-        || lower == "panic"
-        || lower == "failed";
+    // `ValueError`, `FooException`, `pkg.errors.ManifestFault`, `fatal`,
+    // or an error code alone (`ERR_CHK_3221: …`, `E0277: …`).
+    let named = ["error", "exception", "fault", "failure"]
+        .iter()
+        .any(|k| lower.ends_with(k))
+        || lower.contains(".errors.")
+        || lower.contains(".exceptions.")
+        || matches!(lower.as_str(), "fatal" | "panic" | "failed")
+        || (words.len() == 1 && shapes::classify(first) == Some(Shape::Code));
     // "Error 0x87BDCF", "ValueError", "fatal": at most one more word, a code.
     named && words.len() <= 2
 }
@@ -348,6 +352,17 @@ mod tests {
                 .contains(&"docs/runbooks/failover.md".to_string()),
             "{s:?}"
         );
+    }
+
+    #[test]
+    fn error_classes_by_their_names() {
+        for line in [
+            "ledgerline.errors.CompactionManifestFault: [DPL-4538] schema ahead",
+            "ShardRebalanceFailure: lease expired",
+            "ERR_CHK_3221: checksum mismatch on artifact",
+        ] {
+            assert_eq!(salient(line, 2).error.as_deref(), Some(line), "{line}");
+        }
     }
 
     #[test]
