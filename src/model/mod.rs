@@ -25,7 +25,7 @@ pub use plan::{
     NormalizationWarning, PlanError, SpanReference, SummarizationRecord, PLAN_FORMAT_VERSION,
 };
 pub use summary::{
-    ArtifactReference, Decision, OpenItem, Priority, StructuredSummary, ToolOutcome,
+    words_of, ArtifactReference, Decision, OpenItem, Priority, StructuredSummary, ToolOutcome,
     SUMMARY_RENDER_VERSION, SUMMARY_SCHEMA_VERSION,
 };
 pub use thread::{Pairing, Thread, ThreadError, ThreadLimits};

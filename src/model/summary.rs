@@ -117,6 +117,22 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+/// The words of `text` as values are written: split at whitespace, quotes,
+/// brackets, commas, `=` and `;`, with sentence punctuation trimmed. What a
+/// reference is looked up in.
+pub fn words_of(text: &str) -> std::collections::HashSet<&str> {
+    text.split(|c: char| {
+        c.is_whitespace()
+            || matches!(
+                c,
+                '"' | '{' | '}' | '[' | ']' | '<' | '>' | '|' | '`' | '(' | ')' | ',' | '=' | ';'
+            )
+    })
+    .map(|t| t.trim_matches(|c: char| matches!(c, '.' | ':' | '!' | '?' | '\'' | '*')))
+    .filter(|t| !t.is_empty())
+    .collect()
+}
+
 impl StructuredSummary {
     /// An empty summary of `span`.
     pub fn empty(span: SpanReference) -> Self {
@@ -182,6 +198,7 @@ impl StructuredSummary {
             // Identical lines (a tool that succeeded twelve times with nothing
             // to keep) render once, with a count, where the first stood.
             let mut lines: Vec<(String, usize)> = Vec::new();
+            let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
             for t in &self.tool_outcomes {
                 let mut line = format!("- {}: {}", t.tool_name, t.outcome.as_str());
                 if !t.key_fields.is_empty() {
@@ -191,9 +208,12 @@ impl StructuredSummary {
                 if let Some(e) = &t.error_message {
                     let _ = write!(line, " error: {e}");
                 }
-                match lines.iter_mut().find(|(l, _)| *l == line) {
-                    Some((_, n)) => *n += 1,
-                    None => lines.push((line, 1)),
+                match at.get(&line) {
+                    Some(&k) => lines[k].1 += 1,
+                    None => {
+                        at.insert(line.clone(), lines.len());
+                        lines.push((line, 1));
+                    }
                 }
             }
             for (line, n) in lines {
@@ -220,12 +240,15 @@ impl StructuredSummary {
                 let _ = writeln!(out, "{}. {step}", i + 1);
             }
         }
-        // A reference already spelled out above is not repeated.
+        // A reference already spelled out above is not repeated (looked up
+        // among the words above, not searched for: a summary of a long
+        // thread holds thousands of references).
+        let above = words_of(&out);
         let fresh: Vec<&str> = self
             .references
             .iter()
             .map(String::as_str)
-            .filter(|r| !r.is_empty() && !out.contains(r))
+            .filter(|r| !r.is_empty() && !above.contains(r))
             .collect();
         if !fresh.is_empty() {
             let _ = writeln!(out, "References: {}", fresh.join(", "));

@@ -59,6 +59,7 @@ impl Reducer for Externalize {
                 messages: &msgs,
                 prior: &[],
                 max_chars: state.summary_max_chars() / 2,
+                rereads_prior: false,
             };
             let summary = match state.summarize(&req) {
                 Ok(s) => s,

@@ -132,7 +132,8 @@ impl<'a> PipelineState<'a> {
         let mut k = self.memo.key();
         k.part(self.summarizer.id().as_bytes())
             .part(crate::model::SUMMARY_SCHEMA_VERSION.as_bytes())
-            .part(&(req.max_chars as u64).to_le_bytes());
+            .part(&(req.max_chars as u64).to_le_bytes())
+            .part(&[u8::from(req.rereads_prior)]);
         for m in req.messages {
             k.part(&crate::model::message_digest(m).to_le_bytes());
         }

@@ -568,18 +568,19 @@ impl<'a> Projection<'a> {
         indices: &[usize],
         summary: StructuredSummary,
     ) -> bool {
-        self.summarize_within(indices, summary, None)
+        self.summarize_within(indices, summary, None).is_ok()
     }
 
     /// [`Projection::summarize_unless_larger`], except that with a `limit`
     /// the summary is also kept when it makes the request larger but not
     /// above `limit` (a summary re-fitted into room the target leaves).
+    /// When undone, the error is the total the request would have had.
     pub fn summarize_within(
         &mut self,
         indices: &[usize],
         summary: StructuredSummary,
         limit: Option<u32>,
-    ) -> bool {
+    ) -> Result<(), u32> {
         let before = self.total();
         let mut undo = Undo {
             summaries_len: self.plan.summarizations.len(),
@@ -587,8 +588,9 @@ impl<'a> Projection<'a> {
             ..Undo::default()
         };
         self.summarize_logged(indices, summary, Some(&mut undo));
-        if self.total() < before || limit.is_some_and(|l| self.total() <= l) {
-            return true;
+        let would = self.total();
+        if would < before || limit.is_some_and(|l| would <= l) {
+            return Ok(());
         }
         self.plan.summarizations.truncate(undo.summaries_len);
         self.live_summaries = undo.live_summaries;
@@ -605,7 +607,7 @@ impl<'a> Projection<'a> {
         for i in touched {
             self.recost(i);
         }
-        false
+        Err(would)
     }
 
     fn summarize_logged(

@@ -62,52 +62,58 @@ impl Reducer for Summarize {
             // The summary may take whatever the target leaves it.
             let cap = room_chars(budget.target(), p.total(), tokens, CHARS_PER_TOKEN)
                 .max(state.summary_max_chars());
-            if apply(p, state, &indices, cap, None) == Applied::Failed {
+            if apply(p, state, &indices, cap, None, false) == Applied::Failed {
                 return Ok(());
             }
-            let max = state.policy.max_summaries as usize;
-            if p.summary_count() > max {
-                roll_up(p, state, RollUp::Merge { until: max }, &mut failed);
-            }
         }
+        // Summaries are merged down to max_summaries once the chunks are
+        // done, smallest neighbours first (a Huffman order: O(n log n) over
+        // the spans). Merging after every chunk merged the growing newest
+        // summary again and again: quadratic in thread length.
+        let max = state.policy.max_summaries as usize;
+        let merge = RollUp::Merge {
+            until: max,
+            target: budget.target(),
+        };
+        roll_up(p, state, merge, &mut failed);
         if p.total() > budget.target() && p.summary_count() > 0 {
             roll_up(p, state, RollUp::Squeeze { budget }, &mut failed);
         }
         // The target is met, but a summary had to leave entries out: the
         // facts it lost are worth more than the verbatim middle still
-        // standing. Summarize that too, a chunk at a time, and let the
-        // summaries grow into the room it frees, until nothing is left out
-        // or only the tail remains.
-        let max = state.policy.max_summaries as usize;
-        while p.total() <= budget.target() && lossy(p) {
-            state.cancel.check()?;
-            while u < p.units.ranges.len() && !chunk_unit(p, u) {
-                u += 1;
-            }
-            let mut indices = Vec::new();
-            let mut tokens = 0u32;
-            while u < p.units.ranges.len() && chunk_unit(p, u) && tokens < chunk_tokens {
-                let (s, e) = p.units.ranges[u];
-                for i in s..=e {
-                    tokens += p.cost(i);
-                    indices.push(i);
+        // standing. Summarize that too, then let the summaries grow into the
+        // room it freed (one re-read of each lossy stretch, at the end: a
+        // re-read per chunk made long threads quadratic).
+        if p.total() <= budget.target() && lossy(p) {
+            loop {
+                state.cancel.check()?;
+                // Only as much of the middle as the summaries need room for
+                // (an estimate; the grow below fits what there is).
+                if budget.target().saturating_sub(p.total()) >= room_wanted(p) {
+                    break;
                 }
-                u += 1;
+                while u < p.units.ranges.len() && !chunk_unit(p, u) {
+                    u += 1;
+                }
+                let mut indices = Vec::new();
+                let mut tokens = 0u32;
+                while u < p.units.ranges.len() && chunk_unit(p, u) && tokens < chunk_tokens {
+                    let (s, e) = p.units.ranges[u];
+                    for i in s..=e {
+                        tokens += p.cost(i);
+                        indices.push(i);
+                    }
+                    u += 1;
+                }
+                if indices.is_empty() {
+                    break;
+                }
+                let cap = state.summary_max_chars();
+                if apply(p, state, &indices, cap, Some(budget.target()), false) == Applied::Failed {
+                    break;
+                }
             }
-            if indices.is_empty() {
-                // Only the tail is left: the summaries may still grow into
-                // what room there is.
-                roll_up(p, state, RollUp::Grow { budget }, &mut failed);
-                break;
-            }
-            let cap = room_chars(budget.target(), p.total(), tokens, CHARS_PER_TOKEN)
-                .max(state.summary_max_chars());
-            if apply(p, state, &indices, cap, Some(budget.target())) == Applied::Failed {
-                break;
-            }
-            if p.summary_count() > max {
-                roll_up(p, state, RollUp::Merge { until: max }, &mut failed);
-            }
+            roll_up(p, state, merge, &mut failed);
             roll_up(p, state, RollUp::Grow { budget }, &mut failed);
         }
         Ok(())
@@ -121,9 +127,43 @@ fn chunk_unit(p: &Projection<'_>, u: usize) -> bool {
 
 /// Whether a summary that still renders had to leave entries out.
 fn lossy(p: &Projection<'_>) -> bool {
-    stretches(p)
+    live_summaries(p).any(|(_, r)| r.summary.omitted > 0)
+}
+
+/// The summary records still in the plan (absorbed ones are emptied), by
+/// their index in `plan.summarizations`: a pass over the records, not over
+/// the thread, so it can run once per chunk.
+fn live_summaries<'p>(
+    p: &'p Projection<'_>,
+) -> impl Iterator<Item = (usize, &'p crate::model::SummarizationRecord)> {
+    p.plan
+        .summarizations
         .iter()
-        .any(|s| p.covering(s).0.iter().any(|r| r.summary.omitted > 0))
+        .enumerate()
+        .filter(|(_, r)| !r.span.message_ids.is_empty())
+}
+
+/// Tokens the summaries would need to hold what they left out: each left
+/// out entry at the average size of the entries they kept.
+fn room_wanted(p: &Projection<'_>) -> u32 {
+    let mut wanted = 0f64;
+    for (_, r) in live_summaries(p) {
+        {
+            let m = &r.summary;
+            if m.omitted == 0 {
+                continue;
+            }
+            let kept = m.facts.len()
+                + m.decisions.len()
+                + m.open_items.len()
+                + m.tool_outcomes.len()
+                + m.references.len()
+                + m.artifacts.len();
+            let each = f64::from(r.summary_token_count) / kept.max(1) as f64;
+            wanted += each * f64::from(m.omitted);
+        }
+    }
+    wanted as u32
 }
 
 /// What became of one summary.
@@ -132,8 +172,9 @@ enum Applied {
     /// The summarizer failed; nothing was committed (the pipeline falls
     /// back to dropping, with a warning).
     Failed,
-    /// Made, but it would have grown the request (past `limit`): undone.
-    Rejected,
+    /// Made, but it would have grown the request (past `limit`) to this
+    /// many tokens: undone.
+    Rejected(u32),
     /// In the plan.
     Kept,
 }
@@ -146,9 +187,14 @@ fn apply(
     indices: &[usize],
     max_chars: usize,
     limit: Option<u32>,
+    reread: bool,
 ) -> Applied {
     let span = SpanReference::of(p.thread, indices);
-    let messages: Vec<&crate::model::Message> = indices.iter().map(|&i| p.message(i)).collect();
+    let messages: Vec<&crate::model::Message> = indices
+        .iter()
+        .filter(|&&i| reread || !p.is_summarized(i))
+        .map(|&i| p.message(i))
+        .collect();
     let (prior, externalized) = p.covering(indices);
     let prior: Vec<&StructuredSummary> = prior.iter().map(|r| &r.summary).collect();
     let artifacts: Vec<ArtifactReference> = externalized
@@ -164,6 +210,7 @@ fn apply(
         messages: &messages,
         prior: &prior,
         max_chars,
+        rereads_prior: reread,
     };
     let mut summary = match state.summarize(&req) {
         Ok(s) => s,
@@ -183,10 +230,9 @@ fn apply(
     }
     // When the summary is not smaller than what it replaces, the span stays
     // as it was.
-    if p.summarize_within(indices, summary, limit) {
-        Applied::Kept
-    } else {
-        Applied::Rejected
+    match p.summarize_within(indices, summary, limit) {
+        Ok(()) => Applied::Kept,
+        Err(would) => Applied::Rejected(would),
     }
 }
 
@@ -209,10 +255,14 @@ impl FailedRollUp {
 /// Why summaries are rolled together.
 #[derive(Clone, Copy)]
 enum RollUp<'b> {
-    /// Too many summary messages: merge neighbours into one, keeping what
-    /// they hold (the cap is their combined size), until at most `until`
-    /// remain.
-    Merge { until: usize },
+    /// Too many summary messages: merge neighbouring pairs (see
+    /// [`merge_pairs`]) until at most `until` remain.
+    Merge {
+        /// Summaries wanted at most.
+        until: usize,
+        /// The budget's target, which bounds what a merge may hold.
+        target: u32,
+    },
     /// Everything old is summarized and the request is still over the
     /// target: each stretch is re-summarized into the room the target
     /// leaves it, so the summaries use the budget instead of the window
@@ -261,6 +311,10 @@ fn roll_up(
     failed: &mut FailedRollUp,
 ) {
     let base = state.summary_max_chars();
+    if let RollUp::Merge { until, target } = how {
+        merge_pairs(p, state, until, target, failed);
+        return;
+    }
     for stretch in stretches(p) {
         let (covered, cap) = {
             let (prior, _) = p.covering(&stretch);
@@ -271,19 +325,8 @@ fn roll_up(
             (prior.len(), held)
         };
         let max_chars = match how {
-            RollUp::Merge { until } => {
-                if p.summary_count() <= until {
-                    return;
-                }
-                if covered < 2 {
-                    continue;
-                }
-                // A tenth less than what they hold: re-reading the span
-                // recovers what each left out, and text dense in ids costs
-                // more tokens per character than prose, so the merge is
-                // sized to come out no larger (it is undone if it does not).
-                base.max(cap - cap / 10)
-            }
+            // Merged pairwise above.
+            RollUp::Merge { .. } => return,
             RollUp::Squeeze { budget } => {
                 if p.total() <= budget.target() {
                     return;
@@ -309,11 +352,13 @@ fn roll_up(
                 room
             }
         };
+        // Only a grow re-reads the stretch: it is what recovers what the
+        // summaries left out. A merge or a squeeze works from the summaries
+        // (and whatever in the stretch they do not cover).
+        let reread = matches!(how, RollUp::Grow { .. });
         let limit = match how {
             RollUp::Grow { budget } => Some(budget.target()),
-            // Fewer summary messages at no cost in tokens is a gain.
-            RollUp::Merge { .. } => Some(p.total()),
-            RollUp::Squeeze { .. } => None,
+            RollUp::Merge { .. } | RollUp::Squeeze { .. } => None,
         };
         if covered == 0 {
             continue;
@@ -322,31 +367,122 @@ fn roll_up(
             return;
         }
         // A re-fitted summary denser in tokens than the ones it replaces
-        // overshoots and is undone; a smaller cap is tried, twice at most.
+        // overshoots and is undone; the cap is then scaled by how far it
+        // overshot (twice at most).
         let attempts = if limit.is_some() { 3 } else { 1 };
-        let mut outcome = Applied::Rejected;
-        for k in 0..attempts {
-            let cap = max_chars - max_chars * k / 6;
-            outcome = apply(p, state, &stretch, cap.max(base), limit);
-            if outcome != Applied::Rejected {
+        let stretch_tokens: u32 = stretch.iter().map(|&i| p.cost(i)).sum();
+        let rest = p.total().saturating_sub(stretch_tokens);
+        let mut cap = max_chars;
+        let mut outcome = Applied::Rejected(0);
+        for _ in 0..attempts {
+            outcome = apply(p, state, &stretch, cap.max(base), limit, reread);
+            let Applied::Rejected(would) = outcome else {
+                break;
+            };
+            let (Some(limit), true) = (limit, would > rest) else {
+                break;
+            };
+            let made = f64::from(would - rest);
+            let room = f64::from(limit.saturating_sub(rest));
+            let scaled = (cap as f64 * room / made * 0.97) as usize;
+            if scaled >= cap || scaled <= base {
                 break;
             }
+            cap = scaled;
         }
         if outcome == Applied::Failed {
             failed.0 = stretch.first().map(|&first| (first, stretch.len()));
             return;
         }
     }
-    if let RollUp::Merge { until: max } = how {
-        if p.summary_count() > max {
-            let warning = format!(
-                "summaries exceed max_summaries {max}: pinned or verbatim messages lie between them, and summaries are never merged across those"
-            );
-            if !state.warnings.contains(&warning) {
-                state.warn(warning);
-            }
+}
+
+/// Merges neighbouring summaries until at most `until` remain, always the
+/// pair that covers the fewest messages: sizes stay balanced, like the
+/// levels of an LSM tree, so a message is merged O(log n) times over a long
+/// thread instead of once per new chunk (merging the whole stretch every
+/// time made long threads quadratic).
+fn merge_pairs(
+    p: &mut Projection<'_>,
+    state: &mut PipelineState<'_>,
+    until: usize,
+    target: u32,
+    failed: &mut FailedRollUp,
+) {
+    let base = state.summary_max_chars();
+    while p.summary_count() > until {
+        let Some(pair) = smallest_pair(p) else {
+            break;
+        };
+        if failed.covers(&pair) {
+            break;
+        }
+        let held: usize = p
+            .covering(&pair)
+            .0
+            .iter()
+            .map(|r| r.summary.render_as_message().len())
+            .sum();
+        // A tenth less than what they hold (text dense in ids costs more
+        // tokens per character than prose, and a merge that comes out larger
+        // is undone), and no more than the target leaves them; what this
+        // leaves out, a final grow re-reads into whatever room remains.
+        let pair_tokens: u32 = pair.iter().map(|&i| p.cost(i)).sum();
+        let ratio = measured_ratio(held, pair_tokens);
+        let room = room_chars(target, p.total(), pair_tokens, ratio);
+        let cap = base.max((held - held / 10).min(room));
+        // Fewer summary messages at no cost in tokens is a gain.
+        let limit = Some(p.total());
+        if apply(p, state, &pair, cap, limit, false) != Applied::Kept {
+            failed.0 = pair.first().map(|&first| (first, pair.len()));
+            break;
         }
     }
+    if p.summary_count() > until {
+        let warning = format!(
+            "summaries exceed max_summaries {until}: pinned or verbatim messages lie between them, and summaries are never merged across those"
+        );
+        if !state.warnings.contains(&warning) {
+            state.warn(warning);
+        }
+    }
+}
+
+/// The message indices of the two neighbouring summaries (nothing that
+/// renders between them) that cover the fewest messages together.
+fn smallest_pair(p: &Projection<'_>) -> Option<Vec<usize>> {
+    // (first position, last position, record, messages)
+    let mut recs: Vec<(usize, usize, usize, usize)> = live_summaries(p)
+        .filter_map(|(k, r)| {
+            let ids = &r.span.message_ids;
+            let positions = ids.iter().filter_map(|id| p.position(id));
+            let (first, last) = positions.fold(None, |acc: Option<(usize, usize)>, i| {
+                Some(acc.map_or((i, i), |(a, b)| (a.min(i), b.max(i))))
+            })?;
+            Some((first, last, k, ids.len()))
+        })
+        .collect();
+    recs.sort_unstable();
+    let mut best: Option<(usize, usize, usize)> = None; // (messages, a, b)
+    for w in recs.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        // Only messages that do not render may lie between them.
+        let adjacent = (a.1 + 1..b.0).all(|i| p.is_summarized(i) || p.is_dropped(i));
+        let n = a.3 + b.3;
+        if adjacent && best.is_none_or(|(m, ..)| n < m) {
+            best = Some((n, a.2, b.2));
+        }
+    }
+    let (_, ra, rb) = best?;
+    let (from, to) = recs
+        .iter()
+        .filter(|r| r.2 == ra || r.2 == rb)
+        .fold((usize::MAX, 0), |(lo, hi), r| (lo.min(r.0), hi.max(r.1)));
+    Some(
+        (from..=to)
+            .filter(|&i| matches!(p.summary_of(i), Some(r) if r == ra || r == rb))
+            .collect(),
+    )
 }
 
 /// Summarized messages grouped into stretches that no rendering message

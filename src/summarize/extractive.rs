@@ -289,10 +289,12 @@ impl Summarizer for ExtractiveSummarizer {
     fn summarize(&self, req: &SummaryRequest<'_>) -> Result<StructuredSummary, SummarizeError> {
         let fresh = extract(req.span.clone(), req.messages);
         let mut merged = merge_summaries(req.span.clone(), req.prior, &fresh);
-        // The span's messages were all read again: what the prior summaries
-        // left out is back among the candidates, so only this fitting's
-        // omissions count.
-        merged.omitted = 0;
+        if req.rereads_prior {
+            // The span's messages were all read again: what the prior
+            // summaries left out is back among the candidates, so only this
+            // fitting's omissions count.
+            merged.omitted = 0;
+        }
         Ok(fit_to_size(merged, req.max_chars))
     }
 }
@@ -652,11 +654,12 @@ fn apply_removals(s: &StructuredSummary, removals: &[Entry]) -> StructuredSummar
     };
     if references_left_out {
         let text = out.render_as_message();
+        let said = crate::model::words_of(&text);
         let lost = s
             .references
             .iter()
             .zip(&references)
-            .filter(|(r, &k)| !k && !text.contains(r.as_str()))
+            .filter(|(r, &k)| !k && !said.contains(r.as_str()))
             .count();
         omitted += u32::try_from(lost).unwrap_or(u32::MAX);
     }

@@ -31,6 +31,11 @@ pub struct SummaryRequest<'a> {
     /// Cap on `render_as_message().len()` of the result, in bytes (which also
     /// bounds chars, so a char-based caller is never exceeded).
     pub max_chars: usize,
+    /// `messages` include every message the `prior` summaries cover, so
+    /// what they left out for size can be recovered (a summary re-fitted
+    /// into more room). Otherwise `messages` are only what the priors do
+    /// not cover, and their omissions stand.
+    pub rereads_prior: bool,
 }
 
 /// Why no summary was produced. The reducer falls back to cheaper strategies.
