@@ -33,6 +33,8 @@ Usage:
   python eval/run.py --quick                 # 3 threads (3 domains x 480 msgs x 1 seed)
   python eval/run.py                         # 12 threads (3 domains x {480,2000} x 2 seeds)
   COMPACTD_BIN=target/release/compactd python eval/run.py
+  python eval/run.py --generator alt         # held-out threads from eval/generate_alt.py
+                                             # (domains oncall,mlops,legal,shop; results in eval/results/alt/)
 """
 
 from __future__ import annotations
@@ -444,7 +446,8 @@ def fmt_pct(v):
 
 def render_table(agg, cfg, skipped_note, extra_tables=()):
     lines = [f"Facts kept (% of planted facts whose check strings all appear in the prompt) over "
-             f"{cfg['n_threads']} threads ({', '.join(cfg['domains'])}; sizes {cfg['sizes']}; seeds {cfg['seeds']}); "
+             f"{cfg['n_threads']} threads{' from the held-out alt generator' if cfg.get('generator') == 'alt' else ''} "
+             f"({', '.join(cfg['domains'])}; sizes {cfg['sizes']}; seeds {cfg['seeds']}); "
              f"{cfg['facts_per_run']} facts per system x ratio. A failed run counts as 0 kept.", ""]
     head = ["system", "ratio", "kept %"] + KINDS + ["budget use", "orphans", "over budget", "failed"]
     lines.append("| " + " | ".join(head) + " |")
@@ -512,7 +515,9 @@ def parse_list(s, typ=int):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="3 domains x 480 messages x seed 1")
-    ap.add_argument("--domains", default="coding,data,support")
+    ap.add_argument("--generator", choices=["main", "alt"], default="main",
+                    help="thread generator: main = eval/generate.py, alt = the held-out eval/generate_alt.py")
+    ap.add_argument("--domains", default=None, help="default: coding,data,support (main) or oncall,mlops,legal,shop (alt)")
     ap.add_argument("--sizes", default=None, help="messages per thread, comma separated (default 480,2000)")
     ap.add_argument("--seeds", default=None, help="comma separated (default 1,2)")
     ap.add_argument("--ratios", default=",".join(map(str, DEFAULT_RATIOS)))
@@ -521,10 +526,20 @@ def main(argv=None):
     ap.add_argument("--compactd-arg", action="append", default=[],
                     help="extra argument for `compactd compact` (repeatable), e.g. --compactd-arg=--model=gpt-4o")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per compactd call")
-    ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--out-dir", default=None, help="default: eval/results (main) or eval/results/alt (alt)")
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "compactd-eval"),
                     help="generated threads and raw compactd outputs (large; outside the repo by default)")
     a = ap.parse_args(argv)
+    if a.generator == "alt":
+        import generate_alt as tgen
+        if list(tgen.KINDS) != KINDS:
+            raise SystemExit("generate_alt.KINDS differs from generate.KINDS")
+    else:
+        tgen = gen
+    if a.domains is None:
+        a.domains = "coding,data,support" if a.generator == "main" else ",".join(tgen.DOMAINS)
+    if a.out_dir is None:
+        a.out_dir = os.path.join(HERE, "results") if a.generator == "main" else os.path.join(HERE, "results", "alt")
 
     domains = [d for d in a.domains.split(",") if d]
     sizes = parse_list(a.sizes) if a.sizes else ([480] if a.quick else [480, 2000])
@@ -574,9 +589,9 @@ def main(argv=None):
     for domain in domains:
         for size in sizes:
             for seed in seeds:
-                name = f"{domain}_{size}_s{seed}"
+                name = f"{domain}_{size}_s{seed}" if a.generator == "main" else f"alt-{domain}_{size}_s{seed}"
                 t0 = time.time()
-                thread = gen.generate(seed, domain, size)
+                thread = tgen.generate(seed, domain, size)
                 msgs, facts = thread["messages"], thread["facts"]
                 input_path = os.path.join(a.workdir, "threads", f"{name}.messages.json")
                 with open(input_path, "w", encoding="utf-8") as fh:
@@ -625,12 +640,14 @@ def main(argv=None):
     cfg = {"domains": domains, "sizes": sizes, "seeds": seeds, "ratios": ratios, "systems": systems,
            "n_threads": len(threads), "facts_per_run": sum(t["facts"] for t in threads),
            "compactd_bin": binary, "compactd_args": a.compactd_arg, "compactd_version": compactd_version,
-           "generator_version": gen.GEN_VERSION, "versions": versions,
+           "generator_version": tgen.GEN_VERSION, "versions": versions,
            "tokenizer": {"encoding": "o200k_base", "implementation": "tiktoken (BPE file from bpe-openai, SHA-256 verified)",
                          "sha256": O200K_SHA256, "cross_check_vs_bpe_openai": {"texts": n_checked, "mismatches": len(bad)},
                          "chat_framing": "3/request + 4/message (+1+name) + content; tool call 10 + id + name + arguments; "
                                          "tool message + tool_call_id"},
            "elapsed_seconds": round(time.time() - t_start, 1)}
+    if a.generator != "main":   # (main's results.json keeps its original keys)
+        cfg["generator"] = a.generator
     by_domain, dcols = breakdown(runs, ran_systems, ratios, "domain")
     by_size, scols = breakdown(runs, ran_systems, ratios, "size")
     extra = [("Kept % by domain", by_domain, dcols), ("Kept % by thread size (messages)", by_size, scols)]
