@@ -45,15 +45,15 @@ impl Reducer for Clear {
                 .unwrap_or_else(|| state.policy.durability_for(&env.tool_name));
             let text = match durability {
                 Durability::NonReplayable => continue,
-                Durability::Ephemeral => placeholder(env, false),
-                Durability::Anchoring => placeholder(env, true),
+                Durability::Ephemeral => placeholder(env, state.memo, false),
+                Durability::Anchoring => placeholder(env, state.memo, true),
                 Durability::Replayable => {
                     if !state.replay_verified(p, i) {
                         continue;
                     }
                     format!(
                         "{}\n(cleared: the source is unchanged; call {} again with the same arguments to see it)",
-                        placeholder(env, false),
+                        placeholder(env, state.memo, false),
                         env.tool_name
                     )
                 }
@@ -74,9 +74,9 @@ impl Reducer for Clear {
 }
 
 /// `[tool: outcome]`, the key fields, and for anchoring results a one-line gist.
-fn placeholder(env: &ToolResultEnvelope, gist: bool) -> String {
+fn placeholder(env: &ToolResultEnvelope, memo: &super::Memo, gist: bool) -> String {
     let mut out = format!("[{}: {}]", env.tool_name, env.outcome.as_str());
-    super::retention::push_stub_details(env, &mut out);
+    super::retention::push_stub_details(env, memo, &mut out);
     if gist {
         let text = env.content.to_text();
         let line = text

@@ -9,7 +9,7 @@
 
 use crate::cache::{json_weight, strings_weight, BoundedCache, Weigh};
 use crate::model::StructuredSummary;
-use crate::summarize::Compressed;
+use crate::summarize::{salient::Salient, Compressed};
 
 /// Bytes each kind of entry may hold by default.
 pub const DEFAULT_MEMO_BYTES: u64 = 64 * 1024 * 1024;
@@ -22,6 +22,7 @@ type ScopedKey = (u64, u128);
 struct Caches {
     summaries: BoundedCache<ScopedKey, StructuredSummary>,
     compressed: BoundedCache<ScopedKey, Option<Compressed>>,
+    salient: BoundedCache<ScopedKey, Salient>,
 }
 
 /// Process-wide cache of summaries and compressions, bounded in bytes and
@@ -69,6 +70,7 @@ impl Memo {
             caches: std::sync::Arc::new(Caches {
                 summaries: BoundedCache::new(bytes_per_kind),
                 compressed: BoundedCache::new(bytes_per_kind),
+                salient: BoundedCache::new(bytes_per_kind / 4),
             }),
             scope: 0,
         }
@@ -89,11 +91,24 @@ impl Memo {
         let scope = scope_id(parts);
         self.caches.summaries.retain(|k| k.0 != scope);
         self.caches.compressed.retain(|k| k.0 != scope);
+        self.caches.salient.retain(|k| k.0 != scope);
     }
 
     /// A key builder for this memo (seeded per process).
     pub fn key(&self) -> KeyHasher {
         KeyHasher::seeded()
+    }
+
+    /// The salient part of a tool output (what its stub keeps), or `make()`:
+    /// scanning the output again on every call made warm calls slow.
+    pub fn salient(&self, key: u128, make: impl FnOnce() -> Salient) -> Salient {
+        let key = (self.scope, key);
+        if let Some(s) = self.caches.salient.get(&key) {
+            return s;
+        }
+        let s = make();
+        self.caches.salient.insert(key, s.clone());
+        s
     }
 
     /// A cached summary, or `make()` (cached when it succeeds).
@@ -170,6 +185,12 @@ impl Weigh for StructuredSummary {
             + task
             + strings_weight(&s.current_plan)
             + strings_weight(&s.references)
+    }
+}
+
+impl Weigh for Salient {
+    fn weight(&self) -> u64 {
+        64 + self.error.as_ref().map_or(0, |e| e.len() as u64) + strings_weight(&self.references)
     }
 }
 

@@ -81,7 +81,7 @@ impl Reducer for Retention {
                 env.outcome.as_str()
             );
             // A partial result's error outlives its output.
-            if let Some(error) = push_stub_details(env, &mut text) {
+            if let Some(error) = push_stub_details(env, state.memo, &mut text) {
                 preserved.insert("error_message".into(), Value::String(error));
             }
             let before = p.cost(i);
@@ -102,9 +102,17 @@ const STUB_REFERENCES: usize = 4;
 /// whose last lines fail is often sent as a success), its key fields, and
 /// the few values that stand out in it (see [`crate::summarize::salient`]).
 /// Returns the error.
-pub(super) fn push_stub_details(env: &ToolResultEnvelope, out: &mut String) -> Option<String> {
+pub(super) fn push_stub_details(
+    env: &ToolResultEnvelope,
+    memo: &super::Memo,
+    out: &mut String,
+) -> Option<String> {
     let text = env.content.to_text();
-    let salient = crate::summarize::salient::salient(&text, STUB_REFERENCES);
+    let mut k = memo.key();
+    k.part(b"salient").part(text.as_bytes());
+    let salient = memo.salient(k.finish(), || {
+        crate::summarize::salient::salient(&text, STUB_REFERENCES)
+    });
     let error = if env.outcome == Outcome::Success {
         salient.error
     } else {
