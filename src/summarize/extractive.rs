@@ -42,8 +42,7 @@ const TOPIC_WORDS: &[&str] = &[
     "preference",
     "preferences",
 ];
-/// Hard-constraint cue words: a sentence with one is a constraint fact, the
-/// last thing trimmed.
+/// Rule words: with [`TOPIC_WORDS`], the cues of a constraint fact.
 const CONSTRAINT_WORDS: &[&str] = &[
     "never",
     "always",
@@ -60,15 +59,6 @@ const CONSTRAINT_WORDS: &[&str] = &[
     "required",
     "requirement",
     "requirements",
-    "budget",
-    "budgets",
-    "deadline",
-    "deadlines",
-    "prefer",
-    "prefers",
-    "preferred",
-    "preference",
-    "preferences",
     "forbidden",
     "prohibited",
     "mandatory",
@@ -692,14 +682,12 @@ fn cues(raw: &str, w: &[String]) -> Cues {
     let hard_date = date && any_word(DEADLINE_WORDS);
     // "No cloudpickle." "No force-pushes to main.": a prohibition in brief.
     let prohibition = w.first().is_some_and(|x| x == "no") && (2..=6).contains(&w.len());
-    let rule = prohibition
-        || w.iter()
-            .any(|x| CONSTRAINT_WORDS.contains(&x.as_str()) && !TOPIC_WORDS.contains(&x.as_str()))
-        || any_phrase(CONSTRAINT_PHRASES);
+    let rule = prohibition || any_word(CONSTRAINT_WORDS) || any_phrase(CONSTRAINT_PHRASES);
     Cues {
         rule,
         hard_value: hard_money || hard_date,
         constraint: any_word(CONSTRAINT_WORDS)
+            || any_word(TOPIC_WORDS)
             || any_phrase(CONSTRAINT_PHRASES)
             || hard_money
             || hard_date,
