@@ -45,20 +45,7 @@ impl Reducer for Summarize {
             // room for.
             let excess = p.total().saturating_sub(budget.target());
             let enough = excess.saturating_add(excess / 4);
-            let mut indices = Vec::new();
-            let mut tokens = 0u32;
-            while u < p.units.ranges.len()
-                && chunk_unit(p, u)
-                && tokens < chunk_tokens
-                && tokens < enough
-            {
-                let (s, e) = p.units.ranges[u];
-                for i in s..=e {
-                    tokens += p.cost(i);
-                    indices.push(i);
-                }
-                u += 1;
-            }
+            let (indices, tokens) = next_chunk(p, &mut u, chunk_tokens.min(enough.max(1)));
             // The summary may take whatever the target leaves it.
             let cap = room_chars(budget.target(), p.total(), tokens, CHARS_PER_TOKEN)
                 .max(state.summary_max_chars());
@@ -95,16 +82,7 @@ impl Reducer for Summarize {
                 while u < p.units.ranges.len() && !chunk_unit(p, u) {
                     u += 1;
                 }
-                let mut indices = Vec::new();
-                let mut tokens = 0u32;
-                while u < p.units.ranges.len() && chunk_unit(p, u) && tokens < chunk_tokens {
-                    let (s, e) = p.units.ranges[u];
-                    for i in s..=e {
-                        tokens += p.cost(i);
-                        indices.push(i);
-                    }
-                    u += 1;
-                }
+                let (indices, _) = next_chunk(p, &mut u, chunk_tokens);
                 if indices.is_empty() {
                     break;
                 }
@@ -118,6 +96,22 @@ impl Reducer for Summarize {
         }
         Ok(())
     }
+}
+
+/// Consecutive free, unsummarized units from `u` (advanced past them) until
+/// they hold `limit` tokens; their message indices and tokens.
+fn next_chunk(p: &Projection<'_>, u: &mut usize, limit: u32) -> (Vec<usize>, u32) {
+    let mut indices = Vec::new();
+    let mut tokens = 0u32;
+    while *u < p.units.ranges.len() && chunk_unit(p, *u) && tokens < limit {
+        let (s, e) = p.units.ranges[*u];
+        for i in s..=e {
+            tokens += p.cost(i);
+            indices.push(i);
+        }
+        *u += 1;
+    }
+    (indices, tokens)
 }
 
 fn chunk_unit(p: &Projection<'_>, u: usize) -> bool {
@@ -148,20 +142,18 @@ fn live_summaries<'p>(
 fn room_wanted(p: &Projection<'_>) -> u32 {
     let mut wanted = 0f64;
     for (_, r) in live_summaries(p) {
-        {
-            let m = &r.summary;
-            if m.omitted == 0 {
-                continue;
-            }
-            let kept = m.facts.len()
-                + m.decisions.len()
-                + m.open_items.len()
-                + m.tool_outcomes.len()
-                + m.references.len()
-                + m.artifacts.len();
-            let each = f64::from(r.summary_token_count) / kept.max(1) as f64;
-            wanted += each * f64::from(m.omitted);
+        let m = &r.summary;
+        if m.omitted == 0 {
+            continue;
         }
+        let kept = m.facts.len()
+            + m.decisions.len()
+            + m.open_items.len()
+            + m.tool_outcomes.len()
+            + m.references.len()
+            + m.artifacts.len();
+        let each = f64::from(r.summary_token_count) / kept.max(1) as f64;
+        wanted += each * f64::from(m.omitted);
     }
     wanted as u32
 }

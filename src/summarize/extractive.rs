@@ -8,7 +8,8 @@ use std::collections::HashSet;
 
 use super::shapes;
 use super::text::{
-    cap_chars, clean, collapse_ws, dedup_key, find_ascii_ci, has_phrase, strip_list_marker, words,
+    cap_chars, clean, collapse_ws, dedup_key, find_ascii_ci, has_phrase, head, strip_list_marker,
+    words,
 };
 use super::{SummarizeError, Summarizer, SummaryRequest};
 use crate::model::{
@@ -1036,29 +1037,23 @@ fn sentences(text: &str) -> Vec<Sentence> {
 /// A question phrased as a request ("Can you make sure we never…?") still states
 /// what the user wants, so its constraint cues count.
 fn is_request_question(lower: &str) -> bool {
-    [
-        "can you ",
-        "could you ",
-        "would you ",
-        "will you ",
-        "please ",
-        "can we ",
-    ]
-    .iter()
-    .any(|p| lower.starts_with(p))
+    REQUEST_PREFIXES.iter().any(|p| lower.starts_with(p))
 }
+
+/// How a request in question form opens.
+const REQUEST_PREFIXES: &[&str] = &[
+    "can you ",
+    "could you ",
+    "would you ",
+    "will you ",
+    "please ",
+    "can we ",
+];
 
 /// The request after its "Could you" / "Can we" / "Please".
 fn request_body(sentence: &str) -> &str {
     let lower = sentence.to_ascii_lowercase();
-    for p in [
-        "can you ",
-        "could you ",
-        "would you ",
-        "will you ",
-        "please ",
-        "can we ",
-    ] {
+    for p in REQUEST_PREFIXES {
         if lower.starts_with(p) && sentence.is_char_boundary(p.len()) {
             return &sentence[p.len()..];
         }
@@ -1371,7 +1366,7 @@ fn reference_values(text: &str) -> Vec<String> {
 fn argument_references(args: &serde_json::Value) -> Vec<String> {
     fn walk(v: &serde_json::Value, depth: u32, out: &mut Vec<String>) {
         match v {
-            serde_json::Value::String(s) => out.extend(reference_values(&head(s, 2048))),
+            serde_json::Value::String(s) => out.extend(reference_values(head(s, 2048))),
             serde_json::Value::Array(a) if depth < 3 => {
                 a.iter().take(16).for_each(|x| walk(x, depth + 1, out));
             }
@@ -1384,18 +1379,6 @@ fn argument_references(args: &serde_json::Value) -> Vec<String> {
     let mut out = Vec::new();
     walk(args, 0, &mut out);
     out
-}
-
-/// The first `max` bytes of `s`, cut at a char boundary.
-fn head(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_string()
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 
 use super::shapes::{self, Shape};
+use super::text::{cap_chars, head};
 
 /// How much of an output is read: the salient part of a 5 MB dump is not
 /// worth scanning all of it on every compaction.
@@ -51,7 +52,7 @@ pub fn salient(text: &str, max_refs: usize) -> Salient {
     for (i, line) in lines.iter().enumerate() {
         let body = strip_prefix_noise(line);
         if reports_error(body) {
-            error = Some(cap(body, ERROR_MAX_CHARS));
+            error = Some(cap_chars(body, ERROR_MAX_CHARS));
         }
         let unique = template_count.get(&templates[i]).copied() == Some(1);
         for (shape, value) in shapes::scan(body) {
@@ -244,24 +245,6 @@ fn family(shape: Shape, value: &str) -> String {
                 prefix
             }
         }
-    }
-}
-
-fn head(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
-fn cap(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        None => s.to_string(),
-        Some((cut, _)) => format!("{}…", s[..cut].trim_end()),
     }
 }
 

@@ -35,6 +35,19 @@ pub(crate) fn cap_chars(s: &str, max: usize) -> String {
     }
 }
 
+/// The first `max` bytes of `s`, cut at a char boundary: how much of a large
+/// output is scanned.
+pub(crate) fn head(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// `collapse_ws` then `cap_chars`.
 pub(crate) fn clean(s: &str, max: usize) -> String {
     cap_chars(&collapse_ws(s), max)
