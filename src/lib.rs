@@ -4,6 +4,7 @@
 //! - the core (`model`, `tokens`, `reduce`, `render`, `summarize`) is pure:
 //!   no I/O, no async runtime, so it can be tested and benchmarked alone;
 //! - `store` and `security` are the stores and the caller's identity;
+//!   `llm` is the LLM summarizer's endpoint client;
 //! - `app` holds the use cases (Compact, Render, Rehydrate) over the core,
 //!   the stores and the security context;
 //! - `proto` is the wire (generated types and strict conversions), `server`
@@ -13,6 +14,7 @@ pub mod app;
 mod cache;
 pub mod client;
 pub mod config;
+pub mod llm;
 pub mod model;
 pub mod proto;
 pub mod redact;

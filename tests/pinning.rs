@@ -53,6 +53,7 @@ fn plans_never_touch_or_straddle_pinned_roles() {
         summary: StructuredSummary::empty(span(ids)),
         summary_token_count: 10,
         archive_artifact_id: None,
+        summarizer_id: String::new(),
     };
     let roles = [Role::System, Role::Developer];
 

@@ -265,11 +265,18 @@ impl App {
         })
         .await?;
         let compaction = compaction?;
-        if let Some(prev) = previous {
+        if let Some(prev) = previous.as_ref() {
             if prev.fingerprint == compaction.plan.fingerprint {
-                return Ok(CompactOutcome::reused(prev, tokenizer));
+                return Ok(CompactOutcome::reused(prev.clone(), tokenizer));
             }
         }
+        let upgrade = super::summaries::UpgradeInput {
+            tenant: tenant.to_string(),
+            thread: Arc::clone(&resolved.cmd.thread),
+            policy: Arc::clone(&resolved.cmd.policy),
+            parts: parts.clone(),
+            previous: previous.map(Arc::new),
+        };
 
         let new_thread = current_version == 0;
         let pending_bytes = compaction
@@ -292,13 +299,27 @@ impl App {
         .await
         .map_err(AppError::from)
         .and_then(|r| r);
-        let (mut plan, report) = match bound {
-            Ok(c) => (c.plan, c.report),
+        // Sync mode: the LLM writes the new summaries before the commit.
+        let bound = match bound {
+            Ok(c) if self.upgrades_now() => {
+                self.upgrade_summaries(&upgrade, c).await.map(|(c, _)| c)
+            }
+            other => other,
+        };
+        let bound = match bound {
+            Ok(c) => c,
             Err(e) => {
                 self.delete_artifacts(tenant, &thread_id, &written).await;
                 return Err(e);
             }
         };
+        // Background mode: the bound compaction, for the upgrade after the commit.
+        let later = self
+            .llm_summaries()
+            .is_some()
+            .then(|| bound.clone())
+            .filter(|_| !self.upgrades_now());
+        let (mut plan, report) = (bound.plan, bound.report);
         match self
             .inner
             .plans
@@ -308,6 +329,9 @@ impl App {
             Ok(version) => {
                 plan.version = version;
                 self.record_stored(tenant, new_thread, pending_bytes);
+                if let Some(c) = later {
+                    self.schedule_upgrade(upgrade, c, version);
+                }
             }
             Err(e) => {
                 self.delete_artifacts(tenant, &thread_id, &written).await;

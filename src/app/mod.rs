@@ -13,6 +13,7 @@ mod error;
 mod lifecycle;
 mod rehydrate;
 mod render;
+mod summaries;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ pub use error::AppError;
 pub use lifecycle::{DeleteOutcome, Lifecycle, Quotas, ResetOutcome, SweepReport, Usage};
 pub use rehydrate::{RehydrateCommand, RehydrateOutcome};
 pub use render::{RenderCommand, RenderOutcome, RenderedOutput};
+pub use summaries::LlmSummaries;
 
 use crate::model::{DeterminismMetadata, Thread, ThreadLimits, ToolSchema};
 use crate::redact::Redactor;
@@ -85,6 +87,8 @@ struct Inner {
     /// Per (tenant, thread): a Compact's artifact writes and commit, and a
     /// DeleteThread's removals, never interleave.
     thread_locks: crate::store::KeyedLocks<String>,
+    /// Upgrades extractive summaries through an LLM, when configured.
+    llm: Option<Arc<LlmSummaries>>,
 }
 
 impl std::fmt::Debug for App {
@@ -107,6 +111,7 @@ impl App {
         ledger_max_entries: usize,
         lifecycle: Lifecycle,
         redactor: Arc<Redactor>,
+        llm: Option<LlmSummaries>,
     ) -> Self {
         App {
             inner: Arc::new(Inner {
@@ -121,6 +126,7 @@ impl App {
                 usage: lifecycle::UsageBook::default(),
                 redactor,
                 thread_locks: crate::store::KeyedLocks::default(),
+                llm: llm.map(Arc::new),
             }),
         }
     }
@@ -135,6 +141,7 @@ impl App {
             DEFAULT_MAX_ENTRIES,
             Lifecycle::default(),
             Arc::new(Redactor::standard().clone()),
+            None,
         )
     }
 
@@ -210,6 +217,7 @@ impl App {
     /// Forgets the cached summaries and compressions of a thread.
     fn forget_thread(&self, tenant: &str, thread_id: &str) {
         self.inner.memo.forget(&[tenant, thread_id]);
+        self.forget_summaries(tenant, thread_id);
     }
 }
 

@@ -89,6 +89,11 @@ pub struct SummarizationRecord {
     /// summary's header), when an artifact store archives evictions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archive_artifact_id: Option<String>,
+    /// Who wrote the summary when it was not the built-in extractive
+    /// summarizer: an LLM, as `llm:{model}:{style}@{prompt hash}`. Empty:
+    /// the extractive summarizer (also its fallback when an LLM failed).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub summarizer_id: String,
 }
 
 /// Why a message's content was replaced by a placeholder.

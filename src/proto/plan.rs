@@ -101,6 +101,7 @@ impl From<&SummarizationRecord> for pb::SummarizationRecord {
             summary: Some((&r.summary).into()),
             summary_token_count: r.summary_token_count,
             archive_artifact_id: r.archive_artifact_id.clone(),
+            summarizer_id: r.summarizer_id.clone(),
         }
     }
 }
@@ -113,6 +114,7 @@ impl TryFrom<pb::SummarizationRecord> for SummarizationRecord {
             summary: required(r.summary, "summary")?,
             summary_token_count: r.summary_token_count,
             archive_artifact_id: r.archive_artifact_id,
+            summarizer_id: r.summarizer_id,
         })
     }
 }

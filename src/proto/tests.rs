@@ -301,14 +301,20 @@ fn plan() -> impl Strategy<Value = CompactionPlan> {
             },
         );
     let archive = || proptest::option::of("art_[0-9a-f]{32}");
-    let sum = (span(), summary(), any::<u32>(), archive()).prop_map(|(span, summary, n, a)| {
-        SummarizationRecord {
+    let sum = (
+        span(),
+        summary(),
+        any::<u32>(),
+        archive(),
+        "(llm:[a-z0-9-]{1,8}:brief@[0-9a-f]{12})?",
+    )
+        .prop_map(|(span, summary, n, a, by)| SummarizationRecord {
             span,
             summary,
             summary_token_count: n,
             archive_artifact_id: a,
-        }
-    });
+            summarizer_id: by,
+        });
     let reason = prop_oneof![
         Just(ClearReason::Expired),
         Just(ClearReason::Durability),

@@ -623,6 +623,7 @@ impl<'a> Projection<'a> {
             summary,
             summary_token_count: 0,
             archive_artifact_id: None,
+            summarizer_id: String::new(),
         });
         self.live_summaries += 1;
         let r = self.plan.summarizations.len() - 1;

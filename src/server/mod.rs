@@ -119,6 +119,9 @@ pub struct ServerSettings {
     /// on a non-loopback plaintext listener. Off by default, because bearer
     /// secrets would otherwise cross the network in cleartext.
     pub allow_plaintext_behind_tls_terminator: bool,
+    /// Who writes summaries: the built-in extractive summarizer, or an
+    /// OpenAI-compatible endpoint with the extractive one as its fallback.
+    pub summarizer: crate::llm::SummarizerSettings,
 }
 
 impl Default for ServerSettings {
@@ -157,6 +160,7 @@ impl Default for ServerSettings {
             auth: AuthConfig::default(),
             tls: None,
             allow_plaintext_behind_tls_terminator: false,
+            summarizer: crate::llm::SummarizerSettings::default(),
         }
     }
 }
@@ -295,6 +299,10 @@ pub fn check_startup(settings: &ServerSettings) -> Result<Startup, ServeError> {
     if settings.default_model.is_empty() {
         return Err(invalid("server.default_model", "must not be empty"));
     }
+    settings
+        .summarizer
+        .validate()
+        .map_err(|(field, why)| ServeError::invalid(&field, why))?;
     if settings.min_safety_buffer_tokens > settings.policy.safety_buffer_tokens {
         return Err(invalid(
             "server.min_safety_buffer_tokens",
@@ -491,6 +499,13 @@ async fn run(
         threads: settings.compute_threads,
         nice: settings.compute_nice,
     });
+    let llm = match settings.summarizer.kind {
+        crate::llm::SummarizerKind::Extractive => None,
+        crate::llm::SummarizerKind::Llm => Some(crate::app::LlmSummaries::new(
+            crate::llm::LlmSummarizer::new(settings.summarizer.clone())
+                .map_err(|e| ServeError::invalid("summarizer", e))?,
+        )),
+    };
     let app = App::new(
         settings.app_defaults(),
         plans,
@@ -498,6 +513,7 @@ async fn run(
         settings.ledger_max_entries,
         settings.lifecycle.clone(),
         Arc::new(redactor),
+        llm,
     );
     let sweeper = tokio::spawn(app.clone().run_sweeper());
     let limiter = Arc::new(limits::TenantLimiter::new(settings.tenant_limits()));
@@ -505,7 +521,7 @@ async fn run(
         access::AccessLog::open(&settings.access_log)
             .map_err(|e| ServeError::invalid("access_log", e))?,
     );
-    let api = CompactionApi::new(app, Arc::clone(&limiter), Arc::clone(&access));
+    let api = CompactionApi::new(app.clone(), Arc::clone(&limiter), Arc::clone(&access));
     let api = pb::compaction_service_server::CompactionServiceServer::new(api)
         .max_decoding_message_size(settings.max_message_bytes);
     // Authentication, admission and the deadline wrap the API only: health
@@ -538,6 +554,13 @@ async fn run(
     };
     probe.abort();
     sweeper.abort();
+    // Background summaries still running get a bounded time to commit.
+    if !app
+        .drain_summaries(std::time::Duration::from_secs(10))
+        .await
+    {
+        tracing::warn!("background summaries still running at shutdown were abandoned");
+    }
     result.map_err(ServeError::from)
 }
 

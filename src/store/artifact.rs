@@ -222,10 +222,17 @@ pub(super) async fn seal_object(
     keys: &dyn KeyService,
     meta: &ArtifactMeta,
     content: &[u8],
+    id: Option<&str>,
 ) -> Result<SealedObject, StoreError> {
     let mut meta = meta.for_content(content)?;
     // 128 random bits: a collision is not a practical concern, so no existence check.
-    let id = new_artifact_id();
+    let id = match id {
+        Some(id) => {
+            super::validate_artifact_id(id)?;
+            id.to_string()
+        }
+        None => new_artifact_id(),
+    };
     let context = EncryptionContext {
         tenant: &meta.tenant,
         thread: &meta.thread_id,
@@ -322,12 +329,31 @@ pub(super) async fn open_object(
 impl ArtifactStore for FsArtifactStore {
     async fn put(&self, meta: &ArtifactMeta, content: &[u8]) -> Result<String, StoreError> {
         let dir = self.artifacts_dir(&meta.tenant, &meta.thread_id)?;
-        let sealed = seal_object(self.keys.as_ref(), meta, content).await?;
+        let sealed = seal_object(self.keys.as_ref(), meta, content, None).await?;
         let data_dir = self.dir.clone();
         fs::blocking(move || {
             data_dir.ensure_dir(&dir)?;
             fs::write_atomic(&dir, &sealed.id, &sealed.bytes)?;
             Ok(sealed.id)
+        })
+        .await
+    }
+
+    async fn put_keyed(
+        &self,
+        meta: &ArtifactMeta,
+        id: &str,
+        content: &[u8],
+    ) -> Result<(), StoreError> {
+        let dir = self.artifacts_dir(&meta.tenant, &meta.thread_id)?;
+        let sealed = seal_object(self.keys.as_ref(), meta, content, Some(id)).await?;
+        let data_dir = self.dir.clone();
+        fs::blocking(move || {
+            data_dir.ensure_dir(&dir)?;
+            // Atomic rename: a concurrent writer of the same key leaves one
+            // whole object either way.
+            fs::write_atomic(&dir, &sealed.id, &sealed.bytes)?;
+            Ok(())
         })
         .await
     }

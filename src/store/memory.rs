@@ -163,6 +163,21 @@ impl ArtifactStore for MemoryArtifactStore {
         Ok(id)
     }
 
+    async fn put_keyed(
+        &self,
+        meta: &ArtifactMeta,
+        id: &str,
+        content: &[u8],
+    ) -> Result<(), StoreError> {
+        let k = key(&meta.tenant, &meta.thread_id)?;
+        validate_artifact_id(id)?;
+        let meta = meta.for_content(content)?;
+        lock(&self.artifacts)
+            .entry((k, id.to_string()))
+            .or_insert_with(|| (meta, content.to_vec()));
+        Ok(())
+    }
+
     async fn get(
         &self,
         tenant: &str,

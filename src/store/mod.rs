@@ -196,6 +196,18 @@ pub(crate) fn next_version(
         .ok_or_else(|| StoreError::InvalidId("expected_version is out of range".into()))
 }
 
+/// The artifact id [`ArtifactStore::put_keyed`] stores the value of `key`
+/// under: 128 bits of SHA-256 over a domain tag and the key, so a keyed id
+/// never collides with a random one in practice.
+pub fn keyed_artifact_id(domain: &str, key: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(domain.as_bytes());
+    h.update([0]);
+    h.update(key);
+    format!("art_{}", &hex::encode(h.finalize())[..32])
+}
+
 /// SHA-256 hex, as recorded in [`ArtifactMeta::content_hash`].
 pub fn content_hash(content: &[u8]) -> String {
     hex::encode(Sha256::digest(content))
@@ -207,6 +219,16 @@ pub trait ArtifactStore: Send + Sync {
     /// Writes atomically under `meta.tenant` / `meta.thread_id` and returns a
     /// new random 128-bit id formatted `art_` + 32 lowercase hex.
     async fn put(&self, meta: &ArtifactMeta, content: &[u8]) -> Result<String, StoreError>;
+    /// Writes under a caller-chosen `id` (see [`keyed_artifact_id`]) for
+    /// content that is a pure function of the key it was derived from (the
+    /// summary cache): an object already there is as good as this one, so
+    /// a write that finds it succeeds without writing.
+    async fn put_keyed(
+        &self,
+        meta: &ArtifactMeta,
+        id: &str,
+        content: &[u8],
+    ) -> Result<(), StoreError>;
     /// `NotFound` for other tenants or threads, unknown or expired ids;
     /// `InvalidId` for malformed ids (the server maps both to NOT_FOUND).
     async fn get(

@@ -377,7 +377,7 @@ impl ArtifactStore for S3ArtifactStore {
     async fn put(&self, meta: &ArtifactMeta, content: &[u8]) -> Result<String, StoreError> {
         // Validate the key before asking the key service for anything.
         self.at.thread_prefix(&meta.tenant, &meta.thread_id)?;
-        let sealed = seal_object(self.keys.as_ref(), meta, content).await?;
+        let sealed = seal_object(self.keys.as_ref(), meta, content, None).await?;
         let key = self
             .at
             .artifact_key(&meta.tenant, &meta.thread_id, &sealed.id)?;
@@ -393,6 +393,36 @@ impl ArtifactStore for S3ArtifactStore {
             .await
             .map_err(|e| s3_error("PutObject", e))?;
         Ok(sealed.id)
+    }
+
+    async fn put_keyed(
+        &self,
+        meta: &ArtifactMeta,
+        id: &str,
+        content: &[u8],
+    ) -> Result<(), StoreError> {
+        self.at.thread_prefix(&meta.tenant, &meta.thread_id)?;
+        let sealed = seal_object(self.keys.as_ref(), meta, content, Some(id)).await?;
+        let key = self
+            .at
+            .artifact_key(&meta.tenant, &meta.thread_id, &sealed.id)?;
+        let sent = self
+            .at
+            .client
+            .put_object()
+            .bucket(&self.at.bucket)
+            .key(&key)
+            .if_none_match("*")
+            .content_type("application/octet-stream")
+            .body(ByteStream::from(sealed.bytes))
+            .send()
+            .await;
+        match sent {
+            Ok(_) => Ok(()),
+            // The key's value is already there (or being written).
+            Err(e) if matches!(status(&e), Some(412 | 409)) => Ok(()),
+            Err(e) => Err(s3_error("PutObject", e)),
+        }
     }
 
     async fn get(

@@ -4,6 +4,7 @@
 //! hot path and tests can pin its output byte for byte.
 
 pub mod extractive;
+pub mod llm;
 pub mod salient;
 pub mod shapes;
 mod text;

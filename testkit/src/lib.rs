@@ -1,6 +1,7 @@
 //! Test and benchmark support for compactd: kept out of the service's public
 //! API so nothing test-only ships with it. Used as a dev-dependency only.
 
+pub mod fake_llm;
 pub mod hard;
 pub mod moto;
 mod rng;

@@ -53,6 +53,7 @@ impl Default for Harness {
             100_000,
             compactd::app::Lifecycle::default(),
             std::sync::Arc::new(compactd::redact::Redactor::standard().clone()),
+            None,
         );
         Harness {
             policy: Policy::default(),

@@ -419,6 +419,16 @@ impl ArtifactStore for HookedArtifacts {
         (self.before_put)(n).await?;
         self.inner.put(meta, content).await
     }
+    async fn put_keyed(
+        &self,
+        meta: &ArtifactMeta,
+        id: &str,
+        content: &[u8],
+    ) -> Result<(), StoreError> {
+        let n = self.puts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        (self.before_put)(n).await?;
+        self.inner.put_keyed(meta, id, content).await
+    }
     async fn get(
         &self,
         tenant: &str,
