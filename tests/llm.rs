@@ -451,3 +451,89 @@ async fn cached_answers_are_stored_under_the_thread_and_go_with_it() {
     compact(&app, &t, 8_000).await;
     assert!(fake.request_count() > asked);
 }
+
+#[tokio::test]
+async fn a_request_picks_its_style_and_the_style_is_recorded() {
+    let fake = FakeLlm::start(Behavior::Faithful).await.expect("fake llm");
+    let app = app_with(Some(settings(&fake.base_url())), store());
+    let mut p = policy();
+    p.summary_style = Some(Style::CodeDelta);
+    let out = app
+        .compact(&SecurityContext::dev(), command(&thread(30), &p, 8_000))
+        .await
+        .expect("compacts");
+    let id = format!("llm:{MODEL}:{}", Style::CodeDelta.prompt_version());
+    assert!(
+        llm_ids(&out.plan).contains(&id.as_str()),
+        "{:?}",
+        llm_ids(&out.plan)
+    );
+    let requests = fake.requests();
+    assert!(!requests.is_empty());
+    assert!(requests
+        .iter()
+        .all(|r| r.body["messages"][0]["content"] == Style::CodeDelta.template()));
+}
+
+#[tokio::test]
+async fn a_span_larger_than_the_models_context_is_summarized_in_chunks_and_merged() {
+    let fake = FakeLlm::start(Behavior::Faithful).await.expect("fake llm");
+    let mut s = settings(&fake.base_url());
+    s.context_tokens = 2_048;
+    s.max_output_tokens = 64;
+    let app = app_with(Some(s), store());
+    let out = compact(&app, &thread(30), 8_000).await;
+    let upgraded: Vec<_> = out
+        .plan
+        .summarizations
+        .iter()
+        .filter(|r| r.summarizer_id.starts_with("llm:"))
+        .collect();
+    assert!(!upgraded.is_empty());
+    let requests = fake.requests();
+    assert!(
+        requests.len() > out.plan.summarizations.len(),
+        "{} requests for {} summaries: nothing was chunked",
+        requests.len(),
+        out.plan.summarizations.len()
+    );
+    // Each request stayed within the model's context (≈3 bytes per token).
+    for r in &requests {
+        let sent = r.prompt_text().len();
+        assert!(sent <= 2_048 * 3, "{sent} bytes sent");
+    }
+    // Later chunks continue from the earlier chunks' summary.
+    assert!(requests
+        .iter()
+        .skip(1)
+        .any(|r| r.user_text().starts_with("Earlier summary")));
+}
+
+#[tokio::test]
+async fn a_background_upgrade_overtaken_by_a_newer_plan_is_redone_on_it() {
+    let fake = FakeLlm::start(Behavior::Delay(Duration::from_millis(300)))
+        .await
+        .expect("fake llm");
+    let mut s = settings(&fake.base_url());
+    s.mode = SummaryMode::Background;
+    let app = app_with(Some(s), store());
+    let first = compact(&app, &thread(30), 8_000).await;
+    // The thread grows before the first upgrade lands: that upgrade loses
+    // its compare-and-swap, and the summaries the new plan carries over
+    // are upgraded by the second job instead.
+    let grown = thread(32);
+    let second = compact(&app, &grown, 8_000).await;
+    assert_eq!(second.plan.version, first.plan.version + 1);
+    assert!(app.drain_summaries(Duration::from_secs(10)).await);
+    let latest = compact(&app, &grown, 8_000).await;
+    assert!(latest.reused);
+    assert!(
+        latest
+            .plan
+            .summarizations
+            .iter()
+            .all(|r| r.summarizer_id.starts_with("llm:")),
+        "{:?}",
+        llm_ids(&latest.plan)
+    );
+}

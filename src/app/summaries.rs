@@ -60,6 +60,11 @@ pub struct LlmSummaries {
     running: Arc<Semaphore>,
     /// Threads with a background job queued: one per thread at a time.
     queued: Mutex<HashSet<String>>,
+    /// Summaries (by tenant, thread and span) the endpoint was asked for
+    /// and that stayed extractive (a failure, or a result over the target):
+    /// not asked again while the plan carries them. Bounded; forgetting
+    /// costs one more attempt.
+    tried: Mutex<HashSet<u64>>,
     /// HTTP requests made, for tests and stats.
     requests: AtomicU64,
 }
@@ -82,9 +87,15 @@ impl LlmSummaries {
             running: Arc::new(Semaphore::new(s.concurrency)),
             paused_until: AtomicU64::new(0),
             queued: Mutex::new(HashSet::new()),
+            tried: Mutex::new(HashSet::new()),
             requests: AtomicU64::new(0),
             llm,
         }
+    }
+
+    /// How it is configured.
+    pub fn settings(&self) -> &crate::llm::SummarizerSettings {
+        self.llm.settings()
     }
 
     /// HTTP requests made so far.
@@ -109,25 +120,48 @@ pub(super) struct UpgradeInput {
     pub previous: Option<Arc<CompactionPlan>>,
 }
 
-/// The summaries of `c` an LLM may upgrade: written by the extractive
-/// summarizer in this compaction (a summary carried unchanged from the
-/// previous plan was already tried).
-fn candidates(c: &Compaction, previous: Option<&CompactionPlan>) -> Vec<usize> {
-    let old: HashSet<&[String]> = previous
-        .map(|p| {
-            p.summarizations
-                .iter()
-                .map(|r| r.span.message_ids.as_slice())
-                .collect()
-        })
-        .unwrap_or_default();
-    c.plan
-        .summarizations
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.summarizer_id.is_empty() && !old.contains(r.span.message_ids.as_slice()))
-        .map(|(i, _)| i)
-        .collect()
+/// Most spans remembered as tried; the set is cleared beyond it.
+const TRIED_MAX: usize = 100_000;
+
+/// The identity of a span of a tenant's thread in `tried`.
+fn span_key(tenant: &str, thread: &str, span: &crate::model::SpanReference) -> u64 {
+    let mut h = Sha256::new();
+    for part in [tenant, thread]
+        .into_iter()
+        .chain(span.message_ids.iter().map(String::as_str))
+    {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    let d = h.finalize();
+    u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}
+
+impl LlmSummaries {
+    /// The summaries of `c` to ask for: extractive ones not tried before.
+    /// A summary carried from the previous plan is one too when its upgrade
+    /// never happened (a background job overtaken by a newer compaction).
+    fn candidates(&self, c: &Compaction, tenant: &str, thread: &str) -> Vec<usize> {
+        let tried = lock(&self.tried);
+        c.plan
+            .summarizations
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                r.summarizer_id.is_empty() && !tried.contains(&span_key(tenant, thread, &r.span))
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Remembers that a span stayed extractive after it was asked for.
+    fn mark_tried(&self, tenant: &str, thread: &str, span: &crate::model::SpanReference) {
+        let mut tried = lock(&self.tried);
+        if tried.len() >= TRIED_MAX {
+            tried.clear();
+        }
+        tried.insert(span_key(tenant, thread, span));
+    }
 }
 
 impl App {
@@ -152,7 +186,7 @@ impl App {
         let Some(llm) = self.inner.llm.clone() else {
             return Ok((c, false));
         };
-        let which = candidates(&c, input.previous.as_deref());
+        let which = llm.candidates(&c, &input.tenant, &input.thread.id);
         if which.is_empty() {
             return Ok((c, false));
         }
@@ -181,12 +215,19 @@ impl App {
                 Ok(Some(summary)) => {
                     let r = &mut c.plan.summarizations[i];
                     r.summary = summary;
-                    r.summarizer_id = llm.llm.id();
+                    r.summarizer_id = llm.llm.id(style_of(&llm, input));
                     upgraded += 1;
                 }
-                Ok(None) => {}
+                Ok(None) => {
+                    llm.mark_tried(
+                        &input.tenant,
+                        &input.thread.id,
+                        &c.plan.summarizations[i].span,
+                    );
+                }
                 Err(e) => {
                     let span = &c.plan.summarizations[i].span;
+                    llm.mark_tried(&input.tenant, &input.thread.id, span);
                     tracing::warn!(
                         error = %e.kind(),
                         first = %span.start_message_id(),
@@ -230,6 +271,11 @@ impl App {
                 "summarize: the LLM summaries would need {} tokens, over the target {limit}; the extractive summaries stand",
                 c.plan.compacted_token_count
             ));
+            for r in &c.plan.summarizations {
+                if !r.summarizer_id.is_empty() {
+                    llm.mark_tried(&input.tenant, &input.thread.id, &r.span);
+                }
+            }
             c.plan.summarizations = originals;
             let mut c = self.rebind(input, c).await?;
             c.report.warnings = warnings;
@@ -308,7 +354,14 @@ impl App {
             return Ok(None);
         }
         let messages: Vec<&Message> = sendable.iter().map(AsRef::as_ref).collect();
-        let key = cache_key(llm, redactor.id(), cap, &prior, &messages);
+        let key = cache_key(
+            llm,
+            style_of(llm, input),
+            redactor.id(),
+            cap,
+            &prior,
+            &messages,
+        );
         let answer = match self.cached(llm, input, &key).await {
             Some(a) => a,
             None => {
@@ -319,6 +372,7 @@ impl App {
                         prior: &prior,
                         template: &record.summary,
                         max_chars: cap,
+                        style: style_of(llm, input),
                     })
                     .await
                     .inspect_err(|_| {
@@ -423,7 +477,11 @@ impl App {
         let Some(llm) = self.inner.llm.clone() else {
             return false;
         };
-        if !llm.background() || candidates(&c, input.previous.as_deref()).is_empty() {
+        if !llm.background()
+            || llm
+                .candidates(&c, &input.tenant, &input.thread.id)
+                .is_empty()
+        {
             return false;
         }
         let thread_key = format!("{}\0{}", input.tenant, input.thread.id);
@@ -486,6 +544,14 @@ impl App {
     }
 }
 
+/// The request's style, else the configured one.
+fn style_of(llm: &LlmSummaries, input: &UpgradeInput) -> crate::summarize::llm::Style {
+    input
+        .policy
+        .summary_style
+        .unwrap_or(llm.llm.settings().style)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -495,6 +561,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// rules, the size asked for, the priors and the exact messages sent.
 fn cache_key(
     llm: &LlmSummaries,
+    style: crate::summarize::llm::Style,
     redactor: &str,
     cap: usize,
     prior: &[&StructuredSummary],
@@ -506,7 +573,7 @@ fn cache_key(
         h.update((b.len() as u64).to_le_bytes());
         h.update(b);
     };
-    part(llm.llm.id().as_bytes());
+    part(llm.llm.id(style).as_bytes());
     part(SUMMARY_SCHEMA_VERSION.as_bytes());
     part(format!("{:?}", s.response_format).as_bytes());
     part(&s.max_output_tokens.to_le_bytes());

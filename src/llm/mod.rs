@@ -21,7 +21,7 @@ use crate::summarize::llm::{
     chat_body, parse_answer, parse_completion, transcript_chunks, user_prompt, AnswerError,
     ResponseFormat, Style,
 };
-use crate::summarize::merge_summaries;
+use crate::summarize::{fit_to_size, merge_summaries};
 
 /// Which summarizer writes summaries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -261,6 +261,8 @@ pub struct SpanInput<'a> {
     pub template: &'a StructuredSummary,
     /// Size the answer must fit, in bytes of its rendering.
     pub max_chars: usize,
+    /// The prompt template.
+    pub style: Style,
 }
 
 /// What one summarization cost.
@@ -305,12 +307,8 @@ impl LlmSummarizer {
 
     /// `llm:{model}:{style}@{prompt hash}`: recorded with each summary and
     /// part of the cache key.
-    pub fn id(&self) -> String {
-        format!(
-            "llm:{}:{}",
-            self.settings.model,
-            self.settings.style.prompt_version()
-        )
+    pub fn id(&self, style: Style) -> String {
+        format!("llm:{}:{}", self.settings.model, style.prompt_version())
     }
 
     /// Summarizes a span: chunk by chunk when its transcript exceeds the
@@ -321,31 +319,43 @@ impl LlmSummarizer {
         &self,
         input: &SpanInput<'_>,
     ) -> Result<(StructuredSummary, CallStats), LlmError> {
-        // ≈3 bytes per token, less the template, the prior summaries and
-        // the answer's own room.
+        // ≈3 bytes per token, less the template, what is carried (the
+        // prior summaries, or for later chunks the earlier chunks' summary
+        // fitted to the cap) and the answer's own room.
         let prior_bytes: usize = input
             .prior
             .iter()
             .map(|p| p.render_as_message().len())
-            .sum();
+            .sum::<usize>()
+            .max(input.max_chars);
         let context = self.settings.context_tokens as usize * 3;
         let reserved = prior_bytes
-            + self.settings.style.template().len()
+            + input.style.template().len()
             + self.settings.max_output_tokens as usize * 4
             + 512;
-        let room = context.saturating_sub(reserved).max(2_048);
+        let room = context.saturating_sub(reserved).max(1_024);
         let chunks = transcript_chunks(input.messages, room);
         let mut stats = CallStats::default();
         let mut merged: Option<StructuredSummary> = None;
         for (k, chunk) in chunks.iter().enumerate() {
             // The prior summaries go with the first chunk; the later chunks
-            // continue from what the earlier ones produced.
-            let carried: Vec<&StructuredSummary> = match &merged {
+            // continue from what the earlier ones produced, fitted to the cap.
+            let fitted = merged
+                .as_ref()
+                .map(|m| fit_to_size(m.clone(), input.max_chars));
+            let carried: Vec<&StructuredSummary> = match &fitted {
                 Some(m) => vec![m],
                 None => input.prior.to_vec(),
             };
             let answer = self
-                .ask(&carried, chunk, input.template, input.max_chars, &mut stats)
+                .ask(
+                    input.style,
+                    &carried,
+                    chunk,
+                    input.template,
+                    input.max_chars,
+                    &mut stats,
+                )
                 .await?;
             merged = Some(match merged {
                 Some(m) if k > 0 => merge_summaries(input.template.span.clone(), &[&m], &answer),
@@ -361,6 +371,7 @@ impl LlmSummarizer {
     /// does not fit retried with half the tokens (and half the size asked for).
     async fn ask(
         &self,
+        style: Style,
         prior: &[&StructuredSummary],
         transcript: &str,
         template: &StructuredSummary,
@@ -375,7 +386,7 @@ impl LlmSummarizer {
         loop {
             let body = chat_body(
                 &s.model,
-                s.style,
+                style,
                 &user_prompt(prior, transcript, chars),
                 max_tokens,
                 s.response_format,

@@ -91,6 +91,18 @@ fn durability(v: i32, field: &str) -> Result<Option<Durability>> {
     }
 }
 
+fn summary_style(v: i32) -> Result<Option<crate::summarize::llm::Style>> {
+    use crate::summarize::llm::Style;
+    match pb::SummaryStyle::try_from(v) {
+        Ok(pb::SummaryStyle::Unspecified) => Ok(None),
+        Ok(pb::SummaryStyle::TaskState) => Ok(Some(Style::TaskState)),
+        Ok(pb::SummaryStyle::Brief) => Ok(Some(Style::Brief)),
+        Ok(pb::SummaryStyle::DecisionLog) => Ok(Some(Style::DecisionLog)),
+        Ok(pb::SummaryStyle::CodeDelta) => Ok(Some(Style::CodeDelta)),
+        Err(_) => Err(unknown_enum("policy.summary_style", v)),
+    }
+}
+
 fn durability_to_pb(d: Option<Durability>) -> i32 {
     d.map_or(pb::Durability::Unspecified, pb::Durability::from) as i32
 }
@@ -492,6 +504,9 @@ pub fn policy_from_overrides(base: &Policy, o: Option<pb::PolicyOverrides>) -> R
     set(&mut p.summary_chunk_tokens, o.summary_chunk_tokens);
     set(&mut p.summary_max_tokens, o.summary_max_tokens);
     set(&mut p.max_summaries, o.max_summaries);
+    if let Some(style) = summary_style(o.summary_style)? {
+        p.summary_style = Some(style);
+    }
     if let Some(d) = durability(o.default_durability, "policy.default_durability")? {
         p.default_durability = d;
     }

@@ -62,6 +62,11 @@ pub struct Policy {
     pub summary_max_tokens: u32,
     /// At most this many summary messages; older ones are rolled into one.
     pub max_summaries: u32,
+    /// How an LLM summarizer writes summaries; `None`: its configured
+    /// style. (The extractive summarizer has one form.) Unset fields are
+    /// not serialized, so adding this left existing fingerprints alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary_style: Option<crate::summarize::llm::Style>,
     /// Reducers that may run.
     pub enable: Enabled,
     /// Rendering options (they change token counts, so they are policy).
@@ -138,6 +143,7 @@ impl Default for Policy {
             summary_chunk_tokens: 8000,
             summary_max_tokens: 800,
             max_summaries: 4,
+            summary_style: None,
             enable: Enabled::default(),
             render: RenderOptions::default(),
         }
