@@ -79,7 +79,7 @@ pub struct ToolOutcome {
 }
 
 /// A summary in sections, rendered deterministically.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StructuredSummary {
     /// The messages it covers.
     pub span: SpanReference,
@@ -111,6 +111,29 @@ pub struct StructuredSummary {
     /// Entries left out to fit the size cap (their originals are archived).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted: u32,
+    /// Rendered bytes of the entries left out, when this process fitted the
+    /// summary: how much more room it would need to keep them. Not stored
+    /// or sent (a summary read back says 0); only the sizing within one
+    /// compaction reads it.
+    #[serde(skip)]
+    pub omitted_bytes: u64,
+}
+
+/// Equal when everything stored is: `omitted_bytes` is sizing scratch of
+/// the compaction that made the summary, not part of what it says.
+impl PartialEq for StructuredSummary {
+    fn eq(&self, o: &Self) -> bool {
+        self.span == o.span
+            && self.facts == o.facts
+            && self.decisions == o.decisions
+            && self.open_items == o.open_items
+            && self.artifacts == o.artifacts
+            && self.tool_outcomes == o.tool_outcomes
+            && self.current_task == o.current_task
+            && self.current_plan == o.current_plan
+            && self.references == o.references
+            && self.omitted == o.omitted
+    }
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -147,6 +170,7 @@ impl StructuredSummary {
             current_plan: Vec::new(),
             references: Vec::new(),
             omitted: 0,
+            omitted_bytes: 0,
         }
     }
 

@@ -270,6 +270,7 @@ impl TryFrom<pb::StructuredSummary> for StructuredSummary {
             current_plan: s.current_plan,
             references: s.references,
             omitted: s.omitted,
+            omitted_bytes: 0,
         })
     }
 }

@@ -273,6 +273,7 @@ fn summary() -> impl Strategy<Value = StructuredSummary> {
                 current_plan,
                 references,
                 omitted,
+                omitted_bytes: 0,
             },
         )
 }

@@ -137,13 +137,19 @@ fn live_summaries<'p>(
         .filter(|(_, r)| !r.span.message_ids.is_empty())
 }
 
-/// Tokens the summaries would need to hold what they left out: each left
-/// out entry at the average size of the entries they kept.
+/// Tokens the summaries would need to hold what they left out: the bytes
+/// they cut when this compaction fitted them, or for a summary read back
+/// from a stored plan (which does not keep that), each left out entry at
+/// the average size of the entries it kept.
 fn room_wanted(p: &Projection<'_>) -> u32 {
     let mut wanted = 0f64;
     for (_, r) in live_summaries(p) {
         let m = &r.summary;
         if m.omitted == 0 {
+            continue;
+        }
+        if m.omitted_bytes > 0 {
+            wanted += m.omitted_bytes as f64 / CHARS_PER_TOKEN;
             continue;
         }
         let kept = m.facts.len()
@@ -164,9 +170,14 @@ enum Applied {
     /// The summarizer failed; nothing was committed (the pipeline falls
     /// back to dropping, with a warning).
     Failed,
-    /// Made, but it would have grown the request (past `limit`) to this
-    /// many tokens: undone.
-    Rejected(u32),
+    /// Made, but it would have grown the request (past `limit`) to
+    /// `would` tokens: undone. `chars` is the summary's rendered size.
+    Rejected {
+        /// Request tokens with it.
+        would: u32,
+        /// Its rendered bytes.
+        chars: usize,
+    },
     /// In the plan.
     Kept,
 }
@@ -222,9 +233,10 @@ fn apply(
     }
     // When the summary is not smaller than what it replaces, the span stays
     // as it was.
+    let chars = summary.render_as_message().len();
     match p.summarize_within(indices, summary, limit) {
         Ok(()) => Applied::Kept,
-        Err(would) => Applied::Rejected(would),
+        Err(would) => Applied::Rejected { would, chars },
     }
 }
 
@@ -360,17 +372,20 @@ fn roll_up(
         }
         // A re-fitted summary denser in tokens than the ones it replaces
         // overshoots and is undone; the cap is then scaled by how far it
-        // overshot (twice at most).
+        // overshot (twice at most), from the size the summary really had
+        // (a re-read with nothing to leave out stays below its cap, and
+        // scaling the cap would not shrink it).
         let attempts = if limit.is_some() { 3 } else { 1 };
         let stretch_tokens: u32 = stretch.iter().map(|&i| p.cost(i)).sum();
         let rest = p.total().saturating_sub(stretch_tokens);
         let mut cap = max_chars;
-        let mut outcome = Applied::Rejected(0);
+        let mut outcome = Applied::Rejected { would: 0, chars: 0 };
         for _ in 0..attempts {
             outcome = apply(p, state, &stretch, cap.max(base), limit, reread);
-            let Applied::Rejected(would) = outcome else {
+            let Applied::Rejected { would, chars } = outcome else {
                 break;
             };
+            cap = cap.min(chars);
             let (Some(limit), true) = (limit, would > rest) else {
                 break;
             };

@@ -483,6 +483,7 @@ pub fn merge_summaries(
         .cloned()
         .unwrap_or_default();
     out.omitted = all().fold(0u32, |n, s| n.saturating_add(s.omitted));
+    out.omitted_bytes = all().fold(0u64, |n, s| n.saturating_add(s.omitted_bytes));
     out
 }
 
@@ -507,10 +508,11 @@ enum Entry {
 /// reader knows the summary is partial. Never fails: when even the most
 /// valuable entries do not fit, fewer of them are kept.
 pub fn fit_to_size(summary: StructuredSummary, max_chars: usize) -> StructuredSummary {
-    let fits = |s: &StructuredSummary| s.render_as_message().len() <= max_chars;
-    if fits(&summary) {
+    let full = summary.render_as_message().len();
+    if full <= max_chars {
         return summary;
     }
+    let fits = |s: &StructuredSummary| s.render_as_message().len() <= max_chars;
     let order = removal_order(&summary);
     // Size shrinks with each removal (nearly always: a reference may start
     // rendering once the entry that spelled it out is gone, and the count
@@ -531,6 +533,8 @@ pub fn fit_to_size(summary: StructuredSummary, max_chars: usize) -> StructuredSu
         k += 1;
         out = apply_removals(&summary, &order[..k]);
     }
+    let cut = full.saturating_sub(out.render_as_message().len()) as u64;
+    out.omitted_bytes = summary.omitted_bytes.saturating_add(cut);
     out
 }
 
@@ -642,6 +646,7 @@ fn apply_removals(s: &StructuredSummary, removals: &[Entry]) -> StructuredSummar
         },
         references: keep(&s.references, &references),
         omitted: 0,
+        omitted_bytes: 0,
     };
     if references_left_out {
         let text = out.render_as_message();
