@@ -750,3 +750,56 @@ async fn a_wrong_bucket_stops_start_up_before_listening() {
         assert!(stderr.contains(expect), "{bucket:?}: {stderr}");
     }
 }
+
+/// The summary cache's writes: under the caller's id, encrypted like any
+/// artifact, and first write wins (a second writer of the same key, e.g.
+/// another replica, succeeds without replacing it).
+#[tokio::test]
+async fn keyed_artifacts_are_sealed_written_once_and_read_back() {
+    let aws = aws().await;
+    let stores = aws.stores().await;
+    let id = compactd::store::keyed_artifact_id("test", b"the key");
+    let meta = compactd::store::ArtifactMeta {
+        tenant: "acme".into(),
+        thread_id: "t-cache".into(),
+        created_at_unix_ms: 1,
+        ttl_seconds: None,
+        sensitivity: compactd::model::Sensitivity::Internal,
+        key_id: None,
+        content_hash: String::new(),
+        size_bytes: 0,
+        message_ids: vec!["m1".into()],
+    };
+    let first = br#"{"facts":["cached summary text"]}"#;
+    stores
+        .artifacts
+        .put_keyed(&meta, &id, first)
+        .await
+        .expect("first write");
+    stores
+        .artifacts
+        .put_keyed(&meta, &id, b"something else")
+        .await
+        .expect("a second write of the key succeeds");
+    let (_, back) = stores
+        .artifacts
+        .get("acme", "t-cache", &id)
+        .await
+        .expect("read back");
+    assert_eq!(back, first.to_vec(), "the first write stands");
+    let keys = aws.artifact_keys().await;
+    let key = keys
+        .iter()
+        .find(|k| k.ends_with(&id))
+        .expect("stored under the caller's id");
+    let object = aws.object(key).await;
+    assert!(
+        !String::from_utf8_lossy(&object).contains("cached summary text"),
+        "plaintext in S3"
+    );
+    // Another tenant cannot read it by id.
+    assert!(matches!(
+        stores.artifacts.get("globex", "t-cache", &id).await,
+        Err(StoreError::NotFound)
+    ));
+}

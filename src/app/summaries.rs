@@ -312,7 +312,9 @@ impl App {
     ) -> Result<Option<StructuredSummary>, LlmError> {
         let record = &c.plan.summarizations[i];
         let span: HashSet<&str> = record.span.message_ids.iter().map(String::as_str).collect();
-        let prior: Vec<&StructuredSummary> = input
+        // The previous plan's summaries inside this span are its priors;
+        // only the messages they do not cover are sent.
+        let inside: Vec<&crate::model::SummarizationRecord> = input
             .previous
             .iter()
             .flat_map(|p| &p.summarizations)
@@ -322,18 +324,10 @@ impl App {
                     .iter()
                     .all(|id| span.contains(id.as_str()))
             })
-            .map(|p| &p.summary)
             .collect();
-        let covered: HashSet<&str> = input
-            .previous
+        let prior: Vec<&StructuredSummary> = inside.iter().map(|p| &p.summary).collect();
+        let covered: HashSet<&str> = inside
             .iter()
-            .flat_map(|p| &p.summarizations)
-            .filter(|p| {
-                p.span
-                    .message_ids
-                    .iter()
-                    .all(|id| span.contains(id.as_str()))
-            })
             .flat_map(|p| p.span.message_ids.iter().map(String::as_str))
             .collect();
         let allow_restricted = llm.llm.settings().allow_restricted;

@@ -372,37 +372,19 @@ impl S3ArtifactStore {
     }
 }
 
-#[async_trait]
-impl ArtifactStore for S3ArtifactStore {
-    async fn put(&self, meta: &ArtifactMeta, content: &[u8]) -> Result<String, StoreError> {
-        // Validate the key before asking the key service for anything.
-        self.at.thread_prefix(&meta.tenant, &meta.thread_id)?;
-        let sealed = seal_object(self.keys.as_ref(), meta, content, None).await?;
-        let key = self
-            .at
-            .artifact_key(&meta.tenant, &meta.thread_id, &sealed.id)?;
-        self.at
-            .client
-            .put_object()
-            .bucket(&self.at.bucket)
-            .key(&key)
-            .if_none_match("*")
-            .content_type("application/octet-stream")
-            .body(ByteStream::from(sealed.bytes))
-            .send()
-            .await
-            .map_err(|e| s3_error("PutObject", e))?;
-        Ok(sealed.id)
-    }
-
-    async fn put_keyed(
+impl S3ArtifactStore {
+    /// Seals and writes an object that must not exist yet, under `id` or a
+    /// new random one. `Ok(None)` when the caller's `id` is taken already
+    /// (or being written): keyed content is the same whoever wrote it.
+    async fn write_new(
         &self,
         meta: &ArtifactMeta,
-        id: &str,
         content: &[u8],
-    ) -> Result<(), StoreError> {
+        id: Option<&str>,
+    ) -> Result<Option<String>, StoreError> {
+        // Validate the key before asking the key service for anything.
         self.at.thread_prefix(&meta.tenant, &meta.thread_id)?;
-        let sealed = seal_object(self.keys.as_ref(), meta, content, Some(id)).await?;
+        let sealed = seal_object(self.keys.as_ref(), meta, content, id).await?;
         let key = self
             .at
             .artifact_key(&meta.tenant, &meta.thread_id, &sealed.id)?;
@@ -418,11 +400,28 @@ impl ArtifactStore for S3ArtifactStore {
             .send()
             .await;
         match sent {
-            Ok(_) => Ok(()),
-            // The key's value is already there (or being written).
-            Err(e) if matches!(status(&e), Some(412 | 409)) => Ok(()),
+            Ok(_) => Ok(Some(sealed.id)),
+            Err(e) if id.is_some() && matches!(status(&e), Some(412 | 409)) => Ok(None),
             Err(e) => Err(s3_error("PutObject", e)),
         }
+    }
+}
+
+#[async_trait]
+impl ArtifactStore for S3ArtifactStore {
+    async fn put(&self, meta: &ArtifactMeta, content: &[u8]) -> Result<String, StoreError> {
+        self.write_new(meta, content, None).await?.ok_or_else(|| {
+            StoreError::Unavailable("PutObject: a new random id already exists".into())
+        })
+    }
+
+    async fn put_keyed(
+        &self,
+        meta: &ArtifactMeta,
+        id: &str,
+        content: &[u8],
+    ) -> Result<(), StoreError> {
+        self.write_new(meta, content, Some(id)).await.map(|_| ())
     }
 
     async fn get(
