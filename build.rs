@@ -17,6 +17,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .compile_fds(fds)?;
 
+    // The strategy plugin messages (src/plugin): their threads and
+    // summaries are the API's own types.
+    // The imports stay in the set (the generator inspects the messages a
+    // field refers to) but are not generated again: `extern_path`.
+    let plugin = protox::Compiler::new(["proto"])?
+        .include_imports(true)
+        .open_files(["compactd/plugin/v1/plugin.proto"])?
+        .file_descriptor_set();
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_client(false)
+        .extern_path(".compactd.v1", "crate::proto::pb")
+        .compile_fds(plugin)?;
+
     // benches/grpc_roundtrip.rs: an echo of compactd.v1.RenderRequest, the
     // transport floor the Render round trip is compared against. Only the
     // echo file is generated; its message types are the API's own

@@ -26,7 +26,10 @@ fn app(llm: Option<SummarizerSettings>) -> App {
         100_000,
         compactd::app::Lifecycle::default(),
         Arc::new(compactd::redact::Redactor::standard().clone()),
-        llm.map(|s| LlmSummaries::new(LlmSummarizer::new(s).expect("settings"))),
+        compactd::app::Extensions {
+            llm: llm.map(|s| LlmSummaries::new(LlmSummarizer::new(s).expect("settings"))),
+            ..Default::default()
+        },
     )
 }
 

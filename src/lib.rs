@@ -4,7 +4,8 @@
 //! - the core (`model`, `tokens`, `reduce`, `render`, `summarize`) is pure:
 //!   no I/O, no async runtime, so it can be tested and benchmarked alone;
 //! - `store` and `security` are the stores and the caller's identity;
-//!   `llm` is the LLM summarizer's endpoint client;
+//!   `llm` is the LLM summarizer's endpoint client, `plugin` loads strategy
+//!   plugins and runs them as pipeline steps;
 //! - `app` holds the use cases (Compact, Render, Rehydrate) over the core,
 //!   the stores and the security context;
 //! - `proto` is the wire (generated types and strict conversions), `server`
@@ -16,6 +17,7 @@ pub mod client;
 pub mod config;
 pub mod llm;
 pub mod model;
+pub mod plugin;
 pub mod proto;
 pub mod redact;
 pub mod reduce;

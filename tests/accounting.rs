@@ -29,6 +29,7 @@ fn verbatim_and_cleared_costs_equal_the_rendered_message_cost() {
                 replacement: "[result expired] tool: success".into(),
                 archive_artifact_id: None,
                 archive_note: None,
+                strategy: String::new(),
             };
             let cleared = render_message(m, Action::Clear(&record), &options).expect("renders");
             assert_eq!(c.cleared(m, &record.replacement), c.message(&cleared));

@@ -41,6 +41,10 @@ fn settings(base_url: &str) -> SummarizerSettings {
 
 fn app_with(settings: Option<SummarizerSettings>, artifacts: Arc<MemoryArtifactStore>) -> App {
     let llm = settings.map(|s| LlmSummaries::new(LlmSummarizer::new(s).expect("valid settings")));
+    let extensions = compactd::app::Extensions {
+        llm,
+        ..Default::default()
+    };
     App::new(
         Defaults::default(),
         Arc::new(MemoryPlanStore::default()),
@@ -48,7 +52,7 @@ fn app_with(settings: Option<SummarizerSettings>, artifacts: Arc<MemoryArtifactS
         100_000,
         compactd::app::Lifecycle::default(),
         Arc::new(compactd::redact::Redactor::standard().clone()),
-        llm,
+        extensions,
     )
 }
 

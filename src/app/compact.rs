@@ -12,7 +12,9 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::model::{CompactionPlan, Sensitivity, Thread};
-use crate::reduce::{compact, request_fingerprint, CompactRequest, Compaction, Policy, Report};
+use crate::reduce::{
+    compact_with, request_fingerprint, CompactRequest, Compaction, Policy, Report,
+};
 use crate::render::OutputFormat;
 use crate::runtime::{blocking, compute, now_unix_ms, Call};
 use crate::security::SecurityContext;
@@ -241,7 +243,8 @@ impl App {
             Some(prev) => {
                 let (app, r, p) = (self.clone(), Arc::clone(&resolved), parts.clone());
                 let (reused, previous) = blocking(move || {
-                    let fingerprint = request_fingerprint(&r.request(None, &app), &p.engine());
+                    let fingerprint =
+                        app.fingerprint(request_fingerprint(&r.request(None, &app), &p.engine()));
                     if prev.fingerprint == fingerprint {
                         (Some(prev), None)
                     } else {
@@ -260,7 +263,12 @@ impl App {
         // priority of the per-turn calls of other tenants.
         let (app, r, p) = (self.clone(), Arc::clone(&resolved), parts.clone());
         let (compaction, previous) = compute(tenant, move || {
-            let c = compact(&r.request(previous.as_ref(), &app), &p.engine());
+            let reducers = app.reducers(&r.cmd.policy, &r.model);
+            let c = compact_with(&r.request(previous.as_ref(), &app), &p.engine(), &reducers);
+            let c = c.map(|mut c| {
+                c.plan.fingerprint = app.fingerprint(std::mem::take(&mut c.plan.fingerprint));
+                c
+            });
             (c.map_err(AppError::from), previous)
         })
         .await?;
@@ -484,6 +492,7 @@ mod tests {
     use super::*;
     use crate::app::Defaults;
     use crate::model::ToolSchema;
+    use crate::reduce::compact;
 
     fn resolved() -> Resolved {
         let thread = crate::model::thread_from_json(

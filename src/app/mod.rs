@@ -89,6 +89,17 @@ struct Inner {
     thread_locks: crate::store::KeyedLocks<String>,
     /// Upgrades extractive summaries through an LLM, when configured.
     llm: Option<Arc<LlmSummaries>>,
+    /// Strategy plugins, run as pipeline steps.
+    plugins: Vec<Arc<crate::plugin::LoadedPlugin>>,
+}
+
+/// What the service adds to the core's built-in strategies.
+#[derive(Default)]
+pub struct Extensions {
+    /// The LLM summarizer.
+    pub llm: Option<LlmSummaries>,
+    /// Loaded strategy plugins.
+    pub plugins: Vec<Arc<crate::plugin::LoadedPlugin>>,
 }
 
 impl std::fmt::Debug for App {
@@ -111,7 +122,7 @@ impl App {
         ledger_max_entries: usize,
         lifecycle: Lifecycle,
         redactor: Arc<Redactor>,
-        llm: Option<LlmSummaries>,
+        extensions: Extensions,
     ) -> Self {
         App {
             inner: Arc::new(Inner {
@@ -126,7 +137,8 @@ impl App {
                 usage: lifecycle::UsageBook::default(),
                 redactor,
                 thread_locks: crate::store::KeyedLocks::default(),
-                llm: llm.map(Arc::new),
+                llm: extensions.llm.map(Arc::new),
+                plugins: extensions.plugins,
             }),
         }
     }
@@ -141,7 +153,7 @@ impl App {
             DEFAULT_MAX_ENTRIES,
             Lifecycle::default(),
             Arc::new(Redactor::standard().clone()),
-            None,
+            Extensions::default(),
         )
     }
 
@@ -212,6 +224,34 @@ impl App {
         // NUL cannot occur in a tenant id, so the key is unambiguous.
         let key = format!("{tenant}\0{thread_id}");
         self.inner.thread_locks.get(key.as_str()).lock_owned().await
+    }
+
+    /// The pipeline for `policy` and `model`: the core's reducers with the
+    /// plugins' steps in their positions.
+    fn reducers(&self, policy: &Policy, model: &str) -> Vec<Box<dyn crate::reduce::Reducer>> {
+        let core = crate::reduce::default_reducers(policy);
+        if self.inner.plugins.is_empty() {
+            return core;
+        }
+        crate::plugin::insert_plugins(core, &self.inner.plugins, model)
+    }
+
+    /// A plan's fingerprint: the core's, and with plugins, what they are
+    /// and how they are set up (another plugin makes another plan).
+    fn fingerprint(&self, core: String) -> String {
+        if self.inner.plugins.is_empty() {
+            return core;
+        }
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(core.as_bytes());
+        for p in &self.inner.plugins {
+            let s = p.settings();
+            let part = serde_json::json!([p.id(), s.sha256, s.after, s.aggressiveness, s.config]);
+            h.update([0]);
+            h.update(part.to_string().as_bytes());
+        }
+        hex::encode(h.finalize())
     }
 
     /// Forgets the cached summaries and compressions of a thread.

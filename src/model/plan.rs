@@ -130,6 +130,10 @@ pub struct ClearRecord {
     /// batch's originals are (the id appears once per batch, not per stub).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archive_note: Option<String>,
+    /// The plugin that proposed it (`name@version`), for
+    /// [`ClearReason::Plugin`]; empty otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub strategy: String,
 }
 
 /// An artifact id as the stores issue them: `art_` + 32 lowercase hex (128

@@ -150,6 +150,7 @@ impl From<&ClearRecord> for pb::ClearRecord {
             replacement: r.replacement.clone(),
             archive_artifact_id: r.archive_artifact_id.clone(),
             archive_note: r.archive_note.clone(),
+            strategy: r.strategy.clone(),
         }
     }
 }
@@ -164,6 +165,7 @@ impl TryFrom<pb::ClearRecord> for ClearRecord {
             replacement: r.replacement,
             archive_artifact_id: r.archive_artifact_id,
             archive_note: r.archive_note,
+            strategy: r.strategy,
         })
     }
 }

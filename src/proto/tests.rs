@@ -329,15 +329,17 @@ fn plan() -> impl Strategy<Value = CompactionPlan> {
         text(),
         archive(),
         proptest::option::of(text()),
+        "([a-z-]{1,10}@0\\.[0-9])?",
     )
         .prop_map(
-            |(span, preserved_fields, reason, replacement, a, note)| ClearRecord {
+            |(span, preserved_fields, reason, replacement, a, note, strategy)| ClearRecord {
                 span,
                 preserved_fields,
                 reason,
                 replacement,
                 archive_artifact_id: a,
                 archive_note: note,
+                strategy,
             },
         );
     let drop = (span(), text(), vec(text(), 0..3), text(), archive()).prop_map(

@@ -278,6 +278,26 @@ impl<'a> Projection<'a> {
         self.pinned[i] || self.kept[i]
     }
 
+    /// True when message `i` is pinned (protected, a never-prune role, a
+    /// call still waiting for its result).
+    pub fn is_pinned(&self, i: usize) -> bool {
+        self.pinned[i]
+    }
+
+    /// Names the plugin behind the last clear of message `i`.
+    pub fn attribute_clear(&mut self, i: usize, strategy: &str) {
+        if let Slot::Clear(r) = self.slots[i] {
+            self.plan.clearings[r].strategy = strategy.to_string();
+        }
+    }
+
+    /// Names the writer of the summary covering message `i`.
+    pub fn attribute_summary(&mut self, i: usize, summarizer_id: &str) {
+        if let Slot::Summarize(r) = self.slots[i] {
+            self.plan.summarizations[r].summarizer_id = summarizer_id.to_string();
+        }
+    }
+
     /// True when a whole unit may be summarized or dropped.
     pub fn unit_is_free(&self, u: usize) -> bool {
         let (s, e) = self.units.ranges[u];
@@ -419,6 +439,7 @@ impl<'a> Projection<'a> {
             replacement,
             archive_artifact_id: None,
             archive_note: None,
+            strategy: String::new(),
         });
         self.slots[i] = Slot::Clear(self.plan.clearings.len() - 1);
         self.recost(i);

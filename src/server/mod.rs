@@ -122,6 +122,8 @@ pub struct ServerSettings {
     /// Who writes summaries: the built-in extractive summarizer, or an
     /// OpenAI-compatible endpoint with the extractive one as its fallback.
     pub summarizer: crate::llm::SummarizerSettings,
+    /// Strategy plugins loaded at start-up.
+    pub plugins: crate::plugin::PluginsSettings,
 }
 
 impl Default for ServerSettings {
@@ -161,6 +163,7 @@ impl Default for ServerSettings {
             tls: None,
             allow_plaintext_behind_tls_terminator: false,
             summarizer: crate::llm::SummarizerSettings::default(),
+            plugins: crate::plugin::PluginsSettings::default(),
         }
     }
 }
@@ -506,6 +509,9 @@ async fn run(
                 .map_err(|e| ServeError::invalid("summarizer", e))?,
         )),
     };
+    // A plugin that does not load (hash, ABI, create) stops start-up.
+    let plugins = crate::plugin::load_all(&settings.plugins)
+        .map_err(|e| ServeError::invalid("plugins", e))?;
     let app = App::new(
         settings.app_defaults(),
         plans,
@@ -513,7 +519,7 @@ async fn run(
         settings.ledger_max_entries,
         settings.lifecycle.clone(),
         Arc::new(redactor),
-        llm,
+        crate::app::Extensions { llm, plugins },
     );
     let sweeper = tokio::spawn(app.clone().run_sweeper());
     let limiter = Arc::new(limits::TenantLimiter::new(settings.tenant_limits()));

@@ -53,7 +53,7 @@ impl Default for Harness {
             100_000,
             compactd::app::Lifecycle::default(),
             std::sync::Arc::new(compactd::redact::Redactor::standard().clone()),
-            None,
+            compactd::app::Extensions::default(),
         );
         Harness {
             policy: Policy::default(),

@@ -1,0 +1,310 @@
+//! A plugin as a pipeline step: it sees the projection where its position
+//! puts it (what earlier reducers did, what is pinned or in the tail, the
+//! budget) and proposes; the host validates every proposal before applying
+//! any, so a plugin can never break the invariants the core keeps: ids
+//! exist, spans are consecutive and in order, nothing pinned or in the
+//! tail or already evicted is touched, and tool calls and results are never
+//! split.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use prost::Message as _;
+
+use super::wire;
+use super::LoadedPlugin;
+use crate::model::{ClearReason, Role, SpanReference};
+use crate::proto::pb;
+use crate::reduce::{CompactError, PipelineState, Projection, Reducer, TokenBudget};
+
+/// The pipeline step of one plugin.
+#[derive(Debug, Clone)]
+pub struct PluginReducer {
+    plugin: Arc<LoadedPlugin>,
+    model: String,
+}
+
+impl PluginReducer {
+    /// The step of `plugin`, for requests to `model`.
+    pub fn new(plugin: Arc<LoadedPlugin>, model: &str) -> Self {
+        PluginReducer {
+            plugin,
+            model: model.to_string(),
+        }
+    }
+}
+
+/// `reducers` (the core's, in pipeline order) with the plugins' steps put
+/// after the reducer each names; a plugin whose reducer the policy turned
+/// off goes where that reducer would have been.
+pub fn insert_plugins(
+    reducers: Vec<Box<dyn Reducer>>,
+    plugins: &[Arc<LoadedPlugin>],
+    model: &str,
+) -> Vec<Box<dyn Reducer>> {
+    let rank = |name: &str| {
+        super::POSITIONS
+            .iter()
+            .position(|p| *p == name)
+            .unwrap_or(0)
+    };
+    let mut out: Vec<Box<dyn Reducer>> = Vec::with_capacity(reducers.len() + plugins.len());
+    let mut pending: Vec<&Arc<LoadedPlugin>> = plugins.iter().collect();
+    let mut flush = |out: &mut Vec<Box<dyn Reducer>>, upto: usize| {
+        pending.retain(|p| {
+            if rank(&p.settings().after) < upto {
+                out.push(Box::new(PluginReducer::new(Arc::clone(p), model)));
+                false
+            } else {
+                true
+            }
+        });
+    };
+    for r in reducers {
+        flush(&mut out, rank(r.name()));
+        out.push(r);
+    }
+    flush(&mut out, usize::MAX);
+    out
+}
+
+/// What the plugin may do with message `i`.
+fn state(p: &Projection<'_>, i: usize) -> wire::MessageState {
+    if !p.is_included(i) {
+        wire::MessageState::Evicted
+    } else if p.is_pinned(i) {
+        wire::MessageState::Pinned
+    } else if p.is_locked(i) {
+        wire::MessageState::Tail
+    } else {
+        wire::MessageState::Free
+    }
+}
+
+/// A proposal the host checked, ready to apply.
+enum Checked {
+    Clear {
+        i: usize,
+        replacement: String,
+        preserved: BTreeMap<String, serde_json::Value>,
+    },
+    Summarize {
+        indices: Vec<usize>,
+        summary: Box<crate::model::StructuredSummary>,
+    },
+    Drop {
+        indices: Vec<usize>,
+        rationale: String,
+    },
+}
+
+/// A plugin's rationale as a drop reason: one line, at most 200 chars.
+fn short(text: &str) -> String {
+    let line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    line.chars().take(200).collect()
+}
+
+/// Longest placeholder a plugin may put in place of a message.
+const MAX_REPLACEMENT_BYTES: usize = 16 * 1024;
+
+impl PluginReducer {
+    /// Positions of `ids`: each must exist, be free, follow the previous
+    /// one directly, and the span must consist of whole units.
+    fn span(&self, p: &Projection<'_>, ids: &[String]) -> Result<Vec<usize>, String> {
+        if ids.is_empty() {
+            return Err("a span with no messages".into());
+        }
+        let mut indices = Vec::with_capacity(ids.len());
+        for id in ids {
+            let i = p.position(id).ok_or_else(|| format!("no message {id:?}"))?;
+            if let Some(&last) = indices.last() {
+                if i != last + 1 {
+                    return Err(format!(
+                        "{id:?} does not directly follow the previous message"
+                    ));
+                }
+            }
+            if state(p, i) != wire::MessageState::Free {
+                return Err(format!("{id:?} is not free ({:?})", state(p, i)));
+            }
+            indices.push(i);
+        }
+        let (first, last) = (indices[0], indices[indices.len() - 1]);
+        let (s, _) = p.units.ranges[p.units.unit_of[first]];
+        let (_, e) = p.units.ranges[p.units.unit_of[last]];
+        if s != first || e != last {
+            return Err("the span splits a tool call from its result".into());
+        }
+        Ok(indices)
+    }
+
+    fn check(&self, p: &Projection<'_>, prop: wire::Proposal) -> Result<Checked, String> {
+        use wire::proposal::Action;
+        match prop.action {
+            Some(Action::Clear(c)) => {
+                let i = self.span(p, std::slice::from_ref(&c.message_id))?[0];
+                if p.message(i).role != Role::Tool {
+                    return Err(format!("{:?} is not a tool result", c.message_id));
+                }
+                if c.replacement.trim().is_empty() || c.replacement.len() > MAX_REPLACEMENT_BYTES {
+                    return Err("a replacement must be 1 to 16384 bytes".into());
+                }
+                let mut preserved = BTreeMap::new();
+                for (k, v) in c.preserved_fields {
+                    let v: serde_json::Value = serde_json::from_str(&v)
+                        .map_err(|e| format!("preserved field {k:?} is not JSON: {e}"))?;
+                    preserved.insert(k, v);
+                }
+                Ok(Checked::Clear {
+                    i,
+                    replacement: c.replacement,
+                    preserved,
+                })
+            }
+            Some(Action::Summarize(s)) => {
+                let indices = self.span(p, &s.message_ids)?;
+                let mut summary = pb::StructuredSummary {
+                    span: None,
+                    ..s.summary.ok_or("a summary proposal without a summary")?
+                };
+                summary.span = Some(pb::SpanReference::from(&SpanReference::of(
+                    p.thread, &indices,
+                )));
+                let summary = crate::model::StructuredSummary::try_from(summary)
+                    .map_err(|e| format!("the summary is invalid: {e}"))?;
+                Ok(Checked::Summarize {
+                    indices,
+                    summary: Box::new(summary),
+                })
+            }
+            Some(Action::Drop(d)) => Ok(Checked::Drop {
+                indices: self.span(p, &d.message_ids)?,
+                rationale: short(&prop.rationale),
+            }),
+            None => Err("a proposal with no action".into()),
+        }
+    }
+
+    fn request(&self, p: &Projection<'_>, budget: &TokenBudget) -> wire::AnalyzeRequest {
+        let n = p.len();
+        wire::AnalyzeRequest {
+            thread: Some(pb::Thread::from(p.thread)),
+            states: (0..n).map(|i| state(p, i) as i32).collect(),
+            message_tokens: (0..n).map(|i| p.cost(i)).collect(),
+            total_tokens: p.total(),
+            target_tokens: budget.target(),
+            hard_limit_tokens: budget.hard_limit(),
+            model: self.model.clone(),
+            after: self.plugin.settings().after.clone(),
+            aggressiveness: self.plugin.settings().aggressiveness,
+        }
+    }
+
+    /// Takes the plugin out of rotation and says so in the response.
+    fn fault(&self, state: &mut PipelineState<'_>, reason: String) {
+        state.warn(format!(
+            "plugin {} taken out of rotation: {reason}",
+            self.plugin.id()
+        ));
+        self.plugin.poison(reason);
+    }
+}
+
+impl Reducer for PluginReducer {
+    fn name(&self) -> &'static str {
+        self.plugin.name()
+    }
+
+    fn reduce(
+        &self,
+        p: &mut Projection<'_>,
+        budget: &TokenBudget,
+        state: &mut PipelineState<'_>,
+    ) -> Result<(), CompactError> {
+        if let Some(reason) = self.plugin.poisoned() {
+            state.warn(format!(
+                "plugin {} is out of rotation ({reason}); skipped",
+                self.plugin.id()
+            ));
+            return Ok(());
+        }
+        let bytes = self.request(p, budget).encode_to_vec();
+        let answer = match self.plugin.analyze(bytes) {
+            Ok(a) => a,
+            Err(fault) => {
+                self.fault(state, fault.to_string());
+                return Ok(());
+            }
+        };
+        let response = match wire::AnalyzeResponse::decode(answer.as_slice()) {
+            Ok(r) => r,
+            Err(e) => {
+                self.fault(state, format!("returned garbage: {e}"));
+                return Ok(());
+            }
+        };
+        // Every proposal is checked against the projection before any is
+        // applied: one bad proposal discards the whole answer.
+        let mut checked = Vec::with_capacity(response.proposals.len());
+        let mut claimed = std::collections::HashSet::new();
+        for (k, prop) in response.proposals.into_iter().enumerate() {
+            match self.check(p, prop) {
+                Ok(c) => {
+                    let touched: Vec<usize> = match &c {
+                        Checked::Clear { i, .. } => vec![*i],
+                        Checked::Summarize { indices, .. } | Checked::Drop { indices, .. } => {
+                            indices.clone()
+                        }
+                    };
+                    if touched.iter().any(|i| !claimed.insert(*i)) {
+                        self.fault(state, format!("proposal {k} touches a message twice"));
+                        return Ok(());
+                    }
+                    checked.push(c);
+                }
+                Err(why) => {
+                    self.fault(state, format!("proposal {k} refused: {why}"));
+                    return Ok(());
+                }
+            }
+        }
+        let id = self.plugin.id();
+        for c in checked {
+            match c {
+                Checked::Clear {
+                    i,
+                    replacement,
+                    preserved,
+                } => {
+                    let before = p.cost(i);
+                    p.clear(i, ClearReason::Plugin, replacement, preserved);
+                    if p.cost(i) >= before {
+                        // A placeholder no smaller than the content is no gain.
+                        p.undo_last_clear(i);
+                    } else {
+                        p.attribute_clear(i, &id);
+                    }
+                }
+                Checked::Summarize { indices, summary } => {
+                    let summary = {
+                        let mut s = *summary;
+                        state.redactor.redact_summary(&mut s);
+                        s
+                    };
+                    if p.summarize_unless_larger(&indices, summary) {
+                        p.attribute_summary(indices[0], &format!("plugin:{id}"));
+                    }
+                }
+                Checked::Drop { indices, rationale } => {
+                    let reason = if rationale.is_empty() {
+                        format!("plugin {id}")
+                    } else {
+                        format!("plugin {id}: {rationale}")
+                    };
+                    p.drop_messages(&indices, &reason);
+                }
+            }
+        }
+        Ok(())
+    }
+}
