@@ -49,7 +49,9 @@ pub fn insert_plugins(
             .unwrap_or(0)
     };
     let mut out: Vec<Box<dyn Reducer>> = Vec::with_capacity(reducers.len() + plugins.len());
+    // By position, then in configured order.
     let mut pending: Vec<&Arc<LoadedPlugin>> = plugins.iter().collect();
+    pending.sort_by_key(|p| rank(&p.settings().after));
     let mut flush = |out: &mut Vec<Box<dyn Reducer>>, upto: usize| {
         pending.retain(|p| {
             if rank(&p.settings().after) < upto {
@@ -108,9 +110,16 @@ fn short(text: &str) -> String {
 const MAX_REPLACEMENT_BYTES: usize = 16 * 1024;
 
 impl PluginReducer {
-    /// Positions of `ids`: each must exist, be free, follow the previous
-    /// one directly, and the span must consist of whole units.
-    fn span(&self, p: &Projection<'_>, ids: &[String]) -> Result<Vec<usize>, String> {
+    /// Positions of `ids`: each must exist, be free and follow the previous
+    /// one directly; a span that removes messages (`whole_units`) must not
+    /// split a tool call from its result. A clear keeps the message, and so
+    /// the pairing.
+    fn span(
+        &self,
+        p: &Projection<'_>,
+        ids: &[String],
+        whole_units: bool,
+    ) -> Result<Vec<usize>, String> {
         if ids.is_empty() {
             return Err("a span with no messages".into());
         }
@@ -129,6 +138,9 @@ impl PluginReducer {
             }
             indices.push(i);
         }
+        if !whole_units {
+            return Ok(indices);
+        }
         let (first, last) = (indices[0], indices[indices.len() - 1]);
         let (s, _) = p.units.ranges[p.units.unit_of[first]];
         let (_, e) = p.units.ranges[p.units.unit_of[last]];
@@ -142,7 +154,7 @@ impl PluginReducer {
         use wire::proposal::Action;
         match prop.action {
             Some(Action::Clear(c)) => {
-                let i = self.span(p, std::slice::from_ref(&c.message_id))?[0];
+                let i = self.span(p, std::slice::from_ref(&c.message_id), false)?[0];
                 if p.message(i).role != Role::Tool {
                     return Err(format!("{:?} is not a tool result", c.message_id));
                 }
@@ -162,7 +174,7 @@ impl PluginReducer {
                 })
             }
             Some(Action::Summarize(s)) => {
-                let indices = self.span(p, &s.message_ids)?;
+                let indices = self.span(p, &s.message_ids, true)?;
                 let mut summary = pb::StructuredSummary {
                     span: None,
                     ..s.summary.ok_or("a summary proposal without a summary")?
@@ -178,7 +190,7 @@ impl PluginReducer {
                 })
             }
             Some(Action::Drop(d)) => Ok(Checked::Drop {
-                indices: self.span(p, &d.message_ids)?,
+                indices: self.span(p, &d.message_ids, true)?,
                 rationale: short(&prop.rationale),
             }),
             None => Err("a proposal with no action".into()),

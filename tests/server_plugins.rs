@@ -1,0 +1,135 @@
+//! The example plugins configured on the real server and seen through gRPC:
+//! their proposals are in the committed plan (with their names and
+//! versions) and in the rendered prompt; a plugin that fails the handshake
+//! stops the server from starting.
+
+mod server_common;
+
+use compactd::plugin::{PluginSettings, PluginsSettings};
+use compactd::proto::pb;
+use compactd_testkit::plugins::{build_c_plugin, build_rust_plugin, PluginDir};
+use server_common::*;
+
+/// A query whose 900-row result the sql-results plugin collapses.
+fn thread(id: &str) -> pb::Thread {
+    let rows: String = (0..900)
+        .map(|i| format!(" {i:4} | order-{i:05} | shipped\n"))
+        .collect();
+    let table =
+        format!("  id  | order      | status\n------+------------+--------\n{rows}(900 rows)\n");
+    pb::Thread {
+        id: id.into(),
+        messages: vec![
+            text("u1", pb::Role::User, 1, "List last month's orders."),
+            call("a1", 1, "c1", "sql_query"),
+            result("t1", 1, "c1", "sql_query", table),
+            text("a2", pb::Role::Assistant, 1, "900 orders, all shipped."),
+            text(
+                "u2",
+                pb::Role::User,
+                2,
+                "Thanks. Which carrier did we use most?",
+            ),
+            text("a3", pb::Role::Assistant, 2, "Mostly DHL."),
+        ],
+    }
+}
+
+fn settings(dir: &PluginDir, name: &str, file: &str) -> PluginSettings {
+    PluginSettings {
+        name: name.into(),
+        path: file.into(),
+        sha256: dir.sha256(file),
+        after: "start".into(),
+        aggressiveness: 50,
+        config: serde_json::json!({}),
+        timeout_ms: 1_000,
+    }
+}
+
+#[tokio::test]
+async fn a_plugins_proposal_is_in_the_plan_and_the_prompt() {
+    let sql = build_rust_plugin("compactd-plugin-sql-results");
+    let dir = PluginDir::install(&[("libsql.so", &sql)]);
+    let plugins = PluginsSettings {
+        dir: Some(dir.path().to_path_buf()),
+        load: vec![settings(&dir, "sql-results", "libsql.so")],
+    };
+    let server = TestServer::start_with(|s| s.plugins = plugins).await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+    let mut req = compact_req(thread("t-sql"), 6_000);
+    req.policy = Some(pb::PolicyOverrides {
+        keep_recent_turns: Some(1),
+        keep_tool_io_pairs: Some(0),
+        ..Default::default()
+    });
+    let out = within(client.compact(authed(req.clone(), &acme)))
+        .await
+        .expect("compact")
+        .into_inner();
+    let plan = out.plan.expect("plan");
+    let clear = plan
+        .clearings
+        .iter()
+        .find(|c| c.reason == pb::ClearReason::Plugin as i32)
+        .unwrap_or_else(|| panic!("no plugin clear in {:?}", plan.clearings));
+    assert!(
+        clear.strategy.starts_with("sql-results@"),
+        "{}",
+        clear.strategy
+    );
+    assert!(
+        clear.replacement.contains("900 rows"),
+        "{}",
+        clear.replacement
+    );
+    assert!(out
+        .per_reducer
+        .iter()
+        .any(|r| r.name == "sql-results" && r.tokens_freed > 0));
+
+    let render = pb::RenderRequest {
+        thread: req.thread.clone(),
+        format: pb::OutputFormat::OpenaiChat as i32,
+        model: "gpt-4o".into(),
+        max_input_tokens: 6_000,
+        system_prompt: req.system_prompt.clone(),
+        ..Default::default()
+    };
+    let rendered = within(client.render(authed(render, &acme)))
+        .await
+        .expect("render")
+        .into_inner();
+    assert!(
+        rendered
+            .provider_payload_json
+            .contains("900 rows; columns: id, order, status"),
+        "the placeholder is not in the prompt"
+    );
+    assert!(!rendered.provider_payload_json.contains("order-00150"));
+    server.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn a_plugin_of_another_abi_major_stops_the_server() {
+    let build = tempfile::tempdir().expect("tempdir");
+    let lib = build_c_plugin(build.path(), "c_major2", &["COMPACTD_NOOP_ABI_MAJOR=2"]);
+    let dir = PluginDir::install(&[("libc.so", &lib)]);
+    let mut s = server_common::settings(build.path());
+    s.plugins = PluginsSettings {
+        dir: Some(dir.path().to_path_buf()),
+        load: vec![settings(&dir, "c-noop", "libc.so")],
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let e = compactd::server::serve(s, listener, std::future::pending())
+        .await
+        .expect_err("refused");
+    let text = e.to_string();
+    assert!(
+        text.contains("plugins") && text.contains("ABI 2.0"),
+        "{text}"
+    );
+}
