@@ -5,32 +5,22 @@
 //!
 //! `cargo bench --bench llm_latency` (set `LLM_BENCH_DELAY_MS` to change the delay).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use compactd::app::{App, CompactCommand, Defaults, LlmSummaries};
+use compactd::app::{App, CompactCommand, LlmSummaries};
 use compactd::llm::{LlmSummarizer, SummarizerKind, SummarizerSettings, SummaryMode};
 use compactd::reduce::Policy;
 use compactd::security::SecurityContext;
-use compactd::store::{MemoryArtifactStore, MemoryPlanStore};
 use compactd_testkit::fake_llm::{Behavior, FakeLlm};
 use compactd_testkit::synth::{thread, SynthParams};
 
 const RUNS: usize = 3;
 
 fn app(llm: Option<SummarizerSettings>) -> App {
-    App::new(
-        Defaults::default(),
-        Arc::new(MemoryPlanStore::default()),
-        Arc::new(MemoryArtifactStore::content_addressed()),
-        100_000,
-        compactd::app::Lifecycle::default(),
-        Arc::new(compactd::redact::Redactor::standard().clone()),
-        compactd::app::Extensions {
-            llm: llm.map(|s| LlmSummaries::new(LlmSummarizer::new(s).expect("settings"))),
-            ..Default::default()
-        },
-    )
+    compactd_testkit::memory_app(compactd::app::Extensions {
+        llm: llm.map(|s| LlmSummaries::new(LlmSummarizer::new(s).expect("settings"))),
+        ..Default::default()
+    })
 }
 
 fn command(run: usize) -> CompactCommand {

@@ -8,28 +8,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use compactd::app::{App, CompactCommand, Defaults, Extensions};
+use compactd::app::{App, CompactCommand, Extensions};
 use compactd::plugin::{load_all, PluginSettings, PluginsSettings};
 use compactd::reduce::Policy;
 use compactd::security::SecurityContext;
-use compactd::store::{MemoryArtifactStore, MemoryPlanStore};
 use compactd_testkit::plugins::{build_c_plugin, PluginDir};
 use compactd_testkit::synth::{thread, SynthParams};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 
 fn app(plugins: Vec<Arc<compactd::plugin::LoadedPlugin>>) -> App {
-    App::new(
-        Defaults::default(),
-        Arc::new(MemoryPlanStore::default()),
-        Arc::new(MemoryArtifactStore::content_addressed()),
-        100_000,
-        compactd::app::Lifecycle::default(),
-        Arc::new(compactd::redact::Redactor::standard().clone()),
-        Extensions {
-            plugins,
-            ..Default::default()
-        },
-    )
+    compactd_testkit::memory_app(Extensions {
+        plugins,
+        ..Default::default()
+    })
 }
 
 fn bench(c: &mut Criterion) {
@@ -46,6 +37,7 @@ fn bench(c: &mut Criterion) {
             aggressiveness: 50,
             config: serde_json::json!({}),
             timeout_ms: 1_000,
+            required: false,
         }],
     })
     .expect("load the no-op plugin");

@@ -9,13 +9,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use compactd::app::{App, CompactCommand, Defaults, LlmSummaries, RenderCommand, RenderedOutput};
+use compactd::app::{App, CompactCommand, LlmSummaries, RenderCommand, RenderedOutput};
 use compactd::llm::{LlmSummarizer, SummarizerKind, SummarizerSettings, SummaryMode};
 use compactd::model::{thread_from_json, CompactionPlan, Sensitivity, Thread};
 use compactd::reduce::Policy;
 use compactd::render::OutputFormat;
 use compactd::security::SecurityContext;
-use compactd::store::{ArtifactStore, MemoryArtifactStore, MemoryPlanStore};
+use compactd::store::{ArtifactStore, MemoryArtifactStore};
 use compactd::summarize::llm::Style;
 use compactd_testkit::fake_llm::{Behavior, FakeLlm};
 use serde_json::{json, Value};
@@ -41,18 +41,12 @@ fn settings(base_url: &str) -> SummarizerSettings {
 
 fn app_with(settings: Option<SummarizerSettings>, artifacts: Arc<MemoryArtifactStore>) -> App {
     let llm = settings.map(|s| LlmSummaries::new(LlmSummarizer::new(s).expect("valid settings")));
-    let extensions = compactd::app::Extensions {
-        llm,
-        ..Default::default()
-    };
-    App::new(
-        Defaults::default(),
-        Arc::new(MemoryPlanStore::default()),
+    compactd_testkit::memory_app_on(
         artifacts,
-        100_000,
-        compactd::app::Lifecycle::default(),
-        Arc::new(compactd::redact::Redactor::standard().clone()),
-        extensions,
+        compactd::app::Extensions {
+            llm,
+            ..Default::default()
+        },
     )
 }
 

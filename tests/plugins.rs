@@ -8,12 +8,11 @@
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use compactd::app::{App, CompactCommand, CompactOutcome, Defaults, Extensions};
+use compactd::app::{App, CompactCommand, CompactOutcome, Extensions};
 use compactd::model::{thread_from_json, ClearReason, Thread};
 use compactd::plugin::{load_all, LoadedPlugin, PluginError, PluginSettings, PluginsSettings};
 use compactd::reduce::Policy;
 use compactd::security::SecurityContext;
-use compactd::store::{MemoryArtifactStore, MemoryPlanStore};
 use compactd_testkit::plugins::{build_c_plugin, build_rust_plugin, PluginDir};
 use serde_json::{json, Value};
 
@@ -51,6 +50,7 @@ fn entry(dir: &PluginDir, name: &str, file: &str, config: Value) -> PluginSettin
         aggressiveness: 50,
         config,
         timeout_ms: 500,
+        required: false,
     }
 }
 
@@ -62,18 +62,10 @@ fn load(dir: &PluginDir, load: Vec<PluginSettings>) -> Result<Vec<Arc<LoadedPlug
 }
 
 fn app(plugins: Vec<Arc<LoadedPlugin>>) -> App {
-    App::new(
-        Defaults::default(),
-        Arc::new(MemoryPlanStore::default()),
-        Arc::new(MemoryArtifactStore::content_addressed()),
-        100_000,
-        compactd::app::Lifecycle::default(),
-        Arc::new(compactd::redact::Redactor::standard().clone()),
-        Extensions {
-            plugins,
-            ..Default::default()
-        },
-    )
+    compactd_testkit::memory_app(Extensions {
+        plugins,
+        ..Default::default()
+    })
 }
 
 /// A data-and-code agent: query results as psql tables, files read, read

@@ -44,6 +44,7 @@ fn settings(dir: &PluginDir, name: &str, file: &str) -> PluginSettings {
         aggressiveness: 50,
         config: serde_json::json!({}),
         timeout_ms: 1_000,
+        required: false,
     }
 }
 
@@ -132,4 +133,35 @@ async fn a_plugin_of_another_abi_major_stops_the_server() {
         text.contains("plugins") && text.contains("ABI 2.0"),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn a_required_plugin_out_of_rotation_fails_compaction_with_a_clear_status() {
+    let bad = build_rust_plugin("compactd-plugin-misbehave");
+    let dir = PluginDir::install(&[("libmis.so", &bad)]);
+    let mut required = settings(&dir, "misbehave", "libmis.so");
+    required.config = serde_json::json!({"mode": "fail"});
+    required.required = true;
+    let plugins = PluginsSettings {
+        dir: Some(dir.path().to_path_buf()),
+        load: vec![required],
+    };
+    let server = TestServer::start_with(|s| s.plugins = plugins).await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+    for attempt in 0..2 {
+        // The first call poisons it, the second finds it poisoned: both
+        // refuse rather than commit a plan made without it.
+        let req = compact_req(thread(&format!("t-req-{attempt}")), 6_000);
+        let e = within(client.compact(authed(req, &acme)))
+            .await
+            .expect_err("a required plugin is out");
+        assert_status(&e, tonic::Code::FailedPrecondition, Some("plugins"));
+        assert!(
+            e.message().contains("misbehave@0.0.1 is required"),
+            "{}",
+            e.message()
+        );
+    }
+    server.stop().await.expect("clean stop");
 }

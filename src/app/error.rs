@@ -66,6 +66,9 @@ pub enum AppError {
     /// The call was abandoned (deadline passed or client gone) while it ran.
     #[error("the call was cancelled before it finished")]
     Cancelled,
+    /// A strategy plugin the configuration requires is out of rotation.
+    #[error("{0}")]
+    StrategyUnavailable(String),
     /// A tenant quota would be exceeded; `quota` names it.
     #[error("quota {quota} exceeded: {message}")]
     QuotaExceeded {
@@ -99,6 +102,7 @@ impl AppError {
             | AppError::Unavailable(_)
             | AppError::Internal(_)
             | AppError::Cancelled => "",
+            AppError::StrategyUnavailable(_) => "plugins",
             AppError::QuotaExceeded { quota, .. } => quota,
         }
     }
@@ -131,6 +135,9 @@ impl From<CompactError> for AppError {
             },
             CompactError::Internal(m) => AppError::Internal(m),
             CompactError::Cancelled => AppError::Cancelled,
+            e @ CompactError::StrategyUnavailable { .. } => {
+                AppError::StrategyUnavailable(e.to_string())
+            }
         }
     }
 }

@@ -66,6 +66,7 @@ impl From<AppError> for Failure {
             | AppError::Unavailable(_)
             | AppError::Internal(_)
             | AppError::Cancelled
+            | AppError::StrategyUnavailable(_)
             | AppError::QuotaExceeded { .. } => Failure::other(e),
         }
     }

@@ -14,7 +14,6 @@
 //!
 //! The pipeline side is [`reducer::PluginReducer`].
 
-mod abi;
 pub mod reducer;
 
 use std::ffi::{c_void, CStr};
@@ -23,6 +22,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use compactd_plugin_sdk::abi;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -58,6 +58,12 @@ pub struct PluginSettings {
     /// Deadline of one call, in milliseconds.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
+    /// Compactions fail (FAILED_PRECONDITION, `STRATEGY_UNAVAILABLE`)
+    /// while the plugin is out of rotation, instead of going on without
+    /// it: for strategies whose absence would make plans wrong, not just
+    /// larger.
+    #[serde(default)]
+    pub required: bool,
 }
 
 fn default_after() -> String {

@@ -212,13 +212,26 @@ impl PluginReducer {
         }
     }
 
-    /// Takes the plugin out of rotation and says so in the response.
-    fn fault(&self, state: &mut PipelineState<'_>, reason: String) {
+    /// Takes the plugin out of rotation and says so in the response; a
+    /// required plugin fails the compaction.
+    fn fault(&self, state: &mut PipelineState<'_>, reason: String) -> Result<(), CompactError> {
         state.warn(format!(
             "plugin {} taken out of rotation: {reason}",
             self.plugin.id()
         ));
-        self.plugin.poison(reason);
+        self.plugin.poison(reason.clone());
+        self.unavailable(reason)
+    }
+
+    /// `Err` when the plugin is required, else nothing.
+    fn unavailable(&self, reason: String) -> Result<(), CompactError> {
+        if self.plugin.settings().required {
+            return Err(CompactError::StrategyUnavailable {
+                strategy: self.plugin.id(),
+                reason,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -238,21 +251,19 @@ impl Reducer for PluginReducer {
                 "plugin {} is out of rotation ({reason}); skipped",
                 self.plugin.id()
             ));
-            return Ok(());
+            return self.unavailable(reason);
         }
         let bytes = self.request(p, budget).encode_to_vec();
         let answer = match self.plugin.analyze(bytes) {
             Ok(a) => a,
             Err(fault) => {
-                self.fault(state, fault.to_string());
-                return Ok(());
+                return self.fault(state, fault.to_string());
             }
         };
         let response = match wire::AnalyzeResponse::decode(answer.as_slice()) {
             Ok(r) => r,
             Err(e) => {
-                self.fault(state, format!("returned garbage: {e}"));
-                return Ok(());
+                return self.fault(state, format!("returned garbage: {e}"));
             }
         };
         // Every proposal is checked against the projection before any is
@@ -269,14 +280,12 @@ impl Reducer for PluginReducer {
                         }
                     };
                     if touched.iter().any(|i| !claimed.insert(*i)) {
-                        self.fault(state, format!("proposal {k} touches a message twice"));
-                        return Ok(());
+                        return self.fault(state, format!("proposal {k} touches a message twice"));
                     }
                     checked.push(c);
                 }
                 Err(why) => {
-                    self.fault(state, format!("proposal {k} refused: {why}"));
-                    return Ok(());
+                    return self.fault(state, format!("proposal {k} refused: {why}"));
                 }
             }
         }

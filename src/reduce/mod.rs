@@ -394,6 +394,14 @@ pub enum CompactError {
     /// The caller cancelled (see [`Cancel`]); nothing was produced.
     #[error("cancelled")]
     Cancelled,
+    /// A strategy the configuration requires is out of rotation.
+    #[error("strategy plugin {strategy} is required (plugins.load[].required) and out of rotation ({reason})")]
+    StrategyUnavailable {
+        /// `name@version`.
+        strategy: String,
+        /// Why it was taken out.
+        reason: String,
+    },
 }
 
 /// Inputs of one compaction.

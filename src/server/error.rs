@@ -72,6 +72,9 @@ impl ApiError {
                 AppError::Unavailable(_) => (Code::Unavailable, "UNAVAILABLE"),
                 AppError::Internal(_) => (Code::Internal, "INTERNAL"),
                 AppError::Cancelled => (Code::Cancelled, "CANCELLED"),
+                AppError::StrategyUnavailable(_) => {
+                    (Code::FailedPrecondition, "STRATEGY_UNAVAILABLE")
+                }
                 AppError::QuotaExceeded { .. } => (Code::ResourceExhausted, "QUOTA_EXCEEDED"),
             },
             ApiError::RateLimited { .. } => (Code::ResourceExhausted, "RATE_LIMITED"),

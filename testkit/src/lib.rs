@@ -30,3 +30,30 @@ pub fn up_to(t: &compactd::model::Thread, turn: u32) -> compactd::model::Thread 
             .collect(),
     }
 }
+
+/// An application over in-memory stores (content-addressed artifacts), the
+/// default policy and redaction, with `extensions` (an LLM summarizer,
+/// plugins): what the LLM and plugin tests and benches run against.
+pub fn memory_app(extensions: compactd::app::Extensions) -> compactd::app::App {
+    memory_app_on(
+        std::sync::Arc::new(compactd::store::MemoryArtifactStore::content_addressed()),
+        extensions,
+    )
+}
+
+/// [`memory_app`] over a given artifact store (shared by several apps, as
+/// by replicas).
+pub fn memory_app_on(
+    artifacts: std::sync::Arc<dyn compactd::store::ArtifactStore>,
+    extensions: compactd::app::Extensions,
+) -> compactd::app::App {
+    compactd::app::App::new(
+        compactd::app::Defaults::default(),
+        std::sync::Arc::new(compactd::store::MemoryPlanStore::default()),
+        artifacts,
+        100_000,
+        compactd::app::Lifecycle::default(),
+        std::sync::Arc::new(compactd::redact::Redactor::standard().clone()),
+        extensions,
+    )
+}

@@ -73,6 +73,8 @@ pub mod abi {
     pub const ABI_MAJOR: u32 = 1;
     /// `COMPACTD_PLUGIN_ABI_MINOR`.
     pub const ABI_MINOR: u32 = 0;
+    /// `COMPACTD_PLUGIN_ENTRY_SYMBOL`, NUL-terminated.
+    pub const ENTRY_SYMBOL: &[u8] = b"compactd_plugin_v1\0";
     /// `COMPACTD_OK`.
     pub const OK: i32 = 0;
     /// `COMPACTD_INVALID_ARGUMENT`.
@@ -131,6 +133,22 @@ pub mod abi {
         /// `analyze`.
         pub analyze: unsafe extern "C" fn(*mut c_void, Bytes, *mut c_void, WriteFn) -> i32,
     }
+
+    /// The fields every ABI version starts with: what a host reads before
+    /// it knows how large the table is.
+    #[repr(C)]
+    #[derive(Debug)]
+    pub struct Head {
+        /// `struct_size`.
+        pub struct_size: usize,
+        /// `abi_major`.
+        pub abi_major: u32,
+        /// `abi_minor`.
+        pub abi_minor: u32,
+    }
+
+    /// `compactd_plugin_entry_fn`.
+    pub type EntryFn = unsafe extern "C" fn() -> *const Plugin;
 
     // SAFETY: the table is immutable after it is built and its pointers
     // point at data that lives as long as the library.
