@@ -356,6 +356,8 @@ async fn start_up_refuses_a_plugin_it_cannot_trust_or_speak_to() {
     outside.path = "../libnoop.so".into();
     let e = refused(&dir, outside);
     assert!(e.contains("libnoop.so"), "{e}");
+    let e = refused(&dir, entry(&dir, "window", "libnoop.so", json!({})));
+    assert!(e.contains("plugins.load[0].name"), "{e}");
     let mut late = entry(&dir, "c-noop", "libnoop.so", json!({}));
     late.after = "window".into();
     let e = refused(&dir, late);

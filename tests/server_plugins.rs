@@ -109,6 +109,9 @@ async fn a_plugins_proposal_is_in_the_plan_and_the_prompt() {
         "the placeholder is not in the prompt"
     );
     assert!(!rendered.provider_payload_json.contains("order-00150"));
+    // The audit record names the plugin whose decision the prompt carries.
+    let audit = rendered.audit.expect("audit");
+    assert_eq!(audit.strategies, vec![clear.strategy.clone()]);
     server.stop().await.expect("clean stop");
 }
 

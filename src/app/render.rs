@@ -527,6 +527,7 @@ fn audit(
             .map(|r| r.artifact_id.clone())
             .collect(),
         warnings: Vec::new(),
+        strategies: AuditRecord::strategies_of(plan),
     }
 }
 

@@ -35,6 +35,37 @@ pub struct AuditRecord {
     /// to their call, pending calls left out, tool ids rewritten).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Strategies beyond the built-in reducers whose decisions the plan
+    /// applies, sorted: plugins (`name@version`) and LLM summarizers
+    /// (`llm:model:style@hash`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub strategies: Vec<String>,
+}
+
+impl AuditRecord {
+    /// The strategies `plan` records (see [`AuditRecord::strategies`]).
+    pub fn strategies_of(plan: &super::CompactionPlan) -> Vec<String> {
+        let mut out = std::collections::BTreeSet::new();
+        for c in &plan.clearings {
+            if !c.strategy.is_empty() {
+                out.insert(c.strategy.clone());
+            }
+        }
+        for s in &plan.summarizations {
+            if let Some(plugin) = s.summarizer_id.strip_prefix("plugin:") {
+                out.insert(plugin.to_string());
+            } else if !s.summarizer_id.is_empty() {
+                out.insert(s.summarizer_id.clone());
+            }
+        }
+        for d in &plan.drops {
+            if let Some(rest) = d.reason.strip_prefix("plugin ") {
+                let id = rest.split(':').next().unwrap_or(rest);
+                out.insert(id.to_string());
+            }
+        }
+        out.into_iter().collect()
+    }
 }
 
 /// Messages affected by each kind of plan record.

@@ -307,6 +307,10 @@ fn check_settings(index: usize, s: &PluginSettings) -> Result<(), PluginError> {
     if s.name.is_empty() {
         return bad("name", "must not be empty");
     }
+    // Reports and the pipeline tell steps apart by name.
+    if POSITIONS.contains(&s.name.as_str()) {
+        return bad("name", "must not be the name of a built-in reducer");
+    }
     if s.sha256.len() != 64 || !s.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
         return bad("sha256", "must be 64 hex digits (sha256sum of the library)");
     }

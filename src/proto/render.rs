@@ -232,6 +232,7 @@ impl From<&AuditRecord> for pb::AuditRecord {
             artifact_ids: a.artifact_ids.clone(),
             rehydrated_artifact_ids: a.rehydrated_artifact_ids.clone(),
             warnings: a.warnings.clone(),
+            strategies: a.strategies.clone(),
         }
     }
 }
@@ -260,6 +261,7 @@ impl TryFrom<pb::AuditRecord> for AuditRecord {
             artifact_ids: a.artifact_ids,
             rehydrated_artifact_ids: a.rehydrated_artifact_ids,
             warnings: a.warnings,
+            strategies: a.strategies,
         })
     }
 }

@@ -428,10 +428,15 @@ fn audit() -> impl Strategy<Value = AuditRecord> {
     (
         (any::<u64>(), text(), text(), text(), text(), text()),
         (text(), text(), vec(any::<u32>(), 4)),
-        (vec(text(), 0..3), vec(text(), 0..3), vec(text(), 0..2)),
+        (
+            vec(text(), 0..3),
+            vec(text(), 0..3),
+            vec(text(), 0..2),
+            vec(text(), 0..2),
+        ),
     )
         .prop_map(
-            |((plan_version, fp, pf, ss, sr, rf), (summarizer_id, tokenizer, e), (a, r, w))| {
+            |((plan_version, fp, pf, ss, sr, rf), (summarizer_id, tokenizer, e), (a, r, w, st))| {
                 AuditRecord {
                     plan_version,
                     plan_fingerprint: fp,
@@ -450,6 +455,7 @@ fn audit() -> impl Strategy<Value = AuditRecord> {
                     artifact_ids: a,
                     rehydrated_artifact_ids: r,
                     warnings: w,
+                    strategies: st,
                 }
             },
         )
