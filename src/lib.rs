@@ -27,6 +27,7 @@ pub mod security;
 pub mod server;
 pub mod store;
 pub mod summarize;
+pub mod telemetry;
 pub mod tokens;
 
 /// Test support shared by unit tests.

@@ -336,6 +336,7 @@ impl App {
         {
             Ok(version) => {
                 plan.version = version;
+                lifecycle_events(&resolved, &plan, &report, upgrade.previous.as_deref());
                 self.record_stored(tenant, new_thread, pending_bytes);
                 if let Some(c) = later {
                     self.schedule_upgrade(upgrade, c, version);
@@ -461,6 +462,98 @@ impl App {
             }
         }
     }
+}
+
+/// The compaction's lifecycle events (the names of the seeds' event
+/// schema), on the call's span: counts, ids and reasons, never content.
+fn lifecycle_events(
+    resolved: &Resolved,
+    plan: &CompactionPlan,
+    report: &Report,
+    previous: Option<&CompactionPlan>,
+) {
+    let b = &report.budget;
+    let max = f64::from(b.max_input_tokens.max(1));
+    tracing::info!(
+        model = %resolved.model,
+        t_est = report.tokens_before,
+        max_tokens = b.max_input_tokens,
+        usage_pct = f64::from(report.tokens_before) / max,
+        fixed_tokens = b.fixed_tokens,
+        message_tokens = report.tokens_before.saturating_sub(b.fixed_tokens),
+        "compact.token_estimate"
+    );
+    tracing::info!(
+        triggered = report.triggered,
+        reason = if report.triggered {
+            "tokens above the trigger"
+        } else {
+            "tokens at or below the trigger"
+        },
+        trigger_tokens = b.trigger,
+        target_tokens = b.target,
+        hard_limit_tokens = b.hard_limit,
+        trigger_ratio = resolved.cmd.policy.trigger_ratio,
+        target_ratio = resolved.cmd.policy.target_ratio,
+        "compact.trigger_decision"
+    );
+    for r in report.per_reducer.iter().filter(|r| r.tokens_freed > 0) {
+        tracing::info!(
+            strategy = %r.name,
+            tokens_freed = r.tokens_freed,
+            "compact.strategy_applied"
+        );
+    }
+    let old: std::collections::HashSet<&[String]> = previous
+        .map(|p| {
+            p.summarizations
+                .iter()
+                .map(|r| r.span.message_ids.as_slice())
+                .collect()
+        })
+        .unwrap_or_default();
+    for s in plan
+        .summarizations
+        .iter()
+        .filter(|s| !old.contains(s.span.message_ids.as_slice()))
+    {
+        tracing::info!(
+            strategy = if s.summarizer_id.is_empty() {
+                crate::summarize::EXTRACTIVE_ID
+            } else {
+                s.summarizer_id.as_str()
+            },
+            input_messages = s.span.message_ids.len(),
+            summary_tokens = s.summary_token_count,
+            first_message_id = %s.span.start_message_id(),
+            last_message_id = %s.span.end_message_id(),
+            entries_left_out = s.summary.omitted,
+            "compact.summary_created"
+        );
+    }
+    let dropped: Vec<&str> = plan
+        .drops
+        .iter()
+        .flat_map(|d| d.span.message_ids.iter().map(String::as_str))
+        .collect();
+    if !dropped.is_empty() {
+        // At most 50 ids: enough to find a message, bounded in size.
+        let ids: Vec<&str> = dropped.iter().copied().take(50).collect();
+        tracing::info!(
+            pruned_count = dropped.len(),
+            pruned_ids = %ids.join(","),
+            kept_recent_turns = report.keep_recent_turns,
+            kept_tool_pairs = report.keep_tool_io_pairs,
+            "compact.pruned_messages"
+        );
+    }
+    tracing::info!(
+        tokens_before = report.tokens_before,
+        tokens_after = report.tokens_after,
+        target_use = report.target_use(),
+        warnings = report.warnings.len(),
+        "compact.completed"
+    );
 }
 
 /// Binds the store's ids and recounts exactly (only pointers and summaries

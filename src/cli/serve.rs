@@ -27,13 +27,6 @@ pub struct ServeArgs {
 
 /// Serves until SIGTERM or Ctrl-C, then drains in-flight calls.
 pub fn run(args: &ServeArgs) -> Result<String, Failure> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let mut settings =
         config::load(args.config.as_deref(), std::env::vars()).map_err(Failure::bad_input)?;
     if let Some(l) = args.listen {
@@ -47,14 +40,24 @@ pub fn run(args: &ServeArgs) -> Result<String, Failure> {
     if args.dev {
         settings.auth.dev = true;
     }
-    // Once: key files are read, TLS set up and rules compiled here.
-    let startup = compactd::server::check_startup(&settings)
-        .map_err(|e| Failure::bad_input(e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(Failure::other)?;
-    runtime.block_on(async move {
+    // Logs, and trace export when an endpoint is configured; the exporter's
+    // channel lives on the runtime, which must be entered to build it.
+    let telemetry = {
+        let _entered = runtime.enter();
+        compactd::telemetry::Telemetry::install(&settings.telemetry)
+            .map_err(|e| Failure::bad_input(e.to_string()))?
+    };
+    if telemetry.exporting() {
+        tracing::info!("exporting traces over OTLP/gRPC");
+    }
+    // Once: key files are read, TLS set up and rules compiled here.
+    let startup = compactd::server::check_startup(&settings)
+        .map_err(|e| Failure::bad_input(e.to_string()))?;
+    let served = runtime.block_on(async move {
         let shutdown = shutdown_signal()
             .map_err(|e| Failure::other(format!("cannot install signal handlers: {e}")))?;
         // Stores before the listener: a bad bucket, key or permission
@@ -73,7 +76,10 @@ pub fn run(args: &ServeArgs) -> Result<String, Failure> {
             .await
             .map_err(Failure::other)?;
         Ok(String::new())
-    })
+    });
+    // Flushed while the runtime (which drives the exporter's channel) runs.
+    telemetry.shutdown();
+    served
 }
 
 /// Resolves on SIGTERM or Ctrl-C; the server then drains in-flight calls.

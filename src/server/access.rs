@@ -141,6 +141,8 @@ pub struct Entry {
     plan_version: Option<u64>,
     tokens: Option<(u32, u32)>,
     code: Option<Code>,
+    /// The call's trace span: ids, counts and the outcome, never content.
+    span: tracing::Span,
 }
 
 impl Entry {
@@ -162,23 +164,56 @@ impl Entry {
             plan_version: None,
             tokens: None,
             code: None,
+            span: tracing::info_span!(
+                "compactd.rpc",
+                otel.name = %format!("compactd.v1.CompactionService/{method}"),
+                otel.kind = "server",
+                otel.status_code = tracing::field::Empty,
+                rpc.system = "grpc",
+                rpc.service = "compactd.v1.CompactionService",
+                rpc.method = %method,
+                rpc.grpc.status_code = tracing::field::Empty,
+                compactd.tenant = %crate::telemetry::tenant_label(tenant),
+                compactd.requester = %crate::telemetry::tenant_label(requester),
+                compactd.thread_id = %truncate(thread_id, MAX_LOGGED_ID_BYTES),
+                compactd.plan_version = tracing::field::Empty,
+                compactd.tokens_before = tracing::field::Empty,
+                compactd.tokens_after = tracing::field::Empty,
+            ),
         }
+    }
+
+    /// The span the call's work runs in.
+    pub fn span(&self) -> tracing::Span {
+        self.span.clone()
     }
 
     /// Records the plan version and tokens before and after.
     pub fn plan(&mut self, version: u64, tokens_before: Option<u32>, tokens_after: Option<u32>) {
         self.plan_version = Some(version);
+        self.span.record("compactd.plan_version", version);
         if let (Some(b), Some(a)) = (tokens_before, tokens_after) {
             self.tokens = Some((b, a));
+            self.span.record("compactd.tokens_before", b);
+            self.span.record("compactd.tokens_after", a);
         }
     }
 
     /// Records how the call ended and passes the result through.
     pub fn finish<T>(mut self, result: Result<T, tonic::Status>) -> Result<T, tonic::Status> {
-        self.code = Some(match &result {
+        let code = match &result {
             Ok(_) => Code::Ok,
             Err(s) => s.code(),
-        });
+        };
+        self.code = Some(code);
+        self.span.record("rpc.grpc.status_code", code as i32);
+        if code != Code::Ok {
+            self.span.record("otel.status_code", "ERROR");
+            // The code only: a status message may quote request values.
+            self.span.in_scope(|| {
+                tracing::warn!(error_type = %code_name(code), "compact.error");
+            });
+        }
         result
     }
 }

@@ -124,6 +124,8 @@ pub struct ServerSettings {
     pub summarizer: crate::llm::SummarizerSettings,
     /// Strategy plugins loaded at start-up.
     pub plugins: crate::plugin::PluginsSettings,
+    /// Trace export (OTLP/gRPC) and how tenants appear in it.
+    pub telemetry: crate::telemetry::TelemetrySettings,
 }
 
 impl Default for ServerSettings {
@@ -164,6 +166,7 @@ impl Default for ServerSettings {
             allow_plaintext_behind_tls_terminator: false,
             summarizer: crate::llm::SummarizerSettings::default(),
             plugins: crate::plugin::PluginsSettings::default(),
+            telemetry: crate::telemetry::TelemetrySettings::default(),
         }
     }
 }

@@ -13,6 +13,8 @@ use crate::proto::{compact_command, pb, rehydrate_command, render_command, Conve
 use crate::runtime::blocking;
 use crate::security::SecurityContext;
 
+use tracing::Instrument as _;
+
 use super::access::AccessLog;
 use super::error::ApiError;
 use super::limits::TenantLimiter;
@@ -115,6 +117,7 @@ impl CompactionService for CompactionApi {
         let mut entry = self
             .access
             .entry("Compact", &ctx, thread_id(r.thread.as_ref()));
+        let span = entry.span();
         let result = async {
             UseCase::Compact.authorize(&ctx, r.tenant_id.as_deref())?;
             let cmd = self
@@ -128,6 +131,7 @@ impl CompactionService for CompactionApi {
             );
             Ok(Response::new((&out).into()))
         }
+        .instrument(span)
         .await;
         entry.finish(result)
     }
@@ -141,6 +145,7 @@ impl CompactionService for CompactionApi {
         let mut entry = self
             .access
             .entry("Render", &ctx, thread_id(r.thread.as_ref()));
+        let span = entry.span();
         let result = async {
             UseCase::Render {
                 compact_first: r.compact_first,
@@ -158,6 +163,7 @@ impl CompactionService for CompactionApi {
             entry.plan(out.plan.version, Some(before), Some(out.tokens.total));
             Ok(Response::new(out.into()))
         }
+        .instrument(span)
         .await;
         entry.finish(result)
     }
@@ -169,6 +175,7 @@ impl CompactionService for CompactionApi {
         let ctx = context(&request)?;
         let r = request.into_inner();
         let entry = self.access.entry("Rehydrate", &ctx, &r.thread_id);
+        let span = entry.span();
         let result = async {
             UseCase::Rehydrate.authorize(&ctx, r.tenant_id.as_deref())?;
             let cmd = self
@@ -177,6 +184,7 @@ impl CompactionService for CompactionApi {
             let out = self.app.rehydrate(&ctx, cmd).await?;
             Ok(Response::new(out.into()))
         }
+        .instrument(span)
         .await;
         entry.finish(result)
     }
@@ -188,6 +196,7 @@ impl CompactionService for CompactionApi {
         let ctx = context(&request)?;
         let r = request.into_inner();
         let entry = self.access.entry("DeleteThread", &ctx, &r.thread_id);
+        let span = entry.span();
         let result = async {
             UseCase::DeleteThread.authorize(&ctx, r.tenant_id.as_deref())?;
             let out = self.app.delete_thread(&ctx, &r.thread_id).await?;
@@ -197,6 +206,7 @@ impl CompactionService for CompactionApi {
                 bytes_freed: out.removed.bytes,
             }))
         }
+        .instrument(span)
         .await;
         entry.finish(result)
     }
@@ -208,6 +218,7 @@ impl CompactionService for CompactionApi {
         let ctx = context(&request)?;
         let r = request.into_inner();
         let mut entry = self.access.entry("ResetPlan", &ctx, &r.thread_id);
+        let span = entry.span();
         let result = async {
             UseCase::ResetPlan.authorize(&ctx, r.tenant_id.as_deref())?;
             let out = self
@@ -220,6 +231,7 @@ impl CompactionService for CompactionApi {
                 version: out.version,
             }))
         }
+        .instrument(span)
         .await;
         entry.finish(result)
     }

@@ -1,0 +1,197 @@
+//! Telemetry: the process's `tracing` subscriber, and with an OTLP endpoint
+//! configured, trace export over OTLP/gRPC (batched, flushed at shutdown)
+//! with the service's resource attributes.
+//!
+//! What is exported is what the code records on spans and events: ids,
+//! counts, sizes, reasons and names. Message text and secrets are never
+//! recorded, so they cannot be exported; tenant ids can be hashed
+//! (`telemetry.hash_tenant_ids`) where a tenant's name is itself sensitive.
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::KeyValue;
+use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
+use serde::{Deserialize, Serialize};
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::Layer as _;
+
+/// The `telemetry` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetrySettings {
+    /// OTLP/gRPC endpoint, e.g. `http://otel-collector:4317`. Unset: the
+    /// standard `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`; none of them: no export.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` (`OTEL_SERVICE_NAME` wins when set).
+    pub service_name: String,
+    /// Export a SHA-256 prefix of the tenant id instead of the id.
+    pub hash_tenant_ids: bool,
+    /// Deadline of one export, in milliseconds.
+    pub export_timeout_ms: u64,
+}
+
+impl Default for TelemetrySettings {
+    fn default() -> Self {
+        TelemetrySettings {
+            otlp_endpoint: None,
+            service_name: "compactd".into(),
+            hash_tenant_ids: false,
+            export_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl TelemetrySettings {
+    /// Where traces go, if anywhere: the setting, then the environment.
+    pub fn endpoint(&self) -> Option<String> {
+        self.otlp_endpoint
+            .clone()
+            .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").ok())
+            .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok())
+            .filter(|e| !e.trim().is_empty())
+    }
+
+    /// Applies the settings that shape every span (tenant hashing).
+    pub fn apply(&self) {
+        HASH_TENANT_IDS.store(self.hash_tenant_ids, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether tenant ids are hashed in telemetry, set once at start-up.
+static HASH_TENANT_IDS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A tenant (or requester) id as telemetry shows it: as is, or hashed when
+/// `telemetry.hash_tenant_ids` is set.
+pub fn tenant_label(id: &str) -> String {
+    if HASH_TENANT_IDS.load(std::sync::atomic::Ordering::Relaxed) {
+        use sha2::{Digest, Sha256};
+        format!(
+            "sha256:{}",
+            &hex::encode(Sha256::digest(id.as_bytes()))[..16]
+        )
+    } else {
+        id.to_string()
+    }
+}
+
+/// Why export could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[error("telemetry: {0}")]
+pub struct TelemetryError(String);
+
+/// The exporter, kept to flush and shut it down at exit.
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    tracer: Option<SdkTracerProvider>,
+}
+
+/// Spans and events of the exporter's own transport are never exported
+/// (they would feed on themselves), nor debug noise of the libraries.
+fn export_filter() -> Targets {
+    Targets::new()
+        .with_default(LevelFilter::INFO)
+        .with_target("h2", LevelFilter::OFF)
+        .with_target("hyper", LevelFilter::OFF)
+        .with_target("hyper_util", LevelFilter::OFF)
+        .with_target("tonic", LevelFilter::OFF)
+        .with_target("tower", LevelFilter::OFF)
+        .with_target("opentelemetry", LevelFilter::OFF)
+        .with_target("opentelemetry_sdk", LevelFilter::OFF)
+        .with_target("opentelemetry_otlp", LevelFilter::OFF)
+}
+
+impl Telemetry {
+    /// A tracer provider exporting to the configured endpoint, or `None`
+    /// without one. Needs a Tokio runtime entered (the gRPC channel spawns
+    /// its worker on it).
+    pub fn provider(
+        settings: &TelemetrySettings,
+    ) -> Result<Option<SdkTracerProvider>, TelemetryError> {
+        let Some(endpoint) = settings.endpoint() else {
+            return Ok(None);
+        };
+        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint.clone())
+            .with_timeout(std::time::Duration::from_millis(settings.export_timeout_ms));
+        if endpoint.starts_with("https://") {
+            exporter = exporter.with_tls_config(
+                opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
+                    .with_native_roots(),
+            );
+        }
+        let exporter = exporter
+            .build()
+            .map_err(|e| TelemetryError(format!("OTLP exporter for {endpoint}: {e}")))?;
+        let mut resource = Resource::builder().with_attributes([
+            KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+            KeyValue::new(
+                "service.instance.id",
+                format!("{:032x}", rand::random::<u128>()),
+            ),
+        ]);
+        if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
+            resource = resource.with_service_name(settings.service_name.clone());
+        }
+        Ok(Some(
+            SdkTracerProvider::builder()
+                .with_resource(resource.build())
+                .with_batch_exporter(exporter)
+                .build(),
+        ))
+    }
+
+    /// Installs the process's subscriber: human-readable logs on stderr
+    /// (`RUST_LOG`, default `info`) and, with an endpoint, OTLP export.
+    pub fn install(settings: &TelemetrySettings) -> Result<Telemetry, TelemetryError> {
+        settings.apply();
+        let provider = Self::provider(settings)?;
+        let logs = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            );
+        let export = provider.as_ref().map(|p| {
+            tracing_opentelemetry::layer()
+                .with_tracer(p.tracer("compactd"))
+                .with_filter(export_filter())
+        });
+        tracing_subscriber::registry()
+            .with(logs)
+            .with(export)
+            .try_init()
+            .map_err(|e| TelemetryError(e.to_string()))?;
+        Ok(Telemetry { tracer: provider })
+    }
+
+    /// Whether traces are exported.
+    pub fn exporting(&self) -> bool {
+        self.tracer.is_some()
+    }
+
+    /// Exports what is still buffered and stops the exporter. Blocks: call
+    /// it outside async code, while the runtime still runs.
+    pub fn shutdown(self) {
+        if let Some(p) = self.tracer {
+            if let Err(e) = p.shutdown_with_timeout(std::time::Duration::from_secs(5)) {
+                eprintln!("telemetry: flushing traces at shutdown failed: {e}");
+            }
+        }
+    }
+}
+
+/// A layer exporting to `provider`, for embedders and tests that build their
+/// own subscriber.
+pub fn export_layer<S>(provider: &SdkTracerProvider) -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("compactd"))
+        .with_filter(export_filter())
+}
