@@ -195,3 +195,37 @@ where
         .with_tracer(provider.tracer("compactd"))
         .with_filter(export_filter())
 }
+
+/// A pipeline step in a span of its own, `reduce <name>`, with the request
+/// tokens before and after it: where a compaction spent its time and what
+/// each strategy freed. Outside the core, which stays free of telemetry.
+pub struct Traced(pub Box<dyn crate::reduce::Reducer>);
+
+impl crate::reduce::Reducer for Traced {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    fn reduce(
+        &self,
+        p: &mut crate::reduce::Projection<'_>,
+        budget: &crate::reduce::TokenBudget,
+        state: &mut crate::reduce::PipelineState<'_>,
+    ) -> Result<(), crate::reduce::CompactError> {
+        let before = p.total();
+        let span = tracing::info_span!(
+            "compactd.reducer",
+            otel.name = %format!("reduce {}", self.0.name()),
+            compactd.reducer = self.0.name(),
+            compactd.tokens_before = before,
+            compactd.tokens_after = tracing::field::Empty,
+            compactd.tokens_freed = tracing::field::Empty,
+        );
+        let _in = span.enter();
+        let out = self.0.reduce(p, budget, state);
+        let after = p.total();
+        span.record("compactd.tokens_after", after);
+        span.record("compactd.tokens_freed", before.saturating_sub(after));
+        out
+    }
+}

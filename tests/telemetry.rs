@@ -206,6 +206,16 @@ async fn rpc_spans_carry_lifecycle_events_and_no_content() {
         .expect("estimate");
     assert!(attr(&estimate.attributes, "t_est").is_some());
     assert!(attr(&estimate.attributes, "usage_pct").is_some());
+    // Each pipeline step is a child span of the call, with what it freed.
+    let steps: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("reduce ") && s.parent_span_id == compact.span_id)
+        .collect();
+    assert!(!steps.is_empty(), "no reducer spans under the Compact span");
+    assert!(steps.iter().any(|s| {
+        attr(&s.attributes, "compactd.tokens_freed")
+            .is_some_and(|v| !matches!(v, AnyValue::IntValue(0)))
+    }));
     let failed = rpc
         .iter()
         .find(|s| {

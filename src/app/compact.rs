@@ -262,7 +262,10 @@ impl App {
         // Compaction is the heavy path: the compute pool, below the
         // priority of the per-turn calls of other tenants.
         let (app, r, p) = (self.clone(), Arc::clone(&resolved), parts.clone());
+        // The pool's thread works inside the call's span (reducer spans nest in it).
+        let span = tracing::Span::current();
         let (compaction, previous) = compute(tenant, move || {
+            let _in_call = span.enter();
             let reducers = app.reducers(&r.cmd.policy, &r.model);
             let c = compact_with(&r.request(previous.as_ref(), &app), &p.engine(), &reducers);
             let c = c.map(|mut c| {

@@ -230,10 +230,14 @@ impl App {
     /// plugins' steps in their positions.
     fn reducers(&self, policy: &Policy, model: &str) -> Vec<Box<dyn crate::reduce::Reducer>> {
         let core = crate::reduce::default_reducers(policy);
-        if self.inner.plugins.is_empty() {
-            return core;
-        }
-        crate::plugin::insert_plugins(core, &self.inner.plugins, model)
+        let all = if self.inner.plugins.is_empty() {
+            core
+        } else {
+            crate::plugin::insert_plugins(core, &self.inner.plugins, model)
+        };
+        all.into_iter()
+            .map(|r| Box::new(crate::telemetry::Traced(r)) as Box<dyn crate::reduce::Reducer>)
+            .collect()
     }
 
     /// A plan's fingerprint: the core's, and with plugins, what they are
