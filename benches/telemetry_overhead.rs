@@ -7,47 +7,15 @@
 //! `cargo bench --bench telemetry_overhead` (`--bench` off: a smoke run of
 //! a few calls).
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use compactd::proto::pb;
 use compactd::security::AuthConfig;
 use compactd::server::ServerSettings;
 use compactd::telemetry::{export_layer, Telemetry, TelemetrySettings};
+use compactd_testkit::otlp::Receiver;
 use compactd_testkit::synth::{thread, SynthParams};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
 use tracing_subscriber::layer::SubscriberExt as _;
-
-#[derive(Clone, Default)]
-struct Sink(Arc<Mutex<usize>>);
-
-#[tonic::async_trait]
-impl TraceService for Sink {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let spans: usize = request
-            .get_ref()
-            .resource_spans
-            .iter()
-            .flat_map(|r| &r.scope_spans)
-            .map(|s| s.spans.len())
-            .sum();
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) += spans;
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
 
 /// Median Compact latency over `calls` calls against a fresh in-process server.
 async fn run(calls: usize) -> Duration {
@@ -119,19 +87,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let sink = Sink::default();
     let (on, exported) = rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(TraceServiceServer::new(sink.clone()))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-        );
+        let (sink, endpoint) = Receiver::start().await;
         let provider = Telemetry::provider(&TelemetrySettings {
-            otlp_endpoint: Some(format!("http://{addr}")),
+            otlp_endpoint: Some(endpoint),
             ..TelemetrySettings::default()
         })
         .expect("exporter")
@@ -145,13 +104,7 @@ fn main() {
             .await
             .expect("join")
             .expect("flush");
-        (
-            on,
-            *sink
-                .0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
+        (on, sink.spans().len())
     });
     println!(
         "telemetry_overhead: median Compact over gRPC, {calls} calls each, 120-turn thread, current-thread runtime"

@@ -296,6 +296,13 @@ pub fn now_unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Locks `m`, also when a panic poisoned it: every critical section in the
+/// service is a single insert, remove or replace, so a panic cannot leave
+/// the data half updated.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

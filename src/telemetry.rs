@@ -156,11 +156,7 @@ impl Telemetry {
                 tracing_subscriber::EnvFilter::try_from_default_env()
                     .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
             );
-        let export = provider.as_ref().map(|p| {
-            tracing_opentelemetry::layer()
-                .with_tracer(p.tracer("compactd"))
-                .with_filter(export_filter())
-        });
+        let export = provider.as_ref().map(export_layer);
         tracing_subscriber::registry()
             .with(logs)
             .with(export)

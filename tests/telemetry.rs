@@ -7,77 +7,14 @@
 
 mod server_common;
 
-use std::sync::{Arc, Mutex};
-
 use compactd::proto::pb;
 use compactd::telemetry::{export_layer, Telemetry, TelemetrySettings};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use compactd_testkit::otlp::Receiver;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use server_common::*;
 use tracing_subscriber::layer::SubscriberExt as _;
-
-/// What the receiver got.
-#[derive(Clone, Default)]
-struct Sink(Arc<Mutex<Vec<ExportTraceServiceRequest>>>);
-
-#[tonic::async_trait]
-impl TraceService for Sink {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(request.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
-
-impl Sink {
-    fn spans(&self) -> Vec<Span> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .iter()
-            .flat_map(|r| &r.resource_spans)
-            .flat_map(|r| &r.scope_spans)
-            .flat_map(|s| s.spans.clone())
-            .collect()
-    }
-
-    fn everything(&self) -> String {
-        format!(
-            "{:?}",
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        )
-    }
-}
-
-/// A receiver on 127.0.0.1; its endpoint.
-async fn receiver(sink: Sink) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(sink))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
-    format!("http://{addr}")
-}
 
 fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a AnyValue> {
     attrs
@@ -99,9 +36,9 @@ const USER_TEXT: &str = "Never delete production data";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rpc_spans_carry_lifecycle_events_and_no_content() {
-    let sink = Sink::default();
+    let (sink, endpoint) = Receiver::start().await;
     let settings = TelemetrySettings {
-        otlp_endpoint: Some(receiver(sink.clone()).await),
+        otlp_endpoint: Some(endpoint),
         hash_tenant_ids: true,
         export_timeout_ms: 2_000,
         ..TelemetrySettings::default()

@@ -32,7 +32,7 @@ use crate::model::{
     SUMMARY_SCHEMA_VERSION,
 };
 use crate::reduce::{Compaction, Policy};
-use crate::runtime::{blocking, now_unix_ms};
+use crate::runtime::{blocking, lock, now_unix_ms};
 use crate::store::{keyed_artifact_id, ArtifactMeta, StoreError};
 use crate::summarize::llm::gate;
 
@@ -65,8 +65,6 @@ pub struct LlmSummaries {
     /// not asked again while the plan carries them. Bounded; forgetting
     /// costs one more attempt.
     tried: Mutex<HashSet<u64>>,
-    /// HTTP requests made, for tests and stats.
-    requests: AtomicU64,
 }
 
 impl std::fmt::Debug for LlmSummaries {
@@ -88,7 +86,6 @@ impl LlmSummaries {
             paused_until: AtomicU64::new(0),
             queued: Mutex::new(HashSet::new()),
             tried: Mutex::new(HashSet::new()),
-            requests: AtomicU64::new(0),
             llm,
         }
     }
@@ -96,11 +93,6 @@ impl LlmSummaries {
     /// How it is configured.
     pub fn settings(&self) -> &crate::llm::SummarizerSettings {
         self.llm.settings()
-    }
-
-    /// HTTP requests made so far.
-    pub fn requests(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
     }
 
     fn background(&self) -> bool {
@@ -368,13 +360,13 @@ impl App {
                         max_chars: cap,
                         style: style_of(llm, input),
                     })
-                    .await
-                    .inspect_err(|_| {
-                        // Failed requests count too.
-                        llm.requests.fetch_add(1, Ordering::Relaxed);
-                    })?;
-                llm.requests
-                    .fetch_add(u64::from(stats.requests), Ordering::Relaxed);
+                    .await?;
+                tracing::debug!(
+                    requests = stats.requests,
+                    retries = stats.retries,
+                    shortened = stats.shortened,
+                    "LLM summary written"
+                );
                 self.remember(llm, input, &key, &answer, sensitivity, record)
                     .await;
                 answer
@@ -544,10 +536,6 @@ fn style_of(llm: &LlmSummaries, input: &UpgradeInput) -> crate::summarize::llm::
         .policy
         .summary_style
         .unwrap_or(llm.llm.settings().style)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Everything that shaped an answer: the summarizer (model, style, prompt

@@ -214,18 +214,12 @@ impl LoadedPlugin {
 
     /// Why it is out of rotation, if it is.
     pub fn poisoned(&self) -> Option<String> {
-        self.poisoned
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        crate::runtime::lock(&self.poisoned).clone()
     }
 
     /// Takes it out of rotation (the first reason stays).
     pub fn poison(&self, reason: String) {
-        let mut p = self
-            .poisoned
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut p = crate::runtime::lock(&self.poisoned);
         if p.is_none() {
             tracing::error!(plugin = %self.id(), reason = %reason, "plugin taken out of rotation");
             *p = Some(reason);

@@ -233,7 +233,12 @@ fn apply(
     }
     // When the summary is not smaller than what it replaces, the span stays
     // as it was.
-    let chars = summary.render_as_message().len();
+    // Only a re-fit under a limit rescales from the real size.
+    let chars = if limit.is_some() {
+        summary.render_as_message().len()
+    } else {
+        0
+    };
     match p.summarize_within(indices, summary, limit) {
         Ok(()) => Applied::Kept,
         Err(would) => Applied::Rejected { would, chars },

@@ -239,17 +239,7 @@ impl Drop for Entry {
 /// Longest thread id written to the log.
 const MAX_LOGGED_ID_BYTES: usize = 256;
 
-/// At most `max` bytes of `s`, cut at a character boundary.
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
+use crate::summarize::text::head as truncate;
 
 /// `/compactd.v1.CompactionService/Compact` → `Compact`.
 fn method_name(path: &str) -> &str {

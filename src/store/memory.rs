@@ -26,10 +26,7 @@ fn key(tenant: &str, thread_id: &str) -> Result<Key, StoreError> {
     Ok((tenant.to_string(), thread_id.to_string()))
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Every update is a single insert or remove: a panic cannot leave one half done.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use crate::runtime::lock;
 
 /// Versioned plans in memory.
 #[derive(Debug, Default)]

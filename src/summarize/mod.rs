@@ -7,7 +7,7 @@ pub mod extractive;
 pub mod llm;
 pub mod salient;
 pub mod shapes;
-mod text;
+pub(crate) mod text;
 pub mod tool_output;
 
 pub use extractive::{

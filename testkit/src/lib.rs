@@ -4,6 +4,7 @@
 pub mod fake_llm;
 pub mod hard;
 pub mod moto;
+pub mod otlp;
 pub mod plugins;
 mod rng;
 pub mod synth;
