@@ -27,6 +27,63 @@ use tonic_health::pb::HealthCheckRequest;
 
 const SERVICE: &str = "compactd.v1.CompactionService";
 
+/// kubelet's gRPC probes speak neither TLS nor credentials: `health_listen`
+/// serves health alone, in plaintext, and nothing else.
+#[tokio::test]
+async fn health_listen_serves_health_only() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port");
+    let server = TestServer::start_with(|s| s.health_listen = Some(port)).await;
+    let channel = {
+        let endpoint =
+            tonic::transport::Endpoint::from_shared(format!("http://{port}")).expect("endpoint");
+        let mut tries = 0;
+        loop {
+            match endpoint.connect().await {
+                Ok(c) => break c,
+                Err(e) if tries < 100 => {
+                    tries += 1;
+                    let _ = e;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("health listener never came up: {e}"),
+            }
+        }
+    };
+    let mut health = HealthClient::new(channel.clone());
+    for service in ["", SERVICE] {
+        let s = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .expect("check")
+            .into_inner();
+        assert_eq!(s.status(), ServingStatus::Serving, "{service:?}");
+    }
+    // The API is not reachable through it, with or without a credential.
+    let mut api = pb::compaction_service_client::CompactionServiceClient::new(channel);
+    let err = api
+        .compact(authed(
+            compact_req(small_thread("t-hl"), 128_000),
+            &token("acme", ALL),
+        ))
+        .await
+        .expect_err("API on the health port");
+    assert_eq!(err.code(), Code::Unimplemented, "{err:?}");
+    // The main listener still serves health too.
+    let mut main = HealthClient::new(server.channel().await);
+    let s = main
+        .check(HealthCheckRequest {
+            service: SERVICE.into(),
+        })
+        .await
+        .expect("check")
+        .into_inner();
+    assert_eq!(s.status(), ServingStatus::Serving);
+}
+
 #[tokio::test]
 async fn health_follows_the_plan_store() {
     let server = TestServer::start().await;

@@ -1,6 +1,6 @@
 //! `compactd config check`: validates a config file as the service would.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use compactd::config;
 
@@ -9,26 +9,30 @@ use super::Failure;
 /// `compactd config …`.
 #[derive(clap::Subcommand)]
 pub enum ConfigCommand {
-    /// Loads FILE (plus COMPACTD__* environment overrides), validates it and prints the result.
+    /// Loads FILE… merged in order (plus COMPACTD__* environment overrides),
+    /// as `serve --config FILE…` would, validates it and prints the result.
     Check {
-        /// YAML config file.
-        file: PathBuf,
+        /// YAML config files (a later file's values win).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
     },
 }
 
 /// Runs the subcommand.
 pub fn run(cmd: &ConfigCommand) -> Result<String, Failure> {
     match cmd {
-        ConfigCommand::Check { file } => check(file),
+        ConfigCommand::Check { files } => check(files),
     }
 }
 
-fn check(file: &Path) -> Result<String, Failure> {
-    let settings = config::load(Some(file), std::env::vars()).map_err(Failure::bad_input)?;
+fn check(files: &[PathBuf]) -> Result<String, Failure> {
+    let settings = config::load_files(files, std::env::vars()).map_err(Failure::bad_input)?;
     config::check(&settings).map_err(Failure::bad_input)?;
     let yaml = config::to_yaml(&settings).map_err(Failure::other)?;
+    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     Ok(format!(
-        "# {} is valid; effective configuration:\n{yaml}",
-        file.display()
+        "# {} {} valid; effective configuration:\n{yaml}",
+        names.join(" + "),
+        if files.len() == 1 { "is" } else { "are" }
     ))
 }

@@ -10,9 +10,10 @@ use super::Failure;
 /// Arguments of `compactd serve` (also what a bare `compactd` runs).
 #[derive(clap::Args, Default)]
 pub struct ServeArgs {
-    /// YAML config file.
-    #[arg(long, env = "COMPACTD_CONFIG")]
-    config: Option<PathBuf>,
+    /// YAML config file; repeat it to merge several in order (later wins),
+    /// e.g. settings from a ConfigMap and auth material from a Secret.
+    #[arg(long, env = "COMPACTD_CONFIG", value_delimiter = ',')]
+    config: Vec<PathBuf>,
     /// Listen address (overrides the config), e.g. 127.0.0.1:50051; port 0 picks a free port.
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
@@ -28,7 +29,7 @@ pub struct ServeArgs {
 /// Serves until SIGTERM or Ctrl-C, then drains in-flight calls.
 pub fn run(args: &ServeArgs) -> Result<String, Failure> {
     let mut settings =
-        config::load(args.config.as_deref(), std::env::vars()).map_err(Failure::bad_input)?;
+        config::load_files(&args.config, std::env::vars()).map_err(Failure::bad_input)?;
     if let Some(l) = args.listen {
         settings.listen = l;
     }

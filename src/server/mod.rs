@@ -81,6 +81,10 @@ pub struct ServerSettings {
     pub global_concurrency: usize,
     /// How often the plan store is probed for the health status, in ms.
     pub health_probe_interval_ms: u64,
+    /// A second, plaintext listener that serves only `grpc.health.v1`
+    /// (no auth, no TLS), for probes that cannot speak TLS, such as
+    /// kubelet's native gRPC probes. `None`: health is on `listen` only.
+    pub health_listen: Option<SocketAddr>,
     /// Threads of the compute pool that runs compactions (0: one per core).
     pub compute_threads: usize,
     /// How much lower the compute threads' OS priority is (Linux nice
@@ -149,6 +153,7 @@ impl Default for ServerSettings {
             per_tenant_messages_burst: 1_000_000,
             global_concurrency: 1024,
             health_probe_interval_ms: 1000,
+            health_listen: None,
             compute_threads: 0,
             compute_nice: 10,
             ledger_max_entries: crate::tokens::DEFAULT_MAX_ENTRIES,
@@ -476,6 +481,22 @@ async fn run(
     health
         .set_service_status(SERVICE_NAME, tonic_health::ServingStatus::Serving)
         .await;
+    // Health alone on its own plaintext port: it reveals only whether the
+    // service can serve, so it needs neither credentials nor TLS.
+    let health_only = match settings.health_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| ServeError::invalid("health_listen", e))?;
+            tracing::info!(health_listen = ?listener.local_addr().ok(), "serving grpc.health.v1");
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            let router = Server::builder().add_service(health_service.clone());
+            Some(tokio::spawn(router.serve_with_incoming(incoming)))
+        }
+        None => None,
+    };
+
     let probe = tokio::spawn(probe_health(
         Arc::clone(&plans),
         health,
@@ -563,6 +584,9 @@ async fn run(
     };
     probe.abort();
     sweeper.abort();
+    if let Some(h) = health_only {
+        h.abort();
+    }
     // Background summaries still running get a bounded time to commit.
     if !app
         .drain_summaries(std::time::Duration::from_secs(10))
