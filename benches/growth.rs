@@ -141,6 +141,8 @@ fn fixture(n: usize, counter: &dyn TokenCounter) -> Fixture {
                     trigger: 0,
                     target: 0,
                     fixed_tokens: 0,
+                    system_tokens: 0,
+                    tool_tokens: 0,
                 },
                 triggered: false,
                 keep_recent_turns: 0,

@@ -7,9 +7,30 @@
 //! recorded, so they cannot be exported; tenant ids can be hashed
 //! (`telemetry.hash_tenant_ids`) where a tenant's name is itself sensitive.
 
+pub mod metrics;
+
+pub use metrics::metrics;
+
+/// The OpenTelemetry GenAI semantic-convention names compactd sets on its
+/// summarizer spans and metrics (own constants: the semconv crate marks its
+/// GenAI names unstable).
+pub mod genai {
+    /// `chat` for Chat Completions.
+    pub const OPERATION_NAME: &str = "gen_ai.operation.name";
+    /// Who serves the model (`openai` for any OpenAI-compatible endpoint).
+    pub const PROVIDER_NAME: &str = "gen_ai.provider.name";
+    /// The model asked for.
+    pub const REQUEST_MODEL: &str = "gen_ai.request.model";
+    /// The model that answered.
+    pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
+    /// `input` or `output` on `gen_ai.client.token.usage`.
+    pub const TOKEN_TYPE: &str = "gen_ai.token.type";
+}
+
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
 use serde::{Deserialize, Serialize};
@@ -32,6 +53,19 @@ pub struct TelemetrySettings {
     pub hash_tenant_ids: bool,
     /// Deadline of one export, in milliseconds.
     pub export_timeout_ms: u64,
+    /// Export OTLP metrics too (to the same endpoint, or
+    /// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`).
+    pub metrics: bool,
+    /// How often metrics are exported, in ms; unset: `OTEL_METRIC_EXPORT_INTERVAL`
+    /// or 60 s.
+    pub metrics_interval_ms: Option<u64>,
+    /// Metrics carry the tenant (hashed with `hash_tenant_ids`). Off by
+    /// default: every tenant becomes a time series of every metric.
+    pub tenant_metrics: bool,
+    /// Opt-in content capture: `compact.summary_created` carries the
+    /// summary text (redacted, at most 8 KiB) as `payload`. Off by default;
+    /// nothing else ever carries content.
+    pub capture_content: bool,
 }
 
 impl Default for TelemetrySettings {
@@ -41,6 +75,10 @@ impl Default for TelemetrySettings {
             service_name: "compactd".into(),
             hash_tenant_ids: false,
             export_timeout_ms: 10_000,
+            metrics: true,
+            metrics_interval_ms: None,
+            tenant_metrics: false,
+            capture_content: false,
         }
     }
 }
@@ -48,17 +86,39 @@ impl Default for TelemetrySettings {
 impl TelemetrySettings {
     /// Where traces go, if anywhere: the setting, then the environment.
     pub fn endpoint(&self) -> Option<String> {
+        self.signal_endpoint("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    }
+
+    /// Where metrics go, if anywhere (and if they are on).
+    pub fn metrics_endpoint(&self) -> Option<String> {
+        self.metrics
+            .then(|| self.signal_endpoint("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"))
+            .flatten()
+    }
+
+    fn signal_endpoint(&self, signal_var: &str) -> Option<String> {
         self.otlp_endpoint
             .clone()
-            .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").ok())
+            .or_else(|| std::env::var(signal_var).ok())
             .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok())
             .filter(|e| !e.trim().is_empty())
     }
 
-    /// Applies the settings that shape every span (tenant hashing).
+    /// Applies the settings that shape every span and metric (tenant
+    /// hashing, tenant attributes).
     pub fn apply(&self) {
         HASH_TENANT_IDS.store(self.hash_tenant_ids, std::sync::atomic::Ordering::Relaxed);
+        metrics::set_tenant_metrics(self.tenant_metrics);
+        CAPTURE_CONTENT.store(self.capture_content, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// Whether events may carry (redacted) content, set once at start-up.
+static CAPTURE_CONTENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether `telemetry.capture_content` is on.
+pub fn capture_content() -> bool {
+    CAPTURE_CONTENT.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Whether tenant ids are hashed in telemetry, set once at start-up.
@@ -78,15 +138,44 @@ pub fn tenant_label(id: &str) -> String {
     }
 }
 
+/// A count as a signed integer: the OpenTelemetry bridge exports unsigned
+/// `tracing` values as strings, and `i64` ones as integers.
+pub fn int<T: TryInto<i64>>(v: T) -> i64 {
+    v.try_into().unwrap_or(i64::MAX)
+}
+
 /// Why export could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[error("telemetry: {0}")]
 pub struct TelemetryError(String);
 
-/// The exporter, kept to flush and shut it down at exit.
+/// The exporters, kept to flush and shut them down at exit.
 #[derive(Debug, Default)]
 pub struct Telemetry {
     tracer: Option<SdkTracerProvider>,
+    meter: Option<SdkMeterProvider>,
+}
+
+/// `service.name`, `service.version` and a random `service.instance.id`
+/// (one per process, shared by traces and metrics).
+fn resource(settings: &TelemetrySettings) -> Resource {
+    static INSTANCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let instance = INSTANCE.get_or_init(|| format!("{:032x}", rand::random::<u128>()));
+    let mut resource = Resource::builder().with_attributes([
+        KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+        KeyValue::new("service.instance.id", instance.clone()),
+    ]);
+    if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
+        resource = resource.with_service_name(settings.service_name.clone());
+    }
+    resource.build()
+}
+
+/// TLS with the system's roots for `https://` endpoints.
+fn tls_for(endpoint: &str) -> Option<opentelemetry_otlp::tonic_types::transport::ClientTlsConfig> {
+    endpoint.starts_with("https://").then(|| {
+        opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new().with_native_roots()
+    })
 }
 
 /// Spans and events of the exporter's own transport are never exported
@@ -118,29 +207,46 @@ impl Telemetry {
             .with_tonic()
             .with_endpoint(endpoint.clone())
             .with_timeout(std::time::Duration::from_millis(settings.export_timeout_ms));
-        if endpoint.starts_with("https://") {
-            exporter = exporter.with_tls_config(
-                opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
-                    .with_native_roots(),
-            );
+        if let Some(tls) = tls_for(&endpoint) {
+            exporter = exporter.with_tls_config(tls);
         }
         let exporter = exporter
             .build()
             .map_err(|e| TelemetryError(format!("OTLP exporter for {endpoint}: {e}")))?;
-        let mut resource = Resource::builder().with_attributes([
-            KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
-            KeyValue::new(
-                "service.instance.id",
-                format!("{:032x}", rand::random::<u128>()),
-            ),
-        ]);
-        if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
-            resource = resource.with_service_name(settings.service_name.clone());
-        }
         Ok(Some(
             SdkTracerProvider::builder()
-                .with_resource(resource.build())
+                .with_resource(resource(settings))
                 .with_batch_exporter(exporter)
+                .build(),
+        ))
+    }
+
+    /// A meter provider exporting to the metrics endpoint periodically, or
+    /// `None` without one. Needs a Tokio runtime entered, like [`Self::provider`].
+    pub fn meter_provider(
+        settings: &TelemetrySettings,
+    ) -> Result<Option<SdkMeterProvider>, TelemetryError> {
+        let Some(endpoint) = settings.metrics_endpoint() else {
+            return Ok(None);
+        };
+        let mut exporter = opentelemetry_otlp::MetricExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint.clone())
+            .with_timeout(std::time::Duration::from_millis(settings.export_timeout_ms));
+        if let Some(tls) = tls_for(&endpoint) {
+            exporter = exporter.with_tls_config(tls);
+        }
+        let exporter = exporter
+            .build()
+            .map_err(|e| TelemetryError(format!("OTLP metric exporter for {endpoint}: {e}")))?;
+        let mut reader = PeriodicReader::builder(exporter);
+        if let Some(ms) = settings.metrics_interval_ms {
+            reader = reader.with_interval(std::time::Duration::from_millis(ms.max(100)));
+        }
+        Ok(Some(
+            SdkMeterProvider::builder()
+                .with_resource(resource(settings))
+                .with_reader(reader.build())
                 .build(),
         ))
     }
@@ -157,12 +263,19 @@ impl Telemetry {
                     .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
             );
         let export = provider.as_ref().map(export_layer);
+        let meter = Self::meter_provider(settings)?;
         tracing_subscriber::registry()
             .with(logs)
             .with(export)
             .try_init()
             .map_err(|e| TelemetryError(e.to_string()))?;
-        Ok(Telemetry { tracer: provider })
+        if let Some(m) = &meter {
+            opentelemetry::global::set_meter_provider(m.clone());
+        }
+        Ok(Telemetry {
+            tracer: provider,
+            meter,
+        })
     }
 
     /// Whether traces are exported.
@@ -170,12 +283,22 @@ impl Telemetry {
         self.tracer.is_some()
     }
 
-    /// Exports what is still buffered and stops the exporter. Blocks: call
+    /// Whether metrics are exported.
+    pub fn exporting_metrics(&self) -> bool {
+        self.meter.is_some()
+    }
+
+    /// Exports what is still buffered and stops the exporters. Blocks: call
     /// it outside async code, while the runtime still runs.
     pub fn shutdown(self) {
         if let Some(p) = self.tracer {
             if let Err(e) = p.shutdown_with_timeout(std::time::Duration::from_secs(5)) {
                 eprintln!("telemetry: flushing traces at shutdown failed: {e}");
+            }
+        }
+        if let Some(m) = self.meter {
+            if let Err(e) = m.shutdown_with_timeout(std::time::Duration::from_secs(5)) {
+                eprintln!("telemetry: flushing metrics at shutdown failed: {e}");
             }
         }
     }
@@ -213,15 +336,15 @@ impl crate::reduce::Reducer for Traced {
             "compactd.reducer",
             otel.name = %format!("reduce {}", self.0.name()),
             compactd.reducer = self.0.name(),
-            compactd.tokens_before = before,
+            compactd.tokens_before = crate::telemetry::int(before),
             compactd.tokens_after = tracing::field::Empty,
             compactd.tokens_freed = tracing::field::Empty,
         );
         let _in = span.enter();
         let out = self.0.reduce(p, budget, state);
         let after = p.total();
-        span.record("compactd.tokens_after", after);
-        span.record("compactd.tokens_freed", before.saturating_sub(after));
+        span.record("compactd.tokens_after", int(after));
+        span.record("compactd.tokens_freed", int(before.saturating_sub(after)));
         out
     }
 }

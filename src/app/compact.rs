@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Serialize;
+use tracing::Instrument as _;
 
 use crate::model::{CompactionPlan, Sensitivity, Thread};
 use crate::reduce::{
@@ -253,6 +254,7 @@ impl App {
                 })
                 .await?;
                 if let Some(prev) = reused {
+                    crate::telemetry::metrics().compaction(true, false, 0, 0, tenant);
                     return Ok(CompactOutcome::reused(prev, tokenizer));
                 }
                 previous
@@ -278,6 +280,7 @@ impl App {
         let compaction = compaction?;
         if let Some(prev) = previous.as_ref() {
             if prev.fingerprint == compaction.plan.fingerprint {
+                crate::telemetry::metrics().compaction(true, false, 0, 0, tenant);
                 return Ok(CompactOutcome::reused(prev.clone(), tokenizer));
             }
         }
@@ -339,7 +342,22 @@ impl App {
         {
             Ok(version) => {
                 plan.version = version;
-                lifecycle_events(&resolved, &plan, &report, upgrade.previous.as_deref());
+                let capture =
+                    crate::telemetry::capture_content().then_some(self.inner.redactor.as_ref());
+                lifecycle_events(
+                    &resolved,
+                    &plan,
+                    &report,
+                    upgrade.previous.as_deref(),
+                    capture,
+                );
+                crate::telemetry::metrics().compaction(
+                    false,
+                    report.triggered,
+                    report.tokens_before,
+                    report.tokens_after,
+                    tenant,
+                );
                 self.record_stored(tenant, new_thread, pending_bytes);
                 if let Some(c) = later {
                     self.schedule_upgrade(upgrade, c, version);
@@ -394,10 +412,28 @@ impl App {
                 Arc::clone(&limit),
                 a.content.clone(),
             );
+            // A span per write (sizes and ids, no content); the store's own
+            // calls (S3, KMS) nest under it.
+            let span = tracing::info_span!(
+                "compactd.artifact",
+                otel.name = "artifact put",
+                otel.status_code = tracing::field::Empty,
+                compactd.artifact_id = tracing::field::Empty,
+                compactd.artifact.bytes = crate::telemetry::int(a.content.len()),
+                compactd.artifact.messages = crate::telemetry::int(a.message_ids.len()),
+                compactd.sensitivity = a.sensitivity.as_str(),
+            );
             let write = async move {
                 let _permit = limit.acquire_owned().await;
-                (k, store.put(&meta, content.as_bytes()).await)
-            };
+                let put = store.put(&meta, content.as_bytes()).await;
+                let span = tracing::Span::current();
+                match &put {
+                    Ok(id) => span.record("compactd.artifact_id", id.as_str()),
+                    Err(_) => span.record("otel.status_code", "ERROR"),
+                };
+                (k, put)
+            }
+            .instrument(span);
             match call.clone() {
                 Some(c) => set.spawn(c.within(write)),
                 None => set.spawn(write),
@@ -469,21 +505,28 @@ impl App {
 
 /// The compaction's lifecycle events (the names of the seeds' event
 /// schema), on the call's span: counts, ids and reasons, never content.
+/// Most bytes of content one captured event attribute carries.
+const CAPTURED_BYTES: usize = 8 * 1024;
+
 fn lifecycle_events(
     resolved: &Resolved,
     plan: &CompactionPlan,
     report: &Report,
     previous: Option<&CompactionPlan>,
+    capture: Option<&crate::redact::Redactor>,
 ) {
     let b = &report.budget;
     let max = f64::from(b.max_input_tokens.max(1));
     tracing::info!(
         model = %resolved.model,
-        t_est = report.tokens_before,
-        max_tokens = b.max_input_tokens,
+        t_est = crate::telemetry::int(report.tokens_before),
+        max_tokens = crate::telemetry::int(b.max_input_tokens),
         usage_pct = f64::from(report.tokens_before) / max,
-        fixed_tokens = b.fixed_tokens,
-        message_tokens = report.tokens_before.saturating_sub(b.fixed_tokens),
+        fixed_tokens = crate::telemetry::int(b.fixed_tokens),
+        system_tokens = crate::telemetry::int(b.system_tokens),
+        tools_schema_tokens = crate::telemetry::int(b.tool_tokens),
+        framing_tokens = crate::telemetry::int(b.fixed_tokens.saturating_sub(b.system_tokens + b.tool_tokens)),
+        message_tokens = crate::telemetry::int(report.tokens_before.saturating_sub(b.fixed_tokens)),
         "compact.token_estimate"
     );
     tracing::info!(
@@ -493,9 +536,9 @@ fn lifecycle_events(
         } else {
             "tokens at or below the trigger"
         },
-        trigger_tokens = b.trigger,
-        target_tokens = b.target,
-        hard_limit_tokens = b.hard_limit,
+        trigger_tokens = crate::telemetry::int(b.trigger),
+        target_tokens = crate::telemetry::int(b.target),
+        hard_limit_tokens = crate::telemetry::int(b.hard_limit),
         trigger_ratio = resolved.cmd.policy.trigger_ratio,
         target_ratio = resolved.cmd.policy.target_ratio,
         "compact.trigger_decision"
@@ -503,9 +546,10 @@ fn lifecycle_events(
     for r in report.per_reducer.iter().filter(|r| r.tokens_freed > 0) {
         tracing::info!(
             strategy = %r.name,
-            tokens_freed = r.tokens_freed,
+            tokens_freed = crate::telemetry::int(r.tokens_freed),
             "compact.strategy_applied"
         );
+        crate::telemetry::metrics().tokens_freed(&r.name, u64::from(r.tokens_freed));
     }
     let old: std::collections::HashSet<&[String]> = previous
         .map(|p| {
@@ -515,22 +559,53 @@ fn lifecycle_events(
                 .collect()
         })
         .unwrap_or_default();
-    for s in plan
+    let created: Vec<&crate::model::SummarizationRecord> = plan
         .summarizations
         .iter()
         .filter(|s| !old.contains(s.span.message_ids.as_slice()))
-    {
+        .collect();
+    // Sizes by id, only when there is a summary to measure.
+    let sizes: std::collections::HashMap<&str, usize> = if created.is_empty() {
+        Default::default()
+    } else {
+        resolved
+            .cmd
+            .thread
+            .messages
+            .iter()
+            .map(|m| (m.id.as_str(), m.byte_len()))
+            .collect()
+    };
+    for s in created {
+        let input_bytes: usize = s
+            .span
+            .message_ids
+            .iter()
+            .filter_map(|id| sizes.get(id.as_str()))
+            .sum();
+        let rendered = s.summary.render_as_message();
+        let summary_bytes = rendered.len().max(1);
+        // Opt-in content capture: the summary as the prompt shows it,
+        // redacted again and bounded.
+        let payload = capture.map(|r| {
+            crate::summarize::text::head(&r.redact(&rendered), CAPTURED_BYTES).to_string()
+        });
         tracing::info!(
             strategy = if s.summarizer_id.is_empty() {
                 crate::summarize::EXTRACTIVE_ID
             } else {
                 s.summarizer_id.as_str()
             },
-            input_messages = s.span.message_ids.len(),
-            summary_tokens = s.summary_token_count,
+            input_messages = crate::telemetry::int(s.span.message_ids.len()),
+            summary_tokens = crate::telemetry::int(s.summary_token_count),
             first_message_id = %s.span.start_message_id(),
             last_message_id = %s.span.end_message_id(),
-            entries_left_out = s.summary.omitted,
+            entries_left_out = crate::telemetry::int(s.summary.omitted),
+            input_bytes = crate::telemetry::int(input_bytes),
+            summary_bytes = crate::telemetry::int(summary_bytes),
+            // As the seeds define it: summary size over input size (by bytes).
+            compression_ratio = summary_bytes as f64 / input_bytes.max(1) as f64,
+            payload = payload.as_deref(),
             "compact.summary_created"
         );
     }
@@ -543,18 +618,18 @@ fn lifecycle_events(
         // At most 50 ids: enough to find a message, bounded in size.
         let ids: Vec<&str> = dropped.iter().copied().take(50).collect();
         tracing::info!(
-            pruned_count = dropped.len(),
+            pruned_count = crate::telemetry::int(dropped.len()),
             pruned_ids = %ids.join(","),
-            kept_recent_turns = report.keep_recent_turns,
-            kept_tool_pairs = report.keep_tool_io_pairs,
+            kept_recent_turns = crate::telemetry::int(report.keep_recent_turns),
+            kept_tool_pairs = crate::telemetry::int(report.keep_tool_io_pairs),
             "compact.pruned_messages"
         );
     }
     tracing::info!(
-        tokens_before = report.tokens_before,
-        tokens_after = report.tokens_after,
+        tokens_before = crate::telemetry::int(report.tokens_before),
+        tokens_after = crate::telemetry::int(report.tokens_after),
         target_use = report.target_use(),
-        warnings = report.warnings.len(),
+        warnings = crate::telemetry::int(report.warnings.len()),
         "compact.completed"
     );
 }

@@ -1,6 +1,8 @@
 //! Rehydrate: an explicit artifact read (`read_artifact`), scoped to the
 //! caller's tenant, gated by the artifact's sensitivity and cut to a token cap.
 
+use tracing::Instrument as _;
+
 use crate::model::Sensitivity;
 use crate::runtime::blocking;
 use crate::security::SecurityContext;
@@ -55,13 +57,31 @@ impl App {
         if cmd.artifact_id.is_empty() {
             return Err(AppError::invalid("artifact_id", "must not be empty"));
         }
+        let metrics = crate::telemetry::metrics();
+        metrics.rehydration_requests("rehydrate_rpc", 1, &ctx.tenant_id);
+        let span = tracing::info_span!(
+            "compactd.artifact",
+            otel.name = "artifact get",
+            compactd.artifact_id = %crate::summarize::text::head(&cmd.artifact_id, 64),
+        );
         let (meta, bytes) = self
             .inner
             .artifacts
             .get(&ctx.tenant_id, &cmd.thread_id, &cmd.artifact_id)
+            .instrument(span)
             .await
             .map_err(|e| artifact_read_error(e, "artifact_id"))?;
-        check_sensitivity(ctx, meta.sensitivity)?;
+        if let Err(e) = check_sensitivity(ctx, meta.sensitivity) {
+            tracing::info!(
+                artifact_id = %cmd.artifact_id,
+                mode = "rpc",
+                reason = "PERMISSION",
+                sensitivity = meta.sensitivity.as_str(),
+                "compact.rehydration_blocked"
+            );
+            metrics.rehydration("rpc", Some("PERMISSION"), &ctx.tenant_id);
+            return Err(e);
+        }
         let cap = cmd
             .max_tokens
             .unwrap_or(self.inner.defaults.policy.rehydration_reserve_tokens);
@@ -85,6 +105,15 @@ impl App {
             (content, truncated, tokens)
         })
         .await?;
+        tracing::info!(
+            artifact_id = %cmd.artifact_id,
+            mode = "rpc",
+            sensitivity = meta.sensitivity.as_str(),
+            tokens = crate::telemetry::int(tokens),
+            truncated,
+            "compact.rehydration"
+        );
+        metrics.rehydration("rpc", None, &ctx.tenant_id);
         Ok(RehydrateOutcome {
             artifact_id: cmd.artifact_id,
             content,

@@ -9,7 +9,7 @@ use crate::model::{
     AuditRecord, CompactionPlan, EvictionCounts, PLAN_FORMAT_VERSION, SUMMARY_RENDER_VERSION,
     SUMMARY_SCHEMA_VERSION,
 };
-use crate::model::{Sensitivity, ToolSchema};
+use crate::model::{Eviction, Sensitivity, ToolSchema};
 use crate::reduce::{referenced_artifacts, TokenBudget};
 use crate::render::{
     anthropic, body_tokens, fit_rehydrated, openai, render, responses, OutputFormat,
@@ -125,6 +125,7 @@ impl App {
             &cmd.request.thread.id,
         );
         let summarizer_id = self.inner.summarizer.id().to_string();
+        let requester = ctx.requester_id.clone();
         let plan = Arc::new(plan);
         let rendered = blocking({
             let plan = Arc::clone(&plan);
@@ -139,8 +140,14 @@ impl App {
                     limits.max_tokens_per_artifact,
                     max_input_tokens,
                 )?;
+                let quality = crate::render::quality::quality_signals(
+                    &cmd.request.thread,
+                    &plan,
+                    READ_ARTIFACT_TOOL,
+                );
                 let mut audit = audit(&plan, parts.counter.name(), &summarizer_id, &rehydrated);
                 audit.warnings = render_warnings(&request, cmd.format);
+                audit.requester = requester;
                 let output = output(
                     request,
                     cmd.format,
@@ -149,11 +156,14 @@ impl App {
                     &rc,
                     tokens.total,
                 )?;
-                Ok::<_, AppError>((output, tokens, audit, rehydrated))
+                Ok::<_, AppError>((output, tokens, audit, rehydrated, quality))
             }
         })
         .await??;
-        let (output, tokens, audit, rehydrated) = rendered;
+        let (output, tokens, audit, rehydrated, quality) = rendered;
+        audit_event(&audit);
+        rehydration_events(&rehydrated, &ctx.tenant_id);
+        quality_events(&quality, &ctx.tenant_id);
         Ok(RenderOutcome {
             plan: Arc::unwrap_or_clone(plan),
             compaction,
@@ -340,13 +350,6 @@ impl App {
                 }
             };
             if let Some(why) = why {
-                tracing::info!(
-                    event = "rehydration_blocked",
-                    tenant = %ctx.tenant_id,
-                    artifact_id = %id,
-                    reason = ?why,
-                    "an artifact the agent named was not injected"
-                );
                 out.blocked.push(blocked(&id, why));
             }
         }
@@ -528,7 +531,126 @@ fn audit(
             .collect(),
         warnings: Vec::new(),
         strategies: AuditRecord::strategies_of(plan),
+        requester: String::new(),
+        evicted: Eviction::of(plan, summarizer_id),
     }
+}
+
+/// A `compact.rehydration` event per artifact injected and a
+/// `compact.rehydration_blocked` one per artifact refused, with the metrics.
+fn rehydration_events(reports: &[RehydrationReport], tenant: &str) {
+    let metrics = crate::telemetry::metrics();
+    let auto = reports.iter().filter(|r| r.auto).count() as u64;
+    metrics.rehydration_requests("named_in_turn", auto, tenant);
+    metrics.rehydration_requests("render_explicit", reports.len() as u64 - auto, tenant);
+    for r in reports {
+        let mode = if r.auto { "auto" } else { "explicit" };
+        match &r.blocked {
+            Some(why) => {
+                let reason = why.as_str();
+                tracing::info!(
+                    artifact_id = %r.artifact_id,
+                    mode,
+                    reason,
+                    "compact.rehydration_blocked"
+                );
+                metrics.rehydration(mode, Some(reason), tenant);
+            }
+            None if r.omitted => {
+                tracing::info!(
+                    artifact_id = %r.artifact_id,
+                    mode,
+                    reason = "RESERVE",
+                    "compact.rehydration_blocked"
+                );
+                metrics.rehydration(mode, Some("RESERVE"), tenant);
+            }
+            None => {
+                tracing::info!(
+                    artifact_id = %r.artifact_id,
+                    mode,
+                    truncated = r.truncated,
+                    "compact.rehydration"
+                );
+                metrics.rehydration(mode, None, tenant);
+            }
+        }
+    }
+}
+
+/// The quality signals as an event and metrics.
+fn quality_events(q: &crate::render::quality::QualitySignals, tenant: &str) {
+    let metrics = crate::telemetry::metrics();
+    metrics.rehydration_requests(
+        "read_artifact_call",
+        u64::from(q.read_artifact_calls_this_turn),
+        tenant,
+    );
+    metrics.thread_rehydration_requests(u64::from(q.read_artifact_calls_in_thread), tenant);
+    if let Some(a) = &q.asked_for_compacted {
+        metrics.asked_for_compacted_context(tenant);
+        tracing::warn!(
+            question_message_id = %a.question_message_id,
+            evicted_message_ids = %a.evicted_message_ids.join(","),
+            lost_terms = crate::telemetry::int(a.lost_terms),
+            in_summary = a.in_summary,
+            read_artifact_calls_in_thread = crate::telemetry::int(q.read_artifact_calls_in_thread),
+            "compact.quality.asked_for_compacted_context"
+        );
+    }
+}
+
+/// Most evictions listed in one audit event; the response carries them all.
+const AUDIT_EVENT_EVICTIONS: usize = 200;
+
+/// The audit record as a structured event on the call's span: what an
+/// operator searches to answer "was X compacted out, or did the model ignore
+/// it?" for any past turn. Ids, reasons and versions; never content.
+fn audit_event(a: &AuditRecord) {
+    let evicted: Vec<String> = a
+        .evicted
+        .iter()
+        .take(AUDIT_EVENT_EVICTIONS)
+        .map(|e| {
+            format!(
+                "{}:{}..{}({}):{}:{}",
+                match e.action {
+                    crate::model::ActionKind::Externalize => "externalized",
+                    crate::model::ActionKind::Summarize => "summarized",
+                    crate::model::ActionKind::Clear => "cleared",
+                    crate::model::ActionKind::Drop => "dropped",
+                    crate::model::ActionKind::Include => "included",
+                },
+                e.first_message_id,
+                e.last_message_id,
+                e.message_count,
+                e.strategy,
+                if e.artifact_id.is_empty() {
+                    "-"
+                } else {
+                    &e.artifact_id
+                }
+            )
+        })
+        .collect();
+    tracing::info!(
+        plan_version = crate::telemetry::int(a.plan_version),
+        plan_fingerprint = %a.plan_fingerprint,
+        requester = %crate::telemetry::tenant_label(&a.requester),
+        summarizer_id = %a.summarizer_id,
+        tokenizer = %a.tokenizer,
+        externalized = crate::telemetry::int(a.evictions.externalized),
+        summarized = crate::telemetry::int(a.evictions.summarized),
+        cleared = crate::telemetry::int(a.evictions.cleared),
+        dropped = crate::telemetry::int(a.evictions.dropped),
+        evicted = %evicted.join(";"),
+        evicted_truncated = a.evicted.len() > AUDIT_EVENT_EVICTIONS,
+        artifact_ids = %a.artifact_ids.join(","),
+        rehydrated_artifact_ids = %a.rehydrated_artifact_ids.join(","),
+        strategies = %a.strategies.join(","),
+        warnings = crate::telemetry::int(a.warnings.len()),
+        "compact.audit"
+    );
 }
 
 /// An internal error for a body that failed its provider check; the problem

@@ -35,6 +35,7 @@ use crate::reduce::{Compaction, Policy};
 use crate::runtime::{blocking, lock, now_unix_ms};
 use crate::store::{keyed_artifact_id, ArtifactMeta, StoreError};
 use crate::summarize::llm::gate;
+use tracing::Instrument as _;
 
 use super::{App, AppError, EngineParts};
 
@@ -220,11 +221,13 @@ impl App {
                 Err(e) => {
                     let span = &c.plan.summarizations[i].span;
                     llm.mark_tried(&input.tenant, &input.thread.id, span);
+                    // The seeds' error event, with what stood in.
                     tracing::warn!(
-                        error = %e.kind(),
-                        first = %span.start_message_id(),
-                        last = %span.end_message_id(),
-                        "LLM summary failed; the extractive summary stands"
+                        error_type = %format_args!("summarizer_{}", e.kind()),
+                        fallback = "extractive summary",
+                        first_message_id = %span.start_message_id(),
+                        last_message_id = %span.end_message_id(),
+                        "compact.error"
                     );
                     c.report.warnings.push(format!(
                         "summarize: the LLM summary of {}..{} failed ({}); the extractive summary stands",
@@ -348,10 +351,30 @@ impl App {
             &prior,
             &messages,
         );
-        let answer = match self.cached(llm, input, &key).await {
-            Some(a) => a,
+        let model = llm.llm.settings().model.as_str();
+        let metrics = crate::telemetry::metrics();
+        let span = tracing::info_span!(
+            "compactd.summarize",
+            otel.name = "summarize span",
+            compactd.first_message_id = %record.span.start_message_id(),
+            compactd.last_message_id = %record.span.end_message_id(),
+            compactd.messages_sent = crate::telemetry::int(messages.len()),
+            compactd.style = style_of(llm, input).as_str(),
+            compactd.cached = tracing::field::Empty,
+            compactd.outcome = tracing::field::Empty,
+        );
+        let cached = self.cached(llm, input, &key).instrument(span.clone()).await;
+        metrics.cache("summary", cached.is_some());
+        span.record("compactd.cached", cached.is_some());
+        let answer = match cached {
+            Some(a) => {
+                metrics.summarizer(model, "cached", None);
+                span.record("compactd.outcome", "cached");
+                a
+            }
             None => {
-                let (answer, stats) = llm
+                let started = std::time::Instant::now();
+                let asked = llm
                     .llm
                     .summarize(&SpanInput {
                         messages: &messages,
@@ -360,11 +383,16 @@ impl App {
                         max_chars: cap,
                         style: style_of(llm, input),
                     })
-                    .await?;
+                    .instrument(span.clone())
+                    .await;
+                let outcome = asked.as_ref().map_or_else(LlmError::kind, |_| "ok".into());
+                metrics.summarizer(model, &outcome, Some(started.elapsed().as_secs_f64()));
+                span.record("compactd.outcome", outcome.as_str());
+                let (answer, stats) = asked?;
                 tracing::debug!(
-                    requests = stats.requests,
-                    retries = stats.retries,
-                    shortened = stats.shortened,
+                    requests = crate::telemetry::int(stats.requests),
+                    retries = crate::telemetry::int(stats.retries),
+                    shortened = crate::telemetry::int(stats.shortened),
                     "LLM summary written"
                 );
                 self.remember(llm, input, &key, &answer, sensitivity, record)
@@ -375,7 +403,7 @@ impl App {
         let (mut summary, report) = gate(answer, &record.summary, cap);
         if report.merged > 0 {
             tracing::debug!(
-                merged = report.merged,
+                merged = crate::telemetry::int(report.merged),
                 "quality gate merged extractive entries"
             );
         }
@@ -479,7 +507,16 @@ impl App {
             return false;
         }
         let app = self.clone();
-        tokio::spawn(async move {
+        // Its own trace root, linked to the call that scheduled it.
+        let span = tracing::info_span!(
+            parent: None,
+            "compactd.background_summaries",
+            otel.name = "background summaries",
+            compactd.tenant = %crate::telemetry::tenant_label(&input.tenant),
+            compactd.plan_version = crate::telemetry::int(version),
+        );
+        span.follows_from(tracing::Span::current());
+        let task = async move {
             let _slot = slot;
             let _run = Arc::clone(&llm.running).acquire_owned().await;
             lock(&llm.queued).remove(&thread_key);
@@ -506,7 +543,8 @@ impl App {
                 }
                 Err(e) => tracing::warn!(error = %e, "background LLM summaries not committed"),
             }
-        });
+        };
+        tokio::spawn(task.instrument(span));
         true
     }
 

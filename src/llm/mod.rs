@@ -13,13 +13,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tracing::Instrument as _;
 
 pub use http::{Endpoint, KeySource};
 
 use crate::model::{Message, StructuredSummary};
 use crate::summarize::llm::{
-    chat_body, parse_answer, parse_completion, transcript_chunks, user_prompt, AnswerError,
-    ResponseFormat, Style,
+    chat_body, completion_meta, parse_answer, parse_completion, transcript_chunks, user_prompt,
+    AnswerError, ResponseFormat, Style,
 };
 use crate::summarize::{fit_to_size, merge_summaries};
 
@@ -283,6 +284,10 @@ pub struct LlmSummarizer {
     settings: SummarizerSettings,
 }
 
+/// `gen_ai.provider.name`: the protocol spoken is OpenAI's Chat Completions,
+/// whoever serves it.
+const PROVIDER_NAME: &str = "openai";
+
 /// Retries with half the answer size, at most.
 const SHORTER_RETRIES: u32 = 2;
 
@@ -393,7 +398,18 @@ impl LlmSummarizer {
             );
             stats.requests += 1;
             let mut retry_after = None;
-            let outcome = match self.endpoint.post(body.to_string().into_bytes()).await {
+            let span = self.request_span(max_tokens);
+            let started = std::time::Instant::now();
+            let reply = self
+                .endpoint
+                .post(body.to_string().into_bytes())
+                .instrument(span.clone())
+                .await;
+            let meta = match &reply {
+                Ok(r) => completion_meta(&r.body),
+                Err(_) => Default::default(),
+            };
+            let outcome = match reply {
                 Ok(reply) if reply.status.is_success() => parse_completion(&reply.body)
                     .and_then(|c| parse_answer(&c, template, template.span.last_turn))
                     .map_err(LlmError::from),
@@ -408,6 +424,7 @@ impl LlmSummarizer {
                 }
                 Err(e) => Err(e),
             };
+            self.request_done(&span, started, &meta, outcome.as_ref().err());
             match outcome {
                 Ok(summary) => return Ok(summary),
                 Err(LlmError::Answer(AnswerError::OverLimit)) if shorter < SHORTER_RETRIES => {
@@ -424,6 +441,65 @@ impl LlmSummarizer {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// A client span per request, named and attributed after the GenAI
+    /// semantic conventions (`chat {model}`); no prompt or answer text.
+    fn request_span(&self, max_tokens: u32) -> tracing::Span {
+        let s = &self.settings;
+        let url = self.endpoint.url();
+        tracing::info_span!(
+            "gen_ai.chat",
+            otel.name = %format!("chat {}", s.model),
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = PROVIDER_NAME,
+            gen_ai.request.model = %s.model,
+            gen_ai.request.max_tokens = crate::telemetry::int(max_tokens),
+            gen_ai.response.model = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            server.address = url.host().unwrap_or(""),
+            server.port = crate::telemetry::int(url.port_u16().unwrap_or(if url.scheme_str() == Some("https") { 443 } else { 80 })),
+            error.type = tracing::field::Empty,
+        )
+    }
+
+    /// Records a request's usage and outcome on its span and in the metrics.
+    fn request_done(
+        &self,
+        span: &tracing::Span,
+        started: std::time::Instant,
+        meta: &crate::summarize::llm::CompletionMeta,
+        error: Option<&LlmError>,
+    ) {
+        if let Some(m) = &meta.response_model {
+            span.record("gen_ai.response.model", m.as_str());
+        }
+        if let Some(f) = &meta.finish_reason {
+            span.record("gen_ai.response.finish_reasons", f.as_str());
+        }
+        if let Some(n) = meta.input_tokens {
+            span.record("gen_ai.usage.input_tokens", crate::telemetry::int(n));
+        }
+        if let Some(n) = meta.output_tokens {
+            span.record("gen_ai.usage.output_tokens", crate::telemetry::int(n));
+        }
+        let kind = error.map(LlmError::kind);
+        if let Some(k) = &kind {
+            span.record("otel.status_code", "ERROR");
+            span.record("error.type", k.as_str());
+        }
+        crate::telemetry::metrics().gen_ai_request(&crate::telemetry::metrics::GenAiRequest {
+            provider: PROVIDER_NAME,
+            model: &self.settings.model,
+            seconds: started.elapsed().as_secs_f64(),
+            input_tokens: meta.input_tokens,
+            output_tokens: meta.output_tokens,
+            error_type: kind.as_deref(),
+        });
     }
 
     /// `backoff_ms · 2^(attempt-1)`, ±25% jitter, or what the server asked

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::plan::CompactionPlan;
+use super::plan::{ActionKind, ClearReason, CompactionPlan};
 
 /// How a rendered request came about.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -40,6 +40,119 @@ pub struct AuditRecord {
     /// (`llm:model:style@hash`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub strategies: Vec<String>,
+    /// Who asked for this request (the credential's requester).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub requester: String,
+    /// Every record of the plan: what left the prompt, why, by which
+    /// strategy, and the artifact that holds the original.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evicted: Vec<Eviction>,
+}
+
+/// One plan record as the audit shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Eviction {
+    /// What happened to the messages (never `Include`).
+    pub action: ActionKind,
+    /// First message of the span.
+    pub first_message_id: String,
+    /// Last message of the span.
+    pub last_message_id: String,
+    /// Messages in the span.
+    pub message_count: u32,
+    /// Why, in words (no content).
+    pub reason: String,
+    /// Which strategy decided it (a reducer, a summarizer id, a plugin).
+    pub strategy: String,
+    /// The artifact holding the original, if any: what `read_artifact` returns.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub artifact_id: String,
+}
+
+impl Eviction {
+    /// The records of `plan`, in plan order: externalized, summarized,
+    /// cleared, dropped. `extractive_id` names summaries without a summarizer id.
+    pub fn of(plan: &CompactionPlan, extractive_id: &str) -> Vec<Eviction> {
+        fn one(
+            action: ActionKind,
+            span: &super::plan::SpanReference,
+            reason: String,
+            strategy: &str,
+            artifact: Option<&String>,
+        ) -> Eviction {
+            Eviction {
+                action,
+                first_message_id: span.start_message_id().to_string(),
+                last_message_id: span.end_message_id().to_string(),
+                message_count: u32::try_from(span.message_ids.len()).unwrap_or(u32::MAX),
+                reason,
+                strategy: strategy.to_string(),
+                artifact_id: artifact.cloned().unwrap_or_default(),
+            }
+        }
+        let mut out = Vec::new();
+        for r in &plan.externalizations {
+            out.push(one(
+                ActionKind::Externalize,
+                &r.span,
+                format!(
+                    "moved to the artifact store ({} tokens, {})",
+                    r.content_tokens,
+                    r.sensitivity.as_str()
+                ),
+                "externalize",
+                Some(&r.artifact_id),
+            ));
+        }
+        for r in &plan.summarizations {
+            let strategy = if r.summarizer_id.is_empty() {
+                extractive_id
+            } else {
+                r.summarizer_id.as_str()
+            };
+            out.push(one(
+                ActionKind::Summarize,
+                &r.span,
+                "older turns summarized to fit the target".into(),
+                strategy,
+                r.archive_artifact_id.as_ref(),
+            ));
+        }
+        for r in &plan.clearings {
+            let (reason, builtin) = match r.reason {
+                ClearReason::Expired => ("tool-result retention expired it", "retention"),
+                ClearReason::Durability => ("its durability allows clearing", "clear"),
+                ClearReason::Compressed => ("compressed to its essentials", "compress"),
+                ClearReason::Plugin => ("a plugin cleared it", "plugin"),
+            };
+            let strategy = if r.strategy.is_empty() {
+                builtin
+            } else {
+                r.strategy.as_str()
+            };
+            out.push(one(
+                ActionKind::Clear,
+                &r.span,
+                reason.into(),
+                strategy,
+                r.archive_artifact_id.as_ref(),
+            ));
+        }
+        for r in &plan.drops {
+            let strategy = r
+                .reason
+                .strip_prefix("plugin ")
+                .map_or("drop", |rest| rest.split(':').next().unwrap_or(rest));
+            out.push(one(
+                ActionKind::Drop,
+                &r.span,
+                r.reason.clone(),
+                strategy,
+                r.archive_artifact_id.as_ref(),
+            ));
+        }
+        out
+    }
 }
 
 impl AuditRecord {

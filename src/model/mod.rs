@@ -10,7 +10,7 @@ mod plan;
 mod summary;
 mod thread;
 
-pub use audit::{AuditRecord, EvictionCounts};
+pub use audit::{AuditRecord, Eviction, EvictionCounts};
 pub(crate) use ids::process_seed;
 pub use ids::{IdHash, IdHasher, IdMap, IdSet};
 pub use import::{thread_from_json, ImportError, InputFormat, ThreadInput};

@@ -215,12 +215,24 @@ impl PluginReducer {
     /// Takes the plugin out of rotation and says so in the response; a
     /// required plugin fails the compaction.
     fn fault(&self, state: &mut PipelineState<'_>, reason: String) -> Result<(), CompactError> {
+        self.outcome("fault");
         state.warn(format!(
             "plugin {} taken out of rotation: {reason}",
             self.plugin.id()
         ));
         self.plugin.poison(reason.clone());
         self.unavailable(reason)
+    }
+
+    /// Records how a call ended on the plugin span (entered by `reduce`)
+    /// and in the metrics.
+    fn outcome(&self, outcome: &'static str) {
+        let span = tracing::Span::current();
+        span.record("compactd.outcome", outcome);
+        if outcome != "ok" {
+            span.record("otel.status_code", "ERROR");
+        }
+        crate::telemetry::metrics().plugin_call(self.plugin.name(), outcome);
     }
 
     /// `Err` when the plugin is required, else nothing.
@@ -246,7 +258,18 @@ impl Reducer for PluginReducer {
         budget: &TokenBudget,
         state: &mut PipelineState<'_>,
     ) -> Result<(), CompactError> {
+        // The FFI call and the checks of its answer, with the plugin's
+        // name@version; a child of the step's `reduce <name>` span.
+        let span = tracing::info_span!(
+            "compactd.plugin",
+            otel.name = %format_args!("plugin {}", self.plugin.id()),
+            otel.status_code = tracing::field::Empty,
+            compactd.plugin = %self.plugin.id(),
+            compactd.outcome = tracing::field::Empty,
+        );
+        let _in = span.enter();
         if let Some(reason) = self.plugin.poisoned() {
+            self.outcome("skipped");
             state.warn(format!(
                 "plugin {} is out of rotation ({reason}); skipped",
                 self.plugin.id()
@@ -289,6 +312,7 @@ impl Reducer for PluginReducer {
                 }
             }
         }
+        self.outcome("ok");
         let id = self.plugin.id();
         for c in checked {
             match c {

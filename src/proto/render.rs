@@ -1,7 +1,7 @@
 //! Rendered messages, token counts, reports, the output format and the audit
 //! record.
 
-use crate::model::{AuditRecord, EvictionCounts};
+use crate::model::{ActionKind, AuditRecord, Eviction, EvictionCounts};
 use crate::reduce::{BudgetReport, ReducerReport};
 use crate::render::{
     Origin, OutputFormat, RehydrationBlocked, RehydrationReport, RenderedMessage, RequestTokens,
@@ -134,6 +134,8 @@ impl From<&BudgetReport> for pb::BudgetReport {
             trigger: b.trigger,
             target: b.target,
             fixed_tokens: b.fixed_tokens,
+            system_tokens: b.system_tokens,
+            tool_tokens: b.tool_tokens,
         }
     }
 }
@@ -147,6 +149,8 @@ impl TryFrom<pb::BudgetReport> for BudgetReport {
             trigger: b.trigger,
             target: b.target,
             fixed_tokens: b.fixed_tokens,
+            system_tokens: b.system_tokens,
+            tool_tokens: b.tool_tokens,
         })
     }
 }
@@ -233,6 +237,8 @@ impl From<&AuditRecord> for pb::AuditRecord {
             rehydrated_artifact_ids: a.rehydrated_artifact_ids.clone(),
             warnings: a.warnings.clone(),
             strategies: a.strategies.clone(),
+            requester: a.requester.clone(),
+            evicted: a.evicted.iter().map(pb::Eviction::from).collect(),
         }
     }
 }
@@ -262,6 +268,60 @@ impl TryFrom<pb::AuditRecord> for AuditRecord {
             rehydrated_artifact_ids: a.rehydrated_artifact_ids,
             warnings: a.warnings,
             strategies: a.strategies,
+            requester: a.requester,
+            evicted: a
+                .evicted
+                .into_iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    Eviction::try_from(e).map_err(|err| err.within(&format!("evicted[{i}]")))
+                })
+                .collect::<Result<_>>()?,
+        })
+    }
+}
+
+impl From<&Eviction> for pb::Eviction {
+    fn from(e: &Eviction) -> Self {
+        let action = match e.action {
+            ActionKind::Externalize => pb::EvictionAction::Externalized,
+            ActionKind::Summarize => pb::EvictionAction::Summarized,
+            ActionKind::Clear => pb::EvictionAction::Cleared,
+            ActionKind::Drop => pb::EvictionAction::Dropped,
+            ActionKind::Include => pb::EvictionAction::Unspecified,
+        };
+        pb::Eviction {
+            action: action as i32,
+            first_message_id: e.first_message_id.clone(),
+            last_message_id: e.last_message_id.clone(),
+            message_count: e.message_count,
+            reason: e.reason.clone(),
+            strategy: e.strategy.clone(),
+            artifact_id: e.artifact_id.clone(),
+        }
+    }
+}
+
+impl TryFrom<pb::Eviction> for Eviction {
+    type Error = ConvertError;
+    fn try_from(e: pb::Eviction) -> Result<Self> {
+        let action = match pb::EvictionAction::try_from(e.action) {
+            Ok(pb::EvictionAction::Externalized) => ActionKind::Externalize,
+            Ok(pb::EvictionAction::Summarized) => ActionKind::Summarize,
+            Ok(pb::EvictionAction::Cleared) => ActionKind::Clear,
+            Ok(pb::EvictionAction::Dropped) => ActionKind::Drop,
+            Ok(pb::EvictionAction::Unspecified) | Err(_) => {
+                return Err(ConvertError::new("action", "unknown value"))
+            }
+        };
+        Ok(Eviction {
+            action,
+            first_message_id: e.first_message_id,
+            last_message_id: e.last_message_id,
+            message_count: e.message_count,
+            reason: e.reason,
+            strategy: e.strategy,
+            artifact_id: e.artifact_id,
         })
     }
 }

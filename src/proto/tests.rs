@@ -10,11 +10,11 @@ use serde_json::Value;
 
 use super::*;
 use crate::model::{
-    ArtifactReference, AuditRecord, ClearReason, ClearRecord, CompactionPlan, Content, ContentPart,
-    Decision, DeterminismMetadata, DropRecord, DroppedSpanIndex, Durability, EvictionCounts,
-    ExternalizationRecord, JsonText, Message, MessageMetadata, OpenItem, Outcome, Priority, Role,
-    Sensitivity, SpanReference, StructuredSummary, SummarizationRecord, Thread, ToolCall,
-    ToolContent, ToolOutcome, ToolResultEnvelope, ToolSchema,
+    ActionKind, ArtifactReference, AuditRecord, ClearReason, ClearRecord, CompactionPlan, Content,
+    ContentPart, Decision, DeterminismMetadata, DropRecord, DroppedSpanIndex, Durability, Eviction,
+    EvictionCounts, ExternalizationRecord, JsonText, Message, MessageMetadata, OpenItem, Outcome,
+    Priority, Role, Sensitivity, SpanReference, StructuredSummary, SummarizationRecord, Thread,
+    ToolCall, ToolContent, ToolOutcome, ToolResultEnvelope, ToolSchema,
 };
 use crate::reduce::{BudgetReport, ReducerReport};
 use crate::render::{
@@ -434,9 +434,15 @@ fn audit() -> impl Strategy<Value = AuditRecord> {
             vec(text(), 0..2),
             vec(text(), 0..2),
         ),
+        (text(), vec(eviction(), 0..3)),
     )
         .prop_map(
-            |((plan_version, fp, pf, ss, sr, rf), (summarizer_id, tokenizer, e), (a, r, w, st))| {
+            |(
+                (plan_version, fp, pf, ss, sr, rf),
+                (summarizer_id, tokenizer, e),
+                (a, r, w, st),
+                (requester, evicted),
+            )| {
                 AuditRecord {
                     plan_version,
                     plan_fingerprint: fp,
@@ -456,7 +462,33 @@ fn audit() -> impl Strategy<Value = AuditRecord> {
                     rehydrated_artifact_ids: r,
                     warnings: w,
                     strategies: st,
+                    requester,
+                    evicted,
                 }
+            },
+        )
+}
+
+fn eviction() -> impl Strategy<Value = Eviction> {
+    (
+        prop_oneof![
+            Just(ActionKind::Externalize),
+            Just(ActionKind::Summarize),
+            Just(ActionKind::Clear),
+            Just(ActionKind::Drop),
+        ],
+        (text(), text(), any::<u32>()),
+        (text(), text(), text()),
+    )
+        .prop_map(
+            |(action, (first, last, n), (reason, strategy, artifact))| Eviction {
+                action,
+                first_message_id: first,
+                last_message_id: last,
+                message_count: n,
+                reason,
+                strategy,
+                artifact_id: artifact,
             },
         )
 }
@@ -494,7 +526,7 @@ proptest! {
     fn reports_round_trip(
         t in tokens(),
         a in audit(),
-        b in vec(any::<u32>(), 5),
+        b in vec(any::<u32>(), 7),
         r in (text(), any::<u32>()),
         h in (text(), any::<bool>(), any::<bool>()),
         s in (text(), text(), json()),
@@ -507,6 +539,8 @@ proptest! {
             trigger: b[2],
             target: b[3],
             fixed_tokens: b[4],
+            system_tokens: b[5],
+            tool_tokens: b[6],
         };
         prop_assert_eq!(through_the_wire::<BudgetReport, pb::BudgetReport>(&budget)?, budget);
         let reducer = ReducerReport { name: r.0, tokens_freed: r.1 };

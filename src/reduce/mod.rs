@@ -502,6 +502,12 @@ pub struct BudgetReport {
     pub target: u32,
     /// System prompt, tools and framing.
     pub fixed_tokens: u32,
+    /// Of `fixed_tokens`: the system prompt.
+    #[serde(default)]
+    pub system_tokens: u32,
+    /// Of `fixed_tokens`: the tool schemas (the rest is framing).
+    #[serde(default)]
+    pub tool_tokens: u32,
 }
 
 /// What compaction did, for the caller and the audit record.
@@ -657,6 +663,8 @@ pub fn compact_with(
         trigger: budget.trigger(),
         target: budget.target(),
         fixed_tokens: fixed,
+        system_tokens: budget.system_tokens,
+        tool_tokens: budget.tool_tokens,
     };
     let mut per_reducer: Vec<ReducerReport> = reducers
         .iter()

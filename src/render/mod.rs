@@ -7,6 +7,7 @@ mod count;
 pub mod images;
 
 pub mod openai;
+pub mod quality;
 mod rehydrate;
 mod renderer;
 mod request;

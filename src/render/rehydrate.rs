@@ -46,6 +46,20 @@ pub enum RehydrationBlocked {
     Unavailable,
 }
 
+impl RehydrationBlocked {
+    /// The wire name (`SENSITIVITY`, …), for events and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RehydrationBlocked::Sensitivity => "SENSITIVITY",
+            RehydrationBlocked::Permission => "PERMISSION",
+            RehydrationBlocked::Cooldown => "COOLDOWN",
+            RehydrationBlocked::TurnLimit => "TURN_LIMIT",
+            RehydrationBlocked::NotFound => "NOT_FOUND",
+            RehydrationBlocked::Unavailable => "UNAVAILABLE",
+        }
+    }
+}
+
 /// Automatic rehydration: artifacts the agent names in its latest turn are
 /// injected for that turn, within limits that keep it from looping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -191,11 +191,14 @@ impl Entry {
     /// Records the plan version and tokens before and after.
     pub fn plan(&mut self, version: u64, tokens_before: Option<u32>, tokens_after: Option<u32>) {
         self.plan_version = Some(version);
-        self.span.record("compactd.plan_version", version);
+        self.span
+            .record("compactd.plan_version", crate::telemetry::int(version));
         if let (Some(b), Some(a)) = (tokens_before, tokens_after) {
             self.tokens = Some((b, a));
-            self.span.record("compactd.tokens_before", b);
-            self.span.record("compactd.tokens_after", a);
+            self.span
+                .record("compactd.tokens_before", crate::telemetry::int(b));
+            self.span
+                .record("compactd.tokens_after", crate::telemetry::int(a));
         }
     }
 
@@ -211,7 +214,7 @@ impl Entry {
             self.span.record("otel.status_code", "ERROR");
             // The code only: a status message may quote request values.
             self.span.in_scope(|| {
-                tracing::warn!(error_type = %code_name(code), "compact.error");
+                tracing::warn!(error_type = %code_name(code), fallback = "none", "compact.error");
             });
         }
         result
@@ -220,6 +223,13 @@ impl Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
+        let code = code_name(self.code.unwrap_or(Code::Cancelled));
+        crate::telemetry::metrics().rpc(
+            &self.method,
+            &code,
+            self.start.elapsed().as_secs_f64(),
+            &self.tenant,
+        );
         self.log.write(&Line {
             time: rfc3339_now(),
             tenant: &self.tenant,
@@ -227,7 +237,7 @@ impl Drop for Entry {
             method: &self.method,
             thread_id: &self.thread_id,
             plan_version: self.plan_version,
-            code: code_name(self.code.unwrap_or(Code::Cancelled)),
+            code,
             tokens_before: self.tokens.map(|t| t.0),
             tokens_after: self.tokens.map(|t| t.1),
             latency_ms: self.start.elapsed().as_secs_f64() * 1000.0,

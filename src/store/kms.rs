@@ -205,7 +205,8 @@ impl KeyService for KmsKeys {
             .key_id(self.key_for(context.tenant))
             .key_spec(DataKeySpec::Aes256)
             .set_encryption_context(Some(kms_context(context)))
-            .send()
+            .send();
+        let out = super::aws_call("KMS", "GenerateDataKey", out)
             .await
             .map_err(|e| kms_error("GenerateDataKey", e))?;
         let plaintext = out
@@ -244,7 +245,8 @@ impl KeyService for KmsKeys {
             .key_id(key_id)
             .ciphertext_blob(Blob::new(wrapped))
             .set_encryption_context(Some(kms_context(context)))
-            .send()
+            .send();
+        let out = super::aws_call("KMS", "Decrypt", out)
             .await
             .map_err(|e| kms_error("Decrypt", e))?;
         let plaintext = Zeroizing::new(

@@ -39,6 +39,31 @@ pub use artifact::{FsArtifactStore, KEYRING_FILE};
 pub use memory::{MemoryArtifactStore, MemoryPlanStore};
 pub use plan::FsPlanStore;
 
+/// One AWS API request in a client span of its own (`S3.PutObject`,
+/// `KMS.Decrypt`, …): which calls a compaction made and how long each took.
+/// No keys, bucket paths or payloads are recorded.
+pub(crate) async fn aws_call<T, E>(
+    service: &'static str,
+    operation: &'static str,
+    call: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    use tracing::Instrument as _;
+    let span = tracing::info_span!(
+        "compactd.aws",
+        otel.name = %format_args!("{service}.{operation}"),
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        rpc.system = "aws-api",
+        rpc.service = service,
+        rpc.method = operation,
+    );
+    let out = call.instrument(span.clone()).await;
+    if out.is_err() {
+        span.record("otel.status_code", "ERROR");
+    }
+    out
+}
+
 /// Longest tenant or thread id accepted, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
 

@@ -146,7 +146,8 @@ impl S3Location {
                 .bucket(&self.bucket)
                 .prefix(prefix)
                 .set_continuation_token(token)
-                .send()
+                .send();
+            let out = super::aws_call("S3", "ListObjectsV2", out)
                 .await
                 .map_err(|e| s3_error("ListObjectsV2", e))?;
             keys.extend(
@@ -178,7 +179,7 @@ impl S3Location {
             Some(n) => req.range(format!("bytes=0-{}", n - 1)),
             None => req,
         };
-        let out = match req.send().await {
+        let out = match super::aws_call("S3", "GetObject", req.send()).await {
             Ok(out) => out,
             Err(e) => {
                 return match s3_error("GetObject", e) {
@@ -213,7 +214,8 @@ impl S3Location {
                 .delete_objects()
                 .bucket(&self.bucket)
                 .delete(delete)
-                .send()
+                .send();
+            let out = super::aws_call("S3", "DeleteObjects", out)
                 .await
                 .map_err(|e| s3_error("DeleteObjects", e))?;
             if let Some(err) = out.errors().first() {
@@ -230,14 +232,13 @@ impl S3Location {
     /// Deletes `key`; `false` when there was nothing to delete (S3's
     /// DeleteObject succeeds either way, so existence is checked first).
     async fn delete_if_exists(&self, key: &str) -> Result<bool, StoreError> {
-        match self
+        let head = self
             .client
             .head_object()
             .bucket(&self.bucket)
             .key(key)
-            .send()
-            .await
-        {
+            .send();
+        match super::aws_call("S3", "HeadObject", head).await {
             Ok(_) => {}
             Err(e) => {
                 return match s3_error("HeadObject", e) {
@@ -246,11 +247,13 @@ impl S3Location {
                 }
             }
         }
-        self.client
+        let delete = self
+            .client
             .delete_object()
             .bucket(&self.bucket)
             .key(key)
-            .send()
+            .send();
+        super::aws_call("S3", "DeleteObject", delete)
             .await
             .map_err(|e| s3_error("DeleteObject", e))?;
         Ok(true)
@@ -397,8 +400,8 @@ impl S3ArtifactStore {
             .if_none_match("*")
             .content_type("application/octet-stream")
             .body(ByteStream::from(sealed.bytes))
-            .send()
-            .await;
+            .send();
+        let sent = super::aws_call("S3", "PutObject", sent).await;
         match sent {
             Ok(_) => Ok(Some(sealed.id)),
             Err(e) if id.is_some() && matches!(status(&e), Some(412 | 409)) => Ok(None),
@@ -585,7 +588,7 @@ impl PlanStore for S3PlanStore {
                 .ssekms_key_id(k);
         }
         let (bytes, _) = encode_plan(tenant, thread_id, plan, version)?;
-        match put.body(ByteStream::from(bytes)).send().await {
+        match super::aws_call("S3", "PutObject", put.body(ByteStream::from(bytes)).send()).await {
             Ok(_) => Ok(version),
             // 412: someone else's write came first. 409: a concurrent
             // conditional write to the same key is still in progress.

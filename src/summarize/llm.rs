@@ -297,6 +297,44 @@ pub enum AnswerError {
     Invalid(String),
 }
 
+/// What a Chat Completions response says about itself (usage, model,
+/// finish reason), for telemetry; absent fields stay `None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompletionMeta {
+    /// `usage.prompt_tokens`.
+    pub input_tokens: Option<u64>,
+    /// `usage.completion_tokens`.
+    pub output_tokens: Option<u64>,
+    /// `model`.
+    pub response_model: Option<String>,
+    /// `choices[0].finish_reason`.
+    pub finish_reason: Option<String>,
+}
+
+/// Reads [`CompletionMeta`] from a response body (nothing if it is not JSON).
+pub fn completion_meta(body: &[u8]) -> CompletionMeta {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return CompletionMeta::default();
+    };
+    let usage = v.get("usage");
+    let short = |s: &str| head(s, 128).to_string();
+    CompletionMeta {
+        input_tokens: usage
+            .and_then(|u| u.get("prompt_tokens"))
+            .and_then(Value::as_u64),
+        output_tokens: usage
+            .and_then(|u| u.get("completion_tokens"))
+            .and_then(Value::as_u64),
+        response_model: v.get("model").and_then(Value::as_str).map(short),
+        finish_reason: v
+            .get("choices")
+            .and_then(|c| c.get(0))
+            .and_then(|c| c.get("finish_reason"))
+            .and_then(Value::as_str)
+            .map(short),
+    }
+}
+
 /// Reads the summary out of a Chat Completions response body.
 pub fn parse_completion(body: &[u8]) -> Result<String, AnswerError> {
     let v: Value = serde_json::from_slice(body)
@@ -582,6 +620,18 @@ mod tests {
         let plain = chat_body("m", Style::TaskState, "hi", 500, ResponseFormat::None);
         assert!(plain.get("response_format").is_none());
         assert_eq!(plain["max_tokens"], 500);
+    }
+
+    #[test]
+    fn completion_meta_reads_usage_model_and_finish() {
+        let body = br#"{"model":"gpt-4o-mini-2024","usage":{"prompt_tokens":812,"completion_tokens":97},"choices":[{"message":{"content":"{}"},"finish_reason":"stop"}]}"#;
+        let m = completion_meta(body);
+        assert_eq!(m.input_tokens, Some(812));
+        assert_eq!(m.output_tokens, Some(97));
+        assert_eq!(m.response_model.as_deref(), Some("gpt-4o-mini-2024"));
+        assert_eq!(m.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(completion_meta(b"<html>"), CompletionMeta::default());
+        assert_eq!(completion_meta(br#"{"choices":[]}"#).input_tokens, None);
     }
 
     #[test]

@@ -165,7 +165,8 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
             });
             s.script.pop_front().unwrap_or_else(|| s.default.clone())
         };
-        let (status, reply) = answer(&behavior, &body).await;
+        let (status, mut reply) = answer(&behavior, &body).await;
+        with_usage(&mut reply, &body);
         let text = reply.to_string();
         let head = format!(
             "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
@@ -206,6 +207,31 @@ async fn read_head(
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
+}
+
+/// What a real endpoint reports about an answer: the model and token usage
+/// (≈4 bytes a token), so telemetry of usage can be checked.
+fn with_usage(reply: &mut Value, body: &Value) {
+    if reply.get("choices").is_none() {
+        return;
+    }
+    let prompt: usize = body["messages"].as_array().map_or(0, |m| {
+        m.iter()
+            .map(|m| m["content"].as_str().map_or(0, str::len))
+            .sum()
+    });
+    let answer = reply["choices"][0]["message"]["content"]
+        .as_str()
+        .map_or(0, str::len);
+    reply["model"] = json!(format!(
+        "{}-2026-01",
+        body["model"].as_str().unwrap_or("fake")
+    ));
+    reply["usage"] = json!({
+        "prompt_tokens": prompt / 4 + 1,
+        "completion_tokens": answer / 4 + 1,
+        "total_tokens": prompt / 4 + answer / 4 + 2,
+    });
 }
 
 fn completion(content: Value, finish: &str) -> Value {
