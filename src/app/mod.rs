@@ -10,6 +10,7 @@
 
 mod compact;
 mod error;
+mod explain;
 mod lifecycle;
 mod rehydrate;
 mod render;
@@ -20,6 +21,7 @@ use std::sync::Arc;
 
 pub use compact::{CompactCommand, CompactOutcome, WrittenArtifact};
 pub use error::AppError;
+pub use explain::{ArtifactHit, ExplainCommand, ExplainOutcome};
 pub use lifecycle::{DeleteOutcome, Lifecycle, Quotas, ResetOutcome, SweepReport, Usage};
 pub use rehydrate::{RehydrateCommand, RehydrateOutcome};
 pub use render::{RenderCommand, RenderOutcome, RenderedOutput};
@@ -310,6 +312,8 @@ pub enum UseCase {
     DeleteThread,
     /// Replace a thread's plan with an empty one.
     ResetPlan,
+    /// Say where a text went under the plan.
+    Explain,
 }
 
 impl UseCase {
@@ -333,6 +337,9 @@ impl UseCase {
             UseCase::Rehydrate => vec![Permission::Rehydrate],
             UseCase::DeleteThread => vec![Permission::Delete],
             UseCase::ResetPlan => vec![Permission::Compact],
+            // Who may render through the plan may ask what it did; artifact
+            // contents are still gated per sensitivity.
+            UseCase::Explain => vec![Permission::Render],
         }
     }
 

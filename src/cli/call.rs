@@ -1,4 +1,4 @@
-//! `compactd call compact|render|rehydrate`: an operator client. Reads a
+//! `compactd call compact|render|rehydrate|delete-thread|reset-plan|explain`: an operator client. Reads a
 //! thread file, sends one RPC and prints the response as JSON.
 //!
 //! The JSON mirrors the response field by field, with three changes that
@@ -36,6 +36,8 @@ pub enum Method {
     DeleteThread,
     /// Replace the thread's plan with an empty one at the next version.
     ResetPlan,
+    /// Say where a text went under the plan (verbatim, summary, artifact, dropped).
+    Explain,
 }
 
 /// Arguments of `compactd call`. Options a method does not use are ignored by it.
@@ -101,6 +103,12 @@ pub struct CallArgs {
     /// Render: leave tool calls without a result out instead of failing.
     #[arg(long)]
     omit_pending_calls: bool,
+    /// Explain: the text to look for (required).
+    #[arg(long)]
+    text: Option<String>,
+    /// Explain: also decrypt and search the plan's artifacts.
+    #[arg(long)]
+    search_artifacts: bool,
 }
 
 /// A built request, ready to send.
@@ -110,6 +118,7 @@ enum Built {
     Rehydrate(pb::RehydrateRequest),
     DeleteThread(pb::DeleteThreadRequest),
     ResetPlan(pb::ResetPlanRequest),
+    Explain(pb::ExplainRequest),
 }
 
 /// Sends the call and prints the response as JSON.
@@ -168,6 +177,11 @@ pub async fn call(args: &CallArgs) -> Result<Value, Failure> {
                     "version": r.version,
                 })
             }),
+        Built::Explain(r) => client
+            .explain(credential.request(r).map_err(client_failure)?)
+            .await
+            .map_err(|s| client_failure(s.into()))
+            .map(|r| explain_json(r.into_inner())),
     }
 }
 
@@ -190,6 +204,7 @@ fn build(args: &CallArgs) -> Result<Built, Failure> {
     let method = match args.method {
         Method::DeleteThread => "delete-thread",
         Method::ResetPlan => "reset-plan",
+        Method::Explain => "explain",
         _ => "rehydrate",
     };
     let required_for = |v: &Option<String>, option: &str| {
@@ -244,6 +259,34 @@ fn build(args: &CallArgs) -> Result<Built, Failure> {
             expected_version: args.expected_version,
             tenant_id: None,
         }),
+        Method::Explain => {
+            let text = required_for(&args.text, "text")?;
+            // The thread is optional: with it, Explain says which messages
+            // hold the text.
+            let thread = match &args.input {
+                Some(_) => {
+                    let (mut thread, _, _) = input(args)?;
+                    if let Some(id) = &args.thread_id {
+                        thread.id = id.clone();
+                    }
+                    Some(thread)
+                }
+                None => None,
+            };
+            let thread_id = match (&args.thread_id, &thread) {
+                (Some(id), _) => id.clone(),
+                (None, Some(t)) => t.id.clone(),
+                (None, None) => required_for(&args.thread_id, "thread-id")?,
+            };
+            Built::Explain(pb::ExplainRequest {
+                thread_id,
+                plan_version: args.plan_version,
+                text,
+                thread,
+                search_artifacts: args.search_artifacts,
+                tenant_id: None,
+            })
+        }
     })
 }
 
@@ -316,6 +359,48 @@ fn render_json(r: pb::RenderResponse, format: Format) -> Result<Value, ConvertEr
     };
     out.insert("compaction".into(), compaction);
     Ok(Value::Object(out))
+}
+
+/// An `ExplainResponse` as JSON (enums as lower-case names).
+fn explain_json(r: pb::ExplainResponse) -> Value {
+    let action = |a: i32| match pb::EvictionAction::try_from(a) {
+        Ok(pb::EvictionAction::Externalized) => "externalized",
+        Ok(pb::EvictionAction::Summarized) => "summarized",
+        Ok(pb::EvictionAction::Cleared) => "cleared",
+        Ok(pb::EvictionAction::Dropped) => "dropped",
+        _ => "verbatim",
+    };
+    let verdict = match pb::ExplainVerdict::try_from(r.verdict) {
+        Ok(pb::ExplainVerdict::Verbatim) => "verbatim",
+        Ok(pb::ExplainVerdict::InSummary) => "in_summary",
+        Ok(pb::ExplainVerdict::CompactedOut) => "compacted_out",
+        _ => "not_found",
+    };
+    json!({
+        "plan_version": r.plan_version,
+        "verdict": verdict,
+        "messages": r.messages.iter().map(|h| json!({
+            "message_id": h.message_id,
+            "action": if h.verbatim { "verbatim" } else { action(h.action) },
+            "first_message_id": h.first_message_id,
+            "last_message_id": h.last_message_id,
+            "strategy": h.strategy,
+            "artifact_id": h.artifact_id,
+            "in_replacement": h.in_replacement,
+        })).collect::<Vec<_>>(),
+        "summaries": r.summaries.iter().map(|h| json!({
+            "action": action(h.action),
+            "first_message_id": h.first_message_id,
+            "last_message_id": h.last_message_id,
+            "strategy": h.strategy,
+            "artifact_id": h.artifact_id,
+        })).collect::<Vec<_>>(),
+        "artifacts": r.artifacts.iter().map(|a| json!({
+            "artifact_id": a.artifact_id,
+            "message_ids": a.message_ids,
+        })).collect::<Vec<_>>(),
+        "artifacts_not_searched": r.artifacts_not_searched,
+    })
 }
 
 /// A `RehydrateResponse` as JSON.
@@ -599,6 +684,33 @@ mod tests {
         assert!(out["tokens"].as_u64().unwrap() <= 50);
         assert!(out["content"].as_str().unwrap().starts_with("00000 INFO"));
         assert_eq!(out["sensitivity"], "internal");
+
+        // Where a line of the externalized output went.
+        let out = call(&args(&[
+            "explain",
+            "--addr",
+            &addr,
+            "--thread-id",
+            "t-call",
+            "--text",
+            "00000 INFO",
+            "--search-artifacts",
+        ]))
+        .await
+        .expect("explain");
+        assert_eq!(out["verdict"], "compacted_out", "{out}");
+        assert_eq!(out["artifacts"][0]["artifact_id"], artifact.as_str());
+        let e = call(&args(&[
+            "explain",
+            "--addr",
+            &addr,
+            "--thread-id",
+            "t-call",
+        ]))
+        .await
+        .unwrap_err();
+        assert_eq!(e.code, 2);
+        assert!(e.message.contains("--text"), "{}", e.message);
 
         // A stale expected version: ABORTED, with the reason decoded.
         let e = call(&with(&["compact", "--expected-version", "7"]))

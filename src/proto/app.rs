@@ -3,15 +3,17 @@
 use std::sync::Arc;
 
 use crate::app::{
-    CompactCommand, CompactOutcome, RehydrateCommand, RehydrateOutcome, RenderCommand,
-    RenderOutcome, RenderedOutput,
+    CompactCommand, CompactOutcome, ExplainCommand, ExplainOutcome, RehydrateCommand,
+    RehydrateOutcome, RenderCommand, RenderOutcome, RenderedOutput,
 };
+use crate::model::ActionKind;
 use crate::model::{Thread, ToolSchema};
 use crate::reduce::{Policy, Report};
+use crate::render::explain::Verdict;
 
 use super::render::output_format;
 use super::thread::{observations_from_pb, policy_from_overrides};
-use super::{each, pb, required, Result};
+use super::{each, optional, pb, required, Result};
 
 /// The command for what Compact and Render requests both carry (under the
 /// same names; the two messages share no type), with the request's
@@ -65,6 +67,79 @@ pub fn render_command(r: pb::RenderRequest, base: &Policy) -> Result<RenderComma
         read_artifact_tool: r.read_artifact_tool,
         request: shared_command!(r, base),
     })
+}
+
+/// An Explain request as a command (the use case checks the text and ids).
+pub fn explain_command(r: pb::ExplainRequest) -> Result<ExplainCommand> {
+    Ok(ExplainCommand {
+        thread_id: r.thread_id,
+        plan_version: r.plan_version,
+        text: r.text,
+        thread: optional::<_, Thread>(r.thread, "thread")?,
+        search_artifacts: r.search_artifacts,
+    })
+}
+
+fn eviction_action(a: ActionKind) -> i32 {
+    (match a {
+        ActionKind::Externalize => pb::EvictionAction::Externalized,
+        ActionKind::Summarize => pb::EvictionAction::Summarized,
+        ActionKind::Clear => pb::EvictionAction::Cleared,
+        ActionKind::Drop => pb::EvictionAction::Dropped,
+        ActionKind::Include => pb::EvictionAction::Unspecified,
+    }) as i32
+}
+
+impl From<ExplainOutcome> for pb::ExplainResponse {
+    fn from(out: ExplainOutcome) -> Self {
+        let verdict = match out.verdict {
+            Verdict::Verbatim => pb::ExplainVerdict::Verbatim,
+            Verdict::InSummary => pb::ExplainVerdict::InSummary,
+            Verdict::CompactedOut => pb::ExplainVerdict::CompactedOut,
+            Verdict::NotFound => pb::ExplainVerdict::NotFound,
+        };
+        pb::ExplainResponse {
+            plan_version: out.plan_version,
+            verdict: verdict as i32,
+            messages: out
+                .explanation
+                .messages
+                .into_iter()
+                .map(|h| pb::ExplainMessageHit {
+                    verbatim: h.action == ActionKind::Include,
+                    action: eviction_action(h.action),
+                    message_id: h.message_id,
+                    first_message_id: h.first_message_id,
+                    last_message_id: h.last_message_id,
+                    strategy: h.strategy,
+                    artifact_id: h.artifact_id,
+                    in_replacement: h.in_replacement,
+                })
+                .collect(),
+            summaries: out
+                .explanation
+                .summaries
+                .into_iter()
+                .map(|h| pb::ExplainSummaryHit {
+                    action: eviction_action(h.action),
+                    first_message_id: h.first_message_id,
+                    last_message_id: h.last_message_id,
+                    strategy: h.strategy,
+                    artifact_id: h.artifact_id,
+                })
+                .collect(),
+            artifacts: out
+                .artifacts
+                .into_iter()
+                .map(|a| pb::ExplainArtifactHit {
+                    artifact_id: a.artifact_id,
+                    message_ids: a.message_ids,
+                    sensitivity: super::thread::sensitivity_to_pb(a.sensitivity),
+                })
+                .collect(),
+            artifacts_not_searched: out.not_searched,
+        }
+    }
 }
 
 /// A Rehydrate request as a command (the use case checks the ids).

@@ -6,6 +6,7 @@ mod body_count;
 mod count;
 pub mod images;
 
+pub mod explain;
 pub mod openai;
 pub mod quality;
 mod rehydrate;

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use crate::app::{App, AppError, UseCase};
-use crate::proto::{compact_command, pb, rehydrate_command, render_command, ConvertError};
+use crate::proto::{
+    compact_command, explain_command, pb, rehydrate_command, render_command, ConvertError,
+};
 use crate::runtime::blocking;
 use crate::security::SecurityContext;
 
@@ -91,6 +93,12 @@ impl Messages for pb::RenderRequest {
 impl Messages for pb::RehydrateRequest {
     fn messages(&self) -> usize {
         0
+    }
+}
+
+impl Messages for pb::ExplainRequest {
+    fn messages(&self) -> usize {
+        self.thread.as_ref().map_or(0, |t| t.messages.len())
     }
 }
 
@@ -182,6 +190,28 @@ impl CompactionService for CompactionApi {
                 .admit_and_convert(&ctx, r, |r, _| Ok(rehydrate_command(r)))
                 .await?;
             let out = self.app.rehydrate(&ctx, cmd).await?;
+            Ok(Response::new(out.into()))
+        }
+        .instrument(span)
+        .await;
+        entry.finish(result)
+    }
+
+    async fn explain(
+        &self,
+        request: Request<pb::ExplainRequest>,
+    ) -> Result<Response<pb::ExplainResponse>, Status> {
+        let ctx = context(&request)?;
+        let r = request.into_inner();
+        let mut entry = self.access.entry("Explain", &ctx, &r.thread_id);
+        let span = entry.span();
+        let result = async {
+            UseCase::Explain.authorize(&ctx, r.tenant_id.as_deref())?;
+            let cmd = self
+                .admit_and_convert(&ctx, r, |r, _| explain_command(r))
+                .await?;
+            let out = self.app.explain(&ctx, cmd).await?;
+            entry.plan(out.plan_version, None, None);
             Ok(Response::new(out.into()))
         }
         .instrument(span)

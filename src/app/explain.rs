@@ -1,0 +1,164 @@
+//! Explain: where a piece of text went under the committed plan (verbatim,
+//! a summary, an artifact, a dropped span), for operators answering "was X
+//! compacted out, or did the model ignore it?".
+
+use crate::model::{Sensitivity, Thread};
+use crate::reduce::referenced_artifacts;
+use crate::render::explain::{contains, explain, Explanation, Verdict};
+use crate::runtime::blocking;
+use crate::security::SecurityContext;
+use crate::store::StoreError;
+
+use super::{App, AppError, Result, UseCase};
+
+/// Longest text Explain looks for, in characters.
+pub const MAX_EXPLAIN_TEXT_CHARS: usize = 1_000;
+/// Most artifacts one Explain decrypts and searches.
+pub const MAX_EXPLAIN_ARTIFACTS: usize = 256;
+
+/// An Explain call.
+#[derive(Debug, Clone)]
+pub struct ExplainCommand {
+    /// The thread.
+    pub thread_id: String,
+    /// The plan version asked about (0: the current one).
+    pub plan_version: u64,
+    /// What to look for.
+    pub text: String,
+    /// The thread snapshot, when the caller sends it.
+    pub thread: Option<Thread>,
+    /// Decrypt and search the plan's artifacts too.
+    pub search_artifacts: bool,
+}
+
+/// An artifact whose content holds the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArtifactHit {
+    /// The artifact.
+    pub artifact_id: String,
+    /// The messages whose content it holds.
+    pub message_ids: Vec<String>,
+    /// Its classification.
+    pub sensitivity: Sensitivity,
+}
+
+/// What Explain found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExplainOutcome {
+    /// The plan version searched.
+    pub plan_version: u64,
+    /// The short answer.
+    pub verdict: Verdict,
+    /// Messages and summaries holding the text.
+    pub explanation: Explanation,
+    /// Artifacts holding it.
+    pub artifacts: Vec<ArtifactHit>,
+    /// Artifacts not searched (permission, expired, over the limit).
+    pub not_searched: Vec<String>,
+}
+
+impl App {
+    /// Explains where `cmd.text` went for the caller's tenant.
+    pub async fn explain(
+        &self,
+        ctx: &SecurityContext,
+        cmd: ExplainCommand,
+    ) -> Result<ExplainOutcome> {
+        UseCase::Explain.authorize(ctx, None)?;
+        if cmd.thread_id.is_empty() {
+            return Err(AppError::invalid("thread_id", "must not be empty"));
+        }
+        let chars = cmd.text.chars().count();
+        if cmd.text.trim().is_empty() || chars > MAX_EXPLAIN_TEXT_CHARS {
+            return Err(AppError::invalid(
+                "text",
+                format!(
+                    "must be 1 to {MAX_EXPLAIN_TEXT_CHARS} characters, not blank (got {chars})"
+                ),
+            ));
+        }
+        if let Some(t) = &cmd.thread {
+            if t.id != cmd.thread_id {
+                return Err(AppError::invalid("thread.id", "must equal thread_id"));
+            }
+            self.validate_thread(t)?;
+        }
+        let plan = self
+            .current_plan(&ctx.tenant_id, &cmd.thread_id)
+            .await?
+            .ok_or_else(|| AppError::NotFound("plan for this thread".into()))?;
+        if cmd.plan_version != 0 && cmd.plan_version != plan.version {
+            return Err(AppError::VersionConflict {
+                expected: cmd.plan_version,
+                current: plan.version,
+            });
+        }
+        let ids: Vec<String> = if cmd.search_artifacts {
+            referenced_artifacts(&plan).into_iter().collect()
+        } else {
+            Vec::new()
+        };
+        let plan_version = plan.version;
+        let text = cmd.text.clone();
+        let thread = cmd.thread;
+        let explanation = blocking(move || explain(thread.as_ref(), &plan, &text)).await?;
+
+        let needle = cmd.text.to_lowercase();
+        let mut artifacts = Vec::new();
+        let mut not_searched = Vec::new();
+        let store = &self.inner.artifacts;
+        for (k, id) in ids.into_iter().enumerate() {
+            if k >= MAX_EXPLAIN_ARTIFACTS {
+                not_searched.push(id);
+                continue;
+            }
+            // The metadata first: content the caller may not read is never decrypted.
+            let meta = match store
+                .get_metadata(&ctx.tenant_id, &cmd.thread_id, &id)
+                .await
+            {
+                Ok(m) => m,
+                Err(StoreError::NotFound) => {
+                    not_searched.push(id);
+                    continue;
+                }
+                Err(e) => return Err(super::error::artifact_read_error(e, "search_artifacts")),
+            };
+            if !ctx.can_read(meta.sensitivity) {
+                not_searched.push(id);
+                continue;
+            }
+            let bytes = match store.get(&ctx.tenant_id, &cmd.thread_id, &id).await {
+                Ok((_, b)) => b,
+                Err(StoreError::NotFound) => {
+                    not_searched.push(id);
+                    continue;
+                }
+                Err(e) => return Err(super::error::artifact_read_error(e, "search_artifacts")),
+            };
+            if contains(&String::from_utf8_lossy(&bytes), &needle) {
+                artifacts.push(ArtifactHit {
+                    artifact_id: id,
+                    message_ids: meta.message_ids,
+                    sensitivity: meta.sensitivity,
+                });
+            }
+        }
+        let verdict = explanation.verdict_with(!artifacts.is_empty());
+        tracing::info!(
+            plan_version = crate::telemetry::int(plan_version),
+            verdict = verdict.as_str(),
+            message_hits = crate::telemetry::int(explanation.messages.len()),
+            summary_hits = crate::telemetry::int(explanation.summaries.len()),
+            artifact_hits = crate::telemetry::int(artifacts.len()),
+            "compact.explain"
+        );
+        Ok(ExplainOutcome {
+            plan_version,
+            verdict,
+            explanation,
+            artifacts,
+            not_searched,
+        })
+    }
+}

@@ -1,0 +1,174 @@
+//! Explain through gRPC: where a text went under the committed plan —
+//! verbatim, in a summary, compacted out into an artifact (found by
+//! decrypting it), or nowhere — with the documented errors.
+
+mod server_common;
+
+use compactd::proto::pb;
+use server_common::*;
+use tonic::Code;
+
+fn explain(thread_id: &str, text: &str) -> pb::ExplainRequest {
+    pb::ExplainRequest {
+        thread_id: thread_id.into(),
+        text: text.into(),
+        ..Default::default()
+    }
+}
+
+/// Line 123 of `big_output`: only the externalized tool result holds it.
+const LOG_LINE: &str = "00123 INFO worker-4 processed batch";
+
+#[tokio::test]
+async fn explain_says_where_text_went() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+    let thread = big_thread("t-explain", 2000);
+    let mut req = compact_req(thread.clone(), 8_000);
+    req.policy = Some(externalize_policy());
+    let out = within(client.compact(authed(req, &acme)))
+        .await
+        .expect("compact")
+        .into_inner();
+    let plan = out.plan.expect("plan");
+    let externalized = plan
+        .externalizations
+        .iter()
+        .find(|e| e.span.as_ref().is_some_and(|s| s.message_ids == ["t1"]))
+        .expect("the big result is externalized");
+    let artifact = externalized.artifact_id.clone();
+    let recorded: Vec<&String> = plan
+        .externalizations
+        .iter()
+        .filter_map(|r| r.span.as_ref())
+        .chain(plan.summarizations.iter().filter_map(|r| r.span.as_ref()))
+        .chain(plan.clearings.iter().filter_map(|r| r.span.as_ref()))
+        .chain(plan.drops.iter().filter_map(|r| r.span.as_ref()))
+        .flat_map(|s| &s.message_ids)
+        .collect();
+
+    // With the thread: the message that held it, what the plan did, and the
+    // artifact that holds it now.
+    let mut r = explain("t-explain", LOG_LINE);
+    r.thread = Some(thread.clone());
+    let e = within(client.explain(authed(r, &acme)))
+        .await
+        .expect("explain")
+        .into_inner();
+    assert_eq!(e.plan_version, plan.version);
+    assert_eq!(e.verdict, pb::ExplainVerdict::CompactedOut as i32, "{e:?}");
+    let hit = e
+        .messages
+        .iter()
+        .find(|h| h.message_id == "t1")
+        .expect("t1");
+    assert!(!hit.verbatim);
+    assert_eq!(hit.action, pb::EvictionAction::Externalized as i32);
+    assert_eq!(hit.artifact_id, artifact);
+    assert!(!hit.in_replacement);
+
+    // Case does not matter.
+    let mut r = explain("t-explain", &LOG_LINE.to_lowercase());
+    r.thread = Some(thread.clone());
+    let e = within(client.explain(authed(r, &acme)))
+        .await
+        .expect("explain")
+        .into_inner();
+    assert_eq!(e.verdict, pb::ExplainVerdict::CompactedOut as i32);
+
+    // Without the thread, only the artifacts' contents can tell.
+    let e = within(client.explain(authed(explain("t-explain", LOG_LINE), &acme)))
+        .await
+        .expect("explain")
+        .into_inner();
+    assert_eq!(e.verdict, pb::ExplainVerdict::NotFound as i32);
+    let mut r = explain("t-explain", LOG_LINE);
+    r.search_artifacts = true;
+    let e = within(client.explain(authed(r, &acme)))
+        .await
+        .expect("explain")
+        .into_inner();
+    assert_eq!(e.verdict, pb::ExplainVerdict::CompactedOut as i32);
+    assert!(e
+        .artifacts
+        .iter()
+        .any(|a| a.artifact_id == artifact && a.message_ids == ["t1"]));
+
+    // A message no record covers is verbatim; the plan decides which.
+    let last = thread.messages.last().expect("messages");
+    assert!(!recorded.contains(&&last.id));
+    let mut r = explain("t-explain", "Answer number 4");
+    r.thread = Some(thread.clone());
+    let e = within(client.explain(authed(r, &acme)))
+        .await
+        .expect("explain")
+        .into_inner();
+    assert_eq!(e.verdict, pb::ExplainVerdict::Verbatim as i32, "{e:?}");
+    assert!(e
+        .messages
+        .iter()
+        .any(|h| h.message_id == "a4" && h.verbatim));
+
+    // Text the thread never held.
+    let mut r = explain("t-explain", "the zebra crossed at dawn");
+    r.thread = Some(thread.clone());
+    r.search_artifacts = true;
+    let e = within(client.explain(authed(r, &acme)))
+        .await
+        .expect("explain")
+        .into_inner();
+    assert_eq!(e.verdict, pb::ExplainVerdict::NotFound as i32);
+    assert!(e.messages.is_empty() && e.summaries.is_empty() && e.artifacts.is_empty());
+
+    // A caller who may not read the artifacts' sensitivity: listed, not searched.
+    let reader = token("acme", &["render"]);
+    let mut r = explain("t-explain", LOG_LINE);
+    r.search_artifacts = true;
+    let e = within(client.explain(authed(r, &reader)))
+        .await
+        .expect("explain")
+        .into_inner();
+    assert_eq!(e.verdict, pb::ExplainVerdict::NotFound as i32);
+    assert!(e.artifacts_not_searched.contains(&artifact));
+
+    // Errors, each naming its field or cause.
+    let err = within(client.explain(authed(explain("t-explain", "  "), &acme)))
+        .await
+        .expect_err("blank text");
+    assert_status(&err, Code::InvalidArgument, Some("text"));
+    let err = within(client.explain(authed(explain("t-explain", &"x".repeat(1_001)), &acme)))
+        .await
+        .expect_err("long text");
+    assert_status(&err, Code::InvalidArgument, Some("text"));
+    let mut r = explain("t-explain", "log");
+    r.thread = Some(small_thread("another-thread"));
+    let err = within(client.explain(authed(r, &acme)))
+        .await
+        .expect_err("thread id mismatch");
+    assert_status(&err, Code::InvalidArgument, Some("thread.id"));
+    let mut r = explain("t-explain", "log");
+    r.plan_version = plan.version + 5;
+    let err = within(client.explain(authed(r, &acme)))
+        .await
+        .expect_err("stale version");
+    assert_eq!(err.code(), Code::Aborted, "{err:?}");
+    let err = within(client.explain(authed(explain("t-none", "log"), &acme)))
+        .await
+        .expect_err("no plan");
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    // Another tenant sees no plan at all, whatever the body says.
+    let other = token("globex", ALL);
+    let err = within(client.explain(authed(explain("t-explain", LOG_LINE), &other)))
+        .await
+        .expect_err("other tenant");
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    let err = within(client.explain(authed(
+        explain("t-explain", LOG_LINE),
+        &token("acme", &["compact"]),
+    )))
+    .await
+    .expect_err("no render permission");
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    server.stop().await.expect("clean stop");
+}
