@@ -1,13 +1,15 @@
-//! What trace export costs a Compact call, through gRPC, in one run: the
-//! same calls with no subscriber (baseline) and with the OTLP export layer
-//! sending to a local receiver (the protocol's own service, served by
-//! tonic on 127.0.0.1). Each call compacts a new thread, so every span
-//! carries the full set of lifecycle events.
+//! What telemetry export costs a Compact call, through gRPC, in one run: the
+//! same calls with no subscriber and no meter provider (baseline), and with
+//! OTLP trace and metric export to a local receiver (the protocol's own
+//! services, served by tonic on 127.0.0.1), each in a process of its own.
+//! Each call compacts a new thread, so every span carries the full set of
+//! lifecycle events and child spans.
 //!
 //! `cargo bench --bench telemetry_overhead` (`--bench` off: a smoke run of
 //! a few calls).
 
 use std::time::{Duration, Instant};
+
 
 use compactd::proto::pb;
 use compactd::security::AuthConfig;
@@ -70,49 +72,83 @@ async fn run(calls: usize) -> Duration {
     times[times.len() / 2]
 }
 
+/// One configuration, in a process of its own: the subscriber and the
+/// meter provider are process-global, so "off" must never have seen them.
+fn child(mode: &str, calls: usize) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (median, exported) = rt.block_on(async {
+        if mode == "off" {
+            return (run(calls).await, 0);
+        }
+        let (sink, endpoint) = Receiver::start().await;
+        let settings = TelemetrySettings {
+            otlp_endpoint: Some(endpoint),
+            ..TelemetrySettings::default()
+        };
+        let provider = Telemetry::provider(&settings)
+            .expect("exporter")
+            .expect("endpoint");
+        let meter = Telemetry::meter_provider(&settings)
+            .expect("metric exporter")
+            .expect("endpoint");
+        tracing::subscriber::set_global_default(
+            tracing_subscriber::registry().with(export_layer(&provider)),
+        )
+        .expect("one subscriber");
+        opentelemetry::global::set_meter_provider(meter.clone());
+        let median = run(calls).await;
+        tokio::task::spawn_blocking(move || {
+            let _ = provider.force_flush();
+            let _ = meter.force_flush();
+        })
+        .await
+        .expect("join");
+        (median, sink.spans().len())
+    });
+    println!("{} {exported}", median.as_nanos());
+}
+
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
     let calls = if bench { 120 } else { 3 };
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-
-    // Baseline: no subscriber at all.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let off = rt.block_on(run(calls));
-
-    // Export: spans and events to a local OTLP receiver.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let (on, exported) = rt.block_on(async {
-        let (sink, endpoint) = Receiver::start().await;
-        let provider = Telemetry::provider(&TelemetrySettings {
-            otlp_endpoint: Some(endpoint),
-            ..TelemetrySettings::default()
-        })
-        .expect("exporter")
-        .expect("endpoint");
-        let subscriber = tracing_subscriber::registry().with(export_layer(&provider));
-        let guard = tracing::subscriber::set_default(subscriber);
-        let on = run(calls).await;
-        drop(guard);
-        let flusher = provider.clone();
-        tokio::task::spawn_blocking(move || flusher.force_flush())
-            .await
-            .expect("join")
-            .expect("flush");
-        (on, sink.spans().len())
-    });
+    if let Ok(mode) = std::env::var("TELEMETRY_BENCH_MODE") {
+        child(&mode, calls);
+        return;
+    }
+    let exe = std::env::current_exe().expect("own path");
+    let measure = |mode: &str| -> (f64, usize) {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.env("TELEMETRY_BENCH_MODE", mode);
+        if bench {
+            cmd.arg("--bench");
+        }
+        let out = cmd.output().expect("run a child");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let last = text.lines().last().unwrap_or_default();
+        let mut parts = last.split_whitespace();
+        let nanos: f64 = parts.next().and_then(|v| v.parse().ok()).expect("median");
+        let spans: usize = parts.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        (nanos / 1e6, spans)
+    };
+    // Alternated, so drift of the machine hits both alike.
+    let rounds = if bench { 2 } else { 1 };
+    let (mut off, mut on, mut exported) = (0.0, 0.0, 0);
+    for _ in 0..rounds {
+        off += measure("off").0 / rounds as f64;
+        let (ms, spans) = measure("on");
+        on += ms / rounds as f64;
+        exported += spans;
+    }
     println!(
-        "telemetry_overhead: median Compact over gRPC, {calls} calls each, 120-turn thread, current-thread runtime"
+        "telemetry_overhead: median Compact over gRPC, {calls} calls each, 120-turn thread, current-thread runtime, {rounds} alternated rounds"
     );
-    println!("  no subscriber (baseline)   {:8.2} ms  1.00x", ms(off));
+    println!("  no subscriber, no meter (baseline)  {off:8.2} ms  1.00x");
     println!(
-        "  OTLP export on             {:8.2} ms  {:.3}x  ({exported} spans exported)",
-        ms(on),
-        ms(on) / ms(off)
+        "  OTLP traces + metrics export on     {on:8.2} ms  {:.3}x  ({exported} spans exported)",
+        on / off
     );
 }
