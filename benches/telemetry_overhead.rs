@@ -10,7 +10,6 @@
 
 use std::time::{Duration, Instant};
 
-
 use compactd::proto::pb;
 use compactd::security::AuthConfig;
 use compactd::server::ServerSettings;
@@ -126,7 +125,11 @@ fn main() {
             cmd.arg("--bench");
         }
         let out = cmd.output().expect("run a child");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8_lossy(&out.stdout);
         let last = text.lines().last().unwrap_or_default();
         let mut parts = last.split_whitespace();

@@ -171,11 +171,23 @@ fn resource(settings: &TelemetrySettings) -> Resource {
     resource.build()
 }
 
-/// TLS with the system's roots for `https://` endpoints.
-fn tls_for(endpoint: &str) -> Option<opentelemetry_otlp::tonic_types::transport::ClientTlsConfig> {
-    endpoint.starts_with("https://").then(|| {
-        opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new().with_native_roots()
-    })
+/// A trace or metric exporter pointed at `endpoint` with the export
+/// deadline, and TLS with the system's roots for `https://`.
+fn to_endpoint<B: WithExportConfig + WithTonicConfig>(
+    builder: B,
+    endpoint: &str,
+    settings: &TelemetrySettings,
+) -> B {
+    let builder = builder
+        .with_endpoint(endpoint)
+        .with_timeout(std::time::Duration::from_millis(settings.export_timeout_ms));
+    if endpoint.starts_with("https://") {
+        builder.with_tls_config(
+            opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new().with_native_roots(),
+        )
+    } else {
+        builder
+    }
 }
 
 /// Spans and events of the exporter's own transport are never exported
@@ -203,16 +215,13 @@ impl Telemetry {
         let Some(endpoint) = settings.endpoint() else {
             return Ok(None);
         };
-        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .with_endpoint(endpoint.clone())
-            .with_timeout(std::time::Duration::from_millis(settings.export_timeout_ms));
-        if let Some(tls) = tls_for(&endpoint) {
-            exporter = exporter.with_tls_config(tls);
-        }
-        let exporter = exporter
-            .build()
-            .map_err(|e| TelemetryError(format!("OTLP exporter for {endpoint}: {e}")))?;
+        let exporter = to_endpoint(
+            opentelemetry_otlp::SpanExporter::builder().with_tonic(),
+            &endpoint,
+            settings,
+        )
+        .build()
+        .map_err(|e| TelemetryError(format!("OTLP exporter for {endpoint}: {e}")))?;
         Ok(Some(
             SdkTracerProvider::builder()
                 .with_resource(resource(settings))
@@ -229,16 +238,13 @@ impl Telemetry {
         let Some(endpoint) = settings.metrics_endpoint() else {
             return Ok(None);
         };
-        let mut exporter = opentelemetry_otlp::MetricExporter::builder()
-            .with_tonic()
-            .with_endpoint(endpoint.clone())
-            .with_timeout(std::time::Duration::from_millis(settings.export_timeout_ms));
-        if let Some(tls) = tls_for(&endpoint) {
-            exporter = exporter.with_tls_config(tls);
-        }
-        let exporter = exporter
-            .build()
-            .map_err(|e| TelemetryError(format!("OTLP metric exporter for {endpoint}: {e}")))?;
+        let exporter = to_endpoint(
+            opentelemetry_otlp::MetricExporter::builder().with_tonic(),
+            &endpoint,
+            settings,
+        )
+        .build()
+        .map_err(|e| TelemetryError(format!("OTLP metric exporter for {endpoint}: {e}")))?;
         let mut reader = PeriodicReader::builder(exporter);
         if let Some(ms) = settings.metrics_interval_ms {
             reader = reader.with_interval(std::time::Duration::from_millis(ms.max(100)));

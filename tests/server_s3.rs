@@ -803,3 +803,96 @@ async fn keyed_artifacts_are_sealed_written_once_and_read_back() {
         Err(StoreError::NotFound)
     ));
 }
+
+/// Span names (`otel.name` when set) with their parent's, as a process-wide
+/// subscriber saw them: what a trace backend would nest.
+#[derive(Clone, Default)]
+struct Recorder(Arc<std::sync::Mutex<Vec<Recorded>>>);
+
+/// A span's name and its parent's.
+type Recorded = (String, Option<String>);
+
+struct SpanName(String);
+
+struct OtelName(Option<String>);
+
+impl tracing::field::Visit for OtelName {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "otel.name" {
+            self.0 = Some(format!("{value:?}"));
+        }
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "otel.name" {
+            self.0 = Some(value.to_string());
+        }
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for Recorder
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut name = OtelName(None);
+        attrs.record(&mut name);
+        let name = name
+            .0
+            .unwrap_or_else(|| attrs.metadata().name().to_string());
+        if let Some(span) = ctx.span(id) {
+            let parent = span
+                .parent()
+                .and_then(|p| p.extensions().get::<SpanName>().map(|n| n.0.clone()));
+            span.extensions_mut().insert(SpanName(name.clone()));
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((name, parent));
+        }
+    }
+}
+
+#[tokio::test]
+async fn aws_requests_are_client_spans_under_the_artifact_operation() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let recorder = Recorder::default();
+    // Process-wide (the writes run on other threads); the other tests of
+    // this binary only add spans of the same kinds.
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(recorder.clone()))
+        .expect("the only subscriber of this test binary");
+    let aws = aws().await;
+    let server = aws.server().await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+    let out = compact_externalizing(&mut client, &acme, secret_thread("t-spans"))
+        .await
+        .expect("compact");
+    let artifact_id = out.new_artifact_ids.first().cloned().expect("externalized");
+    rehydrate(&mut client, &acme, "t-spans", &artifact_id)
+        .await
+        .expect("rehydrate");
+    let seen = recorder
+        .0
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let under = |child: &str, parent: &str| {
+        seen.iter()
+            .any(|(c, p)| c == child && p.as_deref() == Some(parent))
+    };
+    assert!(under("S3.PutObject", "artifact put"), "{seen:?}");
+    assert!(under("KMS.GenerateDataKey", "artifact put"), "{seen:?}");
+    assert!(under("S3.GetObject", "artifact get"), "{seen:?}");
+    assert!(under("KMS.Decrypt", "artifact get"), "{seen:?}");
+    assert!(under(
+        "artifact put",
+        "compactd.v1.CompactionService/Compact"
+    ));
+    server.stop().await.expect("clean stop");
+}
