@@ -121,8 +121,16 @@ async fn explain_says_where_text_went() {
     assert_eq!(e.verdict, pb::ExplainVerdict::NotFound as i32);
     assert!(e.messages.is_empty() && e.summaries.is_empty() && e.artifacts.is_empty());
 
+    // Searching artifacts reads them: it needs `rehydrate` too.
+    let renderer = token("acme", &["render", "artifact:read:internal"]);
+    let mut r = explain("t-explain", LOG_LINE);
+    r.search_artifacts = true;
+    let err = within(client.explain(authed(r, &renderer)))
+        .await
+        .expect_err("search without rehydrate");
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
     // A caller who may not read the artifacts' sensitivity: listed, not searched.
-    let reader = token("acme", &["render"]);
+    let reader = token("acme", &["render", "rehydrate"]);
     let mut r = explain("t-explain", LOG_LINE);
     r.search_artifacts = true;
     let e = within(client.explain(authed(r, &reader)))

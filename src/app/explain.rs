@@ -64,7 +64,10 @@ impl App {
         ctx: &SecurityContext,
         cmd: ExplainCommand,
     ) -> Result<ExplainOutcome> {
-        UseCase::Explain.authorize(ctx, None)?;
+        UseCase::Explain {
+            search_artifacts: cmd.search_artifacts,
+        }
+        .authorize(ctx, None)?;
         if cmd.thread_id.is_empty() {
             return Err(AppError::invalid("thread_id", "must not be empty"));
         }
@@ -136,7 +139,10 @@ impl App {
                 }
                 Err(e) => return Err(super::error::artifact_read_error(e, "search_artifacts")),
             };
-            if contains(&String::from_utf8_lossy(&bytes), &needle) {
+            let needle = needle.clone();
+            let found =
+                blocking(move || contains(&String::from_utf8_lossy(&bytes), &needle)).await?;
+            if found {
                 artifacts.push(ArtifactHit {
                     artifact_id: id,
                     message_ids: meta.message_ids,

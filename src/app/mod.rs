@@ -313,7 +313,10 @@ pub enum UseCase {
     /// Replace a thread's plan with an empty one.
     ResetPlan,
     /// Say where a text went under the plan.
-    Explain,
+    Explain {
+        /// Decrypt and search artifact contents: a read, like Rehydrate.
+        search_artifacts: bool,
+    },
 }
 
 impl UseCase {
@@ -339,7 +342,15 @@ impl UseCase {
             UseCase::ResetPlan => vec![Permission::Compact],
             // Who may render through the plan may ask what it did; artifact
             // contents are still gated per sensitivity.
-            UseCase::Explain => vec![Permission::Render],
+            UseCase::Explain { search_artifacts } => {
+                let mut needs = vec![Permission::Render];
+                // Asking whether a text occurs in an artifact, many times
+                // over, reads it: the same permission as reading it back.
+                if search_artifacts {
+                    needs.push(Permission::Rehydrate);
+                }
+                needs
+            }
         }
     }
 

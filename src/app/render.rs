@@ -540,9 +540,6 @@ fn audit(
 /// `compact.rehydration_blocked` one per artifact refused, with the metrics.
 fn rehydration_events(reports: &[RehydrationReport], tenant: &str) {
     let metrics = crate::telemetry::metrics();
-    let auto = reports.iter().filter(|r| r.auto).count() as u64;
-    metrics.rehydration_requests("named_in_turn", auto, tenant);
-    metrics.rehydration_requests("render_explicit", reports.len() as u64 - auto, tenant);
     for r in reports {
         let mode = if r.auto { "auto" } else { "explicit" };
         match &r.blocked {
@@ -583,7 +580,7 @@ fn quality_events(q: &crate::render::quality::QualitySignals, tenant: &str) {
     let metrics = crate::telemetry::metrics();
     metrics.rehydration_requests(
         "read_artifact_call",
-        u64::from(q.read_artifact_calls_this_turn),
+        u64::from(q.read_artifact_calls_new),
         tenant,
     );
     metrics.thread_rehydration_requests(u64::from(q.read_artifact_calls_in_thread), tenant);

@@ -396,6 +396,7 @@ impl App {
                     "LLM summary written"
                 );
                 self.remember(llm, input, &key, &answer, sensitivity, record)
+                    .instrument(span.clone())
                     .await;
                 answer
             }

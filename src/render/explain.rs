@@ -125,30 +125,26 @@ pub fn explain(thread: Option<&Thread>, plan: &CompactionPlan, text: &str) -> Ex
     let needle = text.to_lowercase();
     let mut out = Explanation::default();
     let actions = plan.actions();
+    let mut replaced: std::collections::HashMap<(ActionKind, String), bool> = Default::default();
     if let Some(thread) = thread {
         for m in &thread.messages {
             if !contains(&message_text(m), &needle) {
                 continue;
             }
-            let evicted =
-                |action, span, strategy: &str, artifact: Option<&String>, stand_in: &str| {
-                    MessageHit {
-                        message_id: m.id.clone(),
-                        action,
-                        first_message_id: crate::model::SpanReference::start_message_id(span)
-                            .to_string(),
-                        last_message_id: crate::model::SpanReference::end_message_id(span)
-                            .to_string(),
-                        strategy: strategy.to_string(),
-                        artifact_id: artifact.cloned().unwrap_or_default(),
-                        in_replacement: contains(stand_in, &needle),
-                    }
-                };
-            let hit = match actions
+            let evicted = |action, span, strategy: &str, artifact: Option<&String>| MessageHit {
+                message_id: m.id.clone(),
+                action,
+                first_message_id: crate::model::SpanReference::start_message_id(span).to_string(),
+                last_message_id: crate::model::SpanReference::end_message_id(span).to_string(),
+                strategy: strategy.to_string(),
+                artifact_id: artifact.cloned().unwrap_or_default(),
+                in_replacement: false,
+            };
+            let action = actions
                 .get(m.id.as_str())
                 .copied()
-                .unwrap_or(Action::Include)
-            {
+                .unwrap_or(Action::Include);
+            let mut hit = match action {
                 Action::Include => MessageHit {
                     message_id: m.id.clone(),
                     action: ActionKind::Include,
@@ -163,14 +159,12 @@ pub fn explain(thread: Option<&Thread>, plan: &CompactionPlan, text: &str) -> Ex
                     &r.span,
                     summarizer_of(&r.summarizer_id),
                     r.archive_artifact_id.as_ref(),
-                    &r.summary.render_as_message(),
                 ),
                 Action::Externalize(r) => evicted(
                     ActionKind::Externalize,
                     &r.span,
                     "externalize",
                     Some(&r.artifact_id),
-                    &r.summary.render_as_message(),
                 ),
                 Action::Clear(r) => evicted(
                     ActionKind::Clear,
@@ -181,16 +175,21 @@ pub fn explain(thread: Option<&Thread>, plan: &CompactionPlan, text: &str) -> Ex
                         &r.strategy
                     },
                     r.archive_artifact_id.as_ref(),
-                    &r.replacement,
                 ),
                 Action::Drop(r) => evicted(
                     ActionKind::Drop,
                     &r.span,
                     "drop",
                     r.archive_artifact_id.as_ref(),
-                    "",
                 ),
             };
+            // Once per record, not once per message it covers.
+            if hit.action != ActionKind::Include {
+                let key = (hit.action, hit.first_message_id.clone());
+                hit.in_replacement = *replaced
+                    .entry(key)
+                    .or_insert_with(|| contains(&stand_in(action), &needle));
+            }
             out.messages.push(hit);
         }
     }
@@ -217,6 +216,16 @@ pub fn explain(thread: Option<&Thread>, plan: &CompactionPlan, text: &str) -> Ex
         }
     }
     out
+}
+
+/// What the prompt shows in place of a message the plan acts on.
+fn stand_in(action: Action<'_>) -> String {
+    match action {
+        Action::Summarize(r) => r.summary.render_as_message(),
+        Action::Externalize(r) => r.summary.render_as_message(),
+        Action::Clear(r) => r.replacement.clone(),
+        Action::Drop(_) | Action::Include => String::new(),
+    }
 }
 
 /// The summarizer a record names (extractive when it names none).

@@ -17,8 +17,10 @@ use crate::model::{Action, CompactionPlan, Message, Role, Thread};
 /// What one Render observed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QualitySignals {
-    /// `read_artifact` calls in the latest turn.
-    pub read_artifact_calls_this_turn: u32,
+    /// `read_artifact` calls the agent has just made: those of its latest
+    /// message, when only their results follow it. Each call is seen by
+    /// exactly one Render, however many Renders a turn makes.
+    pub read_artifact_calls_new: u32,
     /// `read_artifact` calls in the whole thread.
     pub read_artifact_calls_in_thread: u32,
     /// The agent asked for context the thread had (see the module doc).
@@ -42,15 +44,19 @@ pub struct AskedForCompacted {
 
 /// Reads the signals; `tool` is the rehydration tool's name.
 pub fn quality_signals(thread: &Thread, plan: &CompactionPlan, tool: &str) -> QualitySignals {
-    let turn = thread.current_turn();
-    let mut out = QualitySignals::default();
-    for m in &thread.messages {
-        let n = m.tool_calls.iter().filter(|c| c.name == tool).count() as u32;
-        out.read_artifact_calls_in_thread += n;
-        if m.turn == turn {
-            out.read_artifact_calls_this_turn += n;
-        }
-    }
+    let calls = |m: &Message| m.tool_calls.iter().filter(|c| c.name == tool).count() as u32;
+    let mut out = QualitySignals {
+        read_artifact_calls_in_thread: thread.messages.iter().map(calls).sum(),
+        ..Default::default()
+    };
+    // The agent's latest message, if nothing but tool results came after it.
+    let latest = thread
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role != Role::Tool)
+        .filter(|m| m.role == Role::Assistant);
+    out.read_artifact_calls_new = latest.map_or(0, calls);
     out.asked_for_compacted = asked_for_compacted(thread, plan);
     out
 }
@@ -199,27 +205,21 @@ fn asked_for_compacted(thread: &Thread, plan: &CompactionPlan) -> Option<AskedFo
         return None;
     }
     let text = question.content.text();
-    let terms = request_terms(&text);
+    // Bounded work whatever the request holds: the end of the reply (where
+    // a question to the user is), at most MAX_TERMS words, and one pass of
+    // word splitting over each message.
+    let terms = request_terms(tail(&text, QUESTION_BYTES));
     if terms.is_empty() {
         return None;
     }
     let actions = plan.actions();
     let mut kept: BTreeSet<&str> = BTreeSet::new();
     let mut lost_in: Vec<(String, BTreeSet<&str>)> = Vec::new();
-    let mut texts: Vec<(usize, String)> = Vec::new();
-    for (i, m) in thread.messages.iter().enumerate() {
+    for m in &thread.messages {
         if m.id == question.id || m.id == answer.id {
             continue;
         }
-        texts.push((i, searchable(m)));
-    }
-    for (i, t) in &texts {
-        let m = &thread.messages[*i];
-        let found: BTreeSet<&str> = terms
-            .iter()
-            .filter(|term| contains_word(t, term))
-            .map(String::as_str)
-            .collect();
+        let found = found_in(&searchable(m), &terms);
         if found.is_empty() {
             continue;
         }
@@ -242,17 +242,13 @@ fn asked_for_compacted(thread: &Thread, plan: &CompactionPlan) -> Option<AskedFo
     if score < 2 {
         return None;
     }
-    let summaries: String = plan
+    let lost_terms: BTreeSet<String> = lost.iter().map(|t| t.to_string()).collect();
+    let in_summary = plan
         .summarizations
         .iter()
-        .map(|s| s.summary.render_as_message().to_lowercase())
-        .chain(
-            plan.externalizations
-                .iter()
-                .map(|e| e.summary.render_as_message().to_lowercase()),
-        )
-        .collect::<Vec<_>>()
-        .join("\n");
+        .map(|s| &s.summary)
+        .chain(plan.externalizations.iter().map(|e| &e.summary))
+        .any(|s| !found_in(&s.render_as_message().to_lowercase(), &lost_terms).is_empty());
     Some(AskedForCompacted {
         question_message_id: question.id.clone(),
         evicted_message_ids: lost_in
@@ -262,8 +258,29 @@ fn asked_for_compacted(thread: &Thread, plan: &CompactionPlan) -> Option<AskedFo
             .take(20)
             .collect(),
         lost_terms: lost.len() as u32,
-        in_summary: lost.iter().any(|t| contains_word(&summaries, t)),
+        in_summary,
     })
+}
+
+/// The end of the agent's reply that is read for questions.
+const QUESTION_BYTES: usize = 4 * 1024;
+/// Most words of a question that are looked for.
+const MAX_TERMS: usize = 32;
+
+/// The last `max` bytes of `s` (at a char boundary).
+fn tail(s: &str, max: usize) -> &str {
+    let mut start = s.len().saturating_sub(max);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+/// The terms that occur as whole tokens of `lower` (lower-cased text).
+fn found_in<'t>(lower: &str, terms: &'t BTreeSet<String>) -> BTreeSet<&'t str> {
+    tokens(lower)
+        .filter_map(|w| terms.get(w).map(String::as_str))
+        .collect()
 }
 
 /// Lower-cased text of what a message carried (tool output included).
@@ -277,9 +294,10 @@ fn searchable(m: &Message) -> String {
 }
 
 /// The words of the sentences that ask for something: a question, or a
-/// request ("please share…", "I need…").
+/// request ("please share…", "I need…"); at most [`MAX_TERMS`], specific
+/// ones first.
 fn request_terms(text: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
+    let mut out: BTreeSet<String> = BTreeSet::new();
     let mut start = 0;
     let bytes = text.as_bytes();
     for (i, &b) in bytes.iter().enumerate() {
@@ -296,16 +314,28 @@ fn request_terms(text: &str) -> BTreeSet<String> {
             start = i + 1;
         }
     }
+    if out.len() > MAX_TERMS {
+        let mut ranked: Vec<String> = out.into_iter().collect();
+        ranked.sort_by_key(|t| (!is_specific(t), std::cmp::Reverse(t.len())));
+        ranked.truncate(MAX_TERMS);
+        out = ranked.into_iter().collect();
+    }
     out
 }
 
-/// Candidate words: identifier-like tokens (letters, digits, `_-./@#$`),
-/// lower-cased, long enough or holding a digit, not a stop word.
-fn words(sentence: &str) -> impl Iterator<Item = String> + '_ {
+/// Identifier-like tokens (letters, digits, `_-./@#$`), trimmed of
+/// sentence punctuation: how both questions and messages are split.
+fn tokens(text: &str) -> impl Iterator<Item = &str> {
     let is_part = |c: char| c.is_alphanumeric() || "_-./@#$'".contains(c);
-    sentence
-        .split(move |c: char| !is_part(c))
+    text.split(move |c: char| !is_part(c))
         .map(|w| w.trim_matches(|c: char| ".-'/".contains(c)))
+        .filter(|w| !w.is_empty())
+}
+
+/// Candidate words: tokens lower-cased, long enough or holding a digit,
+/// not a stop word.
+fn words(sentence: &str) -> impl Iterator<Item = String> + '_ {
+    tokens(sentence)
         .filter(|w| {
             let digits = w.chars().any(|c| c.is_ascii_digit());
             (w.chars().count() >= 4 || (digits && w.len() >= 2)) && w.len() <= 64
@@ -319,14 +349,6 @@ fn is_specific(term: &str) -> bool {
     term.chars().any(|c| c.is_ascii_digit())
         || term.contains(['_', '.', '/', '@', '#', '-'])
         || term.chars().count() >= 8
-}
-
-/// `needle` in `hay` with no word character on either side.
-fn contains_word(hay: &str, needle: &str) -> bool {
-    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
-    hay.match_indices(needle).any(|(at, _)| {
-        !word(hay[..at].chars().next_back()) && !word(hay[at + needle.len()..].chars().next())
-    })
 }
 
 #[cfg(test)]
@@ -486,7 +508,12 @@ mod tests {
         let t = thread(vec![a, b]);
         let s = quality_signals(&t, &CompactionPlan::new("t"), "read_artifact");
         assert_eq!(s.read_artifact_calls_in_thread, 2);
-        assert_eq!(s.read_artifact_calls_this_turn, 1);
+        assert_eq!(s.read_artifact_calls_new, 1);
+        // Once a reply follows, those calls were seen by an earlier Render.
+        let mut t = t;
+        t.messages.push(msg("a3", Role::Assistant, 1, "Read it."));
+        let s = quality_signals(&t, &CompactionPlan::new("t"), "read_artifact");
+        assert_eq!(s.read_artifact_calls_new, 0);
     }
 
     #[test]

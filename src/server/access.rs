@@ -166,12 +166,12 @@ impl Entry {
             code: None,
             span: tracing::info_span!(
                 "compactd.rpc",
-                otel.name = %format!("compactd.v1.CompactionService/{method}"),
+                otel.name = %format!("compactd.v1.CompactionService/{}", known_method(method)),
                 otel.kind = "server",
                 otel.status_code = tracing::field::Empty,
                 rpc.system = "grpc",
                 rpc.service = "compactd.v1.CompactionService",
-                rpc.method = %method,
+                rpc.method = known_method(method),
                 rpc.grpc.status_code = tracing::field::Empty,
                 compactd.tenant = %crate::telemetry::tenant_label(tenant),
                 compactd.requester = %crate::telemetry::tenant_label(requester),
@@ -225,7 +225,7 @@ impl Drop for Entry {
     fn drop(&mut self) {
         let code = code_name(self.code.unwrap_or(Code::Cancelled));
         crate::telemetry::metrics().rpc(
-            &self.method,
+            known_method(&self.method),
             &code,
             self.start.elapsed().as_secs_f64(),
             &self.tenant,
@@ -250,6 +250,25 @@ impl Drop for Entry {
 const MAX_LOGGED_ID_BYTES: usize = 256;
 
 use crate::summarize::text::head as truncate;
+
+/// The method as telemetry names it: one of the service's, or `unknown`
+/// (a refused call's path is the caller's choice; metrics and span names
+/// must stay a bounded set).
+fn known_method(method: &str) -> &'static str {
+    const METHODS: &[&str] = &[
+        "Compact",
+        "Render",
+        "Rehydrate",
+        "DeleteThread",
+        "ResetPlan",
+        "Explain",
+    ];
+    METHODS
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or("unknown")
+}
 
 /// `/compactd.v1.CompactionService/Compact` → `Compact`.
 fn method_name(path: &str) -> &str {
@@ -302,6 +321,14 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn telemetry_names_only_known_methods() {
+        assert_eq!(known_method("Explain"), "Explain");
+        assert_eq!(known_method("Compact"), "Compact");
+        assert_eq!(known_method("x".repeat(300).as_str()), "unknown");
+        assert_eq!(known_method("compact"), "unknown");
+    }
 
     #[test]
     fn dates_and_codes() {

@@ -492,7 +492,11 @@ async fn run(
             let incoming =
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
             let router = Server::builder().add_service(health_service.clone());
-            Some(tokio::spawn(router.serve_with_incoming(incoming)))
+            Some(tokio::spawn(async move {
+                if let Err(e) = router.serve_with_incoming(incoming).await {
+                    tracing::error!(error = %e, "the health listener stopped; probes will fail");
+                }
+            }))
         }
         None => None,
     };

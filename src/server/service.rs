@@ -206,7 +206,10 @@ impl CompactionService for CompactionApi {
         let mut entry = self.access.entry("Explain", &ctx, &r.thread_id);
         let span = entry.span();
         let result = async {
-            UseCase::Explain.authorize(&ctx, r.tenant_id.as_deref())?;
+            UseCase::Explain {
+                search_artifacts: r.search_artifacts,
+            }
+            .authorize(&ctx, r.tenant_id.as_deref())?;
             let cmd = self
                 .admit_and_convert(&ctx, r, |r, _| explain_command(r))
                 .await?;

@@ -160,7 +160,7 @@ impl Metrics {
             rehydration_requests: count(
                 "compactd.quality.rehydration_requests",
                 "{request}",
-                "Requests for compacted content: read_artifact tool calls, artifact ids the agent named, Rehydrate calls",
+                "Requests for compacted content, by source: read_artifact calls the agent made (each counted once), Rehydrate calls (the platform answering them counts again here: graph the sources apart)",
             ),
             thread_rehydration_requests: m
                 .u64_histogram("compactd.quality.thread_rehydration_requests")
