@@ -159,8 +159,8 @@ async fn explain_says_where_text_went() {
     r.plan_version = plan.version + 5;
     let err = within(client.explain(authed(r, &acme)))
         .await
-        .expect_err("stale version");
-    assert_eq!(err.code(), Code::Aborted, "{err:?}");
+        .expect_err("no such version");
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
     let err = within(client.explain(authed(explain("t-none", "log"), &acme)))
         .await
         .expect_err("no plan");
@@ -178,5 +178,63 @@ async fn explain_says_where_text_went() {
     .await
     .expect_err("no render permission");
     assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    server.stop().await.expect("clean stop");
+}
+
+/// A past turn's plan: the thread grew, the plan moved on, and Explain still
+/// answers for the version the earlier prompt was rendered from.
+#[tokio::test]
+async fn explain_answers_for_a_past_plan_version() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+    let thread = big_thread("t-past", 2000);
+    let mut req = compact_req(thread.clone(), 8_000);
+    req.policy = Some(externalize_policy());
+    let first = within(client.compact(authed(req.clone(), &acme)))
+        .await
+        .expect("compact")
+        .into_inner();
+    // The thread grows: a second big result, a new version.
+    let mut grown = thread.clone();
+    grown
+        .messages
+        .push(text("u5", pb::Role::User, 5, "Read the second log."));
+    grown.messages.push(call("a5", 5, "c5", "read_file"));
+    grown
+        .messages
+        .push(result("t5", 5, "c5", "read_file", big_output(1500)));
+    grown.messages.push(text(
+        "a5b",
+        pb::Role::Assistant,
+        5,
+        "The second log is fine too.",
+    ));
+    grown
+        .messages
+        .push(text("u6", pb::Role::User, 6, "Thanks."));
+    req.thread = Some(grown.clone());
+    let second = within(client.compact(authed(req, &acme)))
+        .await
+        .expect("compact again")
+        .into_inner();
+    assert!(second.version > first.version);
+    // At the first version, the first log's line is in its artifact.
+    for (version, thread) in [(first.version, &thread), (0, &grown)] {
+        let mut r = explain("t-past", LOG_LINE);
+        r.plan_version = version;
+        r.thread = Some(thread.clone());
+        let e = within(client.explain(authed(r, &acme)))
+            .await
+            .expect("explain")
+            .into_inner();
+        let expected = if version == 0 {
+            second.version
+        } else {
+            version
+        };
+        assert_eq!(e.plan_version, expected);
+        assert_eq!(e.verdict, pb::ExplainVerdict::CompactedOut as i32, "{e:?}");
+    }
     server.stop().await.expect("clean stop");
 }

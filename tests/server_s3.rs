@@ -859,6 +859,52 @@ where
 }
 
 #[tokio::test]
+async fn past_plan_versions_are_kept_on_s3_and_go_with_the_plan() {
+    let aws = aws().await;
+    let stores = aws.stores().await;
+    let plans = stores.plans;
+    for v in 0..3u64 {
+        let mut p = CompactionPlan::new("t-hist");
+        p.original_token_count = 100 + v as u32;
+        plans.commit("acme", "t-hist", &p, v).await.expect("commit");
+    }
+    let first = plans
+        .get_version("acme", "t-hist", 1)
+        .await
+        .expect("read")
+        .expect("version 1 kept");
+    assert_eq!((first.version, first.plan.original_token_count), (1, 100));
+    assert_eq!(
+        plans
+            .get_version("acme", "t-hist", 3)
+            .await
+            .expect("read")
+            .map(|p| p.version),
+        Some(3)
+    );
+    assert_eq!(
+        plans
+            .get_version("globex", "t-hist", 1)
+            .await
+            .expect("read"),
+        None
+    );
+    let kept: Vec<String> = aws
+        .keys()
+        .await
+        .into_iter()
+        .filter(|k| k.contains("/plans/"))
+        .collect();
+    assert_eq!(kept.len(), 3, "{kept:?}");
+    assert!(plans.delete("acme", "t-hist").await.expect("delete"));
+    assert!(!aws.keys().await.iter().any(|k| k.contains("/plans/")));
+    assert_eq!(
+        plans.get_version("acme", "t-hist", 1).await.expect("read"),
+        None
+    );
+}
+
+#[tokio::test]
 async fn aws_requests_are_client_spans_under_the_artifact_operation() {
     use tracing_subscriber::layer::SubscriberExt as _;
     let recorder = Recorder::default();

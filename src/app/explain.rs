@@ -86,16 +86,30 @@ impl App {
             }
             self.validate_thread(t)?;
         }
-        let plan = self
-            .current_plan(&ctx.tenant_id, &cmd.thread_id)
-            .await?
-            .ok_or_else(|| AppError::NotFound("plan for this thread".into()))?;
-        if cmd.plan_version != 0 && cmd.plan_version != plan.version {
-            return Err(AppError::VersionConflict {
-                expected: cmd.plan_version,
-                current: plan.version,
-            });
-        }
+        let plan = if cmd.plan_version == 0 {
+            self.current_plan(&ctx.tenant_id, &cmd.thread_id)
+                .await?
+                .ok_or_else(|| AppError::NotFound("plan for this thread".into()))?
+        } else {
+            // A past turn's plan: the stores keep the last PLAN_HISTORY.
+            self.inner
+                .plans
+                .get_version(&ctx.tenant_id, &cmd.thread_id, cmd.plan_version)
+                .await
+                .map_err(super::error::plan_store_error)?
+                .map(|p| {
+                    let mut plan = p.plan;
+                    plan.version = p.version;
+                    plan
+                })
+                .ok_or_else(|| {
+                    AppError::NotFound(format!(
+                        "plan version {} of this thread (the current one and the {} before it are kept)",
+                        cmd.plan_version,
+                        crate::store::PLAN_HISTORY
+                    ))
+                })?
+        };
         let ids: Vec<String> = if cmd.search_artifacts {
             referenced_artifacts(&plan).into_iter().collect()
         } else {

@@ -106,11 +106,36 @@ pub struct StoredPlan {
     pub committed_at_unix_ms: u64,
 }
 
+/// Past plan versions the filesystem and S3 stores keep per thread (besides
+/// the current one), so Explain can answer for a past turn.
+pub const PLAN_HISTORY: u64 = 32;
+
+/// The folder of kept versions, inside the thread's folder or prefix.
+pub(crate) const PLAN_HISTORY_DIR: &str = "plans";
+
+/// A kept version's file or object name.
+pub(crate) fn plan_history_name(version: u64) -> String {
+    format!("v{version:020}.json")
+}
+
 /// Versioned plans with compare-and-swap commit.
 #[async_trait]
 pub trait PlanStore: Send + Sync {
     /// The latest plan, if any.
     async fn get(&self, tenant: &str, thread_id: &str) -> Result<Option<StoredPlan>, StoreError>;
+    /// A committed version: the current one, or, where the store keeps
+    /// them, one of the [`PLAN_HISTORY`] before it. `None` otherwise.
+    async fn get_version(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        version: u64,
+    ) -> Result<Option<StoredPlan>, StoreError> {
+        Ok(self
+            .get(tenant, thread_id)
+            .await?
+            .filter(|p| p.version == version))
+    }
     /// Compare-and-swap: succeeds only if the current version equals
     /// `expected_version` (0 = no plan yet); returns the new version
     /// (expected + 1). `Conflict` otherwise.
@@ -124,7 +149,8 @@ pub trait PlanStore: Send + Sync {
     /// `Unavailable` when the backend cannot be written and read back.
     async fn health(&self) -> Result<(), StoreError>;
 
-    /// Removes the thread's plan; `false` when there was none (idempotent).
+    /// Removes the thread's plan and its kept versions; `false` when there
+    /// was none (idempotent).
     async fn delete(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError>;
 
     /// Threads of `tenant` that have a plan (for the threads quota).

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::fs::{self, DataDir, KeyedLocks};
-use super::{PlanStore, StoreError, StoredPlan};
+use super::{plan_history_name, PlanStore, StoreError, StoredPlan, PLAN_HISTORY, PLAN_HISTORY_DIR};
 use crate::cache::{json_weight, strings_weight, BoundedCache, Weigh};
 use crate::model::CompactionPlan;
 
@@ -99,6 +99,27 @@ impl FsPlanStore {
     fn plan_path(&self, tenant: &str, thread_id: &str) -> Result<PathBuf, StoreError> {
         Ok(self.dir.thread_dir(tenant, thread_id)?.join(PLAN_FILE))
     }
+}
+
+/// Writes `bytes` as kept version `version` and removes the one that falls
+/// out of the last [`PLAN_HISTORY`].
+fn keep_version(
+    dir: &DataDir,
+    thread_dir: &Path,
+    version: u64,
+    bytes: &[u8],
+) -> Result<(), StoreError> {
+    let history = thread_dir.join(PLAN_HISTORY_DIR);
+    dir.ensure_dir(&history)?;
+    fs::write_atomic(&history, &plan_history_name(version), bytes)?;
+    if version > PLAN_HISTORY {
+        match std::fs::remove_file(history.join(plan_history_name(version - PLAN_HISTORY))) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Reads and checks one plan file; `None` if there is none yet.
@@ -230,6 +251,10 @@ impl PlanStore for FsPlanStore {
             }
             // Still under the thread's lock, so caches are updated in commit order.
             cache.insert(key, cached);
+            // The version is committed; keeping a copy of it is best effort.
+            if let Err(e) = keep_version(&dir, thread_dir, version, &bytes) {
+                tracing::warn!(error = %e, version, "a committed plan version could not be kept for Explain");
+            }
             Ok(version)
         })
         .await
@@ -240,6 +265,27 @@ impl PlanStore for FsPlanStore {
         fs::blocking(move || probe(&root)).await
     }
 
+    async fn get_version(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        version: u64,
+    ) -> Result<Option<StoredPlan>, StoreError> {
+        if let Some(p) = self.get(tenant, thread_id).await? {
+            if p.version == version {
+                return Ok(Some(p));
+            }
+        }
+        let path = self
+            .dir
+            .thread_dir(tenant, thread_id)?
+            .join(PLAN_HISTORY_DIR)
+            .join(plan_history_name(version));
+        let (tenant, thread_id) = (tenant.to_owned(), thread_id.to_owned());
+        let plan = fs::blocking(move || read_plan(&path, &tenant, &thread_id)).await?;
+        Ok(plan.filter(|p| p.version == version))
+    }
+
     async fn delete(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError> {
         let path = self.plan_path(tenant, thread_id)?;
         let guard = self.locks.get(&path).lock_owned().await;
@@ -247,6 +293,13 @@ impl PlanStore for FsPlanStore {
         fs::blocking(move || {
             let _guard = guard;
             cache.remove(&path);
+            if let Some(dir) = path.parent() {
+                match std::fs::remove_dir_all(dir.join(PLAN_HISTORY_DIR)) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
             let existed = match std::fs::remove_file(&path) {
                 Ok(()) => true,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,

@@ -528,6 +528,50 @@ impl S3PlanStore {
         }
     }
 
+    fn history_prefix(&self, tenant: &str, thread_id: &str) -> Result<String, StoreError> {
+        Ok(format!(
+            "{}{}/",
+            self.at.thread_prefix(tenant, thread_id)?,
+            super::PLAN_HISTORY_DIR
+        ))
+    }
+
+    /// Writes version `version` among the kept ones (unconditionally: the
+    /// commit that produced it won its compare-and-swap) and removes the one
+    /// that falls out of the last [`super::PLAN_HISTORY`].
+    async fn keep_version(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        version: u64,
+        bytes: Vec<u8>,
+    ) -> Result<(), StoreError> {
+        let prefix = self.history_prefix(tenant, thread_id)?;
+        let mut put = self
+            .at
+            .client
+            .put_object()
+            .bucket(&self.at.bucket)
+            .key(format!("{prefix}{}", super::plan_history_name(version)))
+            .content_type("application/json");
+        if let Some(k) = &self.sse_kms_key {
+            put = put
+                .server_side_encryption(ServerSideEncryption::AwsKms)
+                .ssekms_key_id(k);
+        }
+        super::aws_call("S3", "PutObject", put.body(ByteStream::from(bytes)).send())
+            .await
+            .map_err(|e| s3_error("PutObject", e))?;
+        if version > super::PLAN_HISTORY {
+            let old = format!(
+                "{prefix}{}",
+                super::plan_history_name(version - super::PLAN_HISTORY)
+            );
+            self.at.delete_keys(&[old]).await?;
+        }
+        Ok(())
+    }
+
     async fn current_version(
         &self,
         key: &str,
@@ -588,8 +632,15 @@ impl PlanStore for S3PlanStore {
                 .ssekms_key_id(k);
         }
         let (bytes, _) = encode_plan(tenant, thread_id, plan, version)?;
-        match super::aws_call("S3", "PutObject", put.body(ByteStream::from(bytes)).send()).await {
-            Ok(_) => Ok(version),
+        let body = ByteStream::from(bytes.clone());
+        match super::aws_call("S3", "PutObject", put.body(body).send()).await {
+            Ok(_) => {
+                // Committed; keeping a copy for Explain is best effort.
+                if let Err(e) = self.keep_version(tenant, thread_id, version, bytes).await {
+                    tracing::warn!(error = %e, version, "a committed plan version could not be kept for Explain");
+                }
+                Ok(version)
+            }
             // 412: someone else's write came first. 409: a concurrent
             // conditional write to the same key is still in progress.
             Err(e) if matches!(status(&e), Some(412 | 409)) => Err(conflict(
@@ -603,8 +654,37 @@ impl PlanStore for S3PlanStore {
         self.at.head_bucket().await
     }
 
+    async fn get_version(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        version: u64,
+    ) -> Result<Option<StoredPlan>, StoreError> {
+        if let Some(p) = self.get(tenant, thread_id).await? {
+            if p.version == version {
+                return Ok(Some(p));
+            }
+        }
+        let key = format!(
+            "{}{}",
+            self.history_prefix(tenant, thread_id)?,
+            super::plan_history_name(version)
+        );
+        match self.at.read(&key, None).await? {
+            Some(bytes) => {
+                Ok(Some(decode_plan(&bytes, tenant, thread_id)?).filter(|p| p.version == version))
+            }
+            None => Ok(None),
+        }
+    }
+
     async fn delete(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError> {
         let key = self.plan_key(tenant, thread_id)?;
+        let kept = self
+            .at
+            .list(&self.history_prefix(tenant, thread_id)?)
+            .await?;
+        self.at.delete_keys(&kept).await?;
         self.at.delete_if_exists(&key).await
     }
 

@@ -51,6 +51,54 @@ fn thread_dir(root: &Path, tenant: &str, thread: &str) -> std::path::PathBuf {
 }
 
 #[tokio::test]
+async fn past_plan_versions_are_kept_for_a_while_and_deleted_with_the_plan() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FsPlanStore::open(dir.path()).expect("open");
+    let total = super::PLAN_HISTORY + 3;
+    for v in 0..total {
+        let mut p = plan("t1", "history");
+        p.original_token_count = 1000 + v as u32;
+        store.commit("acme", "t1", &p, v).await.expect("commit");
+    }
+    let current = store.get("acme", "t1").await.expect("get").expect("plan");
+    assert_eq!(current.version, total);
+    // The current one, and the PLAN_HISTORY before it, each as committed.
+    for v in [total, total - 1, total - super::PLAN_HISTORY + 1] {
+        let p = store
+            .get_version("acme", "t1", v)
+            .await
+            .expect("read")
+            .unwrap_or_else(|| panic!("version {v} kept"));
+        assert_eq!(p.version, v);
+        assert_eq!(p.plan.original_token_count, 1000 + (v - 1) as u32);
+    }
+    for v in [1, 2, total - super::PLAN_HISTORY, total + 1] {
+        assert_eq!(
+            store.get_version("acme", "t1", v).await.expect("read"),
+            None,
+            "{v}"
+        );
+    }
+    // Another tenant reads none of them.
+    assert_eq!(
+        store
+            .get_version("globex", "t1", total - 1)
+            .await
+            .expect("read"),
+        None
+    );
+    assert!(store.delete("acme", "t1").await.expect("delete"));
+    assert_eq!(
+        store
+            .get_version("acme", "t1", total - 1)
+            .await
+            .expect("read"),
+        None
+    );
+    assert!(!thread_dir(dir.path(), "acme", "t1").join("plans").exists());
+}
+
+#[tokio::test]
 async fn plan_versions_and_cas() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = FsPlanStore::open(dir.path()).expect("open");
