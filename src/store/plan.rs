@@ -111,7 +111,15 @@ fn keep_version(
 ) -> Result<(), StoreError> {
     let history = thread_dir.join(PLAN_HISTORY_DIR);
     dir.ensure_dir(&history)?;
-    fs::write_atomic(&history, &plan_history_name(version), bytes)?;
+    // Renamed into place, but not fsynced: a copy kept for diagnosis is
+    // not worth a second sync on every commit (a crash may lose the newest).
+    let name = plan_history_name(version);
+    let tmp = history.join(format!(".{name}.tmp-{:016x}", rand::random::<u64>()));
+    std::fs::write(&tmp, bytes)?;
+    if let Err(e) = std::fs::rename(&tmp, history.join(&name)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.into());
+    }
     if version > PLAN_HISTORY {
         match std::fs::remove_file(history.join(plan_history_name(version - PLAN_HISTORY))) {
             Ok(()) => {}
