@@ -104,7 +104,7 @@ impl App {
                 })
                 .ok_or_else(|| {
                     AppError::NotFound(format!(
-                        "plan version {} of this thread (the current one and the {} before it are kept)",
+                        "plan version {} of this thread (the last {} versions are kept)",
                         cmd.plan_version,
                         crate::store::PLAN_HISTORY
                     ))

@@ -106,8 +106,8 @@ pub struct StoredPlan {
     pub committed_at_unix_ms: u64,
 }
 
-/// Past plan versions the filesystem and S3 stores keep per thread (besides
-/// the current one), so Explain can answer for a past turn.
+/// Plan versions the filesystem and S3 stores keep per thread, the current
+/// one included, so Explain can answer for a past turn.
 pub const PLAN_HISTORY: u64 = 32;
 
 /// The folder of kept versions, inside the thread's folder or prefix.
@@ -124,17 +124,28 @@ pub trait PlanStore: Send + Sync {
     /// The latest plan, if any.
     async fn get(&self, tenant: &str, thread_id: &str) -> Result<Option<StoredPlan>, StoreError>;
     /// A committed version: the current one, or, where the store keeps
-    /// them, one of the [`PLAN_HISTORY`] before it. `None` otherwise.
+    /// them, one of the last [`PLAN_HISTORY`]. `None` otherwise.
     async fn get_version(
         &self,
         tenant: &str,
         thread_id: &str,
         version: u64,
     ) -> Result<Option<StoredPlan>, StoreError> {
-        Ok(self
-            .get(tenant, thread_id)
-            .await?
-            .filter(|p| p.version == version))
+        if let Some(p) = self.get(tenant, thread_id).await? {
+            if p.version == version {
+                return Ok(Some(p));
+            }
+        }
+        self.kept_version(tenant, thread_id, version).await
+    }
+    /// A past version from the store's kept copies (none by default).
+    async fn kept_version(
+        &self,
+        _tenant: &str,
+        _thread_id: &str,
+        _version: u64,
+    ) -> Result<Option<StoredPlan>, StoreError> {
+        Ok(None)
     }
     /// Compare-and-swap: succeeds only if the current version equals
     /// `expected_version` (0 = no plan yet); returns the new version

@@ -273,17 +273,12 @@ impl PlanStore for FsPlanStore {
         fs::blocking(move || probe(&root)).await
     }
 
-    async fn get_version(
+    async fn kept_version(
         &self,
         tenant: &str,
         thread_id: &str,
         version: u64,
     ) -> Result<Option<StoredPlan>, StoreError> {
-        if let Some(p) = self.get(tenant, thread_id).await? {
-            if p.version == version {
-                return Ok(Some(p));
-            }
-        }
         let path = self
             .dir
             .thread_dir(tenant, thread_id)?

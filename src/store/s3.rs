@@ -654,17 +654,12 @@ impl PlanStore for S3PlanStore {
         self.at.head_bucket().await
     }
 
-    async fn get_version(
+    async fn kept_version(
         &self,
         tenant: &str,
         thread_id: &str,
         version: u64,
     ) -> Result<Option<StoredPlan>, StoreError> {
-        if let Some(p) = self.get(tenant, thread_id).await? {
-            if p.version == version {
-                return Ok(Some(p));
-            }
-        }
         let key = format!(
             "{}{}",
             self.history_prefix(tenant, thread_id)?,

@@ -62,7 +62,7 @@ async fn past_plan_versions_are_kept_for_a_while_and_deleted_with_the_plan() {
     }
     let current = store.get("acme", "t1").await.expect("get").expect("plan");
     assert_eq!(current.version, total);
-    // The current one, and the PLAN_HISTORY before it, each as committed.
+    // The last PLAN_HISTORY versions, each as committed.
     for v in [total, total - 1, total - super::PLAN_HISTORY + 1] {
         let p = store
             .get_version("acme", "t1", v)
