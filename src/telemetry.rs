@@ -113,6 +113,17 @@ impl TelemetrySettings {
     }
 }
 
+/// The target of the lifecycle, audit and quality events: telemetry for the
+/// collector, left out of the diagnostic log unless `RUST_LOG` asks for it
+/// (an audit line per Render would flood it).
+pub const EVENTS: &str = "compactd::events";
+
+/// Whether anyone (an exporter, a log filter) takes the events: what is
+/// costly to measure for them is measured only then.
+pub fn events_enabled() -> bool {
+    tracing::enabled!(target: EVENTS, tracing::Level::INFO)
+}
+
 /// Whether events may carry (redacted) content, set once at start-up.
 static CAPTURE_CONTENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -265,8 +276,9 @@ impl Telemetry {
         let logs = tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .with_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new(format!("info,{EVENTS}=warn"))
+                }),
             );
         let export = provider.as_ref().map(export_layer);
         let meter = Self::meter_provider(settings)?;

@@ -515,9 +515,17 @@ fn lifecycle_events(
     previous: Option<&CompactionPlan>,
     capture: Option<&crate::redact::Redactor>,
 ) {
+    for r in report.per_reducer.iter().filter(|r| r.tokens_freed > 0) {
+        crate::telemetry::metrics().tokens_freed(&r.name, u64::from(r.tokens_freed));
+    }
+    // The sizes and summaries below are measured only for someone listening.
+    if !crate::telemetry::events_enabled() {
+        return;
+    }
     let b = &report.budget;
     let max = f64::from(b.max_input_tokens.max(1));
     tracing::info!(
+        target: crate::telemetry::EVENTS,
         model = %resolved.model,
         t_est = crate::telemetry::int(report.tokens_before),
         max_tokens = crate::telemetry::int(b.max_input_tokens),
@@ -530,6 +538,7 @@ fn lifecycle_events(
         "compact.token_estimate"
     );
     tracing::info!(
+        target: crate::telemetry::EVENTS,
         triggered = report.triggered,
         reason = if report.triggered {
             "tokens above the trigger"
@@ -545,11 +554,11 @@ fn lifecycle_events(
     );
     for r in report.per_reducer.iter().filter(|r| r.tokens_freed > 0) {
         tracing::info!(
+            target: crate::telemetry::EVENTS,
             strategy = %r.name,
             tokens_freed = crate::telemetry::int(r.tokens_freed),
             "compact.strategy_applied"
         );
-        crate::telemetry::metrics().tokens_freed(&r.name, u64::from(r.tokens_freed));
     }
     let old: std::collections::HashSet<&[String]> = previous
         .map(|p| {
@@ -591,6 +600,7 @@ fn lifecycle_events(
             crate::summarize::text::head(&r.redact(&rendered), CAPTURED_BYTES).to_string()
         });
         tracing::info!(
+            target: crate::telemetry::EVENTS,
             strategy = if s.summarizer_id.is_empty() {
                 crate::summarize::EXTRACTIVE_ID
             } else {
@@ -618,6 +628,7 @@ fn lifecycle_events(
         // At most 50 ids: enough to find a message, bounded in size.
         let ids: Vec<&str> = dropped.iter().copied().take(50).collect();
         tracing::info!(
+            target: crate::telemetry::EVENTS,
             pruned_count = crate::telemetry::int(dropped.len()),
             pruned_ids = %ids.join(","),
             kept_recent_turns = crate::telemetry::int(report.keep_recent_turns),
@@ -626,6 +637,7 @@ fn lifecycle_events(
         );
     }
     tracing::info!(
+        target: crate::telemetry::EVENTS,
         tokens_before = crate::telemetry::int(report.tokens_before),
         tokens_after = crate::telemetry::int(report.tokens_after),
         target_use = report.target_use(),

@@ -166,6 +166,7 @@ impl App {
         }
         let verdict = explanation.verdict_with(!artifacts.is_empty());
         tracing::info!(
+            target: crate::telemetry::EVENTS,
             plan_version = crate::telemetry::int(plan_version),
             verdict = verdict.as_str(),
             message_hits = crate::telemetry::int(explanation.messages.len()),

@@ -73,6 +73,7 @@ impl App {
             .map_err(|e| artifact_read_error(e, "artifact_id"))?;
         if let Err(e) = check_sensitivity(ctx, meta.sensitivity) {
             tracing::info!(
+                target: crate::telemetry::EVENTS,
                 artifact_id = %cmd.artifact_id,
                 mode = "rpc",
                 reason = "PERMISSION",
@@ -106,6 +107,7 @@ impl App {
         })
         .await?;
         tracing::info!(
+            target: crate::telemetry::EVENTS,
             artifact_id = %cmd.artifact_id,
             mode = "rpc",
             sensitivity = meta.sensitivity.as_str(),

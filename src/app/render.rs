@@ -546,6 +546,7 @@ fn rehydration_events(reports: &[RehydrationReport], tenant: &str) {
             Some(why) => {
                 let reason = why.as_str();
                 tracing::info!(
+                    target: crate::telemetry::EVENTS,
                     artifact_id = %r.artifact_id,
                     mode,
                     reason,
@@ -555,6 +556,7 @@ fn rehydration_events(reports: &[RehydrationReport], tenant: &str) {
             }
             None if r.omitted => {
                 tracing::info!(
+                    target: crate::telemetry::EVENTS,
                     artifact_id = %r.artifact_id,
                     mode,
                     reason = "RESERVE",
@@ -564,6 +566,7 @@ fn rehydration_events(reports: &[RehydrationReport], tenant: &str) {
             }
             None => {
                 tracing::info!(
+                    target: crate::telemetry::EVENTS,
                     artifact_id = %r.artifact_id,
                     mode,
                     truncated = r.truncated,
@@ -587,6 +590,7 @@ fn quality_events(q: &crate::render::quality::QualitySignals, tenant: &str) {
     if let Some(a) = &q.asked_for_compacted {
         metrics.asked_for_compacted_context(tenant);
         tracing::warn!(
+            target: crate::telemetry::EVENTS,
             question_message_id = %a.question_message_id,
             evicted_message_ids = %a.evicted_message_ids.join(","),
             lost_terms = crate::telemetry::int(a.lost_terms),
@@ -604,6 +608,10 @@ const AUDIT_EVENT_EVICTIONS: usize = 200;
 /// operator searches to answer "was X compacted out, or did the model ignore
 /// it?" for any past turn. Ids, reasons and versions; never content.
 fn audit_event(a: &AuditRecord) {
+    // Formatting every eviction is only worth it for someone listening.
+    if !crate::telemetry::events_enabled() {
+        return;
+    }
     let evicted: Vec<String> = a
         .evicted
         .iter()
@@ -631,6 +639,7 @@ fn audit_event(a: &AuditRecord) {
         })
         .collect();
     tracing::info!(
+        target: crate::telemetry::EVENTS,
         plan_version = crate::telemetry::int(a.plan_version),
         plan_fingerprint = %a.plan_fingerprint,
         requester = %crate::telemetry::tenant_label(&a.requester),

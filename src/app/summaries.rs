@@ -223,6 +223,7 @@ impl App {
                     llm.mark_tried(&input.tenant, &input.thread.id, span);
                     // The seeds' error event, with what stood in.
                     tracing::warn!(
+                        target: crate::telemetry::EVENTS,
                         error_type = %format_args!("summarizer_{}", e.kind()),
                         fallback = "extractive summary",
                         first_message_id = %span.start_message_id(),

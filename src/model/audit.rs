@@ -105,49 +105,35 @@ impl Eviction {
             ));
         }
         for r in &plan.summarizations {
-            let strategy = if r.summarizer_id.is_empty() {
-                extractive_id
-            } else {
-                r.summarizer_id.as_str()
-            };
             out.push(one(
                 ActionKind::Summarize,
                 &r.span,
                 "older turns summarized to fit the target".into(),
-                strategy,
+                r.decided_by(extractive_id),
                 r.archive_artifact_id.as_ref(),
             ));
         }
         for r in &plan.clearings {
-            let (reason, builtin) = match r.reason {
-                ClearReason::Expired => ("tool-result retention expired it", "retention"),
-                ClearReason::Durability => ("its durability allows clearing", "clear"),
-                ClearReason::Compressed => ("compressed to its essentials", "compress"),
-                ClearReason::Plugin => ("a plugin cleared it", "plugin"),
-            };
-            let strategy = if r.strategy.is_empty() {
-                builtin
-            } else {
-                r.strategy.as_str()
+            let reason = match r.reason {
+                ClearReason::Expired => "tool-result retention expired it",
+                ClearReason::Durability => "its durability allows clearing",
+                ClearReason::Compressed => "compressed to its essentials",
+                ClearReason::Plugin => "a plugin cleared it",
             };
             out.push(one(
                 ActionKind::Clear,
                 &r.span,
                 reason.into(),
-                strategy,
+                r.decided_by(),
                 r.archive_artifact_id.as_ref(),
             ));
         }
         for r in &plan.drops {
-            let strategy = r
-                .reason
-                .strip_prefix("plugin ")
-                .map_or("drop", |rest| rest.split(':').next().unwrap_or(rest));
             out.push(one(
                 ActionKind::Drop,
                 &r.span,
                 r.reason.clone(),
-                strategy,
+                r.decided_by(),
                 r.archive_artifact_id.as_ref(),
             ));
         }
@@ -172,9 +158,8 @@ impl AuditRecord {
             }
         }
         for d in &plan.drops {
-            if let Some(rest) = d.reason.strip_prefix("plugin ") {
-                let id = rest.split(':').next().unwrap_or(rest);
-                out.insert(id.to_string());
+            if d.reason.starts_with("plugin ") {
+                out.insert(d.decided_by().to_string());
             }
         }
         out.into_iter().collect()

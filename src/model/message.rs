@@ -565,6 +565,20 @@ impl Message {
         }
     }
 
+    /// Everything the message carries as text, for searching it: what an
+    /// artifact stores ([`Self::archived_text`]) and each tool call's name
+    /// and arguments.
+    pub fn searchable_text(&self) -> String {
+        let mut s = self.archived_text().into_owned();
+        for c in &self.tool_calls {
+            s.push('\n');
+            s.push_str(&c.name);
+            s.push(' ');
+            s.push_str(&c.arguments_json());
+        }
+        s
+    }
+
     /// Byte size of everything the message carries, for size limits.
     pub fn byte_len(&self) -> usize {
         let calls: usize = self

@@ -147,7 +147,33 @@ pub fn is_artifact_id(s: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+impl SummarizationRecord {
+    /// The summarizer that wrote it (`extractive_id` when it names none):
+    /// what audits and explanations call its strategy.
+    pub fn decided_by<'a>(&'a self, extractive_id: &'a str) -> &'a str {
+        if self.summarizer_id.is_empty() {
+            extractive_id
+        } else {
+            &self.summarizer_id
+        }
+    }
+}
+
 impl ClearRecord {
+    /// The strategy that cleared it: the plugin, or the built-in reducer
+    /// its reason implies.
+    pub fn decided_by(&self) -> &str {
+        if !self.strategy.is_empty() {
+            return &self.strategy;
+        }
+        match self.reason {
+            ClearReason::Expired => "retention",
+            ClearReason::Durability => "clear",
+            ClearReason::Compressed => "compress",
+            ClearReason::Plugin => "plugin",
+        }
+    }
+
     /// What renders in place of the content: the replacement, plus the
     /// batch's archive note on the batch's first clear.
     pub fn rendered_text(&self) -> std::borrow::Cow<'_, str> {
@@ -159,6 +185,14 @@ impl ClearRecord {
 }
 
 impl DropRecord {
+    /// The strategy that dropped it: `name@version` of a plugin (its reason
+    /// reads `plugin name@version: …`), else `drop`.
+    pub fn decided_by(&self) -> &str {
+        self.reason
+            .strip_prefix("plugin ")
+            .map_or("drop", |rest| rest.split(':').next().unwrap_or(rest))
+    }
+
     /// The one line that stands for an archived dropped span (rendered in
     /// place of its first message); `None` when the span is not archived.
     pub fn notice(&self) -> Option<String> {

@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Action, ActionKind, CompactionPlan, Message, Thread};
+use crate::model::{Action, ActionKind, CompactionPlan, Thread};
 
 /// A thread message that holds the text, and what the plan did with it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,28 +107,52 @@ pub fn contains(hay: &str, needle_lower: &str) -> bool {
     hay.to_lowercase().contains(needle_lower)
 }
 
-/// Everything a message carries that an agent may ask about: its text (or
-/// tool output) and its tool calls' arguments.
-fn message_text(m: &Message) -> String {
-    let mut s = m.archived_text().into_owned();
-    for c in &m.tool_calls {
-        s.push('\n');
-        s.push_str(&c.name);
-        s.push(' ');
-        s.push_str(&c.arguments_json());
-    }
-    s
-}
-
 /// Searches `thread` (when given) and `plan`'s summaries for `text`.
 pub fn explain(thread: Option<&Thread>, plan: &CompactionPlan, text: &str) -> Explanation {
     let needle = text.to_lowercase();
     let mut out = Explanation::default();
     let actions = plan.actions();
     let mut replaced: std::collections::HashMap<(ActionKind, String), bool> = Default::default();
+    // Each summary is rendered once: its hit, and the memo of what stands
+    // in for the messages it covers.
+    for r in &plan.summarizations {
+        let found = contains(&r.summary.render_as_message(), &needle);
+        replaced.insert(
+            (ActionKind::Summarize, r.span.start_message_id().to_string()),
+            found,
+        );
+        if found {
+            out.summaries.push(SummaryHit {
+                action: ActionKind::Summarize,
+                first_message_id: r.span.start_message_id().to_string(),
+                last_message_id: r.span.end_message_id().to_string(),
+                strategy: r.decided_by(crate::summarize::EXTRACTIVE_ID).to_string(),
+                artifact_id: r.archive_artifact_id.clone().unwrap_or_default(),
+            });
+        }
+    }
+    for r in &plan.externalizations {
+        let found = contains(&r.summary.render_as_message(), &needle);
+        replaced.insert(
+            (
+                ActionKind::Externalize,
+                r.span.start_message_id().to_string(),
+            ),
+            found,
+        );
+        if found {
+            out.summaries.push(SummaryHit {
+                action: ActionKind::Externalize,
+                first_message_id: r.span.start_message_id().to_string(),
+                last_message_id: r.span.end_message_id().to_string(),
+                strategy: "externalize".into(),
+                artifact_id: r.artifact_id.clone(),
+            });
+        }
+    }
     if let Some(thread) = thread {
         for m in &thread.messages {
-            if !contains(&message_text(m), &needle) {
+            if !contains(&m.searchable_text(), &needle) {
                 continue;
             }
             let evicted = |action, span, strategy: &str, artifact: Option<&String>| MessageHit {
@@ -157,7 +181,7 @@ pub fn explain(thread: Option<&Thread>, plan: &CompactionPlan, text: &str) -> Ex
                 Action::Summarize(r) => evicted(
                     ActionKind::Summarize,
                     &r.span,
-                    summarizer_of(&r.summarizer_id),
+                    r.decided_by(crate::summarize::EXTRACTIVE_ID),
                     r.archive_artifact_id.as_ref(),
                 ),
                 Action::Externalize(r) => evicted(
@@ -169,17 +193,13 @@ pub fn explain(thread: Option<&Thread>, plan: &CompactionPlan, text: &str) -> Ex
                 Action::Clear(r) => evicted(
                     ActionKind::Clear,
                     &r.span,
-                    if r.strategy.is_empty() {
-                        "clear"
-                    } else {
-                        &r.strategy
-                    },
+                    r.decided_by(),
                     r.archive_artifact_id.as_ref(),
                 ),
                 Action::Drop(r) => evicted(
                     ActionKind::Drop,
                     &r.span,
-                    "drop",
+                    r.decided_by(),
                     r.archive_artifact_id.as_ref(),
                 ),
             };
@@ -193,28 +213,6 @@ pub fn explain(thread: Option<&Thread>, plan: &CompactionPlan, text: &str) -> Ex
             out.messages.push(hit);
         }
     }
-    for r in &plan.summarizations {
-        if contains(&r.summary.render_as_message(), &needle) {
-            out.summaries.push(SummaryHit {
-                action: ActionKind::Summarize,
-                first_message_id: r.span.start_message_id().to_string(),
-                last_message_id: r.span.end_message_id().to_string(),
-                strategy: summarizer_of(&r.summarizer_id).to_string(),
-                artifact_id: r.archive_artifact_id.clone().unwrap_or_default(),
-            });
-        }
-    }
-    for r in &plan.externalizations {
-        if contains(&r.summary.render_as_message(), &needle) {
-            out.summaries.push(SummaryHit {
-                action: ActionKind::Externalize,
-                first_message_id: r.span.start_message_id().to_string(),
-                last_message_id: r.span.end_message_id().to_string(),
-                strategy: "externalize".into(),
-                artifact_id: r.artifact_id.clone(),
-            });
-        }
-    }
     out
 }
 
@@ -223,17 +221,9 @@ fn stand_in(action: Action<'_>) -> String {
     match action {
         Action::Summarize(r) => r.summary.render_as_message(),
         Action::Externalize(r) => r.summary.render_as_message(),
-        Action::Clear(r) => r.replacement.clone(),
-        Action::Drop(_) | Action::Include => String::new(),
-    }
-}
-
-/// The summarizer a record names (extractive when it names none).
-fn summarizer_of(id: &str) -> &str {
-    if id.is_empty() {
-        crate::summarize::EXTRACTIVE_ID
-    } else {
-        id
+        Action::Clear(r) => r.rendered_text().into_owned(),
+        Action::Drop(r) => r.notice().unwrap_or_default(),
+        Action::Include => String::new(),
     }
 }
 
@@ -241,8 +231,8 @@ fn summarizer_of(id: &str) -> &str {
 mod tests {
     use super::*;
     use crate::model::{
-        ClearReason, ClearRecord, Content, DropRecord, DroppedSpanIndex, MessageMetadata, Role,
-        SpanReference,
+        ClearReason, ClearRecord, Content, DropRecord, DroppedSpanIndex, Message, MessageMetadata,
+        Role, SpanReference,
     };
 
     fn msg(id: &str, turn: u32, text: &str) -> Message {

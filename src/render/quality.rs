@@ -219,7 +219,7 @@ fn asked_for_compacted(thread: &Thread, plan: &CompactionPlan) -> Option<AskedFo
         if m.id == question.id || m.id == answer.id {
             continue;
         }
-        let found = found_in(&searchable(m), &terms);
+        let found = found_in(&m.searchable_text().to_lowercase(), &terms);
         if found.is_empty() {
             continue;
         }
@@ -281,16 +281,6 @@ fn found_in<'t>(lower: &str, terms: &'t BTreeSet<String>) -> BTreeSet<&'t str> {
     tokens(lower)
         .filter_map(|w| terms.get(w).map(String::as_str))
         .collect()
-}
-
-/// Lower-cased text of what a message carried (tool output included).
-fn searchable(m: &Message) -> String {
-    let mut s = m.archived_text().to_lowercase();
-    for c in &m.tool_calls {
-        s.push(' ');
-        s.push_str(&c.arguments_json().to_lowercase());
-    }
-    s
 }
 
 /// The words of the sentences that ask for something: a question, or a

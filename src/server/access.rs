@@ -214,7 +214,12 @@ impl Entry {
             self.span.record("otel.status_code", "ERROR");
             // The code only: a status message may quote request values.
             self.span.in_scope(|| {
-                tracing::warn!(error_type = %code_name(code), fallback = "none", "compact.error");
+                tracing::warn!(
+                    target: crate::telemetry::EVENTS,
+                    error_type = %code_name(code),
+                    fallback = "none",
+                    "compact.error"
+                );
             });
         }
         result
