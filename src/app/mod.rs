@@ -93,6 +93,9 @@ struct Inner {
     llm: Option<Arc<LlmSummaries>>,
     /// Strategy plugins, run as pipeline steps.
     plugins: Vec<Arc<crate::plugin::LoadedPlugin>>,
+    /// What the plugins are and how they are set up, as the fingerprint
+    /// hashes it (formed once: plugins are fixed at start-up).
+    plugin_setup: Vec<u8>,
 }
 
 /// What the service adds to the core's built-in strategies.
@@ -140,6 +143,7 @@ impl App {
                 redactor,
                 thread_locks: crate::store::KeyedLocks::default(),
                 llm: extensions.llm.map(Arc::new),
+                plugin_setup: plugin_setup(&extensions.plugins),
                 plugins: extensions.plugins,
             }),
         }
@@ -251,12 +255,7 @@ impl App {
         use sha2::{Digest, Sha256};
         let mut h = Sha256::new();
         h.update(core.as_bytes());
-        for p in &self.inner.plugins {
-            let s = p.settings();
-            let part = serde_json::json!([p.id(), s.sha256, s.after, s.aggressiveness, s.config]);
-            h.update([0]);
-            h.update(part.to_string().as_bytes());
-        }
+        h.update(&self.inner.plugin_setup);
         hex::encode(h.finalize())
     }
 
@@ -265,6 +264,18 @@ impl App {
         self.inner.memo.forget(&[tenant, thread_id]);
         self.forget_summaries(tenant, thread_id);
     }
+}
+
+/// Each plugin's id and settings, as [`App::fingerprint`] hashes them.
+fn plugin_setup(plugins: &[Arc<crate::plugin::LoadedPlugin>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in plugins {
+        let s = p.settings();
+        let part = serde_json::json!([p.id(), s.sha256, s.after, s.aggressiveness, s.config]);
+        out.push(0);
+        out.extend_from_slice(part.to_string().as_bytes());
+    }
+    out
 }
 
 /// The parts of a core [`Engine`], owned so that they can move into

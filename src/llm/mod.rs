@@ -19,7 +19,7 @@ pub use http::{Endpoint, KeySource};
 
 use crate::model::{Message, StructuredSummary};
 use crate::summarize::llm::{
-    chat_body, completion_meta, parse_answer, parse_completion, transcript_chunks, user_prompt,
+    chat_body, completion_content, completion_meta, parse_answer, transcript_chunks, user_prompt,
     AnswerError, ResponseFormat, Style,
 };
 use crate::summarize::{fit_to_size, merge_summaries};
@@ -405,14 +405,23 @@ impl LlmSummarizer {
                 .post(body.to_string().into_bytes())
                 .instrument(span.clone())
                 .await;
-            let meta = match &reply {
-                Ok(r) => completion_meta(&r.body),
-                Err(_) => Default::default(),
+            // The body is parsed once, for its usage and for its answer.
+            let json = match &reply {
+                Ok(r) => Some(serde_json::from_slice::<serde_json::Value>(&r.body)),
+                Err(_) => None,
+            };
+            let meta = match &json {
+                Some(Ok(v)) => completion_meta(v),
+                _ => Default::default(),
             };
             let outcome = match reply {
-                Ok(reply) if reply.status.is_success() => parse_completion(&reply.body)
-                    .and_then(|c| parse_answer(&c, template, template.span.last_turn))
-                    .map_err(LlmError::from),
+                Ok(reply) if reply.status.is_success() => match json {
+                    Some(Ok(v)) => completion_content(&v),
+                    Some(Err(e)) => Err(AnswerError::Invalid(format!("response is not JSON: {e}"))),
+                    None => Err(AnswerError::Invalid("no response".into())),
+                }
+                .and_then(|c| parse_answer(&c, template, template.span.last_turn))
+                .map_err(LlmError::from),
                 Ok(reply) if reply.status.as_u16() == 400 && says_over_limit(&reply.body) => {
                     Err(LlmError::Answer(AnswerError::OverLimit))
                 }

@@ -12,21 +12,20 @@
 //!   with an event, while the service keeps serving. Libraries are never
 //!   unloaded (a timed-out call may still be running inside one).
 //!
-//! The pipeline side is [`reducer::PluginReducer`].
+//! The pipeline side is `reducer::PluginReducer`, built by [`insert_plugins`].
 
 pub mod reducer;
 
 use std::ffi::{c_void, CStr};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use compactd_plugin_sdk::abi;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
-pub use reducer::{insert_plugins, PluginReducer};
+pub use reducer::insert_plugins;
 
 /// The plugin messages (`compactd.plugin.v1`), whose threads and summaries
 /// are the API's own types.
@@ -168,10 +167,13 @@ unsafe impl Sync for Instance {}
 pub struct LoadedPlugin {
     name: &'static str,
     version: String,
+    /// `name@version`, formed once.
+    id: String,
     table: &'static abi::Plugin,
     instance: Instance,
     settings: PluginSettings,
-    poisoned: Mutex<Option<String>>,
+    /// Why it is out of rotation; set once, never cleared.
+    poisoned: std::sync::OnceLock<String>,
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -203,8 +205,8 @@ impl LoadedPlugin {
     }
 
     /// `name@version`, as plans and audit records name it.
-    pub fn id(&self) -> String {
-        format!("{}@{}", self.name, self.version)
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     /// Its settings.
@@ -213,16 +215,15 @@ impl LoadedPlugin {
     }
 
     /// Why it is out of rotation, if it is.
-    pub fn poisoned(&self) -> Option<String> {
-        crate::runtime::lock(&self.poisoned).clone()
+    pub fn poisoned(&self) -> Option<&str> {
+        self.poisoned.get().map(String::as_str)
     }
 
     /// Takes it out of rotation (the first reason stays).
     pub fn poison(&self, reason: String) {
-        let mut p = crate::runtime::lock(&self.poisoned);
-        if p.is_none() {
-            tracing::error!(plugin = %self.id(), reason = %reason, "plugin taken out of rotation");
-            *p = Some(reason);
+        let logged = reason.clone();
+        if self.poisoned.set(reason).is_ok() {
+            tracing::error!(plugin = %self.id, reason = %logged, "plugin taken out of rotation");
         }
     }
 
@@ -376,7 +377,7 @@ fn load(dir: &Path, s: &PluginSettings) -> Result<LoadedPlugin, PluginError> {
     if mode & 0o222 != 0 {
         return Err(unsafe_file("the library file is writable".into()));
     }
-    let digest = hex::encode(Sha256::digest(&bytes));
+    let digest = crate::store::content_hash(&bytes);
     if !digest.eq_ignore_ascii_case(&s.sha256) {
         return Err(unsafe_file(format!(
             "SHA-256 mismatch: the file has {digest}, the configuration expects {}",
@@ -456,12 +457,13 @@ fn load(dir: &Path, s: &PluginSettings) -> Result<LoadedPlugin, PluginError> {
     }
     tracing::info!(plugin = %declared, %version, after = %s.after, "plugin loaded");
     Ok(LoadedPlugin {
+        id: format!("{declared}@{version}"),
         name: Box::leak(declared.into_boxed_str()),
         version,
         table,
         instance: Instance(instance),
         settings: s.clone(),
-        poisoned: Mutex::new(None),
+        poisoned: std::sync::OnceLock::new(),
     })
 }
 
@@ -482,5 +484,5 @@ unsafe fn c_str(p: *const std::ffi::c_char) -> Option<String> {
 
 /// SHA-256 (hex) of a file, as `plugins.load[].sha256` expects it.
 pub fn file_sha256(path: &Path) -> std::io::Result<String> {
-    Ok(hex::encode(Sha256::digest(std::fs::read(path)?)))
+    Ok(crate::store::content_hash(&std::fs::read(path)?))
 }

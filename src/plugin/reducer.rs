@@ -13,60 +13,50 @@ use prost::Message as _;
 
 use super::wire;
 use super::LoadedPlugin;
-use crate::model::{ClearReason, Role, SpanReference};
+use crate::model::{ClearReason, SpanReference};
 use crate::proto::pb;
 use crate::reduce::{CompactError, PipelineState, Projection, Reducer, TokenBudget};
 
 /// The pipeline step of one plugin.
 #[derive(Debug, Clone)]
-pub struct PluginReducer {
+pub(crate) struct PluginReducer {
     plugin: Arc<LoadedPlugin>,
     model: String,
-}
-
-impl PluginReducer {
-    /// The step of `plugin`, for requests to `model`.
-    pub fn new(plugin: Arc<LoadedPlugin>, model: &str) -> Self {
-        PluginReducer {
-            plugin,
-            model: model.to_string(),
-        }
-    }
+    /// The thread as `AnalyzeRequest` field 1, encoded once per compaction
+    /// and shared by its plugin steps (the snapshot never changes).
+    thread: Arc<std::sync::OnceLock<Vec<u8>>>,
 }
 
 /// `reducers` (the core's, in pipeline order) with the plugins' steps put
-/// after the reducer each names; a plugin whose reducer the policy turned
-/// off goes where that reducer would have been.
+/// after the reducer each names, in configured order; a plugin whose reducer
+/// the policy turned off goes where that reducer would have been.
 pub fn insert_plugins(
     reducers: Vec<Box<dyn Reducer>>,
     plugins: &[Arc<LoadedPlugin>],
     model: &str,
 ) -> Vec<Box<dyn Reducer>> {
-    let rank = |name: &str| {
-        super::POSITIONS
-            .iter()
-            .position(|p| *p == name)
-            .unwrap_or(0)
-    };
-    let mut out: Vec<Box<dyn Reducer>> = Vec::with_capacity(reducers.len() + plugins.len());
-    // By position, then in configured order.
-    let mut pending: Vec<&Arc<LoadedPlugin>> = plugins.iter().collect();
-    pending.sort_by_key(|p| rank(&p.settings().after));
-    let mut flush = |out: &mut Vec<Box<dyn Reducer>>, upto: usize| {
-        pending.retain(|p| {
-            if rank(&p.settings().after) < upto {
-                out.push(Box::new(PluginReducer::new(Arc::clone(p), model)));
-                false
-            } else {
-                true
-            }
-        });
-    };
-    for r in reducers {
-        flush(&mut out, rank(r.name()));
-        out.push(r);
+    let mut core: Vec<Option<Box<dyn Reducer>>> = reducers.into_iter().map(Some).collect();
+    let mut out: Vec<Box<dyn Reducer>> = Vec::with_capacity(core.len() + plugins.len());
+    // One compaction's steps share the thread's encoding.
+    let thread = Arc::new(std::sync::OnceLock::new());
+    for position in super::POSITIONS {
+        if let Some(r) = core
+            .iter_mut()
+            .find(|r| r.as_ref().is_some_and(|r| r.name() == position))
+            .and_then(Option::take)
+        {
+            out.push(r);
+        }
+        for p in plugins.iter().filter(|p| p.settings().after == position) {
+            out.push(Box::new(PluginReducer {
+                plugin: Arc::clone(p),
+                model: model.to_string(),
+                thread: Arc::clone(&thread),
+            }));
+        }
     }
-    flush(&mut out, usize::MAX);
+    // A core reducer no position names (none today) keeps its place at the end.
+    out.extend(core.into_iter().flatten());
     out
 }
 
@@ -155,7 +145,7 @@ impl PluginReducer {
         match prop.action {
             Some(Action::Clear(c)) => {
                 let i = self.span(p, std::slice::from_ref(&c.message_id), false)?[0];
-                if p.message(i).role != Role::Tool {
+                if !p.is_tool_result(i) {
                     return Err(format!("{:?} is not a tool result", c.message_id));
                 }
                 if c.replacement.trim().is_empty() || c.replacement.len() > MAX_REPLACEMENT_BYTES {
@@ -197,10 +187,18 @@ impl PluginReducer {
         }
     }
 
-    fn request(&self, p: &Projection<'_>, budget: &TokenBudget) -> wire::AnalyzeRequest {
+    /// The encoded `AnalyzeRequest`: the thread's field, encoded by the
+    /// compaction's first plugin step, then the rest (prost writes fields in
+    /// tag order and the thread is field 1, so the bytes are the message's).
+    fn request(&self, p: &Projection<'_>, budget: &TokenBudget) -> Vec<u8> {
+        let thread = self.thread.get_or_init(|| {
+            let mut b = Vec::new();
+            prost::encoding::message::encode(1, &pb::Thread::from(p.thread), &mut b);
+            b
+        });
         let n = p.len();
-        wire::AnalyzeRequest {
-            thread: Some(pb::Thread::from(p.thread)),
+        let rest = wire::AnalyzeRequest {
+            thread: None,
             states: (0..n).map(|i| state(p, i) as i32).collect(),
             message_tokens: (0..n).map(|i| p.cost(i)).collect(),
             total_tokens: p.total(),
@@ -210,6 +208,8 @@ impl PluginReducer {
             after: self.plugin.settings().after.clone(),
             aggressiveness: self.plugin.settings().aggressiveness,
         }
+        .encode_to_vec();
+        [thread.as_slice(), &rest].concat()
     }
 
     /// Takes the plugin out of rotation and says so in the response; a
@@ -239,7 +239,7 @@ impl PluginReducer {
     fn unavailable(&self, reason: String) -> Result<(), CompactError> {
         if self.plugin.settings().required {
             return Err(CompactError::StrategyUnavailable {
-                strategy: self.plugin.id(),
+                strategy: self.plugin.id().to_string(),
                 reason,
             });
         }
@@ -274,9 +274,9 @@ impl Reducer for PluginReducer {
                 "plugin {} is out of rotation ({reason}); skipped",
                 self.plugin.id()
             ));
-            return self.unavailable(reason);
+            return self.unavailable(reason.to_string());
         }
-        let bytes = self.request(p, budget).encode_to_vec();
+        let bytes = self.request(p, budget);
         let answer = match self.plugin.analyze(bytes) {
             Ok(a) => a,
             Err(fault) => {
@@ -327,7 +327,7 @@ impl Reducer for PluginReducer {
                         // A placeholder no smaller than the content is no gain.
                         p.undo_last_clear(i);
                     } else {
-                        p.attribute_clear(i, &id);
+                        p.attribute_clear(i, id);
                     }
                 }
                 Checked::Summarize { indices, summary } => {

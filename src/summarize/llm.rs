@@ -311,11 +311,8 @@ pub struct CompletionMeta {
     pub finish_reason: Option<String>,
 }
 
-/// Reads [`CompletionMeta`] from a response body (nothing if it is not JSON).
-pub fn completion_meta(body: &[u8]) -> CompletionMeta {
-    let Ok(v) = serde_json::from_slice::<Value>(body) else {
-        return CompletionMeta::default();
-    };
+/// Reads [`CompletionMeta`] from a parsed response body.
+pub fn completion_meta(v: &Value) -> CompletionMeta {
     let usage = v.get("usage");
     let short = |s: &str| head(s, 128).to_string();
     CompletionMeta {
@@ -339,6 +336,11 @@ pub fn completion_meta(body: &[u8]) -> CompletionMeta {
 pub fn parse_completion(body: &[u8]) -> Result<String, AnswerError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| AnswerError::Invalid(format!("response is not JSON: {e}")))?;
+    completion_content(&v)
+}
+
+/// [`parse_completion`] of a parsed body.
+pub fn completion_content(v: &Value) -> Result<String, AnswerError> {
     let choice = v
         .get("choices")
         .and_then(|c| c.get(0))
@@ -624,6 +626,12 @@ mod tests {
 
     #[test]
     fn completion_meta_reads_usage_model_and_finish() {
+        // As the client reads it: a body that is not JSON has no meta.
+        let completion_meta = |body: &[u8]| {
+            serde_json::from_slice::<Value>(body)
+                .map(|v| super::completion_meta(&v))
+                .unwrap_or_default()
+        };
         let body = br#"{"model":"gpt-4o-mini-2024","usage":{"prompt_tokens":812,"completion_tokens":97},"choices":[{"message":{"content":"{}"},"finish_reason":"stop"}]}"#;
         let m = completion_meta(body);
         assert_eq!(m.input_tokens, Some(812));
