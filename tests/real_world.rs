@@ -200,7 +200,7 @@ fn pending_calls_are_refused_unless_left_out() {
         .expect("a pending call is valid input");
     let mut h = Harness::default();
     match h.compact(&t, 100_000, None) {
-        Err(AppError::PendingToolCall { field, call_id }) => {
+        Err(AppError::PendingToolCall { field, call_id, .. }) => {
             assert_eq!(call_id, "drop1");
             assert_eq!(
                 field,

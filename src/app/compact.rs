@@ -113,6 +113,9 @@ pub struct CompactOutcome {
     pub artifacts: Vec<WrittenArtifact>,
     /// The tokenizer the counts are in.
     pub tokenizer: String,
+    /// What the thread as sent holds that the request leaves out (calls the
+    /// conversation moved past); the report adds the pipeline's own.
+    pub warnings: Vec<String>,
 }
 
 impl CompactOutcome {
@@ -135,7 +138,14 @@ impl CompactOutcome {
             report: None,
             artifacts: Vec::new(),
             tokenizer,
+            warnings: Vec::new(),
         }
+    }
+
+    /// Every warning: the thread's, then the pipeline's.
+    pub fn all_warnings(&self) -> Vec<String> {
+        let report = self.report.as_ref().map_or(&[][..], |r| &r.warnings[..]);
+        self.warnings.iter().chain(report).cloned().collect()
     }
 }
 
@@ -180,8 +190,11 @@ impl App {
         UseCase::Compact.authorize(ctx, None)?;
         self.validate_thread(&cmd.thread)?;
         let mut cmd = cmd;
+        let warnings = Self::settle_thread(&mut cmd.thread);
         cmd.policy = self.effective_policy(&cmd.policy)?;
-        self.compact_and_commit(&ctx.tenant_id, cmd).await
+        let mut out = self.compact_and_commit(&ctx.tenant_id, cmd).await?;
+        out.warnings = warnings;
+        Ok(out)
     }
 
     /// The committed plan of a thread, with `plan.version` set.
@@ -374,6 +387,7 @@ impl App {
             report: Some(report),
             artifacts: written,
             tokenizer,
+            warnings: Vec::new(),
         })
     }
 

@@ -33,12 +33,14 @@ pub enum AppError {
     },
     /// A tool call has no result yet and the request did not ask to leave
     /// pending calls out: no provider accepts an unanswered call.
-    #[error("tool call {call_id:?} at {field} has no result yet; send its result, or set omit_pending_calls to leave pending calls out")]
+    #[error("tool call {call_id:?} ({tool_name}) at {field} has no result yet: append a tool message with tool_call_id {call_id:?} holding its result, or set omit_pending_calls to leave the last turn's unanswered calls out of the request")]
     PendingToolCall {
         /// `thread.messages[i].tool_calls[j].id`.
         field: String,
         /// The call.
         call_id: String,
+        /// The tool it calls.
+        tool_name: String,
     },
     /// Compare-and-swap failed: the plan moved on.
     #[error("plan version conflict: expected version {expected}, current version is {current}")]

@@ -55,6 +55,8 @@ pub struct ExplainOutcome {
     pub artifacts: Vec<ArtifactHit>,
     /// Artifacts not searched (permission, expired, over the limit).
     pub not_searched: Vec<String>,
+    /// What the thread sent holds that no request carries (abandoned calls).
+    pub warnings: Vec<String>,
 }
 
 impl App {
@@ -117,7 +119,12 @@ impl App {
         };
         let plan_version = plan.version;
         let text = cmd.text.clone();
-        let thread = cmd.thread;
+        let mut thread = cmd.thread;
+        let mut warnings = Vec::new();
+        if let Some((view, w)) = thread.as_ref().and_then(Thread::without_abandoned_calls) {
+            thread = Some(view);
+            warnings = w;
+        }
         let explanation = blocking(move || explain(thread.as_ref(), &plan, &text)).await?;
 
         let needle = cmd.text.to_lowercase();
@@ -180,6 +187,7 @@ impl App {
             explanation,
             artifacts,
             not_searched,
+            warnings,
         })
     }
 }

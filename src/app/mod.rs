@@ -205,6 +205,20 @@ impl App {
             .map_err(|e| AppError::invalid(e.field_path(), e.to_string()))
     }
 
+    /// Replaces a validated thread with the view every later step works on:
+    /// calls the conversation moved past without a result are left out (see
+    /// [`Thread::without_abandoned_calls`]). Returns the warnings naming
+    /// them, for the response, the audit record and the CLI.
+    fn settle_thread(thread: &mut Arc<Thread>) -> Vec<String> {
+        match thread.without_abandoned_calls() {
+            Some((view, warnings)) => {
+                *thread = Arc::new(view);
+                warnings
+            }
+            None => Vec::new(),
+        }
+    }
+
     /// The engine for text `provider` will read for `model`, for one
     /// tenant's thread: the caches are the process's, seen through keys only
     /// this tenant (counts) and this thread (summaries) can hit.

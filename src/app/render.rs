@@ -10,7 +10,7 @@ use crate::model::{
     SUMMARY_SCHEMA_VERSION,
 };
 use crate::model::{Eviction, Sensitivity, ToolSchema};
-use crate::reduce::{referenced_artifacts, TokenBudget};
+use crate::reduce::{referenced_artifacts, ReserveUse, TokenBudget};
 use crate::render::{
     anthropic, body_tokens, fit_rehydrated, openai, render, responses, OutputFormat,
     ProviderOptions, RehydrationReport, RenderInput, Request, RequestCounter, RequestTokens,
@@ -92,6 +92,7 @@ impl App {
             refuse_pending(&cmd.request.thread)?;
         }
         let mut cmd = cmd;
+        let thread_warnings = Self::settle_thread(&mut cmd.request.thread);
         cmd.request.policy = self.effective_policy(&cmd.request.policy)?;
         if cmd.read_artifact_tool
             && !cmd
@@ -112,6 +113,10 @@ impl App {
         // being read back (loop breaking).
         cmd.request.rehydrated_this_turn |= !auto.fetched.is_empty();
         let (plan, compaction) = self.plan_to_render(ctx, &cmd).await?;
+        let compaction = compaction.map(|mut c| {
+            c.warnings.clone_from(&thread_warnings);
+            c
+        });
         let fetched = self
             .fetch_artifacts(ctx, &cmd.request.thread.id, &cmd.rehydrate_artifact_ids)
             .await?;
@@ -146,7 +151,8 @@ impl App {
                     READ_ARTIFACT_TOOL,
                 );
                 let mut audit = audit(&plan, parts.counter.name(), &summarizer_id, &rehydrated);
-                audit.warnings = render_warnings(&request, cmd.format);
+                audit.warnings = thread_warnings;
+                audit.warnings.extend(render_warnings(&request, cmd.format));
                 audit.requester = requester;
                 let output = output(
                     request,
@@ -374,6 +380,48 @@ fn render_and_count(
     max_input_tokens: u32,
 ) -> Result<(Request, RequestTokens, Vec<RehydrationReport>)> {
     let policy = &cmd.request.policy;
+    let render_with = |rehydrated: &[crate::render::Rehydrated]| {
+        render(
+            &cmd.request.thread,
+            plan,
+            &RenderInput {
+                system: cmd.request.system.as_deref(),
+                tools: &cmd.request.tools,
+                rehydrated,
+                options: &policy.render,
+                omit_pending_calls: cmd.omit_pending_calls,
+            },
+        )
+    };
+    let mut request = render_with(&[]);
+    let mut tokens = rc.request(&request);
+    // The fixed parts were just counted with the request. Without anything
+    // read back the whole window is the ceiling; content read back takes
+    // what the reserve and the room left allow.
+    let ceiling = TokenBudget::for_policy(
+        policy,
+        max_input_tokens,
+        (tokens.system, tokens.tools, tokens.framing),
+        ReserveUse {
+            estimated_counts: !rc.counter.is_exact(),
+            rehydrating: false,
+        },
+    )
+    .ceiling();
+    if tokens.total > ceiling {
+        if cmd.compact_first {
+            return Err(AppError::Internal(format!(
+                "plan version {} was compacted for this request but renders to {} tokens, over the limit {ceiling}",
+                plan.version, tokens.total
+            )));
+        }
+        return Err(AppError::InsufficientBudget {
+            message: format!(
+                "plan version {} renders this thread to {} tokens, over the limit of {ceiling} for max_input_tokens {max_input_tokens}; call Compact or set compact_first",
+                plan.version, tokens.total
+            ),
+        });
+    }
     // Explicit requests first: they share the reserve with what the agent
     // named, and an explicit request is the stronger signal.
     let explicit = fetched.len();
@@ -383,56 +431,44 @@ fn render_and_count(
         cut.push(truncated);
         fetched.push((id, text));
     }
-    let (injected, mut report) = fit_rehydrated(rc, fetched, policy.rehydration_reserve_tokens);
+    let room = policy
+        .rehydration_reserve_tokens
+        .min(ceiling - tokens.total);
+    let (injected, mut report) = fit_rehydrated(rc, fetched, room);
     for (r, truncated) in report[explicit..].iter_mut().zip(cut) {
         r.auto = true;
         r.truncated |= truncated;
     }
     report.extend(auto.blocked);
-    let request = render(
-        &cmd.request.thread,
-        plan,
-        &RenderInput {
-            system: cmd.request.system.as_deref(),
-            tools: &cmd.request.tools,
-            rehydrated: &injected,
-            options: &policy.render,
-            omit_pending_calls: cmd.omit_pending_calls,
-        },
-    );
-    let tokens = rc.request(&request);
-    // The fixed parts were just counted with the request.
-    let hard_limit = TokenBudget::for_policy(
-        policy,
-        max_input_tokens,
-        (tokens.system, tokens.tools, tokens.framing),
-    )
-    .hard_limit();
-    let used = tokens.total - tokens.rehydrated;
-    if used > hard_limit {
-        if cmd.compact_first {
+    if !injected.is_empty() {
+        request = render_with(&injected);
+        tokens = rc.request(&request);
+        if tokens.total > ceiling {
             return Err(AppError::Internal(format!(
-                "plan version {} was compacted for this request but renders to {used} tokens, over the hard limit {hard_limit}",
-                plan.version
+                "read-back content fitted into {room} tokens renders to {} tokens, over the limit {ceiling}",
+                tokens.total
             )));
         }
-        return Err(AppError::InsufficientBudget {
-            message: format!(
-                "plan version {} renders this thread to {used} tokens, over the limit of {hard_limit} for max_input_tokens {max_input_tokens}; call Compact or set compact_first",
-                plan.version
-            ),
-        });
     }
     Ok((request, tokens, report))
 }
 
-/// FAILED_PRECONDITION naming the first call without a result.
+/// FAILED_PRECONDITION naming the first pending call: one of the last
+/// assistant message without a result (earlier ones are abandoned and left
+/// out). Checked on the thread as sent, so the field path is the caller's.
 fn refuse_pending(thread: &crate::model::Thread) -> Result<()> {
-    match thread.pairing().pending().next() {
-        Some((i, j)) => Err(AppError::PendingToolCall {
-            field: format!("thread.messages[{i}].tool_calls[{j}].id"),
-            call_id: thread.messages[i].tool_calls[j].id.clone(),
-        }),
+    let pairing = thread.pairing();
+    let abandoned = thread.abandoned_calls(&pairing);
+    let pending = pairing.pending().find(|c| !abandoned.contains(c));
+    match pending {
+        Some((i, j)) => {
+            let call = &thread.messages[i].tool_calls[j];
+            Err(AppError::PendingToolCall {
+                field: format!("thread.messages[{i}].tool_calls[{j}].id"),
+                call_id: call.id.clone(),
+                tool_name: call.name.clone(),
+            })
+        }
         None => Ok(()),
     }
 }

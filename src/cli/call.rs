@@ -400,6 +400,7 @@ fn explain_json(r: pb::ExplainResponse) -> Value {
             "message_ids": a.message_ids,
         })).collect::<Vec<_>>(),
         "artifacts_not_searched": r.artifacts_not_searched,
+        "warnings": r.warnings,
     })
 }
 

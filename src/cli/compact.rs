@@ -90,7 +90,24 @@ pub fn run(args: &CompactArgs) -> Result<String, Failure> {
         doc.insert("keep_recent_turns".into(), json!(r.keep_recent_turns));
         doc.insert("keep_tool_io_pairs".into(), json!(r.keep_tool_io_pairs));
         doc.insert("per_reducer".into(), json!(r.per_reducer));
-        doc.insert("warnings".into(), json!(r.warnings));
+    }
+    // Everything the thread, the pipeline and the renderer warned about, once
+    // each, in the report and on stderr (the document goes to stdout).
+    let mut warnings: Vec<String> = Vec::new();
+    for w in compaction
+        .all_warnings()
+        .into_iter()
+        .chain(out.audit.warnings.clone())
+    {
+        if !warnings.contains(&w) {
+            warnings.push(w);
+        }
+    }
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
+    if let Value::Object(doc) = &mut report {
+        doc.insert("warnings".into(), json!(warnings));
     }
     let doc = json!({
         "plan": out.plan,

@@ -119,6 +119,7 @@ impl Eviction {
                 ClearReason::Durability => "its durability allows clearing",
                 ClearReason::Compressed => "compressed to its essentials",
                 ClearReason::Plugin => "a plugin cleared it",
+                ClearReason::Excerpt => "the last user message's middle left out to fit",
             };
             out.push(one(
                 ActionKind::Clear,

@@ -108,6 +108,9 @@ pub enum ClearReason {
     Compressed,
     /// A plugin strategy replaced it.
     Plugin,
+    /// The last user message, too long for its share of the budget: its
+    /// head and tail stay, its middle is archived.
+    Excerpt,
 }
 
 /// A message whose content renders as a placeholder; the message itself (and any
@@ -171,6 +174,7 @@ impl ClearRecord {
             ClearReason::Durability => "clear",
             ClearReason::Compressed => "compress",
             ClearReason::Plugin => "plugin",
+            ClearReason::Excerpt => "excerpt",
         }
     }
 

@@ -375,6 +375,76 @@ impl Thread {
         Pairing { answers, answered }
     }
 
+    /// Calls without a result outside the last assistant message, as
+    /// (message, call) in thread order: the conversation moved past them (a
+    /// user interrupt, a crashed tool), so no result will come. Only the last
+    /// assistant message's calls are pending.
+    pub fn abandoned_calls(&self, pairing: &Pairing) -> Vec<(usize, usize)> {
+        let last_assistant = self
+            .messages
+            .iter()
+            .rposition(|m| m.role == Role::Assistant);
+        pairing
+            .pending()
+            .filter(|&(i, _)| Some(i) != last_assistant)
+            .collect()
+    }
+
+    /// The thread as a provider can take it: abandoned calls (see
+    /// [`Thread::abandoned_calls`]) left out, and an assistant message left
+    /// with nothing visible left out with them. `None` when there are none;
+    /// otherwise the warnings name every call left out. The thread itself is
+    /// not changed: this is the view compaction and rendering work on.
+    pub fn without_abandoned_calls(&self) -> Option<(Thread, Vec<String>)> {
+        let abandoned = self.abandoned_calls(&self.pairing());
+        if abandoned.is_empty() {
+            return None;
+        }
+        let mut by_message: IdMap<usize, Vec<usize>> = IdMap::default();
+        for &(i, j) in &abandoned {
+            by_message.entry(i).or_default().push(j);
+        }
+        let mut warnings = Vec::new();
+        let mut messages = Vec::with_capacity(self.messages.len());
+        for (i, m) in self.messages.iter().enumerate() {
+            let Some(calls) = by_message.get(&i) else {
+                messages.push(m.clone());
+                continue;
+            };
+            let named: Vec<String> = calls
+                .iter()
+                .map(|&j| format!("{} ({})", m.tool_calls[j].id, m.tool_calls[j].name))
+                .collect();
+            let mut m = m.clone();
+            let mut j = 0;
+            m.tool_calls.retain(|_| {
+                j += 1;
+                !calls.contains(&(j - 1))
+            });
+            if m.tool_calls.is_empty() && m.content.text().trim().is_empty() {
+                warnings.push(format!(
+                    "message {} left out: its only tool calls {} have no result and the conversation moved on (abandoned)",
+                    m.id,
+                    named.join(", ")
+                ));
+                continue;
+            }
+            warnings.push(format!(
+                "tool calls {} of message {} left out: no result, and the conversation moved on (abandoned)",
+                named.join(", "),
+                m.id
+            ));
+            messages.push(m);
+        }
+        Some((
+            Thread {
+                id: self.id.clone(),
+                messages,
+            },
+            warnings,
+        ))
+    }
+
     /// Index of a message by id.
     pub fn index_of(&self, id: &str) -> Option<usize> {
         self.messages.iter().position(|m| m.id == id)

@@ -138,6 +138,7 @@ impl From<ExplainOutcome> for pb::ExplainResponse {
                 })
                 .collect(),
             artifacts_not_searched: out.not_searched,
+            warnings: out.warnings,
         }
     }
 }
@@ -163,7 +164,7 @@ impl From<&CompactOutcome> for pb::CompactResponse {
             per_reducer: report
                 .map_or_else(Vec::new, |r| r.per_reducer.iter().map(Into::into).collect()),
             budget: report.map(|r| (&r.budget).into()),
-            warnings: report.map_or_else(Vec::new, |r| r.warnings.clone()),
+            warnings: out.all_warnings(),
             reused: out.reused,
             triggered: report.is_some_and(|r| r.triggered),
             new_artifact_ids: out

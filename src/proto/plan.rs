@@ -126,6 +126,7 @@ impl From<ClearReason> for pb::ClearReason {
             ClearReason::Durability => pb::ClearReason::Durability,
             ClearReason::Compressed => pb::ClearReason::Compressed,
             ClearReason::Plugin => pb::ClearReason::Plugin,
+            ClearReason::Excerpt => pb::ClearReason::Excerpt,
         }
     }
 }
@@ -136,6 +137,7 @@ fn clear_reason(v: i32, field: &str) -> Result<ClearReason> {
         Ok(pb::ClearReason::Durability) => Ok(ClearReason::Durability),
         Ok(pb::ClearReason::Compressed) => Ok(ClearReason::Compressed),
         Ok(pb::ClearReason::Plugin) => Ok(ClearReason::Plugin),
+        Ok(pb::ClearReason::Excerpt) => Ok(ClearReason::Excerpt),
         Ok(pb::ClearReason::Unspecified) => Err(unset_enum(field)),
         Err(_) => Err(unknown_enum(field, v)),
     }

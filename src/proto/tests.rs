@@ -321,6 +321,7 @@ fn plan() -> impl Strategy<Value = CompactionPlan> {
         Just(ClearReason::Durability),
         Just(ClearReason::Compressed),
         Just(ClearReason::Plugin),
+        Just(ClearReason::Excerpt),
     ];
     let clear = (
         span(),

@@ -3,10 +3,25 @@
 //! A single total is the hard ceiling. The struct is a value passed by reference
 //! to every reducer, so per-tier caps (e.g. "tool results ≤ 30%") can be added
 //! as fields later without changing the reducer signature.
+//!
+//! Reserves count only when they are used: the rehydration reserve only when
+//! this turn reads artifacts back, the safety margin only when the counts are
+//! estimates (an exact tokenizer with every unknown counted at its worst case
+//! needs none). A thread that fits the window is never refused for room kept
+//! for something that does not happen.
 
 use serde::{Deserialize, Serialize};
 
 use super::Policy;
+
+/// What this request will use of the policy's reserves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ReserveUse {
+    /// The counts are estimates (the safety margin applies).
+    pub estimated_counts: bool,
+    /// Artifacts are read back this turn (the rehydration reserve applies).
+    pub rehydrating: bool,
+}
 
 /// How many tokens a request may use, and where compaction starts and stops.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -18,11 +33,11 @@ pub struct TokenBudget {
     /// Once triggered, compaction continues down to this fraction, so that it
     /// happens in chunks rather than a little every turn (prompt-cache friendly).
     pub target_ratio: f64,
-    /// Margin for tokenizer error and provider framing we cannot see.
+    /// Margin for tokenizer error (0 when the counts are exact).
     pub safety_buffer: u32,
     /// Space kept for the response, for models whose window includes output.
     pub response_reserve: u32,
-    /// Space kept for artifacts rehydrated this turn (excluded from pressure).
+    /// Space kept for artifacts rehydrated this turn (0 when none are).
     pub rehydration_reserve: u32,
     /// Space kept for per-turn injected content added after compaction.
     pub injection_reserve: u32,
@@ -36,16 +51,22 @@ pub struct TokenBudget {
 
 impl TokenBudget {
     /// The budget under `policy` for a request whose fixed parts (system,
-    /// tools, framing) count `fixed`.
-    pub fn for_policy(policy: &Policy, max_input_tokens: u32, fixed: (u32, u32, u32)) -> Self {
+    /// tools, framing) count `fixed`, with the reserves `uses` says apply.
+    pub fn for_policy(
+        policy: &Policy,
+        max_input_tokens: u32,
+        fixed: (u32, u32, u32),
+        uses: ReserveUse,
+    ) -> Self {
         let (system_tokens, tool_tokens, framing_tokens) = fixed;
+        let when = |on: bool, n: u32| if on { n } else { 0 };
         TokenBudget {
             max_input_tokens,
             trigger_ratio: policy.trigger_ratio,
             target_ratio: policy.target_ratio,
-            safety_buffer: policy.safety_buffer_tokens,
+            safety_buffer: when(uses.estimated_counts, policy.safety_buffer_tokens),
             response_reserve: policy.response_reserve_tokens,
-            rehydration_reserve: policy.rehydration_reserve_tokens,
+            rehydration_reserve: when(uses.rehydrating, policy.rehydration_reserve_tokens),
             injection_reserve: policy.injection_reserve_tokens,
             system_tokens,
             tool_tokens,
@@ -55,14 +76,19 @@ impl TokenBudget {
 }
 
 impl TokenBudget {
-    /// The ceiling for the rendered request without rehydrated or injected
-    /// content. Never exceeded: a plan that cannot meet it is an error.
-    pub fn hard_limit(&self) -> u32 {
+    /// The most the whole rendered request may take, rehydrated content
+    /// included.
+    pub fn ceiling(&self) -> u32 {
         self.max_input_tokens
             .saturating_sub(self.safety_buffer)
             .saturating_sub(self.response_reserve)
-            .saturating_sub(self.rehydration_reserve)
             .saturating_sub(self.injection_reserve)
+    }
+
+    /// The ceiling for the rendered request without rehydrated content.
+    /// Never exceeded: a plan that cannot meet it is an error.
+    pub fn hard_limit(&self) -> u32 {
+        self.ceiling().saturating_sub(self.rehydration_reserve)
     }
 
     /// Request size above which compaction runs.
@@ -86,11 +112,6 @@ impl TokenBudget {
     pub fn available_for_messages(&self) -> u32 {
         self.hard_limit().saturating_sub(self.fixed_tokens())
     }
-
-    /// Tokens that rehydrated content may use at render time.
-    pub fn available_for_rehydration(&self) -> u32 {
-        self.rehydration_reserve
-    }
 }
 
 fn ratio_of(n: u32, r: f64) -> u32 {
@@ -101,24 +122,24 @@ fn ratio_of(n: u32, r: f64) -> u32 {
 mod tests {
     use super::*;
 
-    fn budget() -> TokenBudget {
-        TokenBudget {
-            max_input_tokens: 10_000,
+    fn budget(uses: ReserveUse) -> TokenBudget {
+        let policy = Policy {
             trigger_ratio: 0.85,
             target_ratio: 0.6,
-            safety_buffer: 500,
-            response_reserve: 0,
-            rehydration_reserve: 1000,
-            injection_reserve: 0,
-            system_tokens: 100,
-            tool_tokens: 200,
-            framing_tokens: 3,
-        }
+            safety_buffer_tokens: 500,
+            rehydration_reserve_tokens: 1000,
+            ..Policy::default()
+        };
+        TokenBudget::for_policy(&policy, 10_000, (100, 200, 3), uses)
     }
 
     #[test]
     fn limits_are_ordered() {
-        let b = budget();
+        let b = budget(ReserveUse {
+            estimated_counts: true,
+            rehydrating: true,
+        });
+        assert_eq!(b.ceiling(), 9_500);
         assert_eq!(b.hard_limit(), 8_500);
         assert_eq!(b.trigger(), 8_500);
         assert_eq!(b.target(), 6_000);
@@ -126,8 +147,29 @@ mod tests {
     }
 
     #[test]
+    fn reserves_count_only_when_used() {
+        let exact = budget(ReserveUse::default());
+        assert_eq!(exact.hard_limit(), 10_000);
+        assert_eq!(exact.ceiling(), 10_000);
+        let estimated = budget(ReserveUse {
+            estimated_counts: true,
+            rehydrating: false,
+        });
+        assert_eq!(estimated.hard_limit(), 9_500);
+        let rehydrating = budget(ReserveUse {
+            estimated_counts: false,
+            rehydrating: true,
+        });
+        assert_eq!(rehydrating.hard_limit(), 9_000);
+        assert_eq!(rehydrating.ceiling(), 10_000);
+    }
+
+    #[test]
     fn reserves_larger_than_the_window_saturate() {
-        let mut b = budget();
+        let mut b = budget(ReserveUse {
+            estimated_counts: true,
+            rehydrating: true,
+        });
         b.safety_buffer = 20_000;
         assert_eq!(b.hard_limit(), 0);
         assert_eq!(b.available_for_messages(), 0);

@@ -40,7 +40,7 @@ use crate::render::RequestCounter;
 use crate::summarize::{Summarizer, SummaryRequest};
 use crate::tokens::{Target, TokenCounter, TokenLedger};
 
-pub use budget::TokenBudget;
+pub use budget::{ReserveUse, TokenBudget};
 pub use clear::Clear;
 pub use compress::Compress;
 pub use externalize::Externalize;
@@ -373,8 +373,10 @@ pub enum CompactError {
     ZeroBudget,
     /// Even with everything reducible reduced, the request does not fit.
     #[error(
-        "insufficient budget: the request needs at least {required} tokens but the limit is {limit} \
-         (pinned {pinned}, recent tail {tail}, system+tools {fixed}); reduce protected content or raise max_input_tokens"
+        "insufficient budget: the smallest valid request needs {required} tokens but the limit is {limit} \
+         (system+tools {fixed}, pinned messages {pinned}, last user message and newest call group {tail}, \
+         the rest {rest}); reduce protected content or raise max_input_tokens",
+         rest = required.saturating_sub(*fixed).saturating_sub(*pinned).saturating_sub(*tail)
     )]
     InsufficientBudget {
         /// Smallest request the pipeline reached.
@@ -383,7 +385,8 @@ pub enum CompactError {
         limit: u32,
         /// Tokens of pinned messages.
         pinned: u32,
-        /// Tokens of the kept tail at the floor.
+        /// Tokens of the kept tail at the floor: the last user message (cut
+        /// to its head and tail) and the newest call group.
         tail: u32,
         /// System prompt, tools and framing.
         fixed: u32,
@@ -558,15 +561,25 @@ pub struct Compaction {
     pub target: Target,
 }
 
-/// Builds the budget for a request.
+/// Builds the budget for a request: the safety margin applies when the
+/// counter estimates, the rehydration reserve when this turn reads back.
 pub fn budget_for(
     policy: &Policy,
     max_input_tokens: u32,
     counter: &RequestCounter<'_>,
     system: Option<&str>,
     tools: &[ToolSchema],
+    rehydrating: bool,
 ) -> TokenBudget {
-    TokenBudget::for_policy(policy, max_input_tokens, counter.fixed(system, tools))
+    TokenBudget::for_policy(
+        policy,
+        max_input_tokens,
+        counter.fixed(system, tools),
+        ReserveUse {
+            estimated_counts: !counter.counter.is_exact(),
+            rehydrating,
+        },
+    )
 }
 
 /// The default reducers, cheap → expensive, as enabled by the policy.
@@ -619,6 +632,7 @@ pub fn compact_with(
         &counter,
         req.system,
         req.tools,
+        req.skip_aggressive,
     );
     let fixed = budget.fixed_tokens();
     let pinned = partition::pinned(thread, policy);
@@ -675,21 +689,26 @@ pub fn compact_with(
         .collect();
 
     let triggered = p.total() > budget.trigger();
-    let mut keep_turns = policy.keep_recent_turns;
-    let mut keep_pairs = policy.keep_tool_io_pairs;
-    // The tail's token bound, at most half of what compaction aims for.
-    let keep_tokens = policy.keep_recent_tokens.min(budget.target() / 2);
+    let mut tail = partition::TailShare::new(policy, budget.target());
     if triggered {
         // Dropping is the last resort: it runs only after the tail has been
         // shrunk as far as it goes, or when the rest already fits the hard
         // limit (then it trims toward the target without touching summaries).
         let (window, rest): (Vec<usize>, Vec<usize>) =
             (0..reducers.len()).partition(|&i| reducers[i].name() == "window");
-        let pairs_floor = keep_pairs.min(1);
-        let mut last_round = false;
         loop {
-            partition::mark_kept(&mut p, keep_turns, keep_pairs, keep_tokens);
-            p.tail_tool_results_reducible = last_round;
+            partition::mark_kept(&mut p, tail.turns, tail.pairs, tail.tokens);
+            p.tail_tool_results_reducible = tail.at_floor;
+            if tail.escalated() {
+                partition::excerpt_last_user(
+                    &mut p,
+                    tail.user_share(budget.target()),
+                    engine.redactor,
+                );
+                if policy.enable.archive {
+                    p.archive_evictions(engine.redactor);
+                }
+            }
             run(
                 &rest,
                 reducers,
@@ -698,15 +717,10 @@ pub fn compact_with(
                 &budget,
                 &mut state,
             )?;
-            if p.total() <= budget.hard_limit() || last_round {
+            if p.total() <= budget.target() || tail.at_floor {
                 break;
             }
-            if keep_turns > 1 || keep_pairs > pairs_floor {
-                keep_turns = keep_turns.saturating_sub(1).max(1);
-                keep_pairs = keep_pairs.saturating_sub(1).max(pairs_floor);
-            } else {
-                last_round = true;
-            }
+            tail.shrink();
         }
         run(
             &window,
@@ -789,8 +803,8 @@ pub fn compact_with(
             tokens_after,
             budget: budget_report,
             triggered,
-            keep_recent_turns: keep_turns,
-            keep_tool_io_pairs: keep_pairs,
+            keep_recent_turns: tail.turns,
+            keep_tool_io_pairs: tail.pairs,
             per_reducer,
             warnings: state.warnings,
         },

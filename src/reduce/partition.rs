@@ -4,6 +4,7 @@
 
 use super::policy::Policy;
 use super::projection::Projection;
+use crate::model::ClearReason;
 
 /// Pinned messages: never compacted in any round. Besides the protected flag
 /// and never-prune roles, an assistant message with a call that has no result
@@ -25,13 +26,20 @@ pub fn pinned(thread: &crate::model::Thread, policy: &Policy) -> Vec<bool> {
 
 /// Marks the verbatim tail as kept: the last `keep_turns` turns, but no
 /// more of them than fit in `keep_tokens` (an agent's turn can be 200
-/// tokens or 20,000), and never less than the last user message with the
-/// calls and results after it. The last `keep_pairs` tool call groups inside
-/// the token bound are kept too. The tail never starts inside a call/result
-/// group.
+/// tokens or 20,000, and an agent episode is one user message followed by
+/// hundreds of calls), and never less than the newest unit. The last
+/// `keep_pairs` tool call groups inside the token bound are kept too. The
+/// last user message a person typed is kept wherever it stands, with its
+/// unit: it is what the model answers. Older call groups of the current
+/// episode are free, as whole units, like anything older. The tail never
+/// starts inside a call/result group.
 pub fn mark_kept(p: &mut Projection<'_>, keep_turns: u32, keep_pairs: u32, keep_tokens: u32) {
     let n = p.len();
     let mut kept = vec![false; n];
+    let Some(&(newest, _)) = p.units.ranges.last() else {
+        p.kept = kept;
+        return;
+    };
     // First message of the longest suffix of whole units within keep_tokens.
     let mut token_start = n;
     let mut used = 0u64;
@@ -43,15 +51,7 @@ pub fn mark_kept(p: &mut Projection<'_>, keep_turns: u32, keep_pairs: u32, keep_
         used += unit;
         token_start = s;
     }
-    // The floor: the last user message (not a tool result) and what follows.
-    let floor = (0..n)
-        .rev()
-        .find(|&i| {
-            let m = p.message(i);
-            m.role == crate::model::Role::User && m.tool_result.is_none()
-        })
-        .map(|i| p.units.ranges[p.units.unit_of[i]].0);
-    if n > 0 && keep_turns > 0 {
+    if keep_turns > 0 {
         // Turn number of the `keep_turns`-th distinct turn from the end.
         let mut distinct = 0u32;
         let mut cutoff = p.message(n - 1).turn;
@@ -68,12 +68,16 @@ pub fn mark_kept(p: &mut Projection<'_>, keep_turns: u32, keep_pairs: u32, keep_
             }
         }
         let first = (0..n).find(|&i| p.message(i).turn >= cutoff).unwrap_or(n);
-        if first < n {
-            let start = p.units.ranges[p.units.unit_of[first]].0;
-            let start = start.max(token_start).min(floor.unwrap_or(n));
-            for k in kept.iter_mut().skip(start) {
-                *k = true;
-            }
+        let start = p.units.ranges[p.units.unit_of[first.min(n - 1)]].0;
+        let start = start.max(token_start).min(newest);
+        for k in kept.iter_mut().skip(start) {
+            *k = true;
+        }
+    }
+    if let Some(u) = last_user(p) {
+        let (s, e) = p.units.ranges[p.units.unit_of[u]];
+        for k in kept.iter_mut().take(e + 1).skip(s) {
+            *k = true;
         }
     }
     let mut pairs = 0;
@@ -89,4 +93,99 @@ pub fn mark_kept(p: &mut Projection<'_>, keep_turns: u32, keep_pairs: u32, keep_
         }
     }
     p.kept = kept;
+}
+
+/// The last message a person typed: role user, not a tool result.
+pub fn last_user(p: &Projection<'_>) -> Option<usize> {
+    (0..p.len()).rev().find(|&i| {
+        let m = p.message(i);
+        m.role == crate::model::Role::User && m.tool_result.is_none()
+    })
+}
+
+/// When the last user message alone takes more than `share` tokens, keeps
+/// its head (two thirds of the share) and its tail (a third) and leaves the
+/// middle out: the archive of the clear keeps the whole message, and the
+/// prompt says where. Text parts only; the archive holds any others.
+pub fn excerpt_last_user(p: &mut Projection<'_>, share: u32, redactor: &crate::redact::Redactor) {
+    let Some(i) = last_user(p) else { return };
+    if p.is_pinned(i) || !p.is_included(i) || p.cost(i) <= share {
+        return;
+    }
+    let text = p.message(i).text();
+    let counter = p.counter.counter;
+    let (head, _) = crate::tokens::truncate_to_tokens(counter, &text, share / 3 * 2);
+    let tail = crate::tokens::tail_within_tokens(counter, &text[head.len()..], share / 3);
+    let left_out = p
+        .cost(i)
+        .saturating_sub(p.counter.text(&head) + p.counter.text(tail));
+    let excerpt = format!(
+        "{head}\n[… about {left_out} tokens of this message left out here to fit the context …]\n{tail}"
+    );
+    let excerpt = redactor.redact(&excerpt).into_owned();
+    let before = p.cost(i);
+    p.clear(i, ClearReason::Excerpt, excerpt, Default::default());
+    if p.cost(i) >= before {
+        p.undo_last_clear(i);
+    }
+}
+
+/// How much of the newest part stays verbatim: turns, call groups and tokens,
+/// shrunk a step at a time while a round does not fit the hard limit, down
+/// to the floor (the newest unit and the last user message).
+#[derive(Debug, Clone, Copy)]
+pub struct TailShare {
+    /// Recent turns kept.
+    pub turns: u32,
+    /// Recent call groups kept.
+    pub pairs: u32,
+    /// Tokens the kept turns may take.
+    pub tokens: u32,
+    /// The last round: tool results in the tail may be compressed or externalized.
+    pub at_floor: bool,
+    pairs_floor: u32,
+    rounds: u32,
+}
+
+impl TailShare {
+    /// The policy's tail, its tokens at most half the target.
+    pub fn new(policy: &Policy, target: u32) -> Self {
+        TailShare {
+            turns: policy.keep_recent_turns,
+            pairs: policy.keep_tool_io_pairs,
+            tokens: policy.keep_recent_tokens.min(target / 2),
+            at_floor: false,
+            pairs_floor: policy.keep_tool_io_pairs.min(1),
+            rounds: 0,
+        }
+    }
+
+    /// One step smaller; at the floor, marks the last round instead.
+    pub fn shrink(&mut self) {
+        self.rounds += 1;
+        if self.turns > 1 || self.pairs > self.pairs_floor || self.tokens > 0 {
+            self.turns = self.turns.saturating_sub(1).max(1);
+            self.pairs = self.pairs.saturating_sub(1).max(self.pairs_floor);
+            // Halving reaches the floor in a few rounds from any share.
+            self.tokens = if self.tokens < 512 {
+                0
+            } else {
+                self.tokens / 2
+            };
+        } else {
+            self.at_floor = true;
+        }
+    }
+
+    /// Whether an earlier round did not fit (the last user message may then
+    /// be cut to its share).
+    pub fn escalated(&self) -> bool {
+        self.rounds > 0
+    }
+
+    /// Tokens the last user message may keep once cut: the tail's share, but
+    /// never less than a quarter of the target (at most 2,048 tokens).
+    pub fn user_share(&self, target: u32) -> u32 {
+        self.tokens.max(2048.min(target / 4))
+    }
 }

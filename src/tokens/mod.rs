@@ -19,4 +19,4 @@ pub use estimate::Estimator;
 pub use ledger::{LedgerStats, TokenLedger, DEFAULT_MAX_ENTRIES, MIN_CACHED_BYTES};
 pub use overhead::{count_tool_schemas, schema_texts, ChatOverhead};
 pub use target::{Provider, Target};
-pub use truncate::truncate_to_tokens;
+pub use truncate::{tail_within_tokens, truncate_to_tokens};

@@ -127,8 +127,10 @@ impl Projection<'_> {
             self.thread.messages[last].turn,
         );
         let n = batch.len();
-        let what = if n == 1 {
+        let what = if n == 1 && self.thread.messages[first].tool_result.is_some() {
             "this result".to_string()
+        } else if n == 1 {
+            "this message".to_string()
         } else {
             format!("the {n} cleared messages of turns {a}-{b}")
         };
