@@ -40,14 +40,33 @@ fn verbatim_and_cleared_costs_equal_the_rendered_message_cost() {
 mod common;
 
 /// A request may not lower the safety buffer below the configured floor:
-/// it absorbs what a count can miss.
+/// it absorbs what an estimated count can miss. Exact counts (o200k for
+/// gpt-4o, everything unknown at its worst case) need no margin, and a
+/// reserve for content read back counts only when something is read back.
 #[test]
 fn no_request_pushes_the_safety_buffer_below_the_floor() {
     let t = thread(&SynthParams::default());
     let mut h = common::Harness::default();
     h.policy.safety_buffer_tokens = 0;
     h.policy.rehydration_reserve_tokens = 0;
-    let out = h.compact(&t, 50_000, None).expect("compacts");
-    let budget = out.report.budget;
+    let (_, out) = h
+        .render_as(
+            &t,
+            50_000,
+            None,
+            compactd::render::OutputFormat::Neutral,
+            Some("gemini-2.5-pro"),
+        )
+        .expect("compacts");
+    let budget = out
+        .compaction
+        .and_then(|c| c.report)
+        .expect("reports")
+        .budget;
     assert_eq!(budget.hard_limit, 50_000 - 256, "{budget:?}");
+
+    h.policy.safety_buffer_tokens = 500;
+    h.policy.rehydration_reserve_tokens = 2_000;
+    let exact = h.compact(&t, 50_000, None).expect("compacts").report.budget;
+    assert_eq!(exact.hard_limit, 50_000, "{exact:?}");
 }

@@ -148,12 +148,16 @@ fn an_impossible_budget_exits_3() {
             "--input",
             "examples/threads/incident.json",
             "--max-input-tokens",
-            "2600",
+            "100",
         ],
         None,
     );
+    // Below the smallest valid body: the system prompt, the pinned
+    // developer message, the last user message and one notice standing for
+    // everything else.
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("insufficient budget"), "{err}");
+    assert!(err.contains("the smallest valid request needs"), "{err}");
 }
 
 #[test]

@@ -121,7 +121,7 @@ impl App {
         let text = cmd.text.clone();
         let mut thread = cmd.thread;
         let mut warnings = Vec::new();
-        if let Some((view, w)) = thread.as_ref().and_then(Thread::without_abandoned_calls) {
+        if let Some((view, w)) = thread.as_ref().and_then(Thread::provider_view) {
             thread = Some(view);
             warnings = w;
         }

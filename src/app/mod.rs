@@ -205,12 +205,13 @@ impl App {
             .map_err(|e| AppError::invalid(e.field_path(), e.to_string()))
     }
 
-    /// Replaces a validated thread with the view every later step works on:
-    /// calls the conversation moved past without a result are left out (see
-    /// [`Thread::without_abandoned_calls`]). Returns the warnings naming
-    /// them, for the response, the audit record and the CLI.
+    /// Replaces a validated thread with the view every later step works on
+    /// (see [`Thread::provider_view`]): calls the conversation moved past
+    /// without a result, and reasoning from before the last user message,
+    /// left out. Returns the warnings naming the calls, for the response,
+    /// the audit record and the CLI.
     fn settle_thread(thread: &mut Arc<Thread>) -> Vec<String> {
-        match thread.without_abandoned_calls() {
+        match thread.provider_view() {
             Some((view, warnings)) => {
                 *thread = Arc::new(view);
                 warnings

@@ -390,14 +390,30 @@ impl Thread {
             .collect()
     }
 
-    /// The thread as a provider can take it: abandoned calls (see
-    /// [`Thread::abandoned_calls`]) left out, and an assistant message left
-    /// with nothing visible left out with them. `None` when there are none;
-    /// otherwise the warnings name every call left out. The thread itself is
-    /// not changed: this is the view compaction and rendering work on.
-    pub fn without_abandoned_calls(&self) -> Option<(Thread, Vec<String>)> {
+    /// The thread as the provider takes it, the view compaction and
+    /// rendering work on (the thread itself is never changed):
+    /// - abandoned calls (see [`Thread::abandoned_calls`]) are left out, and
+    ///   an assistant message left with nothing visible with them; the
+    ///   warnings name every call left out;
+    /// - a model's reasoning (thinking blocks, reasoning items) from before
+    ///   the last user message is left out: the providers drop it from the
+    ///   context once the user speaks again, so it is neither sent nor
+    ///   counted. The active tool loop keeps its own, signatures and all, as
+    ///   Anthropic requires.
+    ///
+    /// `None` when the thread already is that view.
+    pub fn provider_view(&self) -> Option<(Thread, Vec<String>)> {
         let abandoned = self.abandoned_calls(&self.pairing());
-        if abandoned.is_empty() {
+        let loop_start = self
+            .messages
+            .iter()
+            .rposition(|m| m.role == Role::User && m.tool_result.is_none())
+            .unwrap_or(0);
+        let earlier_reasoning = |m: &Message| match &m.content {
+            super::message::Content::Parts(parts) => parts.iter().any(|p| p.is_reasoning()),
+            super::message::Content::Text(_) => false,
+        };
+        if abandoned.is_empty() && !self.messages[..loop_start].iter().any(earlier_reasoning) {
             return None;
         }
         let mut by_message: IdMap<usize, Vec<usize>> = IdMap::default();
@@ -407,15 +423,28 @@ impl Thread {
         let mut warnings = Vec::new();
         let mut messages = Vec::with_capacity(self.messages.len());
         for (i, m) in self.messages.iter().enumerate() {
-            let Some(calls) = by_message.get(&i) else {
+            let calls = by_message.get(&i);
+            let strip = i < loop_start && earlier_reasoning(m);
+            if calls.is_none() && !strip {
                 messages.push(m.clone());
+                continue;
+            }
+            let mut m = m.clone();
+            if strip {
+                if let super::message::Content::Parts(parts) = &mut m.content {
+                    parts.retain(|p| !p.is_reasoning());
+                }
+            }
+            let Some(calls) = calls else {
+                if !m.tool_calls.is_empty() || !m.content.text().trim().is_empty() {
+                    messages.push(m);
+                }
                 continue;
             };
             let named: Vec<String> = calls
                 .iter()
                 .map(|&j| format!("{} ({})", m.tool_calls[j].id, m.tool_calls[j].name))
                 .collect();
-            let mut m = m.clone();
             let mut j = 0;
             m.tool_calls.retain(|_| {
                 j += 1;

@@ -73,6 +73,20 @@ impl Reducer for Clear {
     }
 }
 
+/// The stub an anchoring result is cleared to, with what its record
+/// preserves (for content given back to the prompt in its cheaper form).
+pub(super) fn anchoring_stub(
+    env: &ToolResultEnvelope,
+    memo: &super::Memo,
+) -> (String, std::collections::BTreeMap<String, Value>) {
+    let mut preserved = super::retention::stub_preserved(env);
+    preserved.insert(
+        "durability".into(),
+        Value::String(Durability::Anchoring.as_str().into()),
+    );
+    (placeholder(env, memo, true), preserved)
+}
+
 /// `[tool: outcome]`, the key fields, and for anchoring results a one-line gist.
 fn placeholder(env: &ToolResultEnvelope, memo: &super::Memo, gist: bool) -> String {
     let mut out = format!("[{}: {}]", env.tool_name, env.outcome.as_str());

@@ -33,40 +33,54 @@ impl Reducer for Compress {
             if !state.tool_result_reducible(p, i) || !p.is_included(i) {
                 continue;
             }
-            let m = p.message(i);
-            let Some(env) = &m.tool_result else { continue };
-            let durability = env
-                .durability
-                .unwrap_or_else(|| state.policy.durability_for(&env.tool_name));
-            if durability == Durability::NonReplayable {
-                continue;
-            }
-            let tokens = p.counter.text(&env.content.to_text()) as usize;
-            let args = state.call_arguments(i);
-            let mut key = state.memo.key();
-            key.part(b"compress-v1")
-                .part(format!("{:?}", self.rules).as_bytes())
-                .part(&crate::model::message_digest(m).to_le_bytes())
-                .part(&(tokens as u64).to_le_bytes())
-                .part(args.map(|a| a.to_string()).unwrap_or_default().as_bytes());
-            let compressed = state.memo.compressed(key.finish(), || {
-                compress_tool_output(env, args, tokens, &self.rules)
-            });
-            let Some(c) = compressed else {
+            let Some((text, preserved)) = compressed_form(p, state, i, &self.rules) else {
                 continue;
             };
-            // What replaces the output is kept in the plan: redacted first,
-            // so its cost is counted as it will render.
-            let mut c = c;
-            state
-                .redactor
-                .redact_compressed(&mut c.text, &mut c.preserved);
             let before = p.cost(i);
-            p.clear(i, ClearReason::Compressed, c.text, c.preserved);
+            p.clear(i, ClearReason::Compressed, text, preserved);
             if p.cost(i) >= before {
                 p.undo_last_clear(i);
             }
         }
         Ok(())
     }
+}
+
+/// The compressed form of tool result `i` (redacted, as it will render) and
+/// what its record preserves; `None` when no rule applies or the result may
+/// not be compressed (a failure, non-replayable). Memoized.
+pub(super) fn compressed_form(
+    p: &Projection<'_>,
+    state: &PipelineState<'_>,
+    i: usize,
+    rules: &CompressRules,
+) -> Option<(
+    String,
+    std::collections::BTreeMap<String, serde_json::Value>,
+)> {
+    let m = p.message(i);
+    let env = m.tool_result.as_ref()?;
+    let durability = env
+        .durability
+        .unwrap_or_else(|| state.policy.durability_for(&env.tool_name));
+    if durability == Durability::NonReplayable {
+        return None;
+    }
+    let tokens = p.counter.text(&env.content.to_text()) as usize;
+    let args = state.call_arguments(i);
+    let mut key = state.memo.key();
+    key.part(b"compress-v1")
+        .part(format!("{rules:?}").as_bytes())
+        .part(&crate::model::message_digest(m).to_le_bytes())
+        .part(&(tokens as u64).to_le_bytes())
+        .part(args.map(|a| a.to_string()).unwrap_or_default().as_bytes());
+    let mut c = state.memo.compressed(key.finish(), || {
+        compress_tool_output(env, args, tokens, rules)
+    })?;
+    // What replaces the output is kept in the plan: redacted first, so its
+    // cost is counted as it will render.
+    state
+        .redactor
+        .redact_compressed(&mut c.text, &mut c.preserved);
+    Some((c.text, c.preserved))
 }

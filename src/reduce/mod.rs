@@ -23,6 +23,7 @@ mod memo;
 mod partition;
 mod policy;
 mod projection;
+mod refill;
 mod retention;
 mod summary;
 mod window;
@@ -663,6 +664,9 @@ pub fn compact_with(
     };
     let mut p = Projection::new(thread, counter, &policy.render, start, pinned, fixed);
     let tokens_before = p.verbatim_total();
+    // What the previous plan evicted stays evicted: its bytes are the
+    // prompt cache's prefix.
+    let frozen: Vec<bool> = (0..p.len()).map(|i| !p.is_included(i)).collect();
     let mut state = PipelineState::new(
         thread,
         policy,
@@ -745,6 +749,15 @@ pub fn compact_with(
                 &budget,
                 &mut state,
             )?;
+        }
+        if p.total() < budget.target() {
+            fill_target(&mut p, &budget, &mut state, &frozen)?;
+        }
+        if p.total() > budget.hard_limit() {
+            window::drop_all_free(&mut p);
+            if policy.enable.archive {
+                p.archive_evictions(engine.redactor);
+            }
         }
         if p.total() > budget.hard_limit() {
             let (pinned, tail) = p.locked_tokens();
@@ -880,6 +893,28 @@ impl Compaction {
         self.report.tokens_after = total;
         total
     }
+}
+
+/// Gives back what the target has room for (see [`refill`]), then names the
+/// archives of what it re-made; a refill that naming pushes over the target
+/// is undone.
+fn fill_target(
+    p: &mut Projection<'_>,
+    budget: &TokenBudget,
+    state: &mut PipelineState<'_>,
+    frozen: &[bool],
+) -> Result<(), CompactError> {
+    let before = p.plan.clone();
+    let pending = p.pending.len();
+    refill::refill(p, budget, state, frozen)?;
+    if state.policy.enable.archive {
+        p.archive_evictions(state.redactor);
+    }
+    if p.total() > budget.target() {
+        p.pending.truncate(pending);
+        p.restore(before);
+    }
+    Ok(())
 }
 
 /// Runs the reducers at `which`, in order, until the target is met.

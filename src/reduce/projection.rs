@@ -704,6 +704,42 @@ impl<'a> Projection<'a> {
         }
     }
 
+    /// Renders the messages at `indices` verbatim again: each leaves the
+    /// record that held it (a pointer or summary is absorbed whole, its other
+    /// messages verbatim too; a clear or drop just loses them, a drop's turns
+    /// following its remaining span).
+    pub fn restore_verbatim(&mut self, indices: &[usize]) {
+        let drops: Vec<usize> = indices
+            .iter()
+            .filter_map(|&i| match self.slots[i] {
+                Slot::Drop(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        let changed = self.take(indices, None);
+        self.settle(indices, Slot::Include, &changed, None);
+        for r in drops {
+            let span = &self.plan.drops[r].span;
+            let ends = (span.message_ids.first(), span.message_ids.last());
+            if let (Some(first), Some(last)) = ends {
+                let turn = |id: &String| {
+                    self.index
+                        .get(id.as_str())
+                        .map(|&i| self.thread.messages[i].turn)
+                };
+                let (a, b) = (turn(first), turn(last));
+                let span = &mut self.plan.drops[r].span;
+                span.first_turn = a.unwrap_or(span.first_turn);
+                span.last_turn = b.unwrap_or(span.last_turn);
+            }
+        }
+    }
+
+    /// Tokens message `i` would take rendered verbatim.
+    pub fn verbatim_cost(&self, i: usize) -> u32 {
+        self.verbatim[i]
+    }
+
     /// Omits the messages at `indices` (whole units). Adjacent drops merge into
     /// one record.
     pub fn drop_messages(&mut self, indices: &[usize], reason: &str) {

@@ -67,6 +67,33 @@ impl Reducer for Window {
     }
 }
 
+/// The smallest body the pipeline can build, the last resort before a
+/// refusal: every message nothing locks is dropped (summaries, failures and
+/// earlier records too), each contiguous run of them one record, so one
+/// notice stands for it once archived.
+pub fn drop_all_free(p: &mut Projection<'_>) {
+    let free: Vec<usize> = (0..p.units.ranges.len())
+        .filter(|&u| p.unit_is_free(u))
+        .flat_map(|u| {
+            let (s, e) = p.units.ranges[u];
+            s..=e
+        })
+        .collect();
+    if free.is_empty() {
+        return;
+    }
+    // Back to verbatim first, so the runs are dropped whole and merge.
+    p.restore_verbatim(&free);
+    let mut run: Vec<usize> = Vec::new();
+    for &i in &free {
+        if run.last().is_some_and(|&j| j + 1 != i) {
+            p.drop_messages(&std::mem::take(&mut run), "window");
+        }
+        run.push(i);
+    }
+    p.drop_messages(&run, "window");
+}
+
 /// Fills each drop record's keyword index from the dropped messages' text.
 pub fn index_drops(p: &mut Projection<'_>) {
     let thread = p.thread;

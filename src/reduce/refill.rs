@@ -1,0 +1,241 @@
+//! Refill: the reducers free tokens in steps — a 20,000-token result cleared
+//! at once, a chunk summarized whole, the tail shrunk a round at a time — so
+//! a compaction can land far below its target with recent content gone that
+//! the target had room for. What that room holds is given back, newest unit
+//! first: verbatim, or when that does not fit, with its tool results
+//! compressed, or as stubs (the call, its arguments and any failure stay as
+//! they were). Cleared, externalized and dropped units come back whole; a summary
+//! gives back its newest units and the rest of its span is summarized again.
+//! Records carried over from the previous plan stay as they are: their bytes
+//! are the prompt cache's prefix.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::model::ClearReason;
+
+use super::{summary, CompactError, PipelineState, Projection, TokenBudget};
+
+/// Tokens kept spare for what archiving adds after the refill: the names
+/// of the artifacts that hold what was re-made or stubbed.
+const ARCHIVE_SLACK: u32 = 128;
+
+/// Attempts at giving back part of one summary (each halves the part).
+const SUMMARY_ATTEMPTS: u32 = 4;
+
+/// Gives back what the target has room for, newest unit first. `frozen`
+/// marks the messages the previous plan had already evicted.
+pub fn refill(
+    p: &mut Projection<'_>,
+    budget: &TokenBudget,
+    state: &mut PipelineState<'_>,
+    frozen: &[bool],
+) -> Result<(), CompactError> {
+    let limit = budget.target().saturating_sub(ARCHIVE_SLACK);
+    let mut u = p.units.ranges.len();
+    while u > 0 && p.total() < limit {
+        u -= 1;
+        let (s, e) = p.units.ranges[u];
+        if (s..=e).any(|i| frozen[i] || p.is_pinned(i)) {
+            continue;
+        }
+        state.cancel.check()?;
+        if (s..=e).any(|i| p.is_summarized(i)) {
+            let Some(span) = p.summary_span_of(e).or_else(|| p.summary_span_of(s)) else {
+                continue;
+            };
+            let whole = !span.iter().any(|&i| frozen[i])
+                && give_back_summary(p, state, &span, limit)
+                && !p.is_summarized(span[0]);
+            if !whole {
+                // What stays summarized, and anything older, is further from
+                // the task than what came back: the refill ends here.
+                break;
+            }
+            u = p.units.unit_of[span[0]];
+            continue;
+        }
+        if (s..=e).all(|i| p.is_included(i)) {
+            continue;
+        }
+        let form = Form::of(p, state, s, e);
+        let now: u32 = (s..=e).map(|i| p.cost(i)).sum();
+        let room = limit.saturating_sub(p.total()).saturating_add(now);
+        if let Some(level) = form.best(room).filter(|&l| form.cost[l] > now) {
+            p.restore_verbatim(&(s..=e).collect::<Vec<_>>());
+            form.apply(p, level);
+        }
+    }
+    Ok(())
+}
+
+/// The forms a unit can be given back in, fullest first: verbatim, its
+/// tool results compressed, its results as stubs (a failure's with its error).
+struct Form {
+    /// Tokens of the unit in each form.
+    cost: [u32; 3],
+    /// Per form, the results that render other than verbatim.
+    replaced: [Vec<Replacement>; 3],
+}
+
+/// A result's position, why it is replaced, its text and preserved fields.
+type Replacement = (usize, ClearReason, String, BTreeMap<String, Value>);
+
+impl Form {
+    fn of(p: &Projection<'_>, state: &PipelineState<'_>, s: usize, e: usize) -> Form {
+        let mut form = Form {
+            cost: [0; 3],
+            replaced: [Vec::new(), Vec::new(), Vec::new()],
+        };
+        let rules = crate::summarize::CompressRules::default();
+        for i in s..=e {
+            let m = p.message(i);
+            let verbatim = p.verbatim_cost(i);
+            form.cost[0] += verbatim;
+            let Some(env) = &m.tool_result else {
+                form.cost[1] += verbatim;
+                form.cost[2] += verbatim;
+                continue;
+            };
+            let compressed = super::compress::compressed_form(p, state, i, &rules)
+                .map(|(text, kept)| (p.counter.cleared(m, &text), text, kept))
+                .filter(|(cost, ..)| *cost < verbatim);
+            // A failure's stub keeps its error text: less than the failure,
+            // more than the summary it comes back from.
+            let (text, kept) = super::clear::anchoring_stub(env, state.memo);
+            let stub = Some((p.counter.cleared(m, &text), text, kept));
+            let compressed_cost = compressed.as_ref().map_or(verbatim, |c| c.0);
+            form.cost[1] += compressed_cost;
+            match stub.filter(|(cost, ..)| *cost < compressed_cost) {
+                Some((cost, text, kept)) => {
+                    form.cost[2] += cost;
+                    form.replaced[2].push((i, ClearReason::Durability, text, kept));
+                }
+                None => {
+                    form.cost[2] += compressed_cost;
+                    if let Some((_, text, kept)) = &compressed {
+                        form.replaced[2].push((
+                            i,
+                            ClearReason::Compressed,
+                            text.clone(),
+                            kept.clone(),
+                        ));
+                    }
+                }
+            }
+            if let Some((_, text, kept)) = compressed {
+                form.replaced[1].push((i, ClearReason::Compressed, text, kept));
+            }
+        }
+        form
+    }
+
+    /// The fullest form within `room` tokens.
+    fn best(&self, room: u32) -> Option<usize> {
+        (0..3).find(|&l| self.cost[l] <= room)
+    }
+
+    /// Renders the unit (verbatim now) in form `level`.
+    fn apply(&self, p: &mut Projection<'_>, level: usize) {
+        for (i, reason, text, kept) in &self.replaced[level] {
+            p.clear(*i, *reason, text.clone(), kept.clone());
+        }
+    }
+}
+
+/// Gives the newest units of the summary over `span` back, as many as the
+/// room holds (each verbatim or stubbed), summarizing the rest again;
+/// halves the part given back when the result does not fit `limit`.
+/// Whether anything came back.
+fn give_back_summary(
+    p: &mut Projection<'_>,
+    state: &mut PipelineState<'_>,
+    span: &[usize],
+    limit: u32,
+) -> bool {
+    let summary_tokens = p.cost(span[0]);
+    let cap = p
+        .summary_of(span[0])
+        .map(|r| p.plan.summarizations[r].summary.render_as_message().len())
+        .unwrap_or_else(|| state.summary_max_chars());
+    // While part of the span stays summarized, its summary may shrink to the
+    // policy's size for one summary (newest content verbatim is worth more
+    // than the summary's extra entries); given back whole, all its tokens
+    // are free.
+    let base = state.summary_max_chars().min(cap);
+    let shrinkable = summary_tokens.saturating_mul(u32::try_from(cap - base).unwrap_or(0))
+        / u32::try_from(cap.max(1)).unwrap_or(u32::MAX);
+    let room = limit.saturating_sub(p.total()) + shrinkable;
+    let whole_room = limit.saturating_sub(p.total()) + summary_tokens;
+    // The span's units, newest first, while their leanest forms fit.
+    let mut forms: Vec<(usize, Form)> = Vec::new();
+    let mut at = span.len();
+    let mut leanest = 0u32;
+    while at > 0 && leanest <= whole_room {
+        let (s, e) = p.units.ranges[p.units.unit_of[span[at - 1]]];
+        let start = span[..at].partition_point(|&i| i < s);
+        let form = Form::of(p, state, s, e);
+        leanest = leanest.saturating_add(form.cost[2]);
+        forms.push((start, form));
+        at = start;
+    }
+    // Each unit in the fullest form that still fits, newest first: within
+    // the whole room when the whole span comes back, else within the room
+    // the summary leaves.
+    let choose = |room: u32| -> Vec<(usize, usize)> {
+        let mut used = 0u32;
+        let mut out = Vec::new();
+        for (k, (_, form)) in forms.iter().enumerate() {
+            let Some(level) = form.best(room.saturating_sub(used)) else {
+                break;
+            };
+            used += form.cost[level];
+            out.push((k, level));
+        }
+        out
+    };
+    let whole = choose(whole_room);
+    let chosen = if at == 0 && whole.len() == forms.len() {
+        whole
+    } else {
+        choose(room)
+    };
+    let units: Vec<(usize, &Form, usize)> = chosen
+        .into_iter()
+        .map(|(k, level)| (forms[k].0, &forms[k].1, level))
+        .collect();
+    let mut fit = units.len();
+    for _ in 0..SUMMARY_ATTEMPTS {
+        if fit == 0 {
+            return false;
+        }
+        let keep = units[fit - 1].0;
+        let before = p.plan.clone();
+        let pending = p.pending.len();
+        let made = if keep == 0 {
+            p.restore_verbatim(span);
+            true
+        } else {
+            // The summary gives up what the units given back need beyond
+            // the free room.
+            let given: u32 = units[..fit].iter().map(|&(_, f, l)| f.cost[l]).sum();
+            let taken = given.saturating_sub(limit.saturating_sub(p.total()));
+            let share = f64::from(taken) / f64::from(summary_tokens.max(1));
+            let cap = ((cap as f64 * (1.0 - share)) as usize).max(base);
+            summary::resummarize_within(p, state, &span[..keep], cap, u32::MAX)
+        };
+        if made {
+            for &(_, form, level) in &units[..fit] {
+                form.apply(p, level);
+            }
+            if p.total() <= limit {
+                return true;
+            }
+            p.pending.truncate(pending);
+            p.restore(before);
+        }
+        fit /= 2;
+    }
+    false
+}
