@@ -186,7 +186,8 @@ fn replayable_results_are_cleared_only_when_verified_unchanged() {
             ..Default::default()
         },
     );
-    let out = h.compact(&t, 5_500, None).unwrap();
+    let out = h.compact(&t, 3_500, None).unwrap();
+    assert!(out.report.triggered);
     let first = rendered_tool(&out, &calls[0]);
     assert_eq!(first.origin, Origin::Cleared);
     assert!(first.content.text().contains("source is unchanged"));

@@ -62,7 +62,17 @@ pub fn refill(
         let form = Form::of(p, state, s, e);
         let now: u32 = (s..=e).map(|i| p.cost(i)).sum();
         let room = limit.saturating_sub(p.total()).saturating_add(now);
-        if let Some(level) = form.best(room).filter(|&l| form.cost[l] > now) {
+        // A stub in place of a stub or a pointer gains nothing: only a
+        // dropped unit comes back as stubs.
+        let leanest = if (s..=e).any(|i| p.is_dropped(i)) {
+            2
+        } else {
+            1
+        };
+        let fuller = form
+            .best(room)
+            .filter(|&l| l <= leanest && form.cost[l] > now);
+        if let Some(level) = fuller {
             p.restore_verbatim(&(s..=e).collect::<Vec<_>>());
             form.apply(p, level);
         }
@@ -77,6 +87,9 @@ struct Form {
     cost: [u32; 3],
     /// Per form, the results that render other than verbatim.
     replaced: [Vec<Replacement>; 3],
+    /// The fullest form allowed: a tool's own retention rule applies
+    /// wholly, so its results come back only as stubs.
+    min_level: usize,
 }
 
 /// A result's position, why it is replaced, its text and preserved fields.
@@ -87,6 +100,7 @@ impl Form {
         let mut form = Form {
             cost: [0; 3],
             replaced: [Vec::new(), Vec::new(), Vec::new()],
+            min_level: 0,
         };
         let rules = crate::summarize::CompressRules::default();
         for i in s..=e {
@@ -98,6 +112,9 @@ impl Form {
                 form.cost[2] += verbatim;
                 continue;
             };
+            if state.policy.retention.contains_key(&env.tool_name) {
+                form.min_level = 2;
+            }
             let compressed = super::compress::compressed_form(p, state, i, &rules)
                 .map(|(text, kept)| (p.counter.cleared(m, &text), text, kept))
                 .filter(|(cost, ..)| *cost < verbatim);
@@ -133,7 +150,7 @@ impl Form {
 
     /// The fullest form within `room` tokens.
     fn best(&self, room: u32) -> Option<usize> {
-        (0..3).find(|&l| self.cost[l] <= room)
+        (self.min_level..3).find(|&l| self.cost[l] <= room)
     }
 
     /// Renders the unit (verbatim now) in form `level`.
@@ -159,10 +176,17 @@ fn give_back_summary(
         .summary_of(span[0])
         .map(|r| p.plan.summarizations[r].summary.render_as_message().len())
         .unwrap_or_else(|| state.summary_max_chars());
+    // A summary that had to leave entries out keeps its room: those are
+    // facts, worth more than the newest tool output (the summarize step has
+    // already grown it into what the target left).
+    if p.summary_of(span[0])
+        .is_some_and(|r| p.plan.summarizations[r].summary.omitted > 0)
+    {
+        return false;
+    }
     // While part of the span stays summarized, its summary may shrink to the
-    // policy's size for one summary (newest content verbatim is worth more
-    // than the summary's extra entries); given back whole, all its tokens
-    // are free.
+    // policy's size for one summary: the newest content verbatim is worth
+    // more than its extra entries. Given back whole, all its tokens are free.
     let base = state.summary_max_chars().min(cap);
     let shrinkable = summary_tokens.saturating_mul(u32::try_from(cap - base).unwrap_or(0))
         / u32::try_from(cap.max(1)).unwrap_or(u32::MAX);
@@ -223,7 +247,25 @@ fn give_back_summary(
             let taken = given.saturating_sub(limit.saturating_sub(p.total()));
             let share = f64::from(taken) / f64::from(summary_tokens.max(1));
             let cap = ((cap as f64 * (1.0 - share)) as usize).max(base);
+            let old = p
+                .summary_of(span[0])
+                .map(|r| p.plan.summarizations[r].summary.clone());
+            let back: String = span[keep..]
+                .iter()
+                .map(|&i| p.message(i).content.text())
+                .collect::<Vec<_>>()
+                .join("\n");
+            // Only while every statement of a person's the summary holds is
+            // still in the prompt, in the new summary or in what came back:
+            // what a person said is worth more than the newest tool output.
+            // The assistant's remarks, tool outcomes and references may go;
+            // the archive keeps them.
             summary::resummarize_within(p, state, &span[..keep], cap, u32::MAX)
+                && old.is_some_and(|old| {
+                    p.summary_of(span[0]).is_some_and(|r| {
+                        keeps_statements(&old, &p.plan.summarizations[r].summary, &back)
+                    })
+                })
         };
         if made {
             for &(_, form, level) in &units[..fit] {
@@ -232,10 +274,33 @@ fn give_back_summary(
             if p.total() <= limit {
                 return true;
             }
-            p.pending.truncate(pending);
-            p.restore(before);
         }
+        p.pending.truncate(pending);
+        p.restore(before);
         fit /= 2;
     }
     false
+}
+
+/// Whether every statement of `old` that a person made (facts not drawn
+/// from the assistant's or a tool's text, open items, the current task)
+/// reads in `new` or in `back`, compared by their first words with
+/// whitespace collapsed (a summary stores statements cleaned and capped).
+fn keeps_statements(
+    old: &crate::model::StructuredSummary,
+    new: &crate::model::StructuredSummary,
+    back: &str,
+) -> bool {
+    fn squash(s: &str) -> String {
+        s.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+    let here = squash(&format!("{}\n{back}", new.render_as_message()));
+    let said = |statement: &str| {
+        let probe: String = squash(statement).chars().take(60).collect();
+        probe.is_empty() || here.contains(probe.trim_end_matches('…'))
+    };
+    let a_persons = |f: &&String| !f.starts_with("assistant: ") && !f.starts_with("tool ");
+    old.facts.iter().filter(a_persons).all(|f| said(f))
+        && old.open_items.iter().all(|o| said(&o.description))
+        && old.current_task.as_deref().is_none_or(said)
 }
