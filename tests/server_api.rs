@@ -418,7 +418,7 @@ async fn a_committed_plan_that_no_longer_fits_is_refused_not_rendered() {
             &format!("late{i}"),
             pb::Role::User,
             last_turn + i,
-            &"please read this long paste ".repeat(150),
+            &"please read this long paste ".repeat(300),
         ));
     }
     let req = pb::RenderRequest {

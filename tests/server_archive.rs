@@ -135,9 +135,11 @@ async fn every_message_is_verbatim_or_reachable_through_a_named_artifact() {
             }
             if evicted > 0 {
                 assert!(named > 0, "{name} at {budget}");
-                // Batched: far fewer artifacts than evicted messages.
+                // Batched: far fewer artifacts than evicted messages (what
+                // the refill gives back as stubs is archived as a batch of
+                // its own).
                 assert!(
-                    named * 4 <= evicted.max(4),
+                    named * 3 <= evicted.max(3),
                     "{name} at {budget}: {named} artifacts for {evicted} messages"
                 );
             }

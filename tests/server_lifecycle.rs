@@ -395,7 +395,7 @@ async fn a_timed_out_call_keeps_its_tenant_slot_until_its_work_ends() {
         s.per_tenant_concurrency = 1;
         // Long enough for the compaction itself (debug build), so the
         // deadline passes while the write blocks.
-        s.request_timeout_ms = 1500;
+        s.request_timeout_ms = 4000;
     })
     .await;
     let release = Arc::clone(&artifacts.release);

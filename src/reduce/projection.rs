@@ -735,6 +735,23 @@ impl<'a> Projection<'a> {
         }
     }
 
+    /// Whether a plugin strategy decided what became of message `i`: its
+    /// decisions carry meaning beyond the budget (a stale read, a replaced
+    /// result), so nothing gives them back.
+    pub fn decided_by_plugin(&self, i: usize) -> bool {
+        match self.slots[i] {
+            Slot::Clear(r) => {
+                let c = &self.plan.clearings[r];
+                c.reason == crate::model::ClearReason::Plugin || !c.strategy.is_empty()
+            }
+            Slot::Summarize(r) => self.plan.summarizations[r]
+                .summarizer_id
+                .starts_with("plugin:"),
+            Slot::Drop(r) => self.plan.drops[r].reason.starts_with("plugin "),
+            Slot::Include | Slot::Externalize(_) => false,
+        }
+    }
+
     /// Tokens message `i` would take rendered verbatim.
     pub fn verbatim_cost(&self, i: usize) -> u32 {
         self.verbatim[i]

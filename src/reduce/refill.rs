@@ -7,7 +7,8 @@
 //! they were). Cleared, externalized and dropped units come back whole; a summary
 //! gives back its newest units and the rest of its span is summarized again.
 //! Records carried over from the previous plan stay as they are: their bytes
-//! are the prompt cache's prefix.
+//! are the prompt cache's prefix. So do a plugin's decisions: they mean more
+//! than the budget (a stale read is stale at any size).
 
 use std::collections::BTreeMap;
 
@@ -37,7 +38,7 @@ pub fn refill(
     while u > 0 && p.total() < limit {
         u -= 1;
         let (s, e) = p.units.ranges[u];
-        if (s..=e).any(|i| frozen[i] || p.is_pinned(i)) {
+        if (s..=e).any(|i| frozen[i] || p.is_pinned(i) || p.decided_by_plugin(i)) {
             continue;
         }
         state.cancel.check()?;
@@ -45,7 +46,7 @@ pub fn refill(
             let Some(span) = p.summary_span_of(e).or_else(|| p.summary_span_of(s)) else {
                 continue;
             };
-            let whole = !span.iter().any(|&i| frozen[i])
+            let whole = !span.iter().any(|&i| frozen[i] || p.decided_by_plugin(i))
                 && give_back_summary(p, state, &span, limit)
                 && !p.is_summarized(span[0]);
             if !whole {
