@@ -367,6 +367,7 @@ impl Redactor {
         }
         s.current_plan.iter_mut().for_each(fix);
         s.references.iter_mut().for_each(fix);
+        s.requests.iter_mut().for_each(fix);
     }
 }
 

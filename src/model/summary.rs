@@ -12,9 +12,9 @@ use super::plan::SpanReference;
 
 /// Bump when the fields of [`StructuredSummary`] change: it is part of every
 /// summary cache key, so stale cached summaries are never reused.
-pub const SUMMARY_SCHEMA_VERSION: &str = "v2";
+pub const SUMMARY_SCHEMA_VERSION: &str = "v3";
 /// Bump when [`StructuredSummary::render_as_message`] output changes.
-pub const SUMMARY_RENDER_VERSION: &str = "v2";
+pub const SUMMARY_RENDER_VERSION: &str = "v3";
 
 /// A decision taken in the conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,6 +83,12 @@ pub struct ToolOutcome {
 pub struct StructuredSummary {
     /// The messages it covers.
     pub span: SpanReference,
+    /// What a person typed, in their words and in order, each as
+    /// `(turn N) text` with whitespace collapsed: short messages whole,
+    /// long ones as head … tail. Quoted, never paraphrased: the requests an
+    /// agent forgets are the ones a summary reworded or ranked away.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<String>,
     /// Stable information: user preferences, constraints, requirements.
     #[serde(default)]
     pub facts: Vec<String>,
@@ -124,6 +130,7 @@ pub struct StructuredSummary {
 impl PartialEq for StructuredSummary {
     fn eq(&self, o: &Self) -> bool {
         self.span == o.span
+            && self.requests == o.requests
             && self.facts == o.facts
             && self.decisions == o.decisions
             && self.open_items == o.open_items
@@ -161,6 +168,7 @@ impl StructuredSummary {
     pub fn empty(span: SpanReference) -> Self {
         StructuredSummary {
             span,
+            requests: Vec::new(),
             facts: Vec::new(),
             decisions: Vec::new(),
             open_items: Vec::new(),
@@ -181,6 +189,12 @@ impl StructuredSummary {
         let _ = writeln!(out, "[Summary {SUMMARY_RENDER_VERSION}]");
         if let Some(task) = &self.current_task {
             let _ = writeln!(out, "Current task: {task}");
+        }
+        if !self.requests.is_empty() {
+            out.push_str("User messages:\n");
+            for r in &self.requests {
+                let _ = writeln!(out, "- {r}");
+            }
         }
         if !self.facts.is_empty() {
             out.push_str("Facts and constraints:\n");

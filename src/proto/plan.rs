@@ -256,6 +256,7 @@ impl From<&StructuredSummary> for pb::StructuredSummary {
             current_plan: s.current_plan.clone(),
             references: s.references.clone(),
             omitted: s.omitted,
+            requests: s.requests.clone(),
         }
     }
 }
@@ -265,6 +266,7 @@ impl TryFrom<pb::StructuredSummary> for StructuredSummary {
     fn try_from(s: pb::StructuredSummary) -> Result<Self> {
         Ok(StructuredSummary {
             span: required(s.span, "span")?,
+            requests: s.requests,
             facts: s.facts,
             decisions: each(s.decisions, "decisions")?,
             open_items: each(s.open_items, "open_items")?,

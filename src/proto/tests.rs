@@ -249,7 +249,7 @@ fn summary() -> impl Strategy<Value = StructuredSummary> {
         vec(tool, 0..2),
         option::of(text()),
         vec(text(), 0..3),
-        (vec(text(), 0..3), any::<u32>()),
+        (vec(text(), 0..3), any::<u32>(), vec(text(), 0..3)),
     )
         .prop_map(
             |(
@@ -261,9 +261,10 @@ fn summary() -> impl Strategy<Value = StructuredSummary> {
                 tool_outcomes,
                 current_task,
                 current_plan,
-                (references, omitted),
+                (references, omitted, requests),
             )| StructuredSummary {
                 span,
+                requests,
                 facts,
                 decisions,
                 open_items,

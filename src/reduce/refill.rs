@@ -177,18 +177,19 @@ fn give_back_summary(
         .summary_of(span[0])
         .map(|r| p.plan.summarizations[r].summary.render_as_message().len())
         .unwrap_or_else(|| state.summary_max_chars());
-    // A summary that had to leave entries out keeps its room: those are
-    // facts, worth more than the newest tool output (the summarize step has
-    // already grown it into what the target left).
-    if p.summary_of(span[0])
-        .is_some_and(|r| p.plan.summarizations[r].summary.omitted > 0)
-    {
-        return false;
-    }
     // While part of the span stays summarized, its summary may shrink to the
     // policy's size for one summary: the newest content verbatim is worth
-    // more than its extra entries. Given back whole, all its tokens are free.
-    let base = state.summary_max_chars().min(cap);
+    // more than its extra entries. Not a summary that already had to leave
+    // entries out: it keeps its size. Given back whole, all its tokens are
+    // free.
+    let lossy = p
+        .summary_of(span[0])
+        .is_some_and(|r| p.plan.summarizations[r].summary.omitted > 0);
+    let base = if lossy {
+        cap
+    } else {
+        state.summary_max_chars().min(cap)
+    };
     let shrinkable = summary_tokens.saturating_mul(u32::try_from(cap - base).unwrap_or(0))
         / u32::try_from(cap.max(1)).unwrap_or(u32::MAX);
     let room = limit.saturating_sub(p.total()) + shrinkable;
@@ -283,8 +284,9 @@ fn give_back_summary(
     false
 }
 
-/// Whether every statement of `old` that a person made (facts not drawn
-/// from the assistant's or a tool's text, open items, the current task)
+/// Whether every statement of `old` that a person made (quoted requests,
+/// facts not drawn from the assistant's or a tool's text, open items, the
+/// current task)
 /// reads in `new` or in `back`, compared by their first words with
 /// whitespace collapsed (a summary stores statements cleaned and capped).
 fn keeps_statements(
@@ -301,7 +303,14 @@ fn keeps_statements(
         probe.is_empty() || here.contains(probe.trim_end_matches('…'))
     };
     let a_persons = |f: &&String| !f.starts_with("assistant: ") && !f.starts_with("tool ");
-    old.facts.iter().filter(a_persons).all(|f| said(f))
+    // A quoted request reads `(turn N) text`; what came back has the text.
+    let quoted = |r: &String| {
+        r.split_once(") ")
+            .map_or(r.as_str(), |(_, text)| text)
+            .to_string()
+    };
+    old.requests.iter().all(|r| said(&quoted(r)))
+        && old.facts.iter().filter(a_persons).all(|f| said(f))
         && old.open_items.iter().all(|o| said(&o.description))
         && old.current_task.as_deref().is_none_or(said)
 }

@@ -443,6 +443,13 @@ pub fn merge_summaries(
     let all = || prior.iter().copied().chain(std::iter::once(fresh));
 
     let mut seen = HashSet::new();
+    for r in all().flat_map(|s| &s.requests) {
+        if seen.insert(r.as_str()) {
+            out.requests.push(r.clone());
+        }
+    }
+
+    let mut seen = HashSet::new();
     for f in all().flat_map(|s| &s.facts) {
         if !f.trim().is_empty() && seen.insert(dedup_key(f)) {
             out.facts.push(f.clone());
@@ -490,6 +497,7 @@ pub fn merge_summaries(
 /// One entry of a summary, as the fitting sees it.
 #[derive(Debug, Clone, Copy)]
 enum Entry {
+    Request(usize),
     ToolOutcome(usize),
     Decision(usize),
     OpenItem(usize),
@@ -540,6 +548,11 @@ pub fn fit_to_size(summary: StructuredSummary, max_chars: usize) -> StructuredSu
 
 fn entry_scores(s: &StructuredSummary) -> Vec<(i32, Entry)> {
     let mut out = Vec::new();
+    // What a person typed outranks everything drawn from it; the opening
+    // request (usually the task) most of all.
+    for i in 0..s.requests.len() {
+        out.push((if i == 0 { 62 } else { 60 }, Entry::Request(i)));
+    }
     for (i, t) in s.tool_outcomes.iter().enumerate() {
         let score = match (t.outcome, &t.error_message) {
             (Outcome::Success, _) if t.key_fields.is_empty() => 2,
@@ -588,6 +601,7 @@ fn removal_order(s: &StructuredSummary) -> Vec<Entry> {
 }
 
 fn apply_removals(s: &StructuredSummary, removals: &[Entry]) -> StructuredSummary {
+    let mut requests = vec![true; s.requests.len()];
     let mut tools = vec![true; s.tool_outcomes.len()];
     let mut decisions = vec![true; s.decisions.len()];
     let mut open = vec![true; s.open_items.len()];
@@ -608,6 +622,7 @@ fn apply_removals(s: &StructuredSummary, removals: &[Entry]) -> StructuredSummar
                 }
                 continue;
             }
+            Entry::Request(i) => requests[i] = false,
             Entry::Decision(i) => decisions[i] = false,
             Entry::OpenItem(i) => open[i] = false,
             Entry::Plan => plan = false,
@@ -633,6 +648,7 @@ fn apply_removals(s: &StructuredSummary, removals: &[Entry]) -> StructuredSummar
     }
     let mut out = StructuredSummary {
         span: s.span.clone(),
+        requests: keep(&s.requests, &requests),
         facts: keep(&s.facts, &facts),
         decisions: keep(&s.decisions, &decisions),
         open_items: keep(&s.open_items, &open),
@@ -1174,9 +1190,46 @@ fn is_artifact_key(k: &str) -> bool {
     k == "artifact_id" || k.ends_with("_artifact_id") || k == "artifactId"
 }
 
+/// A message quoted whole up to this many characters (whitespace
+/// collapsed); a longer one keeps its head and tail.
+const REQUEST_WHOLE_CHARS: usize = 500;
+/// Of a long message: the head kept…
+const REQUEST_HEAD_CHARS: usize = 300;
+/// …and the tail.
+const REQUEST_TAIL_CHARS: usize = 120;
+
+/// What a person typed in `messages`, in order, as `(turn N) text`: user
+/// messages that are not tool results, whitespace collapsed, short ones
+/// whole and long ones as head … tail. No cue words, no ranking: a request
+/// in any language or wording is quoted the same way. Usable by any
+/// summarizer.
+pub fn quote_requests(messages: &[&Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| m.role == Role::User && m.tool_result.is_none())
+        .filter_map(|m| {
+            let text = collapse_ws(&m.content.text());
+            (!text.is_empty()).then(|| format!("(turn {}) {}", m.turn, excerpt(&text)))
+        })
+        .collect()
+}
+
+/// `text` whole when short, else its head and tail around an ellipsis,
+/// cut at char boundaries.
+fn excerpt(text: &str) -> std::borrow::Cow<'_, str> {
+    let chars = text.chars().count();
+    if chars <= REQUEST_WHOLE_CHARS {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let head: String = text.chars().take(REQUEST_HEAD_CHARS).collect();
+    let tail: String = text.chars().skip(chars - REQUEST_TAIL_CHARS).collect();
+    std::borrow::Cow::Owned(format!("{} … {}", head.trim_end(), tail.trim_start()))
+}
+
 /// Builds the summary of `messages` alone (no prior, no size cap).
 fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
     let mut s = StructuredSummary::empty(span);
+    s.requests = quote_requests(messages);
     let mut refs = References::default();
     let last_assistant_text = messages.iter().rposition(|m| {
         m.role == Role::Assistant && m.tool_result.is_none() && !m.content.text().trim().is_empty()
@@ -1234,6 +1287,10 @@ fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
             continue;
         }
         let context = format!("{}, turn {}", m.role.as_str(), m.turn);
+        // A user message quoted whole in `requests` needs no facts of its
+        // own: they would say it twice.
+        let quoted_whole =
+            m.role == Role::User && collapse_ws(&text).chars().count() <= REQUEST_WHOLE_CHARS;
         // What a person pasted in a code block (an error, a log) is skipped
         // as prose; its error line and odd values are kept.
         if m.role != Role::Assistant {
@@ -1279,6 +1336,7 @@ fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
                         // "OK, let's go with the phone check": the user decides too.
                         s.decisions.push(d);
                     } else if w.len() >= 2
+                        && !quoted_whole
                         && (m.metadata.protected
                             || c.constraint
                             || c.soft

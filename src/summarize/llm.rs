@@ -581,6 +581,10 @@ pub fn gate(
             report.merged += 1;
         }
     }
+    // What a person typed is quoted, never left to the model's wording.
+    if out.requests.is_empty() {
+        out.requests.clone_from(&reference.requests);
+    }
     out.omitted = out.omitted.max(reference.omitted);
     (fit_to_size(out, max_chars), report)
 }
