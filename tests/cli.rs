@@ -109,6 +109,34 @@ fn reads_an_openai_messages_array_from_stdin() {
     assert_eq!(v["report"]["triggered"], false);
 }
 
+/// Calls a user interrupt left without a result 600 messages back are not
+/// bad input: they are left out, and stderr says so.
+#[test]
+fn abandoned_calls_are_a_warning_on_stderr() {
+    let input = r#"[
+        {"role":"user","content":"Check both hosts."},
+        {"role":"assistant","content":null,"tool_calls":[
+            {"id":"h1","type":"function","function":{"name":"ping","arguments":"{}"}},
+            {"id":"h2","type":"function","function":{"name":"ping","arguments":"{}"}}]},
+        {"role":"tool","tool_call_id":"h1","content":"a: up"},
+        {"role":"user","content":"never mind"},
+        {"role":"assistant","content":"OK."}
+    ]"#;
+    let (code, out, err) = run(
+        &["compact", "--input", "-", "--format", "openai"],
+        Some(input),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("warning: ") && l.contains("h2 (ping)")),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(!v["request"].to_string().contains("\"h2\""));
+    assert!(v["report"]["warnings"].to_string().contains("abandoned"));
+}
+
 #[test]
 fn bad_input_names_the_field_and_exits_2() {
     let cases = [

@@ -509,7 +509,9 @@ async fn a_span_larger_than_the_models_context_is_summarized_in_chunks_and_merge
 
 #[tokio::test]
 async fn a_background_upgrade_overtaken_by_a_newer_plan_is_redone_on_it() {
-    let fake = FakeLlm::start(Behavior::Delay(Duration::from_millis(300)))
+    // Long enough that the second compaction commits first even on a
+    // loaded machine (a debug build, the whole suite running beside it).
+    let fake = FakeLlm::start(Behavior::Delay(Duration::from_millis(1500)))
         .await
         .expect("fake llm");
     let mut s = settings(&fake.base_url());

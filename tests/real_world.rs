@@ -523,3 +523,113 @@ fn msg(id: &str, role: Role, content: Content) -> compactd::model::Message {
         metadata: Default::default(),
     }
 }
+
+/// A parallel batch a user interrupted: one call never got its result, and
+/// the conversation went on. No provider takes the call, and no client can
+/// send its result any more: it is left out (its answered sibling stays),
+/// named in a warning, and the thread compacts and renders as any other.
+#[test]
+fn abandoned_calls_are_left_out_with_a_warning_not_refused() {
+    let t = import(json!([
+        {"role": "user", "content": "Check both hosts."},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "h1", "type": "function", "function": {"name": "ping", "arguments": "{\"host\":\"a\"}"}},
+            {"id": "h2", "type": "function", "function": {"name": "ping", "arguments": "{\"host\":\"b\"}"}}
+        ]},
+        {"role": "tool", "tool_call_id": "h1", "content": "a: up"},
+        {"role": "user", "content": "[Request interrupted by user] never mind b, what about a?"},
+        {"role": "assistant", "content": "Host a is up."},
+        {"role": "user", "content": "Thanks."}
+    ]));
+    let h = Harness::default();
+    let (_, out) = h
+        .render_as(&t, 100_000, None, OutputFormat::OpenAiChat, None)
+        .expect("an abandoned call is not a pending one");
+    let body = match &out.output {
+        compactd::app::RenderedOutput::Payload(json) => json.clone(),
+        other => panic!("{other:?}"),
+    };
+    let body: Value = serde_json::from_str(&body).unwrap();
+    openai::check_pairing(&body).unwrap();
+    assert!(!body.to_string().contains("\"h2\""), "{body}");
+    assert!(body.to_string().contains("\"h1\""), "{body}");
+    let warned = |ws: &[String]| {
+        ws.iter()
+            .any(|w| w.contains("h2 (ping)") && w.contains("abandoned"))
+    };
+    assert!(warned(&out.audit.warnings), "{:?}", out.audit.warnings);
+    assert!(warned(&out.compaction.expect("compacted").all_warnings()));
+
+    // Only the last assistant message's calls are pending: those the client
+    // still has to answer, and the refusal says how.
+    let mut pending = t.clone();
+    pending.messages.truncate(3);
+    match Harness::default().compact(&pending, 100_000, None) {
+        Err(AppError::PendingToolCall { call_id, field, .. }) => {
+            assert_eq!(call_id, "h2");
+            assert_eq!(field, "thread.messages[1].tool_calls[1].id");
+        }
+        other => panic!("{:?}", other.map(|o| o.tokens)),
+    }
+}
+
+/// Anthropic drops a model's thinking from the context once the user speaks
+/// again; only the tool loop in progress must carry its own back. So the
+/// earlier turn's thinking is neither sent nor counted, and the loop's is
+/// sent byte for byte.
+#[test]
+fn earlier_turns_thinking_is_neither_sent_nor_counted() {
+    let long_thought = "Weighing the options at length. ".repeat(200);
+    let with = Thread {
+        id: "think2".into(),
+        messages: serde_json::from_value(json!([
+            {"id": "u1", "role": "user", "turn": 1, "content": "Weather in Oslo?"},
+            {"id": "a1", "role": "assistant", "turn": 1, "content": [
+                {"type": "thinking", "thinking": long_thought, "signature": "c2lnLTE="},
+                {"type": "text", "text": "12C and clear."}
+            ]},
+            {"id": "u2", "role": "user", "turn": 2, "content": "And Bergen?"},
+            {"id": "a2", "role": "assistant", "turn": 2, "content": [
+                {"type": "thinking", "thinking": "Call the tool for Bergen.", "signature": "c2lnLTI="}
+             ],
+             "tool_calls": [{"id": "toolu_b", "name": "weather", "arguments": {"city": "Bergen"}}]},
+            {"id": "t2", "role": "tool", "turn": 2,
+             "tool_result": {"tool_name": "weather", "tool_call_id": "toolu_b", "content": "9C, rain"}}
+        ]))
+        .unwrap(),
+    };
+    let mut without = with.clone();
+    without.messages[1].content = Content::Parts(vec![ContentPart::Text {
+        text: "12C and clear.".into(),
+    }]);
+    let h = Harness::default();
+    let body = |t: &Thread| {
+        let (_, out) = h
+            .render_as(
+                t,
+                100_000,
+                None,
+                OutputFormat::AnthropicMessages,
+                Some("claude-sonnet-4-5"),
+            )
+            .expect("renders");
+        let compactd::app::RenderedOutput::Payload(json) = &out.output else {
+            panic!("a payload")
+        };
+        (
+            serde_json::from_str::<Value>(json).unwrap(),
+            out.tokens.total,
+        )
+    };
+    let (an, counted) = body(&with);
+    anthropic::check_structure(&an).unwrap();
+    assert!(!an.to_string().contains("Weighing the options"), "{an}");
+    assert_eq!(an["messages"][1]["content"][0]["type"], "text");
+    assert_eq!(
+        an["messages"][3]["content"][0],
+        json!({"type": "thinking", "thinking": "Call the tool for Bergen.", "signature": "c2lnLTI="})
+    );
+    // Counted as if the earlier thinking were not there at all.
+    let (_, without_count) = body(&without);
+    assert_eq!(counted, without_count);
+}

@@ -196,9 +196,15 @@ impl StructuredSummary {
                 let _ = writeln!(out, "- {r}");
             }
         }
-        if !self.facts.is_empty() {
+        // A fact a quoted request already says in full is not said twice.
+        let facts: Vec<&String> = self
+            .facts
+            .iter()
+            .filter(|f| !self.requests.iter().any(|r| r.contains(f.as_str())))
+            .collect();
+        if !facts.is_empty() {
             out.push_str("Facts and constraints:\n");
-            for f in &self.facts {
+            for f in facts {
                 let _ = writeln!(out, "- {f}");
             }
         }

@@ -548,10 +548,12 @@ pub fn fit_to_size(summary: StructuredSummary, max_chars: usize) -> StructuredSu
 
 fn entry_scores(s: &StructuredSummary) -> Vec<(i32, Entry)> {
     let mut out = Vec::new();
-    // What a person typed outranks everything drawn from it; the opening
-    // request (usually the task) most of all.
+    // What a person typed, quoted: above anything the assistant or a tool
+    // said and above a plain remark, below a rule that binds the agent
+    // (which a shorter fact keeps when the quote must go); the opening
+    // request, usually the task, first.
     for i in 0..s.requests.len() {
-        out.push((if i == 0 { 62 } else { 60 }, Entry::Request(i)));
+        out.push((if i == 0 { 56 } else { 52 }, Entry::Request(i)));
     }
     for (i, t) in s.tool_outcomes.iter().enumerate() {
         let score = match (t.outcome, &t.error_message) {
@@ -611,6 +613,7 @@ fn apply_removals(s: &StructuredSummary, removals: &[Entry]) -> StructuredSummar
     let (mut plan, mut task) = (true, true);
     let mut omitted = 0u32;
     let mut references_left_out = false;
+    let mut facts_left_out = false;
     for r in removals {
         match *r {
             Entry::ToolOutcome(i) => {
@@ -628,7 +631,12 @@ fn apply_removals(s: &StructuredSummary, removals: &[Entry]) -> StructuredSummar
             Entry::Plan => plan = false,
             Entry::Artifact(i) => artifacts[i] = false,
             Entry::Task => task = false,
-            Entry::Fact(i) => facts[i] = false,
+            Entry::Fact(i) => {
+                facts[i] = false;
+                // Counted below, unless a kept quote still says it.
+                facts_left_out = true;
+                continue;
+            }
             Entry::Reference(i) => {
                 // Counted below, unless a kept entry still spells it out.
                 references[i] = false;
@@ -672,6 +680,15 @@ fn apply_removals(s: &StructuredSummary, removals: &[Entry]) -> StructuredSummar
             .iter()
             .zip(&references)
             .filter(|(r, &k)| !k && !said.contains(r.as_str()))
+            .count();
+        omitted += u32::try_from(lost).unwrap_or(u32::MAX);
+    }
+    if facts_left_out {
+        let lost = s
+            .facts
+            .iter()
+            .zip(&facts)
+            .filter(|(f, &k)| !k && !out.requests.iter().any(|r| r.contains(f.as_str())))
             .count();
         omitted += u32::try_from(lost).unwrap_or(u32::MAX);
     }
@@ -1287,10 +1304,6 @@ fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
             continue;
         }
         let context = format!("{}, turn {}", m.role.as_str(), m.turn);
-        // A user message quoted whole in `requests` needs no facts of its
-        // own: they would say it twice.
-        let quoted_whole =
-            m.role == Role::User && collapse_ws(&text).chars().count() <= REQUEST_WHOLE_CHARS;
         // What a person pasted in a code block (an error, a log) is skipped
         // as prose; its error line and odd values are kept.
         if m.role != Role::Assistant {
@@ -1336,7 +1349,6 @@ fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
                         // "OK, let's go with the phone check": the user decides too.
                         s.decisions.push(d);
                     } else if w.len() >= 2
-                        && !quoted_whole
                         && (m.metadata.protected
                             || c.constraint
                             || c.soft

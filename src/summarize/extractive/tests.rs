@@ -418,7 +418,7 @@ fn empty_input() {
     };
     let s = ExtractiveSummarizer.summarize(&req).expect("empty fits");
     assert_eq!(s, StructuredSummary::empty(span.clone()));
-    assert_eq!(s.render_as_message(), "[Summary v2]");
+    assert_eq!(s.render_as_message(), "[Summary v3]");
     // Below the size of an empty summary nothing smaller exists: the empty
     // summary is the answer, never an error.
     let tiny = SummaryRequest {
@@ -484,14 +484,15 @@ fn a_specific_constraint_outranks_a_generic_one() {
     assert_eq!(full.facts.len(), 3, "{full:#?}");
     let mut only = StructuredSummary::empty(full.span.clone());
     only.facts = vec![full.facts[2].clone()];
-    // The two generic rules and the current task are left out; the id is
-    // still spelled out in the kept fact, so dropping its reference loses
-    // nothing and is not counted.
-    only.omitted = 3;
+    // The two generic rules, the current task and the quote of the whole
+    // message are left out; the id is still spelled out in the kept fact,
+    // so dropping its reference loses nothing and is not counted.
+    only.omitted = 4;
     let cap = only.render_as_message().len();
     let s = run(&msgs, &[], cap).expect("never fails");
     assert_eq!(s.facts, only.facts, "{s:#?}");
-    assert_eq!(s.omitted, 3);
+    assert!(s.requests.is_empty(), "{s:#?}");
+    assert_eq!(s.omitted, 4);
 }
 
 #[test]

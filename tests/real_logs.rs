@@ -1,0 +1,151 @@
+//! Public agent logs nobody here wrote (`tests/data/`: a Claude Code
+//! session, also as an Anthropic body; an OpenHands run; a SWE-agent run; a
+//! tau-bench episode), each at 1/4, 1/10 and 1/40 of its size (never below
+//! 8,000 tokens) in every output format: a body every time, valid for its
+//! provider, within budget, at least 90% of the target when compaction ran,
+//! every request a person typed still in the prompt, and the same bytes on
+//! a second run.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::Harness;
+use compactd::app::RenderedOutput;
+use compactd::model::{thread_from_json, Role, Thread};
+use compactd::render::{anthropic, openai, responses, OutputFormat};
+use serde_json::Value;
+
+/// The logs of `tests/data/` (not `sources.json`), with their threads.
+fn logs() -> Vec<(String, Thread)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("tests/data") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".json") || name == "sources.json" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("readable");
+        let value: Value = serde_json::from_str(&text).expect("JSON");
+        let input = thread_from_json(&value, name.trim_end_matches(".json"))
+            .unwrap_or_else(|e| panic!("{name} imports: {e}"));
+        out.push((name, input.thread));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(out.len() >= 4, "the real logs are missing from tests/data");
+    out
+}
+
+/// Whitespace collapsed, for "is this text in the prompt" checks.
+fn squash(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Every string in a JSON value, joined: the prompt's text in any format.
+fn strings(v: &Value, out: &mut String) {
+    match v {
+        Value::String(s) => {
+            out.push_str(s);
+            out.push('\n');
+        }
+        Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        Value::Object(m) => m.values().for_each(|x| strings(x, out)),
+        _ => {}
+    }
+}
+
+fn model(format: OutputFormat) -> &'static str {
+    match format {
+        OutputFormat::AnthropicMessages => "claude-sonnet-4-5",
+        _ => "gpt-4o",
+    }
+}
+
+#[test]
+fn every_real_log_renders_valid_within_budget_at_every_size_and_format() {
+    let formats = [
+        OutputFormat::OpenAiChat,
+        OutputFormat::AnthropicMessages,
+        OutputFormat::OpenAiResponses,
+    ];
+    let mut compacted = 0;
+    for (name, thread) in logs() {
+        // The log's size as the OpenAI body counts it.
+        let whole = Harness::default()
+            .render_as(&thread, 10_000_000, None, OutputFormat::OpenAiChat, None)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .1
+            .tokens
+            .total;
+        let budgets: BTreeSet<u32> = [4, 10, 40].iter().map(|d| (whole / d).max(8_000)).collect();
+        // What a person typed (the last user message stays verbatim; the
+        // earlier ones are quoted in a summary when they leave).
+        let typed: Vec<String> = thread
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::User && m.tool_result.is_none())
+            .map(|m| {
+                squash(&m.content.text())
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            })
+            .filter(|t| !t.is_empty())
+            .collect();
+        for &budget in &budgets {
+            for format in formats {
+                let cell = format!("{name} at {budget} as {format:?}");
+                let render = || {
+                    Harness::default()
+                        .render_as(&thread, budget, None, format, Some(model(format)))
+                        .unwrap_or_else(|e| panic!("{cell}: refused: {e}"))
+                        .1
+                };
+                let out = render();
+                let RenderedOutput::Payload(json) = &out.output else {
+                    panic!("{cell}: a payload was asked for")
+                };
+                let body: Value = serde_json::from_str(json).expect("JSON body");
+                match format {
+                    OutputFormat::OpenAiChat => openai::check_pairing(&body),
+                    OutputFormat::AnthropicMessages => anthropic::check_structure(&body),
+                    _ => responses::check_structure(&body),
+                }
+                .unwrap_or_else(|e| panic!("{cell}: invalid body: {e}"));
+                assert!(
+                    out.tokens.total <= budget,
+                    "{cell}: {} tokens",
+                    out.tokens.total
+                );
+                let report = out
+                    .compaction
+                    .as_ref()
+                    .and_then(|c| c.report.clone())
+                    .expect("a fresh tenant compacts");
+                if report.triggered {
+                    compacted += 1;
+                    assert!(
+                        report.target_use() >= 0.9,
+                        "{cell}: {} of the target {}",
+                        report.tokens_after,
+                        report.budget.target
+                    );
+                }
+                let mut text = String::new();
+                strings(&body, &mut text);
+                let text = squash(&text);
+                for t in &typed {
+                    assert!(text.contains(t.as_str()), "{cell}: lost {t:?}");
+                }
+                // Deterministic: the same input gives the same bytes.
+                let again = render();
+                assert_eq!(again.output, out.output, "{cell}: not deterministic");
+            }
+        }
+    }
+    assert!(
+        compacted >= 6,
+        "only {compacted} cells compacted: the test proves little"
+    );
+}
