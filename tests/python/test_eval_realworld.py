@@ -2,7 +2,7 @@
 binary under test on one small public log (tests/data/) at one budget in one
 format: it writes a row for compactd and for each peer, the keep-the-newest
 and LangChain peers stay within the budget, and a compactd row either is a
-valid body or names its error. The full table comes from
+valid body within the budget. The full table comes from
 `scripts/eval-realworld.sh`; this proves the runner, not compactd's numbers.
 """
 
@@ -42,11 +42,11 @@ def test_realworld_runner_on_one_log(tmp_path):
         r = rows[peer]
         assert r["status"] == "ok", r
         assert r["tokens"] <= BUDGET and r["within_budget"], r
+    # compactd refuses only the impossible: on a real log at 8,000 tokens it
+    # returns a valid body within the budget.
     ours = rows["compactd"]
-    assert ours["status"] in ("ok", "failed"), ours
-    if ours["status"] == "ok":
-        assert ours["valid"] is not None and ours["tokens"] is not None, ours
-    else:
-        assert ours["error"], ours
+    assert ours["status"] == "ok", ours
+    assert ours["valid"] and ours["within_budget"], ours
+    assert ours["tokens"] <= BUDGET, ours
     table = (out / "table.md").read_text()
     assert LOG.stem in table and "langchain" in table
