@@ -1,8 +1,8 @@
 """The real-log evaluation (eval/realworld.py) runs end to end against the
 binary under test on one small public log (tests/data/) at one budget in one
 format: it writes a row for compactd and for each peer, the keep-the-newest
-and LangChain peers stay within the budget, and a compactd row either is a
-valid body within the budget. The full table comes from
+and LangChain peers stay within the budget, and compactd's row is a valid
+body within the budget. The full table comes from
 `scripts/eval-realworld.sh`; this proves the runner, not compactd's numbers.
 """
 
