@@ -2214,8 +2214,10 @@ def test_corrupted_real_payloads_are_rejected(api, stub, fmt):
     tb.user()
     tb.tool_round(2)
     tb.user("Thanks, and now?")  # results then text: merged into one Anthropic user message
-    # Extended thinking and a reasoning item on the first tool round.
-    first = next(m for m in tb.messages if m.get("tool_calls"))
+    tb.tool_round(2)
+    # Extended thinking and a reasoning item on the tool loop in progress
+    # (earlier turns' reasoning is neither sent nor counted).
+    first = next(m for m in reversed(tb.messages) if m.get("tool_calls"))
     text = first["content"]
     first["content"] = [
         {"type": "thinking", "thinking": "Three lookups at once.", "signature": "EqQBCkYIBxgCKkBzaWc="},
@@ -2551,10 +2553,19 @@ def _assistant_tag(m):
     return text, (match.group(1) if match else None)
 
 
+def active_loop(msgs):
+    """The messages after the last one a person typed: the tool loop in
+    progress, the only turn whose reasoning providers take back (they drop
+    earlier turns' from the context, so compactd neither sends nor counts it)."""
+    last_user = max((i for i, m in enumerate(msgs) if m["role"] == "user"), default=-1)
+    return msgs[last_user + 1 :]
+
+
 def check_anthropic_thinking(payload, msgs, where):
-    """Each assistant message's thinking blocks open its Anthropic assistant
-    turn, unchanged and in order; there are no others."""
-    owners = [m for m in msgs if m["role"] == "assistant" and hidden_of(m, ANTHROPIC_HIDDEN)]
+    """Each assistant message of the tool loop in progress opens its Anthropic
+    assistant turn with its thinking blocks, unchanged and in order; there
+    are no others (earlier turns' thinking is not sent)."""
+    owners = [m for m in active_loop(msgs) if m["role"] == "assistant" and hidden_of(m, ANTHROPIC_HIDDEN)]
     for m in owners:
         want = [expected_anthropic_block(p) for p in hidden_of(m, ANTHROPIC_HIDDEN)]
         if m.get("tool_calls"):
@@ -2583,11 +2594,12 @@ def check_anthropic_thinking(payload, msgs, where):
 
 
 def check_responses_reasoning(payload, msgs, where):
-    """Each assistant message's reasoning items come, unchanged and in order,
-    right before the items of its turn: its assistant message (when it has
-    text), then its function_calls. There are no others."""
+    """Each assistant message of the tool loop in progress has its reasoning
+    items, unchanged and in order, right before the items of its turn: its
+    assistant message (when it has text), then its function_calls. There are
+    no others (earlier turns' reasoning is not sent)."""
     items = payload["input"]
-    owners = [m for m in msgs if m["role"] == "assistant" and hidden_of(m, ("reasoning",))]
+    owners = [m for m in active_loop(msgs) if m["role"] == "assistant" and hidden_of(m, ("reasoning",))]
     for m in owners:
         want = [expected_reasoning_item(p) for p in hidden_of(m, ("reasoning",))]
         text, tag = _assistant_tag(m)
@@ -2758,25 +2770,51 @@ PENDING_CASES = {
 
 
 def _pending_case(case):
+    """The thread, its unanswered calls, the field of the first one the client
+    still owes (a call of the last assistant message; None when every
+    unanswered call is abandoned: the conversation moved past it), those
+    abandoned ones, and the answered calls."""
     rng = random.Random(f"{SEED}:pending:{case}")
     tb = ThreadBuilder(rng)
-    pending = PENDING_CASES[case](tb)
-    first = next(
-        (i, j) for i, m in enumerate(tb.messages) for j, c in enumerate(m.get("tool_calls") or []) if c["id"] in pending
-    )
-    answered = [c["id"] for m in tb.messages for c in m.get("tool_calls") or [] if c["id"] not in pending]
-    return tb.messages, pending, f"thread.messages[{first[0]}].tool_calls[{first[1]}].id", answered
+    unanswered = PENDING_CASES[case](tb)
+    last_assistant = max(i for i, m in enumerate(tb.messages) if m["role"] == "assistant")
+    owed = [
+        (i, j)
+        for i, m in enumerate(tb.messages)
+        for j, c in enumerate(m.get("tool_calls") or [])
+        if c["id"] in unanswered and i == last_assistant
+    ]
+    field = f"thread.messages[{owed[0][0]}].tool_calls[{owed[0][1]}].id" if owed else None
+    abandoned = [
+        c["id"]
+        for i, m in enumerate(tb.messages)
+        for c in m.get("tool_calls") or []
+        if c["id"] in unanswered and i != last_assistant
+    ]
+    answered = [c["id"] for m in tb.messages for c in m.get("tool_calls") or [] if c["id"] not in unanswered]
+    return tb.messages, unanswered, field, abandoned, answered
 
 
 @pytest.mark.parametrize("case", sorted(PENDING_CASES))
 def test_pending_calls_are_refused_by_default(api, stub, case):
+    """A call of the last assistant message without a result is owed by the
+    client: Render refuses, naming it. One the conversation moved past is
+    abandoned: left out with a warning, never a refusal."""
     pb2, _ = api
-    msgs, _, field, _ = _pending_case(case)
+    msgs, _, field, abandoned, _ = _pending_case(case)
     ctx = f"[seed={SEED} case={case}]"
     thread = to_proto(pb2, f"pp-{SEED}-{case}-refused", msgs)
     # Accepted as input: Compact plans around it.
     stub.Compact(pb2.CompactRequest(thread=thread, max_input_tokens=1_000_000), timeout=CALL_TIMEOUT_S)
     for fmt in FORMATS:
+        if field is None:
+            resp, payload = render(pb2, stub, thread, fmt, budget=1_000_000)
+            validate(payload, fmt)
+            warnings = " ".join(resp.audit.warnings)
+            for aid in abandoned:
+                assert aid not in all_text(payload), f"{ctx} format={fmt}: the abandoned call {aid} was sent"
+                assert aid in warnings and "abandoned" in warnings, f"{ctx} format={fmt}: no warning names {aid}"
+            continue
         with pytest.raises(grpc.RpcError) as info:
             render(pb2, stub, thread, fmt, budget=1_000_000)
         err = info.value
@@ -2791,7 +2829,7 @@ def test_pending_calls_are_refused_by_default(api, stub, case):
 @pytest.mark.parametrize("case", sorted(PENDING_CASES))
 def test_pending_calls_left_out_on_request(api, stub, tmp_path, case):
     pb2, _ = api
-    msgs, pending, _, answered = _pending_case(case)
+    msgs, pending, _, _, answered = _pending_case(case)
     ctx = f"[seed={SEED} case={case}]"
     results = _render_all(pb2, stub, tmp_path, case, msgs, omit_pending=True)
     user_texts = [m["content"] for m in msgs if m["role"] == "user"]
@@ -2807,7 +2845,9 @@ def test_pending_calls_left_out_on_request(api, stub, tmp_path, case):
             for t in user_texts:
                 assert t.strip() in text, f"{where}: user text lost: {t[:60]!r}"
             warnings = list(resp.audit.warnings)
-            assert any("pending" in w.lower() or any(pid in w for pid in pending) for w in warnings), (
+            assert any(
+                "pending" in w.lower() or "abandoned" in w.lower() or any(pid in w for pid in pending) for w in warnings
+            ), (
                 f"{where}: no audit warning says a pending call was left out: {warnings}"
             )
 
