@@ -358,6 +358,8 @@ mod tests {
     fn multi_byte_text_before_a_value_is_read_whole() {
         for line in [
             "70→-",
+            // A numbered file read of a Markdown list: the path follows `→-`.
+            "    70→- docs/runbooks/failover.md",
             "│ 9f86d081 │",
             "résumé_id: ABC123X9",
             "注文ID: 4f1c2a9e7b",
@@ -369,6 +371,10 @@ mod tests {
         assert!(names_id("注文ID: 4f1c2a9e7b", "4f1c2a9e7b"));
         assert!(!names_id("│ 9f86d081 │", "9f86d081"));
         assert!(!names_id("70→-", "70"));
+        assert!(!names_id(
+            "    70→- docs/runbooks/failover.md",
+            "docs/runbooks/failover.md"
+        ));
         assert_eq!(
             salient("注文ID: 4f1c2a9e7b\nwarehouse 7 of 9", 1).references,
             vec!["4f1c2a9e7b".to_string()]
