@@ -4,7 +4,8 @@
 //! (see `compactd_testkit::fuzz`), for `COMPACTD_FUZZ_SECONDS` (default 3;
 //! `scripts/fuzz.sh` runs 60, optimized). `COMPACTD_FUZZ_SEED` repeats a
 //! run; `COMPACTD_FUZZ_SEEDS` adds directories of thread files to mutate
-//! (`../shared/realworld`, say).
+//! (`../shared/realworld`, say); `COMPACTD_FUZZ_KEEP_GOING=1` records every
+//! distinct finding and fails at the end instead of at the first.
 //!
 //! Every input that ever made compactd misbehave is kept in
 //! `tests/fuzz_corpus/` (`<name>.json`, with the request's knobs in
@@ -146,6 +147,9 @@ fn fuzz_for_a_while() {
     let mut oracle = Oracle::new();
     let mut tally = Tally::default();
     let (mut generated, mut mutated) = (0u64, 0u64);
+    let keep_going = std::env::var_os("COMPACTD_FUZZ_KEEP_GOING").is_some();
+    // Distinct findings (their first line) and what was written for each.
+    let mut findings: std::collections::BTreeMap<String, String> = Default::default();
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(seconds.max(0.0));
     while Instant::now() < deadline || generated + mutated == 0 {
@@ -163,12 +167,36 @@ fn fuzz_for_a_while() {
         watchdog.watch(&doc, &knobs);
         match oracle.check(&doc, &knobs) {
             Ok(t) => tally += t,
-            Err(f) => report(&mut oracle, &doc, &knobs, &f, seed),
+            Err(f) => {
+                // One of each kind: the first line without its numbers.
+                let key: String = f
+                    .to_string()
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .chars()
+                    .filter(|c| !c.is_ascii_digit())
+                    .collect();
+                if let std::collections::btree_map::Entry::Vacant(slot) = findings.entry(key) {
+                    let written = report(&mut oracle, &doc, &knobs, &f, seed);
+                    if !keep_going {
+                        panic!("{written}");
+                    }
+                    eprintln!("{written}");
+                    slot.insert(written);
+                }
+            }
         }
     }
     println!(
         "fuzz: seed {seed}, {generated} generated + {mutated} mutated inputs in {:.1}s: {tally}",
         start.elapsed().as_secs_f64()
+    );
+    assert!(
+        findings.is_empty(),
+        "{} distinct findings:\n{}",
+        findings.len(),
+        findings.into_values().collect::<Vec<_>>().join("\n\n")
     );
     // The generator reaches rendering, not only the importer's refusals.
     assert!(tally.rendered > 0, "{tally}");
@@ -235,11 +263,13 @@ impl Drop for Watchdog {
 }
 
 /// Writes the input (and a shrunk copy) where a developer can pick it up
-/// for the corpus, and fails naming them.
-fn report(oracle: &mut Oracle, doc: &[u8], knobs: &Knobs, f: &Finding, seed: u64) -> ! {
+/// for the corpus; says what was found and where it was written.
+fn report(oracle: &mut Oracle, doc: &[u8], knobs: &Knobs, f: &Finding, seed: u64) -> String {
     let name = format!("crash-{:016x}", fnv(doc));
     let full = save(&name, doc, knobs);
+    oracle.quiet(true);
     let small = shrink(oracle, doc, knobs);
+    oracle.quiet(false);
     let shrunk = if small.len() < doc.len() {
         format!(
             "\nshrunk to {} bytes: {}",
@@ -249,11 +279,11 @@ fn report(oracle: &mut Oracle, doc: &[u8], knobs: &Knobs, f: &Finding, seed: u64
     } else {
         String::new()
     };
-    panic!(
+    format!(
         "fuzz finding (seed {seed}): {f}\ninput ({} bytes): {full}{shrunk}\n\
          Fix it, then copy the .json and .knobs.json into tests/fuzz_corpus/.",
         doc.len()
-    );
+    )
 }
 
 fn fnv(bytes: &[u8]) -> u64 {

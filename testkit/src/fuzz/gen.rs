@@ -13,7 +13,7 @@ use super::source::Source;
 /// `u` (a surrogate escape inside embedded JSON text), and 10,000 levels of
 /// nesting. Plane 16's last private-use characters; generated text maps
 /// them away (see [`scalar`]).
-pub(super) const MARKERS: [(char, &str); 5] = [
+pub const MARKERS: [(char, &str); 5] = [
     ('\u{10FFF0}', "\\ud800"),
     ('\u{10FFF1}', "\\udfff"),
     ('\u{10FFF2}', "\\ude00\\ud83d"),
@@ -22,11 +22,11 @@ pub(super) const MARKERS: [(char, &str); 5] = [
 ];
 
 /// A whole string value that becomes a 10,000-deep array (see [`finish`]).
-const DEEP_MARKER: char = '\u{10FFF5}';
+pub const DEEP_MARKER: char = '\u{10FFF5}';
 
 /// Text that real tool output and conversations hold, and that compactd's
 /// reducers look for: the four crashing strings first.
-const PIECES: &[&str] = &[
+pub const PIECES: &[&str] = &[
     "70→-",
     "│ 9f86d081 │",
     "résumé_id: ABC123X9",
@@ -184,7 +184,7 @@ const BLOCKS: &[u32] = &[
 ];
 
 /// Tool names: file, query, search and shell tools get output of their shape.
-const TOOLS: &[&str] = &[
+pub const TOOLS: &[&str] = &[
     "read_file",
     "search",
     "sql_query",
@@ -221,13 +221,9 @@ pub fn generate(bytes: &[u8]) -> (Vec<u8>, Knobs) {
     g.sloppy = g.src.chance(5);
     g.room = if g.src.chance(5) { 400_000 } else { 40_000 };
     let conv = conversation(&mut g);
-    let doc = match g.src.below(4) {
-        0 => conv.canonical(&mut g),
-        1 => conv.openai(&mut g),
-        2 => conv.anthropic(&mut g),
-        _ => conv.responses(&mut g),
-    };
-    let mut bytes = finish(&doc);
+    let format = g.src.below(4);
+    let doc = conv.write_with(format, &mut g);
+    let mut bytes = document(&doc);
     if g.src.chance(4) {
         corrupt(&mut g.src, &mut bytes);
     }
@@ -235,8 +231,10 @@ pub fn generate(bytes: &[u8]) -> (Vec<u8>, Knobs) {
     (bytes, knobs)
 }
 
-/// The document as JSON text with the markers expanded.
-pub(super) fn finish(doc: &Value) -> Vec<u8> {
+/// `doc` as JSON text with the [`MARKERS`] expanded: how a thread file
+/// gets what serde_json never writes (lone surrogate escapes, a
+/// 10,000-deep array where a string holds only U+10FFF5).
+pub fn document(doc: &Value) -> Vec<u8> {
     let mut text = doc.to_string();
     if text.contains(DEEP_MARKER) {
         let deep = format!("{}0{}", "[".repeat(10_000), "]".repeat(10_000));
@@ -543,43 +541,76 @@ fn scalar(n: u32) -> char {
     }
 }
 
-enum Out {
+/// A tool's output.
+#[derive(Debug, Clone)]
+pub enum Out {
+    /// Text.
     Text(String),
+    /// JSON (text in the formats whose tool output is text).
     Json(Value),
 }
 
-struct Call {
-    id: String,
-    name: String,
-    args: Value,
+/// A tool call.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// Its id.
+    pub id: String,
+    /// The tool.
+    pub name: String,
+    /// Its arguments.
+    pub args: Value,
 }
 
-enum Part {
+/// A part of a message.
+#[derive(Debug, Clone)]
+pub enum Part {
+    /// Text.
     Text(String),
+    /// An image URL (or data URL).
     Image(String),
+    /// Anthropic thinking and its signature.
     Thinking(String, String),
+    /// Anthropic redacted thinking.
     Redacted(String),
+    /// A Responses reasoning item: id, summary, encrypted content.
     Reasoning(String, Vec<String>, Option<String>),
 }
 
-enum Item {
+/// One entry of a conversation.
+#[derive(Debug, Clone)]
+pub enum Item {
+    /// A system message (mid-thread too).
     System(String),
+    /// A developer message.
     Developer(String),
+    /// What the user said.
     User(Vec<Part>),
+    /// What the model said and called.
     Assistant(Vec<Part>, Vec<Call>),
+    /// A tool result.
     Result {
+        /// The call it answers.
         call_id: String,
+        /// The tool.
         name: String,
+        /// The output.
         out: Out,
+        /// Whether the log says it failed.
         error: bool,
     },
 }
 
-struct Conversation {
-    id: String,
-    system: Option<String>,
-    tools: Vec<(String, String, Value)>,
-    items: Vec<Item>,
+/// A conversation in no format yet: [`Conversation::write`] puts it in one.
+#[derive(Debug, Clone)]
+pub struct Conversation {
+    /// The thread id (canonical format; the others name the thread `fuzz`).
+    pub id: String,
+    /// The system prompt.
+    pub system: Option<String>,
+    /// Tool schemas: name, description, parameters.
+    pub tools: Vec<(String, String, Value)>,
+    /// The messages.
+    pub items: Vec<Item>,
 }
 
 fn conversation(g: &mut Gen<'_>) -> Conversation {
@@ -699,6 +730,29 @@ fn assistant_parts(g: &mut Gen<'_>) -> Vec<Part> {
 }
 
 impl Conversation {
+    /// The conversation as a thread file in import format `format` (0:
+    /// canonical, 1: OpenAI Chat, 2: Anthropic Messages, 3: OpenAI
+    /// Responses), the formats' own choices (plain or parts content, a body
+    /// or a bare array, explicit turns, metadata) read from `style`.
+    pub fn write(&self, format: usize, style: &[u8]) -> Value {
+        let mut g = Gen {
+            src: Source::new(style),
+            escapes: false,
+            room: 4_000,
+            sloppy: false,
+        };
+        self.write_with(format, &mut g)
+    }
+
+    fn write_with(&self, format: usize, g: &mut Gen<'_>) -> Value {
+        match format % 4 {
+            0 => self.canonical(g),
+            1 => self.openai(g),
+            2 => self.anthropic(g),
+            _ => self.responses(g),
+        }
+    }
+
     fn canonical(&self, g: &mut Gen<'_>) -> Value {
         let mut messages = Vec::new();
         let explicit_turns = g.src.chance(20);

@@ -24,7 +24,10 @@ mod mutate;
 mod oracle;
 mod source;
 
-pub use gen::{generate, knobs_from};
+pub use gen::{
+    document, generate, knobs_from, Call, Conversation, Item, Out, Part, DEEP_MARKER, MARKERS,
+    PIECES, TOOLS,
+};
 pub use mutate::mutate;
-pub use oracle::{Finding, Knobs, Oracle, Tally};
+pub use oracle::{Finding, Knobs, Oracle, Tally, WireJson};
 pub use source::Source;

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::gen::{corrupt, finish, text};
+use super::gen::{corrupt, document, text};
 use super::source::Source;
 
 /// A mutant of `base` (a corpus entry or a real log), splicing from
@@ -18,7 +18,7 @@ pub fn mutate(base: &[u8], other: &[u8], bytes: &[u8]) -> Vec<u8> {
             for _ in 0..1 + src.below(4) {
                 edit(&mut src, &mut doc, donor.as_ref(), escapes);
             }
-            let mut out = finish(&doc);
+            let mut out = document(&doc);
             if src.chance(3) {
                 corrupt(&mut src, &mut out);
             }

@@ -2,6 +2,7 @@
 //! compactd did with it.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, Once};
 
 use serde_json::{json, Map, Value};
@@ -319,6 +320,9 @@ impl std::fmt::Display for Tally {
 /// turns a panic into an internal error; this keeps what it said).
 static LAST_PANIC: Mutex<Option<String>> = Mutex::new(None);
 
+/// Panics are recorded but not printed (while a finding is shrunk).
+static QUIET: AtomicBool = AtomicBool::new(false);
+
 fn record_panics() {
     static HOOK: Once = Once::new();
     HOOK.call_once(|| {
@@ -327,7 +331,9 @@ fn record_panics() {
             if let Ok(mut last) = LAST_PANIC.lock() {
                 *last = Some(info.to_string());
             }
-            previous(info);
+            if !QUIET.load(Ordering::Relaxed) {
+                previous(info);
+            }
         }));
     });
 }
@@ -397,6 +403,12 @@ impl Oracle {
                 Err(Finding(format!("panic: {}", take_panic().unwrap_or(msg))))
             }
         }
+    }
+
+    /// Whether panics go unprinted (they are still caught and reported as
+    /// findings): for re-running a known finding many times.
+    pub fn quiet(&mut self, on: bool) {
+        QUIET.store(on, Ordering::Relaxed);
     }
 
     fn ctx(&mut self) -> SecurityContext {
@@ -613,8 +625,19 @@ fn check_body(format: OutputFormat, out: &RenderOutcome) -> Result<(), String> {
                 .map_err(|e| format!("as Responses: {e}"))
         }
         RenderedOutput::Payload(json) => {
-            let body: Value =
-                serde_json::from_str(json).map_err(|e| format!("the body is not JSON: {e}"))?;
+            let body: Value = match serde_json::from_str(json) {
+                Ok(b) => b,
+                // Call arguments nested to serde_json's limit of 128 (each
+                // JSON text is parsed on its own) sit a few levels deeper
+                // in an Anthropic body: still JSON, just past what
+                // serde_json reads by default. Checked as JSON text only.
+                Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
+                    return serde_json::value::RawValue::from_string(json.clone())
+                        .map(|_| ())
+                        .map_err(|e| format!("the body is not JSON: {e}"));
+                }
+                Err(e) => return Err(format!("the body is not JSON: {e}")),
+            };
             match format {
                 OutputFormat::OpenAiChat => openai::check_pairing(&body),
                 OutputFormat::AnthropicMessages => anthropic::check_structure(&body),
