@@ -96,7 +96,7 @@ fn json_value() -> impl Strategy<Value = Value> {
         any::<f64>().prop_map(|f| json!(f)),
         text().prop_map(Value::String),
     ];
-    leaf.prop_recursive(4, 40, 6, |inner| {
+    leaf.prop_recursive(3, 24, 5, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
             prop::collection::btree_map(text(), inner, 0..6)
@@ -124,7 +124,7 @@ type TurnSpec = (String, Vec<CallSpec>, Option<String>);
 fn call() -> impl Strategy<Value = CallSpec> {
     let out = prop_oneof![
         text().prop_map(Out::Text),
-        prop::collection::vec(text(), 1..40).prop_map(|lines| Out::Text(lines.join("\n"))),
+        prop::collection::vec(text(), 1..20).prop_map(|lines| Out::Text(lines.join("\n"))),
         json_value().prop_map(Out::Json),
     ];
     (
@@ -146,7 +146,7 @@ fn conversation() -> impl Strategy<Value = Conversation> {
     (
         prop::option::of(text()),
         prop::collection::vec((tool_name(), text(), json_value()), 0..3),
-        prop::collection::vec(turn(), 1..7),
+        prop::collection::vec(turn(), 1..5),
         any::<bool>(),
     )
         .prop_map(|(system, tools, turns, unicode_ids)| {
@@ -200,7 +200,7 @@ fn knobs() -> impl Strategy<Value = Knobs> {
             prop::sample::select(&[300u32, 1_000, 3_000, 8_000][..]).prop_map(|n| (0, n)),
         ],
         any::<bool>(),
-        prop::option::of(text()),
+        prop::option::weighted(0.3, text()),
         text(),
     )
         .prop_map(

@@ -614,10 +614,10 @@ pub struct Conversation {
 }
 
 fn conversation(g: &mut Gen<'_>) -> Conversation {
-    let id = if g.src.chance(80) {
-        "fuzz".to_string()
-    } else {
-        g.short()
+    let id = match g.src.below(10) {
+        0 if g.sloppy => g.short(),
+        1 => format!("t{}", g.short()),
+        _ => "fuzz".to_string(),
     };
     let system = g.src.chance(60).then(|| g.text(8));
     let tools = (0..g.src.below(4))
@@ -636,7 +636,12 @@ fn conversation(g: &mut Gen<'_>) -> Conversation {
         items.push(Item::System(g.text(6)));
     }
     let mut calls_made = 0u32;
-    let turns = 1 + g.src.below(8);
+    // Now and then a long session: summaries roll up, windows drop.
+    let turns = 1 + if g.src.chance(10) {
+        g.src.below(60)
+    } else {
+        g.src.below(8)
+    };
     for _ in 0..turns {
         items.push(Item::User(user_parts(g)));
         if g.src.chance(8) {
@@ -653,7 +658,7 @@ fn conversation(g: &mut Gen<'_>) -> Conversation {
                         _ => format!("call_{calls_made}"),
                     };
                     let name = match g.src.below(20) {
-                        0 => g.short(),
+                        0 => format!("t{}", g.short()),
                         1 if g.sloppy => String::new(),
                         _ => g.src.pick(TOOLS).to_string(),
                     };
@@ -1243,9 +1248,16 @@ fn knobs(g: &mut Gen<'_>) -> Knobs {
         for _ in 0..1 + g.src.below(5) {
             match g.src.below(5) {
                 0 => {
-                    let name = g.src.pick(&["trigger_ratio", "target_ratio"]);
-                    let v = g.src.pick(&[0.0, 1e-9, 0.1, 0.5, 0.9, 1.0, 1.5, -1.0]);
-                    k.policy.insert(name.into(), json!(v));
+                    // Mostly a valid pair; now and then one out of range.
+                    let ratios: [f64; 6] = [1e-9, 0.1, 0.5, 0.7, 0.9, 1.0];
+                    let (a, b) = (g.src.pick(&ratios), g.src.pick(&ratios));
+                    k.policy.insert("trigger_ratio".into(), json!(a.max(b)));
+                    k.policy.insert("target_ratio".into(), json!(a.min(b)));
+                    if g.src.chance(10) {
+                        let name = g.src.pick(&["trigger_ratio", "target_ratio"]);
+                        let v = g.src.pick(&[0.0, 1.5, -1.0]);
+                        k.policy.insert(name.into(), json!(v));
+                    }
                 }
                 1 | 2 => {
                     let name = g.src.pick(&ints);
@@ -1284,7 +1296,11 @@ fn knobs(g: &mut Gen<'_>) -> Knobs {
     if g.src.chance(30) {
         k.next_turn = Some(g.text(6));
     }
-    k.explain = g.short();
+    k.explain = if g.src.chance(80) {
+        format!("{} {}", g.src.pick(PIECES), g.short())
+    } else {
+        g.short()
+    };
     k
 }
 

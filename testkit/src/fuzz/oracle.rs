@@ -266,7 +266,7 @@ impl std::fmt::Display for Finding {
 
 /// What the inputs came to, summed over a run: shows that the generator
 /// reaches rendering and not only the importer's error paths.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Tally {
     /// Inputs run.
     pub inputs: u64,
@@ -284,6 +284,9 @@ pub struct Tally {
     pub rendered: u64,
     /// Of those, second turns on a committed plan.
     pub second_turns: u64,
+    /// Compactions in which each reducer freed tokens: shows the budgets
+    /// are small enough for every one to run.
+    pub reducers: std::collections::BTreeMap<String, u64>,
 }
 
 impl std::ops::AddAssign for Tally {
@@ -296,6 +299,9 @@ impl std::ops::AddAssign for Tally {
         self.pending += o.pending;
         self.rendered += o.rendered;
         self.second_turns += o.second_turns;
+        for (name, n) in o.reducers {
+            *self.reducers.entry(name).or_default() += n;
+        }
     }
 }
 
@@ -312,7 +318,13 @@ impl std::fmt::Display for Tally {
             self.invalid,
             self.insufficient,
             self.pending
-        )
+        )?;
+        let ran: Vec<String> = self
+            .reducers
+            .iter()
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        write!(f, "; reducers that freed tokens: {}", ran.join(", "))
     }
 }
 
@@ -481,6 +493,15 @@ impl Oracle {
                         ..pb::Message::default()
                     });
                 }
+                // The agent reads back what the first turn archived.
+                if let Some(c) = &out.compaction {
+                    next.rehydrate_artifact_ids = c
+                        .artifacts
+                        .iter()
+                        .take(2)
+                        .map(|a| a.artifact_id.clone())
+                        .collect();
+                }
                 if self.render(&ctx, next, format, &mut tally)?.is_some() {
                     tally.second_turns += 1;
                 }
@@ -529,6 +550,11 @@ impl Oracle {
         }
         if let Some(c) = &out.compaction {
             let _ = pb::CompactResponse::from(c);
+            for r in c.report.iter().flat_map(|r| &r.per_reducer) {
+                if r.tokens_freed > 0 {
+                    *tally.reducers.entry(r.name.clone()).or_default() += 1;
+                }
+            }
         }
         let _ = pb::RenderResponse::from(out.clone());
         tally.rendered += 1;
