@@ -93,8 +93,8 @@ pub struct Knobs {
 
 impl Knobs {
     /// The knobs every corpus entry is replayed with: budgets from "fits"
-    /// down to a fortieth of the thread, small absolute budgets, JSON text
-    /// only the wire can carry, and a policy at its limits.
+    /// down to a seventh of the thread, absolute budgets, JSON text only
+    /// the wire can carry (and JSON it refuses), and a policy at its limits.
     pub fn sweep() -> Vec<Knobs> {
         let base = Knobs {
             omit_pending_calls: true,
@@ -129,14 +129,28 @@ impl Knobs {
                 ..base.clone()
             },
             Knobs {
+                // JSON the wire takes: 10,000 levels of tool output (kept
+                // as text), duplicate keys, 100 levels of schema.
                 max_input_tokens: 1_500,
-                wire_json: (0..4)
-                    .map(|field| WireJson {
+                wire_json: [(0, 3), (2, 8), (3, 15), (1, 11)]
+                    .map(|(field, text)| WireJson {
                         field,
                         index: 0,
-                        text: [3, 0, 1, 4][usize::from(field)],
+                        text,
                     })
-                    .collect(),
+                    .to_vec(),
+                ..base.clone()
+            },
+            Knobs {
+                // And JSON it refuses: lone surrogates, unreadable depth.
+                max_input_tokens: 1_500,
+                wire_json: [(1, 0), (2, 1), (3, 4)]
+                    .map(|(field, text)| WireJson {
+                        field,
+                        index: 0,
+                        text,
+                    })
+                    .to_vec(),
                 ..base.clone()
             },
             Knobs {
