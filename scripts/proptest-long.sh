@@ -9,7 +9,7 @@ export COMPACTD_PROPTEST_CASES="${COMPACTD_PROPTEST_CASES:-2000}"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 if cargo test --locked --profile proptest -p compactd \
-  --lib --test invariants --test hard_threads -- --nocapture >"$log" 2>&1; then
+  --lib --test invariants --test hard_threads --test unicode -- --nocapture >"$log" 2>&1; then
   grep -E '^test result|cases reached|bodies rendered' "$log"
 else
   tail -n 200 "$log"

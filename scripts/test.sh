@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine with only the Rust toolchain,
 # Python 3.11 with pip, and gcc: formatting, lints, every Rust test (unit,
-# property, golden, CLI, gRPC integration), the long property run, then the
-# Python tests (grpcio-tools client and SDK payload checks) against the real
-# binary. Creates .venv on first use.
+# property, golden, CLI, gRPC integration), the long property run, a minute
+# of fuzzing, then the Python tests (grpcio-tools client and SDK payload
+# checks) against the real binary. Creates .venv on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,5 +20,7 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 cargo test --locked --workspace
 # Every property again at 2,000 cases, optimized.
 ./scripts/proptest-long.sh
+# The fuzz harness for 60 seconds, optimized, and the crash corpus.
+./scripts/fuzz.sh
 # The Python test drives the binary that `cargo test` just built.
 COMPACTD_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/compactd" "$venv/bin/python" -m pytest -q tests/python

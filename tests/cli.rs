@@ -168,6 +168,41 @@ fn bad_input_names_the_field_and_exits_2() {
     }
 }
 
+/// What serde_json cannot read (lone or reversed surrogate escapes,
+/// nesting past its limit) and bytes that are not UTF-8 are bad input,
+/// named as such: exit 2, never a crash. A valid escaped pair is text.
+#[test]
+fn undecodable_input_is_bad_input() {
+    let deep = format!(
+        r#"[{{"role":"user","content":{}"x"{}}}]"#,
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    for input in [
+        r#"[{"role":"user","content":"résumé_id: \ud800"}]"#,
+        r#"[{"role":"user","content":"\ude00\ud83d 注文ID"}]"#,
+        r#"[{"role":"tool","tool_call_id":"\udfff","content":"x"}]"#,
+        deep.as_str(),
+    ] {
+        let (code, _, err) = run(&["compact", "--input", "-"], Some(input));
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("input is not JSON"), "{err}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("latin1.json");
+    std::fs::write(&path, b"[{\"role\":\"user\",\"content\":\"r\xe9sum\xe9\"}]").unwrap();
+    let (code, _, err) = run(&["compact", "--input", path.to_str().unwrap()], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("UTF-8"), "{err}");
+
+    let (code, out, err) = run(
+        &["compact", "--input", "-"],
+        Some(r#"[{"role":"user","content":"\ud83d\ude00 │ 9f86d081 │ 70→-"}]"#),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("😀 │ 9f86d081 │ 70→-"), "{out}");
+}
+
 #[test]
 fn an_impossible_budget_exits_3() {
     let (code, _, err) = run(

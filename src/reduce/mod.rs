@@ -693,7 +693,7 @@ pub fn compact_with(
         .collect();
 
     let triggered = p.total() > budget.trigger();
-    let mut tail = partition::TailShare::new(policy, budget.target());
+    let mut tail = partition::TailShare::new(policy, budget.target()).within(p.len());
     if triggered {
         // Dropping is the last resort: it runs only after the tail has been
         // shrunk as far as it goes, or when the rest already fits the hard

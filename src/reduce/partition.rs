@@ -145,6 +145,8 @@ pub struct TailShare {
     pub at_floor: bool,
     pairs_floor: u32,
     rounds: u32,
+    /// Counts above this (the message count) keep what it keeps.
+    most: u32,
 }
 
 impl TailShare {
@@ -157,15 +159,28 @@ impl TailShare {
             at_floor: false,
             pairs_floor: policy.keep_tool_io_pairs.min(1),
             rounds: 0,
+            most: u32::MAX,
         }
+    }
+
+    /// For a thread of `messages` messages: shrinking starts from at most
+    /// that many turns and pairs (a policy's u32::MAX turns took 4 billion
+    /// rounds of one step each).
+    pub fn within(mut self, messages: usize) -> Self {
+        self.most = u32::try_from(messages).unwrap_or(u32::MAX);
+        self
     }
 
     /// One step smaller; at the floor, marks the last round instead.
     pub fn shrink(&mut self) {
         self.rounds += 1;
         if self.turns > 1 || self.pairs > self.pairs_floor || self.tokens > 0 {
-            self.turns = self.turns.saturating_sub(1).max(1);
-            self.pairs = self.pairs.saturating_sub(1).max(self.pairs_floor);
+            self.turns = self.turns.min(self.most).saturating_sub(1).max(1);
+            self.pairs = self
+                .pairs
+                .min(self.most)
+                .saturating_sub(1)
+                .max(self.pairs_floor);
             // Halving reaches the floor in a few rounds from any share.
             self.tokens = if self.tokens < 512 {
                 0
@@ -187,5 +202,29 @@ impl TailShare {
     /// never less than a quarter of the target (at most 2,048 tokens).
     pub fn user_share(&self, target: u32) -> u32 {
         self.tokens.max(2048.min(target / 4))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keep counts at u32::MAX (a valid policy) once shrank one step a
+    /// round: 4 billion rounds of compaction for one request.
+    #[test]
+    fn shrinking_starts_from_the_thread_size() {
+        let policy = Policy {
+            keep_recent_turns: u32::MAX,
+            keep_tool_io_pairs: u32::MAX,
+            ..Policy::default()
+        };
+        let mut tail = TailShare::new(&policy, 10_000).within(5);
+        assert_eq!((tail.turns, tail.pairs), (u32::MAX, u32::MAX));
+        tail.shrink();
+        assert_eq!((tail.turns, tail.pairs), (4, 4));
+        for _ in 0..10 {
+            tail.shrink();
+        }
+        assert!(tail.at_floor);
     }
 }

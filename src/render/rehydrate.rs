@@ -111,7 +111,7 @@ fn agent_text(m: &Message) -> impl Iterator<Item = Cow<'_, str>> {
 }
 
 /// Artifact ids the agent named in `turns`, first mention first, each once.
-fn named_in(thread: &Thread, turns: std::ops::Range<u32>) -> Vec<String> {
+fn named_in(thread: &Thread, turns: impl std::ops::RangeBounds<u32>) -> Vec<String> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for m in thread.messages.iter().filter(|m| turns.contains(&m.turn)) {
@@ -130,7 +130,7 @@ fn named_in(thread: &Thread, turns: std::ops::Range<u32>) -> Vec<String> {
 /// first, each once.
 pub fn named_this_turn(thread: &Thread) -> Vec<String> {
     let turn = thread.current_turn();
-    named_in(thread, turn..turn + 1)
+    named_in(thread, turn..=turn)
 }
 
 /// Ids named in the `cooldown` turns before the latest: they were injected

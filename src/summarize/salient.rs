@@ -174,9 +174,12 @@ fn names_id(line: &str, value: &str) -> bool {
         return false;
     };
     let before = line[..at].trim_end_matches([' ', '"', '\'', ':', '=']);
+    // The key is the run of ASCII key characters at the end; cutting where
+    // that run starts (not one byte after the char before it) stays on a
+    // char boundary when a multi-byte character precedes it (`注文ID: …`).
     let start = before
-        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
-        .map_or(0, |i| i + 1);
+        .trim_end_matches(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        .len();
     let key = &before[start..];
     let lower = key.to_ascii_lowercase();
     lower == "id"
@@ -346,6 +349,36 @@ mod tests {
         ] {
             assert_eq!(salient(line, 2).error.as_deref(), Some(line), "{line}");
         }
+    }
+
+    /// Real tool output (line-numbered file reads, box-drawn tables,
+    /// non-English keys): a multi-byte character right before a value or
+    /// its key once made the key cut fall inside that character (a panic).
+    #[test]
+    fn multi_byte_text_before_a_value_is_read_whole() {
+        for line in [
+            "70→-",
+            // A numbered file read of a Markdown list: the path follows `→-`.
+            "    70→- docs/runbooks/failover.md",
+            "│ 9f86d081 │",
+            "résumé_id: ABC123X9",
+            "注文ID: 4f1c2a9e7b",
+        ] {
+            let _ = salient(line, 4);
+            let _ = salient(&format!("{line}\n{line} {line}\n"), 4);
+        }
+        assert!(names_id("résumé_id: ABC123X9", "ABC123X9"));
+        assert!(names_id("注文ID: 4f1c2a9e7b", "4f1c2a9e7b"));
+        assert!(!names_id("│ 9f86d081 │", "9f86d081"));
+        assert!(!names_id("70→-", "70"));
+        assert!(!names_id(
+            "    70→- docs/runbooks/failover.md",
+            "docs/runbooks/failover.md"
+        ));
+        assert_eq!(
+            salient("注文ID: 4f1c2a9e7b\nwarehouse 7 of 9", 1).references,
+            vec!["4f1c2a9e7b".to_string()]
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! API so nothing test-only ships with it. Used as a dev-dependency only.
 
 pub mod fake_llm;
+pub mod fuzz;
 pub mod hard;
 pub mod moto;
 pub mod otlp;
