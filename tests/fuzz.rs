@@ -51,7 +51,12 @@ fn entries(dir: &Path) -> Vec<Entry> {
         .into_iter()
         .map(|path| {
             let doc = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let mut knobs = Knobs::sweep();
+            // COMPACTD_FUZZ_SWEEP=0: only the entry's own knobs (to debug one).
+            let mut knobs = if std::env::var("COMPACTD_FUZZ_SWEEP").as_deref() == Ok("0") {
+                Vec::new()
+            } else {
+                Knobs::sweep()
+            };
             let sidecar = path.with_extension("knobs.json");
             if let Ok(text) = std::fs::read_to_string(&sidecar) {
                 let v: Value = serde_json::from_str(&text)
