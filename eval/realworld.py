@@ -213,8 +213,11 @@ def _scalars(v, out):
     elif isinstance(v, (int, float)):
         out.append(str(v))
     elif isinstance(v, dict):
-        for x in v.values():
-            _scalars(x, out)
+        # Structure words ("type": "text", "role": "user") are not text the
+        # model reads; kept, they would split two text blocks of one message.
+        for k, x in v.items():
+            if k not in ("type", "role"):
+                _scalars(x, out)
     elif isinstance(v, list):
         for x in v:
             _scalars(x, out)

@@ -177,23 +177,12 @@ fn give_back_summary(
         .summary_of(span[0])
         .map(|r| p.plan.summarizations[r].summary.render_as_message().len())
         .unwrap_or_else(|| state.summary_max_chars());
-    // While part of the span stays summarized, its summary may shrink to the
-    // policy's size for one summary: the newest content verbatim is worth
-    // more than its extra entries. Not a summary that already had to leave
-    // entries out: it keeps its size. Given back whole, all its tokens are
-    // free.
-    let lossy = p
-        .summary_of(span[0])
-        .is_some_and(|r| p.plan.summarizations[r].summary.omitted > 0);
-    let base = if lossy {
-        cap
-    } else {
-        state.summary_max_chars().min(cap)
-    };
-    let shrinkable = summary_tokens.saturating_mul(u32::try_from(cap - base).unwrap_or(0))
-        / u32::try_from(cap.max(1)).unwrap_or(u32::MAX);
-    let room = limit.saturating_sub(p.total()) + shrinkable;
-    let whole_room = limit.saturating_sub(p.total()) + summary_tokens;
+    // While part of the span stays summarized, its summary takes about what
+    // it takes now (a summary of fewer messages, at the same cap, is rarely
+    // larger; the check below is exact): the room is what the target has
+    // free. Given back whole, the summary's own tokens are free too.
+    let room = limit.saturating_sub(p.total());
+    let whole_room = room + summary_tokens;
     // The span's units, newest first, while their leanest forms fit.
     let mut forms: Vec<(usize, Form)> = Vec::new();
     let mut at = span.len();
@@ -243,12 +232,6 @@ fn give_back_summary(
             p.restore_verbatim(span);
             true
         } else {
-            // The summary gives up what the units given back need beyond
-            // the free room.
-            let given: u32 = units[..fit].iter().map(|&(_, f, l)| f.cost[l]).sum();
-            let taken = given.saturating_sub(limit.saturating_sub(p.total()));
-            let share = f64::from(taken) / f64::from(summary_tokens.max(1));
-            let cap = ((cap as f64 * (1.0 - share)) as usize).max(base);
             let old = p
                 .summary_of(span[0])
                 .map(|r| p.plan.summarizations[r].summary.clone());
@@ -260,8 +243,6 @@ fn give_back_summary(
             // Only while every statement of a person's the summary holds is
             // still in the prompt, in the new summary or in what came back:
             // what a person said is worth more than the newest tool output.
-            // The assistant's remarks, tool outcomes and references may go;
-            // the archive keeps them.
             summary::resummarize_within(p, state, &span[..keep], cap, u32::MAX)
                 && old.is_some_and(|old| {
                     p.summary_of(span[0]).is_some_and(|r| {

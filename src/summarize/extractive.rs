@@ -548,12 +548,20 @@ pub fn fit_to_size(summary: StructuredSummary, max_chars: usize) -> StructuredSu
 
 fn entry_scores(s: &StructuredSummary) -> Vec<(i32, Entry)> {
     let mut out = Vec::new();
-    // What a person typed, quoted: above anything the assistant or a tool
-    // said and above a plain remark, below a rule that binds the agent
-    // (which a shorter fact keeps when the quote must go); the opening
-    // request, usually the task, first.
-    for i in 0..s.requests.len() {
-        out.push((if i == 0 { 56 } else { 52 }, Entry::Request(i)));
+    // What a person typed, quoted. The opening request (usually the task)
+    // ranks with a high open item; a later short message whole with a
+    // decision; the opening of a long one with the references (the facts of
+    // its body are the facts section's, scored as facts). Facts, errors and
+    // decisions stay first: the quotes are what a summary cut to its cap
+    // gives up after them.
+    for (i, r) in s.requests.iter().enumerate() {
+        let cut = r.ends_with(" more characters)");
+        let score = match (i, cut) {
+            (0, _) => 44,
+            (_, false) => 30,
+            (_, true) => 24,
+        };
+        out.push((score, Entry::Request(i)));
     }
     for (i, t) in s.tool_outcomes.iter().enumerate() {
         let score = match (t.outcome, &t.error_message) {
@@ -1208,17 +1216,16 @@ fn is_artifact_key(k: &str) -> bool {
 }
 
 /// A message quoted whole up to this many characters (whitespace
-/// collapsed); a longer one keeps its head and tail.
-const REQUEST_WHOLE_CHARS: usize = 500;
-/// Of a long message: the head kept…
-const REQUEST_HEAD_CHARS: usize = 300;
-/// …and the tail.
-const REQUEST_TAIL_CHARS: usize = 120;
+/// collapsed); a longer one keeps its opening.
+const REQUEST_WHOLE_CHARS: usize = 280;
+/// Of a long message: the opening kept (what the request is; the facts in
+/// its body are the facts section's, and the whole is in the archive).
+const REQUEST_HEAD_CHARS: usize = 200;
 
 /// What a person typed in `messages`, in order, as `(turn N) text`: user
 /// messages that are not tool results, whitespace collapsed, short ones
-/// whole and long ones as head … tail. No cue words, no ranking: a request
-/// in any language or wording is quoted the same way. Usable by any
+/// whole and long ones by their opening. No cue words, no ranking: a
+/// request in any language or wording is quoted the same way. Usable by any
 /// summarizer.
 pub fn quote_requests(messages: &[&Message]) -> Vec<String> {
     messages
@@ -1231,16 +1238,19 @@ pub fn quote_requests(messages: &[&Message]) -> Vec<String> {
         .collect()
 }
 
-/// `text` whole when short, else its head and tail around an ellipsis,
-/// cut at char boundaries.
+/// `text` whole when short, else its opening and how much more there was,
+/// cut at a char boundary.
 fn excerpt(text: &str) -> std::borrow::Cow<'_, str> {
     let chars = text.chars().count();
     if chars <= REQUEST_WHOLE_CHARS {
         return std::borrow::Cow::Borrowed(text);
     }
     let head: String = text.chars().take(REQUEST_HEAD_CHARS).collect();
-    let tail: String = text.chars().skip(chars - REQUEST_TAIL_CHARS).collect();
-    std::borrow::Cow::Owned(format!("{} … {}", head.trim_end(), tail.trim_start()))
+    std::borrow::Cow::Owned(format!(
+        "{} … ({} more characters)",
+        head.trim_end(),
+        chars - REQUEST_HEAD_CHARS
+    ))
 }
 
 /// Builds the summary of `messages` alone (no prior, no size cap).
