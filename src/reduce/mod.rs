@@ -896,23 +896,31 @@ impl Compaction {
 }
 
 /// Gives back what the target has room for (see [`refill`]), then names the
-/// archives of what it re-made; a refill that naming pushes over the target
-/// is undone.
+/// archives of what it re-made. Naming them costs a few tokens the refill
+/// cannot see: when that pushes the request over the target, the refill is
+/// undone and run once more with that much kept spare, and undone for good
+/// if it overshoots again.
 fn fill_target(
     p: &mut Projection<'_>,
     budget: &TokenBudget,
     state: &mut PipelineState<'_>,
     frozen: &[bool],
 ) -> Result<(), CompactError> {
-    let before = p.plan.clone();
-    let pending = p.pending.len();
-    refill::refill(p, budget, state, frozen)?;
-    if state.policy.enable.archive {
-        p.archive_evictions(state.redactor);
-    }
-    if p.total() > budget.target() {
+    let mut spare = 0;
+    for _ in 0..2 {
+        let before = p.plan.clone();
+        let pending = p.pending.len();
+        refill::refill(p, budget.target().saturating_sub(spare), state, frozen)?;
+        if state.policy.enable.archive {
+            p.archive_evictions(state.redactor);
+        }
+        let over = p.total().saturating_sub(budget.target());
+        if over == 0 {
+            return Ok(());
+        }
         p.pending.truncate(pending);
         p.restore(before);
+        spare = over + 32;
     }
     Ok(())
 }

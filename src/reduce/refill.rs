@@ -16,24 +16,19 @@ use serde_json::Value;
 
 use crate::model::ClearReason;
 
-use super::{summary, CompactError, PipelineState, Projection, TokenBudget};
-
-/// Tokens kept spare for what archiving adds after the refill: the names
-/// of the artifacts that hold what was re-made or stubbed.
-const ARCHIVE_SLACK: u32 = 128;
+use super::{summary, CompactError, PipelineState, Projection};
 
 /// Attempts at giving back part of one summary (each halves the part).
 const SUMMARY_ATTEMPTS: u32 = 4;
 
-/// Gives back what the target has room for, newest unit first. `frozen`
-/// marks the messages the previous plan had already evicted.
+/// Gives back what room there is under `limit`, newest unit first.
+/// `frozen` marks the messages the previous plan had already evicted.
 pub fn refill(
     p: &mut Projection<'_>,
-    budget: &TokenBudget,
+    limit: u32,
     state: &mut PipelineState<'_>,
     frozen: &[bool],
 ) -> Result<(), CompactError> {
-    let limit = budget.target().saturating_sub(ARCHIVE_SLACK);
     let mut u = p.units.ranges.len();
     while u > 0 && p.total() < limit {
         u -= 1;
@@ -46,13 +41,10 @@ pub fn refill(
             let Some(span) = p.summary_span_of(e).or_else(|| p.summary_span_of(s)) else {
                 continue;
             };
-            let whole = !span.iter().any(|&i| frozen[i] || p.decided_by_plugin(i))
-                && give_back_summary(p, state, &span, limit)
-                && !p.is_summarized(span[0]);
-            if !whole {
-                // What stays summarized, and anything older, is further from
-                // the task than what came back: the refill ends here.
-                break;
+            // What stays summarized is not looked at again; older content
+            // may still fit what room is left.
+            if !span.iter().any(|&i| frozen[i] || p.decided_by_plugin(i)) {
+                give_back_summary(p, state, &span, limit);
             }
             u = p.units.unit_of[span[0]];
             continue;
