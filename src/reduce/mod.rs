@@ -898,8 +898,8 @@ impl Compaction {
 /// Gives back what the target has room for (see [`refill`]), then names the
 /// archives of what it re-made. Naming them costs a few tokens the refill
 /// cannot see: when that pushes the request over the target, the refill is
-/// undone and run once more with that much kept spare, and undone for good
-/// if it overshoots again.
+/// undone and run once more with what the naming cost kept spare, and
+/// undone for good if it overshoots again.
 fn fill_target(
     p: &mut Projection<'_>,
     budget: &TokenBudget,
@@ -911,16 +911,17 @@ fn fill_target(
         let before = p.plan.clone();
         let pending = p.pending.len();
         refill::refill(p, budget.target().saturating_sub(spare), state, frozen)?;
+        let refilled = p.total();
         if state.policy.enable.archive {
             p.archive_evictions(state.redactor);
         }
-        let over = p.total().saturating_sub(budget.target());
-        if over == 0 {
+        if p.total() <= budget.target() {
             return Ok(());
         }
+        // What naming the archives cost, and a little more, kept spare.
+        spare = p.total().saturating_sub(refilled) + 32;
         p.pending.truncate(pending);
         p.restore(before);
-        spare = over + 32;
     }
     Ok(())
 }
