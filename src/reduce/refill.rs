@@ -157,13 +157,12 @@ impl Form {
 /// Gives the newest units of the summary over `span` back, as many as the
 /// room holds (each verbatim or stubbed), summarizing the rest again;
 /// halves the part given back when the result does not fit `limit`.
-/// Whether anything came back.
 fn give_back_summary(
     p: &mut Projection<'_>,
     state: &mut PipelineState<'_>,
     span: &[usize],
     limit: u32,
-) -> bool {
+) {
     let summary_tokens = p.cost(span[0]);
     let cap = p
         .summary_of(span[0])
@@ -215,7 +214,7 @@ fn give_back_summary(
     let mut fit = units.len();
     for _ in 0..SUMMARY_ATTEMPTS {
         if fit == 0 {
-            return false;
+            return;
         }
         let keep = units[fit - 1].0;
         let before = p.plan.clone();
@@ -247,14 +246,13 @@ fn give_back_summary(
                 form.apply(p, level);
             }
             if p.total() <= limit {
-                return true;
+                return;
             }
         }
         p.pending.truncate(pending);
         p.restore(before);
         fit /= 2;
     }
-    false
 }
 
 /// Whether every statement of `old` that a person made (quoted requests,
