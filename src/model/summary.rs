@@ -182,9 +182,72 @@ impl StructuredSummary {
         }
     }
 
+    /// For each fact, the quoted requests that already say it in full (a
+    /// fact such a quote says is not rendered twice). Computed once by a
+    /// caller that renders many subsets of one summary.
+    pub fn facts_said_by_requests(&self) -> Vec<Vec<usize>> {
+        let mut said = vec![Vec::new(); self.facts.len()];
+        if self.requests.is_empty() {
+            return said;
+        }
+        // One pass over the quotes for all facts at once (a summary of a
+        // long thread holds thousands of both, and many share their words).
+        let mut distinct: Vec<&str> = Vec::new();
+        let mut holders: Vec<Vec<usize>> = Vec::new();
+        let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for (i, f) in self.facts.iter().enumerate() {
+            if f.is_empty() {
+                continue;
+            }
+            let k = *at.entry(f.as_str()).or_insert_with(|| {
+                distinct.push(f.as_str());
+                holders.push(Vec::new());
+                distinct.len() - 1
+            });
+            holders[k].push(i);
+        }
+        if distinct.is_empty() {
+            return said;
+        }
+        let Ok(automaton) = aho_corasick::AhoCorasick::new(&distinct) else {
+            // Too large for the automaton: compare one by one.
+            for (k, f) in distinct.iter().enumerate() {
+                let by: Vec<usize> = (0..self.requests.len())
+                    .filter(|&r| self.requests[r].contains(f))
+                    .collect();
+                for &i in &holders[k] {
+                    said[i].clone_from(&by);
+                }
+            }
+            return said;
+        };
+        for (r, quote) in self.requests.iter().enumerate() {
+            for m in automaton.find_overlapping_iter(quote.as_str()) {
+                for &i in &holders[m.pattern().as_usize()] {
+                    if said[i].last() != Some(&r) {
+                        said[i].push(r);
+                    }
+                }
+            }
+        }
+        said
+    }
+
     /// Renders the summary body. Section order and formatting are fixed so the
     /// same summary always produces the same bytes (golden prompts, cache prefixes).
     pub fn render_as_message(&self) -> String {
+        let hidden: Vec<bool> = self
+            .facts_said_by_requests()
+            .iter()
+            .map(|by| !by.is_empty())
+            .collect();
+        self.render_hiding_facts(&hidden)
+    }
+
+    /// [`Self::render_as_message`] with the facts a quoted request says
+    /// already known: `hidden[i]` leaves fact `i` out. Equal to it whenever
+    /// `hidden` is what [`Self::facts_said_by_requests`] gives.
+    pub fn render_hiding_facts(&self, hidden: &[bool]) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "[Summary {SUMMARY_RENDER_VERSION}]");
         if let Some(task) = &self.current_task {
@@ -200,7 +263,9 @@ impl StructuredSummary {
         let facts: Vec<&String> = self
             .facts
             .iter()
-            .filter(|f| !self.requests.iter().any(|r| r.contains(f.as_str())))
+            .enumerate()
+            .filter(|&(i, _)| !hidden.get(i).copied().unwrap_or(false))
+            .map(|(_, f)| f)
             .collect();
         if !facts.is_empty() {
             out.push_str("Facts and constraints:\n");
@@ -304,5 +369,49 @@ impl StructuredSummary {
             out.pop();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(requests: &[&str], facts: &[&str]) -> StructuredSummary {
+        let mut s = StructuredSummary::empty(SpanReference {
+            message_ids: vec!["m1".into()],
+            first_turn: 1,
+            last_turn: 3,
+        });
+        s.requests = requests.iter().map(|r| (*r).to_string()).collect();
+        s.facts = facts.iter().map(|f| (*f).to_string()).collect();
+        s
+    }
+
+    #[test]
+    fn a_fact_a_quote_says_renders_once_and_others_stay() {
+        let s = summary(
+            &[
+                "(turn 1) Deploy to eu-west-1. Never touch prod-db.",
+                "(turn 3) 注文ID: 4f1c を確認して",
+            ],
+            &[
+                "Never touch prod-db.",
+                "注文ID: 4f1c",
+                "Budget is $1000.",
+                "",
+                "Never touch prod-db.",
+            ],
+        );
+        assert_eq!(
+            s.facts_said_by_requests(),
+            vec![vec![0], vec![1], vec![], vec![], vec![0]]
+        );
+        let text = s.render_as_message();
+        assert_eq!(text.matches("Never touch prod-db.").count(), 1, "{text}");
+        assert_eq!(text.matches("注文ID: 4f1c").count(), 1, "{text}");
+        assert!(text.contains("- Budget is $1000."), "{text}");
+        // Hiding nothing renders every fact.
+        let all = s.render_hiding_facts(&[]);
+        assert_eq!(all.matches("Never touch prod-db.").count(), 3, "{all}");
     }
 }

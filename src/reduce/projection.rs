@@ -752,6 +752,56 @@ impl<'a> Projection<'a> {
         }
     }
 
+    /// Takes the last messages of a summary's span out of it, verbatim again:
+    /// `from` is the first of them, a position inside the span of the summary
+    /// covering it, and everything after it in that span goes. The summary
+    /// keeps what it says (its entries about them are redundant, never
+    /// wrong) and now names the shorter span. Costs what it touches.
+    pub fn release_from_summary(&mut self, from: usize) {
+        let Slot::Summarize(r) = self.slots[from] else {
+            return;
+        };
+        let span = &self.plan.summarizations[r].span;
+        let Some(cut) = span
+            .message_ids
+            .iter()
+            .position(|id| self.index.get(id.as_str()) == Some(&from))
+        else {
+            return;
+        };
+        if cut == 0 {
+            return;
+        }
+        let released: Vec<String> = self.plan.summarizations[r].span.message_ids.split_off(cut);
+        let last = self.plan.summarizations[r]
+            .span
+            .message_ids
+            .last()
+            .and_then(|id| self.index.get(id.as_str()).copied());
+        if let Some(last) = last {
+            self.plan.summarizations[r].span.last_turn = self.thread.messages[last].turn;
+        }
+        let mut touched: Vec<usize> = released
+            .iter()
+            .filter_map(|id| self.index.get(id.as_str()).copied())
+            .collect();
+        for &i in &touched {
+            self.slots[i] = Slot::Include;
+        }
+        // The summary's header names its turns.
+        let first = self.plan.summarizations[r]
+            .span
+            .start_message_id()
+            .to_string();
+        touched.extend(self.index.get(first.as_str()).copied());
+        for i in touched {
+            self.recost(i);
+        }
+        if let Some(&i) = self.index.get(first.as_str()) {
+            self.plan.summarizations[r].summary_token_count = self.cost[i];
+        }
+    }
+
     /// Tokens message `i` would take rendered verbatim.
     pub fn verbatim_cost(&self, i: usize) -> u32 {
         self.verbatim[i]

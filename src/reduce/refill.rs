@@ -4,8 +4,8 @@
 //! the target had room for. What that room holds is given back, newest unit
 //! first: verbatim, or when that does not fit, with its tool results
 //! compressed, or as stubs (the call, its arguments and any failure stay as
-//! they were). Cleared, externalized and dropped units come back whole; a summary
-//! gives back its newest units and the rest of its span is summarized again.
+//! they were). Cleared, externalized and dropped units come back whole; a
+//! summary gives back its newest units and names the shorter span.
 //! Records carried over from the previous plan stay as they are: their bytes
 //! are the prompt cache's prefix. So do a plugin's decisions: they mean more
 //! than the budget (a stale read is stale at any size).
@@ -16,10 +16,7 @@ use serde_json::Value;
 
 use crate::model::ClearReason;
 
-use super::{summary, CompactError, PipelineState, Projection};
-
-/// Attempts at giving back part of one summary (each halves the part).
-const SUMMARY_ATTEMPTS: u32 = 4;
+use super::{CompactError, PipelineState, Projection};
 
 /// Gives back what room there is under `limit`, newest unit first.
 /// `frozen` marks the messages the previous plan had already evicted.
@@ -155,8 +152,12 @@ impl Form {
 }
 
 /// Gives the newest units of the summary over `span` back, as many as the
-/// room holds (each verbatim or stubbed), summarizing the rest again;
-/// halves the part given back when the result does not fit `limit`.
+/// room holds (each in the fullest form that fits): the summary names a
+/// shorter span and keeps what it says (its entries about what came back are
+/// redundant, never wrong, and re-summarizing a span of thousands of
+/// messages would cost more than the whole compaction). Given back whole
+/// when every unit fits in the room the summary itself frees. Halves the
+/// part given back when the result does not fit `limit`.
 fn give_back_summary(
     p: &mut Projection<'_>,
     state: &mut PipelineState<'_>,
@@ -164,14 +165,9 @@ fn give_back_summary(
     limit: u32,
 ) {
     let summary_tokens = p.cost(span[0]);
-    let cap = p
-        .summary_of(span[0])
-        .map(|r| p.plan.summarizations[r].summary.render_as_message().len())
-        .unwrap_or_else(|| state.summary_max_chars());
-    // While part of the span stays summarized, its summary takes about what
-    // it takes now (a summary of fewer messages, at the same cap, is rarely
-    // larger; the check below is exact): the room is what the target has
-    // free. Given back whole, the summary's own tokens are free too.
+    // While part of the span stays summarized the summary keeps its size
+    // (its header's turns aside; the check below is exact); given back
+    // whole, its tokens are free too.
     let room = limit.saturating_sub(p.total());
     let whole_room = room + summary_tokens;
     // The span's units, newest first, while their leanest forms fit.
@@ -207,81 +203,24 @@ fn give_back_summary(
     } else {
         choose(room)
     };
-    let units: Vec<(usize, &Form, usize)> = chosen
-        .into_iter()
-        .map(|(k, level)| (forms[k].0, &forms[k].1, level))
-        .collect();
-    let mut fit = units.len();
-    for _ in 0..SUMMARY_ATTEMPTS {
-        if fit == 0 {
-            return;
-        }
-        let keep = units[fit - 1].0;
+    let mut fit = chosen.len();
+    while fit > 0 {
+        let keep = forms[chosen[fit - 1].0].0;
         let before = p.plan.clone();
         let pending = p.pending.len();
-        let made = if keep == 0 {
+        if keep == 0 {
             p.restore_verbatim(span);
-            true
         } else {
-            let old = p
-                .summary_of(span[0])
-                .map(|r| p.plan.summarizations[r].summary.clone());
-            let back: String = span[keep..]
-                .iter()
-                .map(|&i| p.message(i).content.text())
-                .collect::<Vec<_>>()
-                .join("\n");
-            // Only while every statement of a person's the summary holds is
-            // still in the prompt, in the new summary or in what came back:
-            // what a person said is worth more than the newest tool output.
-            summary::resummarize_within(p, state, &span[..keep], cap, u32::MAX)
-                && old.is_some_and(|old| {
-                    p.summary_of(span[0]).is_some_and(|r| {
-                        keeps_statements(&old, &p.plan.summarizations[r].summary, &back)
-                    })
-                })
-        };
-        if made {
-            for &(_, form, level) in &units[..fit] {
-                form.apply(p, level);
-            }
-            if p.total() <= limit {
-                return;
-            }
+            p.release_from_summary(span[keep]);
+        }
+        for &(k, level) in &chosen[..fit] {
+            forms[k].1.apply(p, level);
+        }
+        if p.total() <= limit {
+            return;
         }
         p.pending.truncate(pending);
         p.restore(before);
         fit /= 2;
     }
-}
-
-/// Whether every statement of `old` that a person made (quoted requests,
-/// facts not drawn from the assistant's or a tool's text, open items, the
-/// current task)
-/// reads in `new` or in `back`, compared by their first words with
-/// whitespace collapsed (a summary stores statements cleaned and capped).
-fn keeps_statements(
-    old: &crate::model::StructuredSummary,
-    new: &crate::model::StructuredSummary,
-    back: &str,
-) -> bool {
-    fn squash(s: &str) -> String {
-        s.split_whitespace().collect::<Vec<_>>().join(" ")
-    }
-    let here = squash(&format!("{}\n{back}", new.render_as_message()));
-    let said = |statement: &str| {
-        let probe: String = squash(statement).chars().take(60).collect();
-        probe.is_empty() || here.contains(probe.trim_end_matches('…'))
-    };
-    let a_persons = |f: &&String| !f.starts_with("assistant: ") && !f.starts_with("tool ");
-    // A quoted request reads `(turn N) text`; what came back has the text.
-    let quoted = |r: &String| {
-        r.split_once(") ")
-            .map_or(r.as_str(), |(_, text)| text)
-            .to_string()
-    };
-    old.requests.iter().all(|r| said(&quoted(r)))
-        && old.facts.iter().filter(a_persons).all(|f| said(f))
-        && old.open_items.iter().all(|o| said(&o.description))
-        && old.current_task.as_deref().is_none_or(said)
 }

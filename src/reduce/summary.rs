@@ -49,7 +49,7 @@ impl Reducer for Summarize {
             // The summary may take whatever the target leaves it.
             let cap = room_chars(budget.target(), p.total(), tokens, CHARS_PER_TOKEN)
                 .max(state.summary_max_chars());
-            if apply(p, state, &indices, cap, None, Read::Uncovered) == Applied::Failed {
+            if apply(p, state, &indices, cap, None, false) == Applied::Failed {
                 return Ok(());
             }
         }
@@ -87,15 +87,7 @@ impl Reducer for Summarize {
                     break;
                 }
                 let cap = state.summary_max_chars();
-                if apply(
-                    p,
-                    state,
-                    &indices,
-                    cap,
-                    Some(budget.target()),
-                    Read::Uncovered,
-                ) == Applied::Failed
-                {
+                if apply(p, state, &indices, cap, Some(budget.target()), false) == Applied::Failed {
                     break;
                 }
             }
@@ -190,20 +182,6 @@ enum Applied {
     Kept,
 }
 
-/// What a new summary reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Read {
-    /// The summaries covering the span, and the messages they do not cover.
-    Uncovered,
-    /// The covering summaries and every message again (what they left out
-    /// for size can come back).
-    Reread,
-    /// Only the messages: the summary covering them also covers messages
-    /// outside the span (given back to the prompt), whose facts must not
-    /// come along.
-    Fresh,
-}
-
 /// Summarizes `indices` within `max_chars`. The summary is kept when the
 /// request gets smaller, or (with `limit`) when it stays within `limit`.
 fn apply(
@@ -212,20 +190,16 @@ fn apply(
     indices: &[usize],
     max_chars: usize,
     limit: Option<u32>,
-    read: Read,
+    reread: bool,
 ) -> Applied {
     let span = SpanReference::of(p.thread, indices);
     let messages: Vec<&crate::model::Message> = indices
         .iter()
-        .filter(|&&i| read != Read::Uncovered || !p.is_summarized(i))
+        .filter(|&&i| reread || !p.is_summarized(i))
         .map(|&i| p.message(i))
         .collect();
     let (prior, externalized) = p.covering(indices);
-    let prior: Vec<&StructuredSummary> = match read {
-        Read::Fresh => Vec::new(),
-        Read::Uncovered | Read::Reread => prior.iter().map(|r| &r.summary).collect(),
-    };
-    let reread = read == Read::Reread;
+    let prior: Vec<&StructuredSummary> = prior.iter().map(|r| &r.summary).collect();
     let artifacts: Vec<ArtifactReference> = externalized
         .iter()
         .map(|r| ArtifactReference {
@@ -269,21 +243,6 @@ fn apply(
         Ok(()) => Applied::Kept,
         Err(would) => Applied::Rejected { would, chars },
     }
-}
-
-/// Summarizes `indices` again from their messages alone, within
-/// `max_chars`, kept only when the request stays within `limit` (otherwise
-/// the plan is as it was). The refill's way of giving a summary's newest
-/// units back: the summary that covers `indices` is absorbed, and with it
-/// the units after them return verbatim.
-pub(super) fn resummarize_within(
-    p: &mut Projection<'_>,
-    state: &mut PipelineState<'_>,
-    indices: &[usize],
-    max_chars: usize,
-    limit: u32,
-) -> bool {
-    apply(p, state, indices, max_chars, Some(limit), Read::Fresh) == Applied::Kept
 }
 
 /// The stretch whose roll-up failed in this call, by first message and
@@ -405,11 +364,7 @@ fn roll_up(
         // Only a grow re-reads the stretch: it is what recovers what the
         // summaries left out. A merge or a squeeze works from the summaries
         // (and whatever in the stretch they do not cover).
-        let read = if matches!(how, RollUp::Grow { .. }) {
-            Read::Reread
-        } else {
-            Read::Uncovered
-        };
+        let reread = matches!(how, RollUp::Grow { .. });
         let limit = match how {
             RollUp::Grow { budget } => Some(budget.target()),
             RollUp::Merge { .. } | RollUp::Squeeze { .. } => None,
@@ -431,7 +386,7 @@ fn roll_up(
         let mut cap = max_chars;
         let mut outcome = Applied::Rejected { would: 0, chars: 0 };
         for _ in 0..attempts {
-            outcome = apply(p, state, &stretch, cap.max(base), limit, read);
+            outcome = apply(p, state, &stretch, cap.max(base), limit, reread);
             let Applied::Rejected { would, chars } = outcome else {
                 break;
             };
@@ -490,7 +445,7 @@ fn merge_pairs(
         let cap = base.max((held - held / 10).min(room));
         // Fewer summary messages at no cost in tokens is a gain.
         let limit = Some(p.total());
-        if apply(p, state, &pair, cap, limit, Read::Uncovered) != Applied::Kept {
+        if apply(p, state, &pair, cap, limit, false) != Applied::Kept {
             failed.0 = pair.first().map(|&first| (first, pair.len()));
             break;
         }

@@ -520,7 +520,10 @@ pub fn fit_to_size(summary: StructuredSummary, max_chars: usize) -> StructuredSu
     if full <= max_chars {
         return summary;
     }
-    let fits = |s: &StructuredSummary| s.render_as_message().len() <= max_chars;
+    // Which quotes say which fact, found once: every attempt below renders
+    // a subset of this summary (a long thread's holds thousands of both).
+    let said_by = summary.facts_said_by_requests();
+    let size = |(s, hidden): &(StructuredSummary, Vec<bool>)| s.render_hiding_facts(hidden).len();
     let order = removal_order(&summary);
     // Size shrinks with each removal (nearly always: a reference may start
     // rendering once the entry that spelled it out is gone, and the count
@@ -529,19 +532,20 @@ pub fn fit_to_size(summary: StructuredSummary, max_chars: usize) -> StructuredSu
     let (mut lo, mut hi) = (1usize, order.len());
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        if fits(&apply_removals(&summary, &order[..mid])) {
+        if size(&apply_removals(&summary, &said_by, &order[..mid])) <= max_chars {
             hi = mid;
         } else {
             lo = mid + 1;
         }
     }
     let mut k = hi;
-    let mut out = apply_removals(&summary, &order[..k]);
-    while k < order.len() && !fits(&out) {
+    let mut out = apply_removals(&summary, &said_by, &order[..k]);
+    while k < order.len() && size(&out) > max_chars {
         k += 1;
-        out = apply_removals(&summary, &order[..k]);
+        out = apply_removals(&summary, &said_by, &order[..k]);
     }
-    let cut = full.saturating_sub(out.render_as_message().len()) as u64;
+    let cut = full.saturating_sub(size(&out)) as u64;
+    let mut out = out.0;
     out.omitted_bytes = summary.omitted_bytes.saturating_add(cut);
     out
 }
@@ -610,7 +614,13 @@ fn removal_order(s: &StructuredSummary) -> Vec<Entry> {
     scored.into_iter().map(|(_, (_, e))| e).collect()
 }
 
-fn apply_removals(s: &StructuredSummary, removals: &[Entry]) -> StructuredSummary {
+/// `s` without `removals`, and which of its facts a kept quote says
+/// (`said_by` is `s.facts_said_by_requests()`).
+fn apply_removals(
+    s: &StructuredSummary,
+    said_by: &[Vec<usize>],
+    removals: &[Entry],
+) -> (StructuredSummary, Vec<bool>) {
     let mut requests = vec![true; s.requests.len()];
     let mut tools = vec![true; s.tool_outcomes.len()];
     let mut decisions = vec![true; s.decisions.len()];
@@ -680,8 +690,18 @@ fn apply_removals(s: &StructuredSummary, removals: &[Entry]) -> StructuredSummar
         omitted: 0,
         omitted_bytes: 0,
     };
+    // A fact is hidden while one of the quotes that say it is kept.
+    let quoted = |i: usize| {
+        said_by
+            .get(i)
+            .is_some_and(|by| by.iter().any(|&r| requests[r]))
+    };
+    let hidden: Vec<bool> = (0..s.facts.len())
+        .filter(|&i| facts[i])
+        .map(quoted)
+        .collect();
     if references_left_out {
-        let text = out.render_as_message();
+        let text = out.render_hiding_facts(&hidden);
         let said = crate::model::words_of(&text);
         let lost = s
             .references
@@ -696,12 +716,13 @@ fn apply_removals(s: &StructuredSummary, removals: &[Entry]) -> StructuredSummar
             .facts
             .iter()
             .zip(&facts)
-            .filter(|(f, &k)| !k && !out.requests.iter().any(|r| r.contains(f.as_str())))
+            .enumerate()
+            .filter(|&(i, (_, &k))| !k && !quoted(i))
             .count();
         omitted += u32::try_from(lost).unwrap_or(u32::MAX);
     }
     out.omitted = s.omitted.saturating_add(omitted);
-    out
+    (out, hidden)
 }
 
 /// Cues found in one sentence.
