@@ -335,8 +335,14 @@ async fn a_rule_and_an_order_id_survive_ten_cycles_with_a_lossy_model() {
         upgraded_cycles >= 8,
         "only {upgraded_cycles} of 10 cycles used the LLM; the test would prove nothing"
     );
-    // The lossy model really did drop them: the gate put them back.
-    assert!(fake.request_count() >= 8);
+    // The lossy model really did drop them: the gate put them back. A
+    // summary the previous cycle's plan already holds is not asked again,
+    // so fewer requests than upgraded cycles.
+    assert!(
+        fake.request_count() >= 6,
+        "asked {} times",
+        fake.request_count()
+    );
 }
 
 #[tokio::test]

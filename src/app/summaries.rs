@@ -202,7 +202,10 @@ impl App {
         let mut upgraded = 0usize;
         for &i in &which {
             let record = &c.plan.summarizations[i];
-            let own = record.summary.render_as_message().len();
+            // A tenth under the extractive summary's own size: the refill
+            // fills the target, so the room is what this summary takes, and
+            // the same bytes of model prose can take a few more tokens.
+            let own = record.summary.render_as_message().len() * 9 / 10;
             let cap = (own + slack * 3).min(max_cap).max(own);
             match self.llm_summary(&llm, input, i, &c, cap).await {
                 Ok(Some(summary)) => {
