@@ -546,6 +546,14 @@ impl<'a> Projection<'a> {
                         u.records.push((slot, span.message_ids.clone()));
                     }
                     span.message_ids.retain(|id| !ids.contains(id.as_str()));
+                    // A drop's notice stands at its first message and names
+                    // how many it stands for: that message costs anew.
+                    let first = span.message_ids.first().cloned();
+                    if let Some(j) = first.and_then(|id| self.index.get(id.as_str()).copied()) {
+                        if matches!(slot, Slot::Drop(_)) {
+                            changed.push(j);
+                        }
+                    }
                 }
             }
         }
@@ -615,12 +623,20 @@ impl<'a> Projection<'a> {
         }
         self.plan.summarizations.truncate(undo.summaries_len);
         self.live_summaries = undo.live_summaries;
+        let mut touched: Vec<usize> = Vec::with_capacity(undo.slots.len());
         for (slot, ids) in undo.records.into_iter().rev() {
+            // A drop's first message carried its notice while it was cut.
+            if matches!(slot, Slot::Drop(_)) {
+                touched.extend(
+                    self.record_span_mut(slot)
+                        .and_then(|span| span.message_ids.first().cloned())
+                        .and_then(|id| self.index.get(id.as_str()).copied()),
+                );
+            }
             if let Some(span) = self.record_span_mut(slot) {
                 span.message_ids = ids;
             }
         }
-        let mut touched: Vec<usize> = Vec::with_capacity(undo.slots.len());
         for &(i, slot) in undo.slots.iter().rev() {
             self.slots[i] = slot;
             touched.push(i);
@@ -716,6 +732,9 @@ impl<'a> Projection<'a> {
                 _ => None,
             })
             .collect();
+        let mut drops = drops;
+        drops.sort_unstable();
+        drops.dedup();
         let changed = self.take(indices, None);
         self.settle(indices, Slot::Include, &changed, None);
         for r in drops {
@@ -731,6 +750,11 @@ impl<'a> Projection<'a> {
                 let span = &mut self.plan.drops[r].span;
                 span.first_turn = a.unwrap_or(span.first_turn);
                 span.last_turn = b.unwrap_or(span.last_turn);
+            }
+            // Its notice names those turns.
+            let first = self.plan.drops[r].span.message_ids.first();
+            if let Some(i) = first.and_then(|id| self.index.get(id.as_str()).copied()) {
+                self.recost(i);
             }
         }
     }
