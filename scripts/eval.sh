@@ -8,11 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-venv="${COMPACTD_VENV:-.venv}"
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
-fi
-"$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+source scripts/venv.sh
 cargo build --release --locked --bin compactd
 bin="${CARGO_TARGET_DIR:-$PWD/target}/release/compactd"
 "$venv/bin/python" eval/run.py --compactd-bin "$bin" "$@"

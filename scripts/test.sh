@@ -7,11 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-venv="${COMPACTD_VENV:-.venv}"
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
-fi
-"$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+source scripts/venv.sh
 # The S3/KMS tests (tests/server_s3.rs) start moto from this venv.
 export COMPACTD_MOTO_SERVER="$(cd "$venv" && pwd)/bin/moto_server"
 
