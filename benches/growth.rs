@@ -18,12 +18,13 @@ use criterion::{BatchSize, BenchmarkId, Criterion};
 
 use compactd::model::{DeterminismMetadata, Role, Thread, ThreadLimits};
 use compactd::proto::{compact_command, pb};
+use compactd::provider::Format;
 use compactd::reduce::{
     compact, request_fingerprint, Cancel, CompactRequest, Compaction, Engine, Memo, Policy,
 };
 use compactd::render::{render, RenderInput, RenderOptions, RequestCounter};
 use compactd::summarize::ExtractiveSummarizer;
-use compactd::tokens::{o200k, Target, TokenCounter, TokenLedger};
+use compactd::tokens::{o200k, TokenCounter, TokenLedger};
 use compactd_testkit::synth::{thread, SynthParams};
 
 /// Fixed budget: the thread grows, the window does not.
@@ -91,7 +92,7 @@ fn request<'a>(f: &'a Fixture) -> CompactRequest<'a> {
         observations: &f.observations,
         skip_aggressive: false,
         limits: ThreadLimits::default(),
-        target: Target::openai_chat(),
+        target: Format::openai_chat_target(),
     }
 }
 
@@ -150,7 +151,7 @@ fn fixture(n: usize, counter: &dyn TokenCounter) -> Fixture {
                 per_reducer: Vec::new(),
                 warnings: Vec::new(),
             },
-            target: Target::openai_chat(),
+            target: Format::openai_chat_target(),
         },
         ids: BTreeMap::new(),
         options: RenderOptions::default(),
@@ -247,7 +248,7 @@ fn time_pass(name: &str, f: &Fixture, counter: &dyn TokenCounter) -> Duration {
         "count_rendered" => {
             let plan = bound_plan(f, &warm);
             let r = render(&f.thread, &plan, &render_input(f));
-            let rc = RequestCounter::for_target(counter, &f.ledger, Target::openai_chat());
+            let rc = RequestCounter::for_target(counter, &f.ledger, Format::openai_chat_target());
             let t0 = Instant::now();
             black_box(rc.request(&r));
             t0.elapsed()
@@ -331,7 +332,7 @@ fn criterion_groups(c: &mut Criterion, fixtures: &[Fixture], counter: &dyn Token
             b.iter(|| render(&f.thread, &plan, &render_input(f)))
         });
         let rendered = render(&f.thread, &plan, &render_input(f));
-        let rc = RequestCounter::for_target(counter, &f.ledger, Target::openai_chat());
+        let rc = RequestCounter::for_target(counter, &f.ledger, Format::openai_chat_target());
         g.bench_with_input(BenchmarkId::new("count_rendered", n), f, |b, _| {
             b.iter(|| black_box(rc.request(&rendered)))
         });

@@ -57,7 +57,7 @@ fn compact_render(
         observations,
         skip_aggressive: false,
         limits: Default::default(),
-        target: compactd::tokens::Target::openai_chat(),
+        target: compactd::provider::Format::openai_chat_target(),
     };
     let mut c = compact(&req, engine).expect("bench thread compacts");
     let ids: BTreeMap<String, String> = c

@@ -19,6 +19,7 @@ pub mod llm;
 pub mod model;
 pub mod plugin;
 pub mod proto;
+pub mod provider;
 pub mod redact;
 pub mod reduce;
 pub mod render;

@@ -10,7 +10,11 @@ use compactd_testkit::synth::{thread, SynthParams};
 fn verbatim_and_cleared_costs_equal_the_rendered_message_cost() {
     let counter = o200k();
     let ledger = TokenLedger::new(10_000);
-    let c = RequestCounter::new(counter.as_ref(), &ledger);
+    let c = RequestCounter::for_target(
+        counter.as_ref(),
+        &ledger,
+        compactd::provider::Format::openai_chat_target(),
+    );
     let t = thread(&SynthParams::default());
     for options in [
         RenderOptions::default(),

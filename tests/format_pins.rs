@@ -62,7 +62,10 @@ fn every_format_renders_and_counts_the_real_logs_as_pinned() {
         .filter(|n| n.ends_with(".json") && n != "sources.json")
         .collect();
     names.sort();
-    assert!(names.len() >= 4, "the real logs are missing from tests/data");
+    assert!(
+        names.len() >= 4,
+        "the real logs are missing from tests/data"
+    );
     let h = harness();
     let mut out = String::new();
     for name in names {

@@ -17,7 +17,7 @@ use common::{run_counted, Harness};
 use compactd::app::{AppError, RenderedOutput};
 use compactd::model::{CompactionPlan, Content, ContentPart, Role, Thread};
 use compactd::render::{anthropic, body_tokens, openai, responses, OutputFormat, RequestCounter};
-use compactd::tokens::{counter_for_model, Provider, Target, TokenLedger};
+use compactd::tokens::{counter_for_model, TokenLedger};
 use compactd_testkit::hard::{self, HardParams};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -56,18 +56,10 @@ fn params() -> impl Strategy<Value = HardParams> {
         )
 }
 
-const TARGETS: [(OutputFormat, Provider, &str); 3] = [
-    (OutputFormat::OpenAiChat, Provider::OpenAiChat, "gpt-4o"),
-    (
-        OutputFormat::AnthropicMessages,
-        Provider::Anthropic,
-        "claude-sonnet-4-5",
-    ),
-    (
-        OutputFormat::OpenAiResponses,
-        Provider::OpenAiResponses,
-        "gpt-4.1",
-    ),
+const TARGETS: [(OutputFormat, &str); 3] = [
+    (OutputFormat::OpenAiChat, "gpt-4o"),
+    (OutputFormat::AnthropicMessages, "claude-sonnet-4-5"),
+    (OutputFormat::OpenAiResponses, "gpt-4.1"),
 ];
 
 /// Text that must reach the body untouched, as it appears inside JSON.
@@ -177,9 +169,13 @@ fn one_case(
     h.policy.keep_recent_turns = 2;
     // The budget is a fraction of what the thread costs uncompacted (plus
     // the output reserve), so most cases must compact, some cannot fit.
-    let full = RequestCounter::new(h.counter.as_ref(), &h.ledger)
-        .request(&h.render(&t, &CompactionPlan::new(t.id.clone())))
-        .total;
+    let full = RequestCounter::for_target(
+        h.counter.as_ref(),
+        &h.ledger,
+        OutputFormat::openai_chat_target(),
+    )
+    .request(&h.render(&t, &CompactionPlan::new(t.id.clone())))
+    .total;
     let max_input = ((f64::from(full) * fraction) as u32).max(1_500)
         + h.policy.response_reserve_tokens
         + h.policy.rehydration_reserve_tokens
@@ -215,7 +211,7 @@ fn one_case(
 
     let allowed = opaque_parts(&t);
     let pinned = pinned_texts(&t, &h);
-    for (format, provider, model) in TARGETS {
+    for (format, model) in TARGETS {
         let out = match h.render_as(&t, max_input, previous.as_ref(), format, Some(model)) {
             Ok((_, out)) => out,
             Err(AppError::InsufficientBudget { .. }) => {
@@ -244,8 +240,11 @@ fn one_case(
             .expect("a fresh tenant reports");
         let counter = counter_for_model(model);
         let ledger = TokenLedger::new(10_000);
-        let rc =
-            RequestCounter::for_target(counter.as_ref(), &ledger, Target::new(provider, model));
+        let rc = RequestCounter::for_target(
+            counter.as_ref(),
+            &ledger,
+            OutputFormat::target(Some(format), model),
+        );
         let sent = body_tokens(format, &body, &rc).expect("the body is countable");
         prop_assert!(
             sent <= report.budget.hard_limit,

@@ -13,29 +13,17 @@ use serde::Serialize;
 use tracing::Instrument as _;
 
 use crate::model::{CompactionPlan, Sensitivity, Thread};
+use crate::provider::Format;
 use crate::reduce::{
     compact_with, request_fingerprint, CompactRequest, Compaction, Policy, Report,
 };
-use crate::render::OutputFormat;
 use crate::runtime::{blocking, compute, now_unix_ms, Call};
 use crate::security::SecurityContext;
 use crate::store::{ArtifactMeta, StoredPlan};
-use crate::tokens::{Provider, Target};
+use crate::tokens::Target;
 
 /// Artifact writes of one compaction in flight at most.
 const WRITE_CONCURRENCY: usize = 8;
-
-/// What a request in `format` for `model` is counted for: the format's
-/// provider, or for neutral output (and Compact) the one the model implies.
-pub(crate) fn target(format: Option<OutputFormat>, model: &str) -> Target {
-    let provider = match format {
-        Some(OutputFormat::OpenAiChat) => Provider::OpenAiChat,
-        Some(OutputFormat::OpenAiResponses) => Provider::OpenAiResponses,
-        Some(OutputFormat::AnthropicMessages) => Provider::Anthropic,
-        Some(OutputFormat::Neutral) | None => Provider::for_model(model),
-    };
-    Target::new(provider, model)
-}
 
 use super::error::{plan_store_error, store_error};
 use super::{App, AppError, EngineParts, Observations, Result, Tools, UseCase};
@@ -225,14 +213,14 @@ impl App {
     ) -> Result<CompactOutcome> {
         let model = self.model(cmd.model.clone())?;
         let resolved = Arc::new(Resolved {
-            target: target(cmd.format, &model),
+            target: Format::target(cmd.format, &model),
             model,
             max_input_tokens: self.max_input_tokens(cmd.max_input_tokens),
             cmd,
         });
         let parts = self.engine_parts(
             &resolved.model,
-            resolved.target.provider,
+            &resolved.target,
             tenant,
             &resolved.cmd.thread.id,
         );
@@ -716,7 +704,7 @@ mod tests {
             cmd,
             model: "gpt-4o".into(),
             max_input_tokens: 50_000,
-            target: Target::openai_chat(),
+            target: Format::openai_chat_target(),
         }
     }
 
@@ -727,7 +715,7 @@ mod tests {
     fn the_reuse_check_fingerprints_what_compaction_does() {
         let app = App::offline(Defaults::default());
         let r = resolved();
-        let parts = app.engine_parts(&r.model, r.target.provider, "t", &r.cmd.thread.id);
+        let parts = app.engine_parts(&r.model, &r.target, "t", &r.cmd.thread.id);
         let engine = parts.engine();
         let fresh = compact(&r.request(None, &app), &engine).expect("compacts");
         let fast = request_fingerprint(&r.request(None, &app), &engine);

@@ -34,7 +34,7 @@ use crate::runtime::Call;
 use crate::security::{Permission, SecurityContext};
 use crate::store::{ArtifactStore, MemoryArtifactStore, MemoryPlanStore, PlanStore};
 use crate::summarize::{ExtractiveSummarizer, Summarizer};
-use crate::tokens::{counter_for, Provider, TokenCounter, TokenLedger, DEFAULT_MAX_ENTRIES};
+use crate::tokens::{counter_for, Target, TokenCounter, TokenLedger, DEFAULT_MAX_ENTRIES};
 
 type Result<T> = std::result::Result<T, AppError>;
 
@@ -220,18 +220,18 @@ impl App {
         }
     }
 
-    /// The engine for text `provider` will read for `model`, for one
+    /// The engine for text `target`'s format carries for `model`, for one
     /// tenant's thread: the caches are the process's, seen through keys only
     /// this tenant (counts) and this thread (summaries) can hit.
     fn engine_parts(
         &self,
         model: &str,
-        provider: Provider,
+        target: &Target,
         tenant: &str,
         thread_id: &str,
     ) -> EngineParts {
         EngineParts {
-            counter: counter_for(provider, model),
+            counter: counter_for(target.framing.tokenizer, model),
             ledger: Arc::new(self.inner.ledger.scoped(tenant)),
             memo: self.inner.memo.scoped(&[tenant, thread_id]),
             summarizer: Arc::clone(&self.inner.summarizer),

@@ -4,9 +4,10 @@
 use tracing::Instrument as _;
 
 use crate::model::Sensitivity;
+use crate::provider::Format;
 use crate::runtime::blocking;
 use crate::security::SecurityContext;
-use crate::tokens::{truncate_to_tokens, Provider};
+use crate::tokens::truncate_to_tokens;
 
 use super::error::artifact_read_error;
 use super::{App, AppError, Result, UseCase};
@@ -89,7 +90,7 @@ impl App {
         let model = self.model(cmd.model)?;
         let parts = self.engine_parts(
             &model,
-            Provider::for_model(&model),
+            &Format::target(None, &model),
             &ctx.tenant_id,
             &cmd.thread_id,
         );

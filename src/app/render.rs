@@ -122,13 +122,8 @@ impl App {
             .await?;
         let model = self.model(cmd.request.model.clone())?;
         let max_input_tokens = self.max_input_tokens(cmd.request.max_input_tokens);
-        let target = super::compact::target(Some(cmd.format), &model);
-        let parts = self.engine_parts(
-            &model,
-            target.provider,
-            &ctx.tenant_id,
-            &cmd.request.thread.id,
-        );
+        let target = crate::provider::Format::target(Some(cmd.format), &model);
+        let parts = self.engine_parts(&model, &target, &ctx.tenant_id, &cmd.request.thread.id);
         let summarizer_id = self.inner.summarizer.id().to_string();
         let requester = ctx.requester_id.clone();
         let plan = Arc::new(plan);
@@ -804,7 +799,11 @@ mod tests {
             std::sync::LazyLock::new(|| crate::tokens::TokenLedger::new(1000));
         static COUNTER: std::sync::LazyLock<std::sync::Arc<dyn crate::tokens::TokenCounter>> =
             std::sync::LazyLock::new(crate::tokens::o200k);
-        RequestCounter::new(COUNTER.as_ref(), &LEDGER)
+        RequestCounter::for_target(
+            COUNTER.as_ref(),
+            &LEDGER,
+            crate::provider::Format::openai_chat_target(),
+        )
     }
 
     const ALL: [OutputFormat; 4] = [

@@ -180,7 +180,7 @@ mod tests {
     use crate::model::{Content, ContentPart, Role};
     use crate::render::openai::testgen;
     use crate::render::{anthropic, openai, responses, ProviderOptions, Request};
-    use crate::tokens::{counter_for_model, Provider, Target, TokenLedger};
+    use crate::tokens::{counter_for_model, TokenLedger};
 
     /// Variations real requests have and the generator does not: ids reused
     /// by every call, ids Anthropic refuses, thinking and reasoning parts.
@@ -239,13 +239,13 @@ mod tests {
         ) {
             let req = vary(req, reuse, odd, reasoning);
             let ledger = TokenLedger::new(10_000);
-            for (format, provider, model) in [
-                (OutputFormat::OpenAiChat, Provider::OpenAiChat, "gpt-4o"),
-                (OutputFormat::AnthropicMessages, Provider::Anthropic, "claude-sonnet-4-5"),
-                (OutputFormat::OpenAiResponses, Provider::OpenAiResponses, "gpt-5"),
+            for (format, model) in [
+                (OutputFormat::OpenAiChat, "gpt-4o"),
+                (OutputFormat::AnthropicMessages, "claude-sonnet-4-5"),
+                (OutputFormat::OpenAiResponses, "gpt-5"),
             ] {
                 let counter = counter_for_model(model);
-                let rc = RequestCounter::for_target(counter.as_ref(), &ledger, Target::new(provider, model));
+                let rc = RequestCounter::for_target(counter.as_ref(), &ledger, OutputFormat::target(Some(format), model));
                 let opts = ProviderOptions { model: model.into(), max_output_tokens: Some(512) };
                 let body = match format {
                     OutputFormat::OpenAiChat => openai::to_openai(&req, &opts),

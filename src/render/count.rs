@@ -6,13 +6,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{Action, Content, ContentPart, Message, Role, ToolCall, ToolSchema};
 use crate::tokens::{
-    count_tool_schemas, schema_texts, ChatOverhead, Provider, Target, TokenCounter, TokenLedger,
+    count_tool_schemas, schema_texts, BlankFiller, ChatOverhead, Framing, IdGrowth, Target,
+    TokenCounter, TokenLedger,
 };
 
-/// What the Anthropic adapter puts around non-object tool input.
-const ANTHROPIC_VALUE_WRAP: &str = "{\"value\": }";
+/// What a format that wraps non-object tool input puts around it.
+const VALUE_WRAP: &str = "{\"value\": }";
 
-/// A later system or developer message as the Anthropic adapter sends it:
+/// A later system or developer message as a labelling format sends it:
 /// `[role] ` glued to its first text, or a `[role]` block before a leading
 /// image. Counted as sent, because a concatenation need not tokenize like
 /// its parts.
@@ -75,10 +76,10 @@ pub struct RequestTokens {
 }
 
 /// Counts messages and requests with one tokenizer, through the ledger, as
-/// the target provider will be sent them: only the reasoning parts that
-/// provider receives, and for Anthropic what its adapter adds (`[system]` /
-/// `[developer]` labels on later instructions, `(empty)` for blank content,
-/// the `{"value": …}` wrapping of non-object tool input).
+/// the target format will send them (its [`Framing`]): only the reasoning
+/// parts it sends, and what its adapter adds (`[system]` / `[developer]`
+/// labels on later instructions, `(empty)` for blank content, the
+/// `{"value": …}` wrapping of non-object tool input, grown ids).
 #[derive(Debug, Clone, Copy)]
 pub struct RequestCounter<'a> {
     /// The tokenizer.
@@ -87,16 +88,11 @@ pub struct RequestCounter<'a> {
     pub ledger: &'a TokenLedger,
     /// Chat framing overhead.
     pub overhead: ChatOverhead,
-    /// Who receives the request.
-    pub provider: Provider,
+    /// What the target format adds or leaves out.
+    pub framing: Framing,
 }
 
 impl<'a> RequestCounter<'a> {
-    /// A counter for OpenAI Chat Completions with the gpt-4o family's framing.
-    pub fn new(counter: &'a dyn TokenCounter, ledger: &'a TokenLedger) -> Self {
-        Self::for_target(counter, ledger, Target::openai_chat())
-    }
-
     /// A counter for `target`.
     pub fn for_target(
         counter: &'a dyn TokenCounter,
@@ -107,7 +103,7 @@ impl<'a> RequestCounter<'a> {
             counter,
             ledger,
             overhead: target.overhead,
-            provider: target.provider,
+            framing: target.framing,
         }
     }
 
@@ -131,13 +127,11 @@ impl<'a> RequestCounter<'a> {
     /// sends every role but the user's as one joined string, which need not
     /// tokenize like its parts.
     fn body(&self, role: Role, c: &Content) -> u32 {
-        if self.provider == Provider::Anthropic && matches!(role, Role::System | Role::Developer) {
+        if self.framing.labels_late_instructions && matches!(role, Role::System | Role::Developer) {
             return self.content(&labeled(role, c));
         }
         match c {
-            Content::Parts(parts)
-                if self.provider == Provider::OpenAiResponses && role != Role::User =>
-            {
+            Content::Parts(parts) if self.framing.joins_non_user_parts && role != Role::User => {
                 let reasoning: u32 = parts
                     .iter()
                     .filter(|p| p.is_reasoning())
@@ -199,17 +193,17 @@ impl<'a> RequestCounter<'a> {
                 .overhead
                 .per_image
                 .max(self.text(&super::images::reference(url))),
-            ContentPart::Thinking { thinking, .. } if self.provider.sends_thinking() => {
+            ContentPart::Thinking { thinking, .. } if self.framing.sends_thinking => {
                 self.overhead.per_block + self.text(thinking)
             }
-            ContentPart::RedactedThinking { data } if self.provider.sends_thinking() => {
+            ContentPart::RedactedThinking { data } if self.framing.sends_thinking => {
                 self.overhead.per_block + self.text(data)
             }
             ContentPart::Reasoning {
                 summary,
                 encrypted_content,
                 ..
-            } if self.provider.sends_reasoning() => {
+            } if self.framing.sends_reasoning => {
                 self.overhead.per_block
                     + summary.iter().map(|s| self.text(s)).sum::<u32>()
                     + encrypted_content.as_deref().map_or(0, |e| self.text(e))
@@ -222,7 +216,7 @@ impl<'a> RequestCounter<'a> {
     }
 
     /// Adds message framing, tool calls and the answered call id to `body`,
-    /// and for Anthropic what its adapter adds around them.
+    /// and what the format's adapter adds around them.
     fn framed(
         &self,
         role: Role,
@@ -232,30 +226,32 @@ impl<'a> RequestCounter<'a> {
         tool_call_id: Option<&str>,
     ) -> u32 {
         let o = &self.overhead;
-        // Anthropic and Responses may rewrite an id (Anthropic hashes one it
-        // refuses; both add `_<n>` to a reused one, n below the
-        // 100,000-message thread limit): count the longest it can become.
-        let id_tokens = |id: &str| match self.provider {
-            Provider::Anthropic => self.text(&format!("{}_99999", super::anthropic::sent_id(id))),
-            Provider::OpenAiResponses => self.text(&format!("{id}_99999")),
-            Provider::OpenAiChat | Provider::Other => self.text(id),
+        // A format may rewrite an id (hash one it refuses, add `_<n>` to a
+        // reused one, n below the 100,000-message thread limit): count the
+        // longest it can become.
+        let id_tokens = |id: &str| match self.framing.id_growth {
+            IdGrowth::HashedSuffix => {
+                self.text(&format!("{}_99999", super::anthropic::sent_id(id)))
+            }
+            IdGrowth::Suffix => self.text(&format!("{id}_99999")),
+            IdGrowth::Verbatim => self.text(id),
         };
         let mut n = o.per_message + body;
         for c in calls {
             n += o.per_tool_call + self.text(&c.name) + id_tokens(&c.id);
             n += self.text(&serde_json::to_string(&c.arguments).unwrap_or_default());
-            if self.provider == Provider::Anthropic && !c.arguments.is_object() {
-                n += self.text(ANTHROPIC_VALUE_WRAP);
+            if self.framing.wraps_scalar_input && !c.arguments.is_object() {
+                n += self.text(VALUE_WRAP);
             }
         }
         if let Some(id) = tool_call_id {
             n += o.per_name + id_tokens(id);
         }
         // Blank content the provider would reject is sent as `(empty)`.
-        let filled = match self.provider {
-            Provider::Anthropic => true,
-            Provider::OpenAiResponses => role == Role::User,
-            Provider::OpenAiChat | Provider::Other => false,
+        let filled = match self.framing.blank_filler {
+            BlankFiller::Always => true,
+            BlankFiller::UserOnly => role == Role::User,
+            BlankFiller::Never => false,
         };
         if filled && is_blank && calls.is_empty() {
             n += self.text(super::anthropic::EMPTY_TEXT);
@@ -264,17 +260,14 @@ impl<'a> RequestCounter<'a> {
     }
 
     /// Tokens of the parts that do not depend on the thread: the system prompt,
-    /// the tool schemas and the reply priming (for Anthropic, with the
-    /// `(continuing conversation)` message its adapter adds when a
+    /// the tool schemas and the reply priming (with the `(continuing
+    /// conversation)` message a format's adapter may add when a
     /// conversation would open with the assistant).
     pub fn fixed(&self, system: Option<&str>, tools: &[ToolSchema]) -> (u32, u32, u32) {
         let system = system.map_or(0, |s| self.overhead.per_message + self.text(s));
         let tools = if tools.is_empty() {
             0
-        } else if matches!(
-            self.provider,
-            Provider::Anthropic | Provider::OpenAiResponses
-        ) {
+        } else if self.framing.tools_as_sent {
             // As sent: a tool without parameters gets an empty object schema.
             let sent: Vec<serde_json::Value> =
                 tools.iter().map(super::anthropic::input_schema).collect();
@@ -288,7 +281,7 @@ impl<'a> RequestCounter<'a> {
                 + self.overhead.tools_preamble
         };
         let mut framing = self.overhead.reply_priming;
-        if self.provider == Provider::Anthropic {
+        if self.framing.continuation {
             framing += self.overhead.per_message + self.text(super::anthropic::CONTINUATION_TEXT);
         }
         (system, tools, framing)

@@ -15,6 +15,7 @@ mod request;
 pub mod responses;
 mod tool_ids;
 
+pub use crate::provider::Format as OutputFormat;
 pub use body_count::body_tokens;
 pub use count::{RequestCounter, RequestTokens};
 pub use rehydrate::{
@@ -25,4 +26,4 @@ pub use renderer::{
     externalization_text, render, render_message, summary_text, Rehydrated, RenderInput,
     RenderOptions, RENDER_FORMAT_VERSION,
 };
-pub use request::{Origin, OutputFormat, ProviderOptions, RenderedMessage, Request};
+pub use request::{Origin, ProviderOptions, RenderedMessage, Request};

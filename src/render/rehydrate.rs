@@ -218,7 +218,11 @@ mod tests {
     fn artifacts_are_cut_to_the_reserve_in_order_and_the_rest_omitted() {
         let counter = o200k();
         let ledger = TokenLedger::new(1000);
-        let rc = RequestCounter::new(counter.as_ref(), &ledger);
+        let rc = RequestCounter::for_target(
+            counter.as_ref(),
+            &ledger,
+            crate::provider::Format::openai_chat_target(),
+        );
         let long = "line of the stored log with some detail\n".repeat(400);
         let fetched = vec![
             ("art_a".to_string(), "short note".to_string()),

@@ -64,21 +64,6 @@ pub struct Request {
     pub notes: Vec<String>,
 }
 
-/// The form a rendered request is returned in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OutputFormat {
-    /// Neutral messages plus the system prompt, for callers with their own adapter.
-    #[default]
-    Neutral,
-    /// An OpenAI Chat Completions request body.
-    OpenAiChat,
-    /// An Anthropic Messages request body.
-    AnthropicMessages,
-    /// An OpenAI Responses request body (`input` items).
-    OpenAiResponses,
-}
-
 /// Provider-specific settings for the OpenAI and Anthropic payloads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProviderOptions {

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
-use super::Estimator;
+use super::{Estimator, TokenizerRule};
 
 /// Counts tokens of text. Implementations are cheap to share across threads.
 pub trait TokenCounter: Send + Sync + fmt::Debug {
@@ -94,9 +94,8 @@ enum Encoding {
 /// Model names arrive as "gpt-4o", "openai/gpt-4o", "ft:gpt-4o-mini:org::id",
 /// "GPT-4o" or Azure deployment names ("gpt-35-turbo"); all are recognized.
 fn encoding_for_model(model: &str) -> Option<Encoding> {
-    let m = model.trim().to_ascii_lowercase();
-    let m = m.strip_prefix("ft:").unwrap_or(&m);
-    let m = m.rsplit('/').next().unwrap_or(m);
+    let m = normalize_model(model);
+    let m = m.as_str();
     // `o1`, `o3`, `o4-mini`… but not some unrelated "o100x".
     let o_series = |p: &str| m == p || m.starts_with(&format!("{p}-"));
     const O200K_PREFIXES: &[&str] = &[
@@ -127,7 +126,8 @@ fn encoding_for_model(model: &str) -> Option<Encoding> {
 }
 
 /// True when the model has a public OpenAI encoding (exact counts).
-pub(super) fn encoding_known(model: &str) -> bool {
+/// Whether an OpenAI tokenizer is known for `model`.
+pub fn encoding_known(model: &str) -> bool {
     encoding_for_model(model).is_some()
 }
 
@@ -140,20 +140,24 @@ pub fn counter_for_model(model: &str) -> Arc<dyn TokenCounter> {
     match encoding_for_model(model) {
         Some(Encoding::O200k) => o200k(),
         Some(Encoding::Cl100k) => cl100k(),
-        None if super::target::normalize(model).contains("claude") => Arc::clone(&CLAUDE_ESTIMATOR),
+        None if normalize_model(model).contains("claude") => Arc::clone(&CLAUDE_ESTIMATOR),
         None => Arc::clone(&ESTIMATOR),
     }
 }
 
-/// The counter for text that `provider` tokenizes for `model`. Anything sent
-/// to Anthropic is Claude's, whatever the model is called there (a Bedrock
-/// inference-profile ARN, a gateway alias): counting it as any other model
-/// would undercount by up to a third.
-pub fn counter_for(provider: super::Provider, model: &str) -> Arc<dyn TokenCounter> {
-    match provider {
-        super::Provider::Anthropic => Arc::clone(&CLAUDE_ESTIMATOR),
-        _ => counter_for_model(model),
+/// The counter a format's tokenizer rule picks for `model`.
+pub fn counter_for(rule: TokenizerRule, model: &str) -> Arc<dyn TokenCounter> {
+    match rule {
+        TokenizerRule::ClaudeEstimate => Arc::clone(&CLAUDE_ESTIMATOR),
+        TokenizerRule::ByModel => counter_for_model(model),
     }
+}
+
+/// A model name lowercased, without a fine-tune prefix or a `vendor/` path.
+pub fn normalize_model(model: &str) -> String {
+    let m = model.trim().to_ascii_lowercase();
+    let m = m.strip_prefix("ft:").unwrap_or(&m).to_string();
+    m.rsplit('/').next().unwrap_or(&m).to_string()
 }
 
 #[cfg(test)]

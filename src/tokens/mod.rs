@@ -6,6 +6,7 @@
 
 mod counter;
 mod estimate;
+mod framing;
 mod ledger;
 mod overhead;
 mod target;
@@ -14,9 +15,12 @@ mod truncate;
 #[cfg(test)]
 mod corpus;
 
-pub use counter::{cl100k, counter_for, counter_for_model, o200k, TokenCounter};
+pub use counter::{
+    cl100k, counter_for, counter_for_model, encoding_known, normalize_model, o200k, TokenCounter,
+};
 pub use estimate::Estimator;
+pub use framing::{BlankFiller, Framing, IdGrowth, TokenizerRule};
 pub use ledger::{LedgerStats, TokenLedger, DEFAULT_MAX_ENTRIES, MIN_CACHED_BYTES};
 pub use overhead::{count_tool_schemas, schema_texts, ChatOverhead};
-pub use target::{Provider, Target};
+pub use target::Target;
 pub use truncate::{tail_within_tokens, truncate_to_tokens};

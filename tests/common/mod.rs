@@ -117,7 +117,7 @@ impl Harness {
             observations: &self.observations,
             skip_aggressive,
             limits: Default::default(),
-            target: compactd::tokens::Target::openai_chat(),
+            target: compactd::provider::Format::openai_chat_target(),
         };
         compact(&req, &self.engine())
     }
@@ -198,7 +198,12 @@ impl Harness {
         // The pipeline's count (bound and recounted incrementally) equals a
         // full recount from scratch, and so does what the app reports;
         // pending calls left out only make the request smaller.
-        let recount = RequestCounter::new(self.counter.as_ref(), &self.ledger).request(&request);
+        let recount = RequestCounter::for_target(
+            self.counter.as_ref(),
+            &self.ledger,
+            compactd::provider::Format::openai_chat_target(),
+        )
+        .request(&request);
         assert_eq!(
             out.tokens, recount,
             "reported tokens differ from a full count"
