@@ -8,6 +8,12 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod anthropic;
+pub mod openai_chat;
+pub mod openai_responses;
+#[cfg(test)]
+pub(crate) mod testgen;
+
 use crate::tokens::{
     encoding_known, normalize_model, BlankFiller, ChatOverhead, Framing, IdGrowth, Target,
     TokenizerRule,

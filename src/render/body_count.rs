@@ -178,7 +178,7 @@ mod tests {
 
     use super::*;
     use crate::model::{Content, ContentPart, Role};
-    use crate::render::openai::testgen;
+    use crate::provider::testgen;
     use crate::render::{anthropic, openai, responses, ProviderOptions, Request};
     use crate::tokens::{counter_for_model, TokenLedger};
 

@@ -230,9 +230,10 @@ impl<'a> RequestCounter<'a> {
         // reused one, n below the 100,000-message thread limit): count the
         // longest it can become.
         let id_tokens = |id: &str| match self.framing.id_growth {
-            IdGrowth::HashedSuffix => {
-                self.text(&format!("{}_99999", super::anthropic::sent_id(id)))
-            }
+            IdGrowth::HashedSuffix => self.text(&format!(
+                "{}_99999",
+                super::tool_ids::sent_id(id, super::tool_ids::IdRules::Anthropic)
+            )),
             IdGrowth::Suffix => self.text(&format!("{id}_99999")),
             IdGrowth::Verbatim => self.text(id),
         };
@@ -254,7 +255,7 @@ impl<'a> RequestCounter<'a> {
             BlankFiller::Never => false,
         };
         if filled && is_blank && calls.is_empty() {
-            n += self.text(super::anthropic::EMPTY_TEXT);
+            n += self.text(super::wire::EMPTY_TEXT);
         }
         n
     }
@@ -270,7 +271,7 @@ impl<'a> RequestCounter<'a> {
         } else if self.framing.tools_as_sent {
             // As sent: a tool without parameters gets an empty object schema.
             let sent: Vec<serde_json::Value> =
-                tools.iter().map(super::anthropic::input_schema).collect();
+                tools.iter().map(super::wire::input_schema).collect();
             let schemas = tools
                 .iter()
                 .zip(&sent)
@@ -282,7 +283,7 @@ impl<'a> RequestCounter<'a> {
         };
         let mut framing = self.overhead.reply_priming;
         if self.framing.continuation {
-            framing += self.overhead.per_message + self.text(super::anthropic::CONTINUATION_TEXT);
+            framing += self.overhead.per_message + self.text(super::wire::CONTINUATION_TEXT);
         }
         (system, tools, framing)
     }

@@ -1,21 +1,21 @@
 //! Rendering: thread + plan → request (neutral form), then the provider
 //! payloads. Pure and deterministic.
 
-pub mod anthropic;
 mod body_count;
 mod count;
 pub mod images;
 
 pub mod explain;
-pub mod openai;
 pub mod quality;
 mod rehydrate;
 mod renderer;
 mod request;
-pub mod responses;
-mod tool_ids;
+pub(crate) mod tool_ids;
+pub(crate) mod wire;
 
 pub use crate::provider::Format as OutputFormat;
+// The encoders live with their formats; these names are kept for callers.
+pub use crate::provider::{anthropic, openai_chat as openai, openai_responses as responses};
 pub use body_count::body_tokens;
 pub use count::{RequestCounter, RequestTokens};
 pub use rehydrate::{

@@ -30,10 +30,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Map, Value};
 
-use super::anthropic::EMPTY_TEXT;
-use super::tool_ids::{IdRules, ToolIds};
-use super::{ProviderOptions, RenderedMessage, Request};
 use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
+use crate::render::tool_ids::{IdRules, ToolIds};
+use crate::render::wire::{input_schema, EMPTY_TEXT};
+use crate::render::{images, ProviderOptions, RenderedMessage, Request};
 
 /// OpenAI Responses request body.
 pub fn to_responses(req: &Request, opts: &ProviderOptions) -> Value {
@@ -133,12 +133,12 @@ fn items(m: RenderedMessage, ids: &ToolIds, i: usize, out: &mut Vec<Value>) {
                             ContentPart::Text { text } => {
                                 Some(json!({"type": "input_text", "text": text}))
                             }
-                            ContentPart::Image { url } if super::images::sendable(&url) => Some(
+                            ContentPart::Image { url } if images::sendable(&url) => Some(
                                 json!({"type": "input_image", "image_url": url, "detail": "auto"}),
                             ),
-                            ContentPart::Image { url } => Some(
-                                json!({"type": "input_text", "text": super::images::reference(&url)}),
-                            ),
+                            ContentPart::Image { url } => {
+                                Some(json!({"type": "input_text", "text": images::reference(&url)}))
+                            }
                             _ => None,
                         })
                         .collect();
@@ -182,7 +182,7 @@ fn tool(t: &ToolSchema) -> Value {
     if !t.description.is_empty() {
         out.insert("description".into(), Value::String(t.description.clone()));
     }
-    out.insert("parameters".into(), super::anthropic::input_schema(t));
+    out.insert("parameters".into(), input_schema(t));
     out.insert("strict".into(), Value::Bool(false));
     Value::Object(out)
 }

@@ -55,17 +55,13 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
 
-use super::tool_ids::{IdRules, ToolIds};
-use super::{ProviderOptions, RenderedMessage, Request};
 use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
+use crate::render::tool_ids::{self, IdRules, ToolIds};
+use crate::render::wire::{input_schema, CONTINUATION_TEXT, EMPTY_TEXT};
+use crate::render::{images, ProviderOptions, RenderedMessage, Request};
 
 /// `max_tokens` when the caller sets none; the API requires the field.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
-/// Text of the user message inserted when the conversation would start with
-/// the assistant (or be empty).
-pub const CONTINUATION_TEXT: &str = "(continuing conversation)";
-/// Text standing in for a message (or tool result) that would otherwise be empty.
-pub const EMPTY_TEXT: &str = "(empty)";
 
 /// Anthropic Messages request body: {"model","max_tokens","system"?, "messages":[...], "tools"?: [{name, description, input_schema}]}.
 pub fn to_anthropic(req: &Request, opts: &ProviderOptions) -> Value {
@@ -185,7 +181,7 @@ fn content_blocks(c: &Content, images_allowed: bool) -> Vec<Value> {
                 ContentPart::Text { text } => Some(text_block(text)),
                 ContentPart::Image { url } => Some(match image_source(url) {
                     Some(source) if images_allowed => json!({"type": "image", "source": source}),
-                    _ => text_block(&super::images::reference(url)),
+                    _ => text_block(&images::reference(url)),
                 }),
                 ContentPart::Thinking { .. }
                 | ContentPart::RedactedThinking { .. }
@@ -199,7 +195,7 @@ fn content_blocks(c: &Content, images_allowed: bool) -> Vec<Value> {
 /// A URL source, or a base64 source for inline data of an accepted type;
 /// `None` for an image that cannot be sent as one.
 fn image_source(url: &str) -> Option<Value> {
-    use super::images::{sendable_form, Sendable};
+    use images::{sendable_form, Sendable};
     Some(match sendable_form(url)? {
         Sendable::Url(url) => json!({"type": "url", "url": url}),
         Sendable::Inline { media_type, data } => {
@@ -243,7 +239,7 @@ fn blocks(m: &RenderedMessage, ids: &ToolIds, i: usize) -> (bool, Vec<Value>) {
 /// The longest form `id` can take in an Anthropic body, but for a `_<n>`
 /// reuse suffix: itself, or its hashed replacement when the API would refuse it.
 pub fn sent_id(id: &str) -> std::borrow::Cow<'_, str> {
-    super::tool_ids::sent_id(id, IdRules::Anthropic)
+    tool_ids::sent_id(id, IdRules::Anthropic)
 }
 
 /// The tool ids the Anthropic body sends differently from the request, as
@@ -296,16 +292,6 @@ fn trim_final_text(blocks: &mut [Value]) {
                 last.insert("text".into(), Value::String(trimmed));
             }
         }
-    }
-}
-
-/// The `input_schema` a tool is sent with: required by the API, so a tool
-/// without parameters takes an empty object.
-pub fn input_schema(t: &ToolSchema) -> Value {
-    if t.parameters.is_object() {
-        t.parameters.clone()
-    } else {
-        json!({"type": "object", "properties": {}})
     }
 }
 
@@ -376,7 +362,7 @@ pub fn check_structure(body: &Value) -> Result<(), String> {
                 }
                 "tool_use" if role == "assistant" => {
                     let id = b.get("id").and_then(Value::as_str).unwrap_or_default();
-                    if !super::tool_ids::anthropic_valid(id) {
+                    if !tool_ids::anthropic_valid(id) {
                         return Err(format!(
                             "messages[{i}].content[{j}] tool_use id {id:?} is not [a-zA-Z0-9_-]+"
                         ));
@@ -484,8 +470,8 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
+    use super::super::testgen::{self, calls, msg, opts, result, summary};
     use super::*;
-    use crate::render::openai::testgen::{self, calls, msg, opts, result, summary};
     use crate::render::Origin;
 
     #[test]

@@ -1,0 +1,373 @@
+//! OpenAI Chat Completions request body.
+//!
+//! The neutral [`Request`] maps almost one to one onto Chat Completions; the
+//! only adaptations are the ones the API would otherwise reject:
+//! - the system prompt becomes the first message (role `system`); an empty
+//!   system prompt is not sent;
+//! - image parts are only accepted in user messages, so an image in any other
+//!   role, and an inline image of a type the API does not take, is sent as
+//!   a short text reference ([`images::reference`]);
+//! - an empty `Content::Parts` is sent as `""` (an empty content array is
+//!   rejected);
+//! - an assistant message with tool calls and no text gets `content: null`;
+//! - tool-call arguments are sent as the JSON string of the arguments value
+//!   (`{}` when the value is null, which is what the API sends for "no
+//!   arguments").
+//!
+//! Output is a `serde_json::Value` whose maps are BTreeMaps, so the serialized
+//! body is byte-identical for identical input.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Map, Value};
+
+use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
+use crate::render::{images, ProviderOptions, RenderedMessage, Request};
+
+/// OpenAI Chat Completions request body: {"model", "messages": [...], "tools": [{"type":"function","function":{name,description,parameters}}], "max_completion_tokens"?}.
+///
+/// `tools` is omitted when there are none (the API rejects an empty array);
+/// a tool's `description` is omitted when empty and `parameters` when null.
+pub fn to_openai(req: &Request, opts: &ProviderOptions) -> Value {
+    into_openai(req.clone(), opts)
+}
+
+/// [`to_openai`] taking the request by value: message text moves into the
+/// body instead of being copied (the service's per-turn Render path).
+pub fn into_openai(req: Request, opts: &ProviderOptions) -> Value {
+    let mut messages = Vec::with_capacity(req.messages.len() + 1);
+    if let Some(system) = req.system.filter(|s| !s.is_empty()) {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    messages.extend(req.messages.into_iter().filter_map(message));
+
+    let mut body = Map::new();
+    body.insert("model".into(), Value::String(opts.model.clone()));
+    body.insert("messages".into(), Value::Array(messages));
+    if !req.tools.is_empty() {
+        body.insert(
+            "tools".into(),
+            Value::Array(req.tools.iter().map(tool).collect()),
+        );
+    }
+    if let Some(max) = opts.max_output_tokens {
+        body.insert("max_completion_tokens".into(), json!(max));
+    }
+    Value::Object(body)
+}
+
+fn message(mut m: RenderedMessage) -> Option<Value> {
+    // Thinking and reasoning items belong to the provider that produced them.
+    let had_reasoning = m.content.reasoning().next().is_some();
+    m.content = m.content.without_reasoning();
+    if had_reasoning && m.tool_calls.is_empty() && m.content.is_empty() {
+        // Nothing left to send: the message only held another provider's reasoning.
+        return None;
+    }
+    let mut out = Map::new();
+    out.insert("role".into(), Value::String(m.role.as_str().into()));
+    match m.role {
+        Role::Tool => {
+            // A missing id is kept visible (empty string) so `check_pairing`
+            // reports it instead of the provider.
+            let id = m.tool_call_id.unwrap_or_default();
+            out.insert("tool_call_id".into(), Value::String(id));
+            out.insert("content".into(), content(m.content, false));
+        }
+        Role::Assistant if !m.tool_calls.is_empty() => {
+            // The API wants null, not "", next to tool calls.
+            let c = if m.content.is_empty() {
+                Value::Null
+            } else {
+                content(m.content, false)
+            };
+            out.insert("content".into(), c);
+            out.insert(
+                "tool_calls".into(),
+                Value::Array(m.tool_calls.iter().map(tool_call).collect()),
+            );
+        }
+        role => {
+            out.insert("content".into(), content(m.content, role == Role::User));
+        }
+    }
+    Some(Value::Object(out))
+}
+
+/// Plain text stays a string; parts become a content array. Only user
+/// messages may carry `image_url` parts.
+fn content(c: Content, images_allowed: bool) -> Value {
+    match c {
+        Content::Text(s) => Value::String(s),
+        Content::Parts(parts) if parts.is_empty() => Value::String(String::new()),
+        Content::Parts(parts) => Value::Array(
+            parts
+                .into_iter()
+                .filter_map(|p| match p {
+                    ContentPart::Text { text } => Some(json!({"type": "text", "text": text})),
+                    ContentPart::Image { url } if images_allowed && images::sendable(&url) => {
+                        Some(json!({"type": "image_url", "image_url": {"url": url}}))
+                    }
+                    ContentPart::Image { url } => {
+                        Some(json!({"type": "text", "text": images::reference(&url)}))
+                    }
+                    // Removed by `without_reasoning` before this is called.
+                    ContentPart::Thinking { .. }
+                    | ContentPart::RedactedThinking { .. }
+                    | ContentPart::Reasoning { .. } => None,
+                })
+                .collect(),
+        ),
+    }
+}
+
+fn tool_call(c: &ToolCall) -> Value {
+    let arguments = c.arguments_json();
+    json!({
+        "id": c.id,
+        "type": "function",
+        "function": {"name": c.name, "arguments": arguments},
+    })
+}
+
+fn tool(t: &ToolSchema) -> Value {
+    let mut function = Map::new();
+    function.insert("name".into(), Value::String(t.name.clone()));
+    if !t.description.is_empty() {
+        function.insert("description".into(), Value::String(t.description.clone()));
+    }
+    if !t.parameters.is_null() {
+        function.insert("parameters".into(), t.parameters.clone());
+    }
+    json!({"type": "function", "function": function})
+}
+
+/// Checks a Chat Completions body for provider-rejecting structure: every assistant tool_call id answered by exactly one following "tool" message before the next non-tool message; no tool message without a preceding matching call; no id twice in one message (an id may recur in a later turn). Err names the problem.
+///
+/// This is the rule the API enforces (a 400 names the first unanswered
+/// `tool_call_id`); checking it here lets the renderer fail with a clear
+/// error before a paid call.
+pub fn check_pairing(body: &Value) -> Result<(), String> {
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or("body has no \"messages\" array")?;
+    // Calls of the latest assistant message still waiting for their result.
+    let mut pending: Vec<String> = Vec::new();
+    // Every call id seen so far, to tell "answered twice" from "never called".
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut pending_from = 0usize;
+    for (i, m) in messages.iter().enumerate() {
+        let role = m
+            .get("role")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("messages[{i}] has no role"))?;
+        if role == "tool" {
+            let id = m
+                .get("tool_call_id")
+                .and_then(Value::as_str)
+                .filter(|id| !id.is_empty())
+                .ok_or_else(|| format!("messages[{i}] is a tool message without tool_call_id"))?;
+            if let Some(pos) = pending.iter().position(|p| p == id) {
+                pending.remove(pos);
+            } else if seen.contains(id) {
+                return Err(format!(
+                    "messages[{i}] answers tool call {id:?}, which was already answered or is not in the immediately preceding assistant message"
+                ));
+            } else {
+                return Err(format!(
+                    "messages[{i}] is a tool result for {id:?} with no preceding tool call"
+                ));
+            }
+            continue;
+        }
+        if let Some(id) = pending.first() {
+            return Err(format!(
+                "tool call {id:?} of messages[{pending_from}] is unanswered before messages[{i}] (role {role})"
+            ));
+        }
+        if role == "assistant" {
+            if let Some(calls) = m.get("tool_calls") {
+                let calls = calls
+                    .as_array()
+                    .ok_or_else(|| format!("messages[{i}].tool_calls is not an array"))?;
+                for (j, c) in calls.iter().enumerate() {
+                    let id = c
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .filter(|id| !id.is_empty())
+                        .ok_or_else(|| format!("messages[{i}].tool_calls[{j}] has no id"))?;
+                    // An id may come back in a later turn once answered;
+                    // twice in one message, a result could not tell which.
+                    if pending.iter().any(|p| p == id) {
+                        return Err(format!(
+                            "messages[{i}].tool_calls[{j}].id {id:?} repeats an id of the same message"
+                        ));
+                    }
+                    seen.insert(id.to_string());
+                    pending.push(id.to_string());
+                }
+                pending_from = i;
+            }
+        }
+    }
+    match pending.first() {
+        Some(id) => Err(format!(
+            "tool call {id:?} of messages[{pending_from}] is never answered"
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::super::testgen::{self, calls, msg, opts, result};
+    use super::*;
+
+    #[test]
+    fn snapshots() {
+        for (name, req) in testgen::fixtures() {
+            let body = to_openai(&req, &opts());
+            check_pairing(&body).unwrap_or_else(|e| panic!("{name}: {e}"));
+            insta::assert_json_snapshot!(name, body);
+        }
+    }
+
+    #[test]
+    fn max_completion_tokens_only_when_set() {
+        let req = Request {
+            system: None,
+            messages: vec![msg(Role::User, "hi")],
+            tools: Vec::new(),
+            notes: Vec::new(),
+        };
+        let body = to_openai(&req, &opts());
+        assert!(body.get("max_completion_tokens").is_none());
+        assert!(body.get("tools").is_none());
+        let body = to_openai(
+            &req,
+            &ProviderOptions {
+                max_output_tokens: Some(512),
+                ..opts()
+            },
+        );
+        assert_eq!(body["max_completion_tokens"], json!(512));
+    }
+
+    #[test]
+    fn arguments_are_a_json_string() {
+        let req = Request {
+            system: None,
+            messages: vec![
+                calls("", &[("c1", "f", json!({"b": 1, "a": [true]}))]),
+                result("c1", "f", "ok", false),
+            ],
+            tools: Vec::new(),
+            notes: Vec::new(),
+        };
+        let body = to_openai(&req, &opts());
+        let m = &body["messages"][0];
+        assert_eq!(m["content"], Value::Null);
+        assert_eq!(
+            m["tool_calls"][0]["function"]["arguments"],
+            json!(r#"{"a":[true],"b":1}"#)
+        );
+    }
+
+    #[test]
+    fn deterministic_bytes() {
+        for (_, req) in testgen::fixtures() {
+            let a = serde_json::to_string(&to_openai(&req, &opts())).unwrap();
+            let b = serde_json::to_string(&to_openai(&req.clone(), &opts())).unwrap();
+            assert_eq!(a, b);
+        }
+    }
+
+    fn body(messages: Value) -> Value {
+        json!({"model": "m", "messages": messages})
+    }
+
+    fn call(id: &str) -> Value {
+        json!({"id": id, "type": "function", "function": {"name": "f", "arguments": "{}"}})
+    }
+
+    #[test]
+    fn rejects_orphan_tool_result() {
+        let err = check_pairing(&body(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "tool", "tool_call_id": "x", "content": "out"},
+        ])))
+        .unwrap_err();
+        assert!(err.contains("no preceding tool call"), "{err}");
+    }
+
+    #[test]
+    fn rejects_unanswered_call() {
+        let err = check_pairing(&body(json!([
+            {"role": "assistant", "content": null, "tool_calls": [call("a"), call("b")]},
+            {"role": "tool", "tool_call_id": "a", "content": "out"},
+            {"role": "user", "content": "next"},
+        ])))
+        .unwrap_err();
+        assert!(err.contains("\"b\"") && err.contains("unanswered"), "{err}");
+        let err = check_pairing(&body(json!([
+            {"role": "assistant", "content": null, "tool_calls": [call("a")]},
+        ])))
+        .unwrap_err();
+        assert!(err.contains("never answered"), "{err}");
+    }
+
+    #[test]
+    fn rejects_double_answer_and_late_answer() {
+        let err = check_pairing(&body(json!([
+            {"role": "assistant", "content": null, "tool_calls": [call("a")]},
+            {"role": "tool", "tool_call_id": "a", "content": "1"},
+            {"role": "tool", "tool_call_id": "a", "content": "2"},
+        ])))
+        .unwrap_err();
+        assert!(err.contains("already answered"), "{err}");
+        // An id may come back in a later turn (local servers name every
+        // call `call_0`), but not twice in one message.
+        check_pairing(&body(json!([
+            {"role": "assistant", "content": null, "tool_calls": [call("a")]},
+            {"role": "tool", "tool_call_id": "a", "content": "1"},
+            {"role": "assistant", "content": null, "tool_calls": [call("a")]},
+            {"role": "tool", "tool_call_id": "a", "content": "2"},
+        ])))
+        .unwrap();
+        let err = check_pairing(&body(json!([
+            {"role": "assistant", "content": null, "tool_calls": [call("a"), call("a")]},
+            {"role": "tool", "tool_call_id": "a", "content": "1"},
+        ])))
+        .unwrap_err();
+        assert!(err.contains("same message"), "{err}");
+    }
+
+    #[test]
+    fn accepts_well_formed() {
+        check_pairing(&body(json!([
+            {"role": "system", "content": "s"},
+            {"role": "assistant", "content": null, "tool_calls": [call("a"), call("b")]},
+            {"role": "tool", "tool_call_id": "b", "content": "1"},
+            {"role": "tool", "tool_call_id": "a", "content": "2"},
+            {"role": "assistant", "content": "done"},
+        ])))
+        .unwrap();
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(crate::testing::cases(256)))]
+        #[test]
+        fn well_formed_requests_pair_and_keep_all_text(req in testgen::request()) {
+            let body = to_openai(&req, &opts());
+            prop_assert_eq!(check_pairing(&body), Ok(()));
+            prop_assert_eq!(testgen::assert_no_loss(&req, &body), Ok(()));
+            let expected = req.messages.len()
+                + usize::from(req.system.as_deref().is_some_and(|s| !s.is_empty()));
+            prop_assert_eq!(body["messages"].as_array().unwrap().len(), expected);
+        }
+    }
+}
