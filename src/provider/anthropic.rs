@@ -38,7 +38,7 @@
 //!    URLs become base64 sources. Images elsewhere (assistant, system) and
 //!    data URLs that are not base64 JPEG/PNG/GIF/WebP are sent as a short
 //!    text reference (`[image: {url}]`, or the type and size of inline data;
-//!    see [`super::images`]).
+//!    see [`crate::render::images`]).
 //! 10. `max_tokens` is `opts.max_output_tokens`, or 4096 when unset (required).
 //! 11. **Tool ids.** The API accepts only `[a-zA-Z0-9_-]` in tool ids and one
 //!     use of an id per request. An id with other characters (`functions.Read:3`
@@ -59,6 +59,7 @@ use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
 use crate::render::tool_ids::{self, IdRules, ToolIds};
 use crate::render::wire::{input_schema, CONTINUATION_TEXT, EMPTY_TEXT};
 use crate::render::{images, ProviderOptions, RenderedMessage, Request};
+use crate::tokens::{normalize_model, BlankFiller, ChatOverhead, Framing, IdGrowth, TokenizerRule};
 
 /// `max_tokens` when the caller sets none; the API requires the field.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
@@ -462,6 +463,70 @@ fn content_as_blocks(content: Option<&Value>, i: usize) -> Result<Vec<Value>, St
         Some(Value::String(s)) if !is_blank(s) => Ok(vec![text_block(s)]),
         Some(Value::Array(a)) if !a.is_empty() => Ok(a.clone()),
         _ => Err(format!("messages[{i}] has empty or missing content")),
+    }
+}
+
+/// Anthropic Messages: thinking is sent; later instructions are labelled;
+/// ids it refuses are hashed; scalar tool input is wrapped; blank content
+/// is filled; a conversation may need a continuation message; counted as
+/// Claude's text whatever the model is called.
+pub(super) const FRAMING: Framing = Framing {
+    name: "anthropic",
+    sends_thinking: true,
+    labels_late_instructions: true,
+    id_growth: IdGrowth::HashedSuffix,
+    wraps_scalar_input: true,
+    blank_filler: BlankFiller::Always,
+    tools_as_sent: true,
+    continuation: true,
+    tokenizer: TokenizerRule::ClaudeEstimate,
+    ..super::openai_chat::FRAMING
+};
+
+/// Anthropic Messages. Anthropic publishes no per-message framing; its
+/// token-counting example (a system prompt and one message, 14 tokens)
+/// implies about 6, so 8 per message and per block. A tool use gets 16
+/// and a tool result's id 4: the adapter may add a `_<n>` suffix to a
+/// reused id. Once per request 8 for the reply header (the
+/// `(continuing conversation)` message the adapter may add is counted
+/// with the request's fixed part). A request with tools pays
+/// Anthropic's hidden tool-use system prompt: 804 tokens at most in its
+/// published table (Opus 4.7, `tool_choice: any`), so 810.
+pub(super) fn overhead(model: &str) -> ChatOverhead {
+    ChatOverhead {
+        per_message: 8,
+        per_name: 4,
+        reply_priming: 8,
+        per_tool_call: 16,
+        per_image: image_tokens(model),
+        per_block: 8,
+        tools_preamble: 810,
+    }
+}
+
+/// Worst-case tokens of one image for a Claude model (Anthropic's vision
+/// guide: 28 px patches, capped at 1568 visual tokens, 4784 from Opus 4.7 on).
+/// Models known to predate the larger cap get 1600 (the older documented
+/// ceiling); any other Claude model gets 4784.
+pub(super) fn image_tokens(model: &str) -> u32 {
+    let m = normalize_model(model);
+    let older = m.contains("claude-3")
+        || m.contains("claude-sonnet-4")
+        || m.contains("claude-haiku-4")
+        || m.split("claude-opus-4")
+            .nth(1)
+            .is_some_and(|rest| match rest.strip_prefix('-') {
+                // `claude-opus-4`, or a date (`-20250514`): Opus 4.0.
+                None => true,
+                Some(v) => {
+                    let minor: String = v.chars().take_while(char::is_ascii_digit).collect();
+                    minor.len() != 1 || minor.parse::<u32>().is_ok_and(|n| n < 7)
+                }
+            });
+    if older {
+        1600
+    } else {
+        super::MAX_IMAGE_TOKENS
     }
 }
 

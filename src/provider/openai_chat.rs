@@ -23,6 +23,7 @@ use serde_json::{json, Map, Value};
 
 use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
 use crate::render::{images, ProviderOptions, RenderedMessage, Request};
+use crate::tokens::{normalize_model, BlankFiller, ChatOverhead, Framing, IdGrowth, TokenizerRule};
 
 /// OpenAI Chat Completions request body: {"model", "messages": [...], "tools": [{"type":"function","function":{name,description,parameters}}], "max_completion_tokens"?}.
 ///
@@ -216,6 +217,87 @@ pub fn check_pairing(body: &Value) -> Result<(), String> {
             "tool call {id:?} of messages[{pending_from}] is never answered"
         )),
         None => Ok(()),
+    }
+}
+
+/// OpenAI Chat Completions (and compatible servers): sent as given.
+pub(super) const FRAMING: Framing = Framing {
+    name: "openai-chat",
+    sends_thinking: false,
+    sends_reasoning: false,
+    labels_late_instructions: false,
+    joins_non_user_parts: false,
+    id_growth: IdGrowth::Verbatim,
+    wraps_scalar_input: false,
+    blank_filler: BlankFiller::Never,
+    tools_as_sent: false,
+    continuation: false,
+    tokenizer: TokenizerRule::ByModel,
+};
+
+/// OpenAI Chat Completions.
+///
+/// - `per_message` 4: the OpenAI cookbook ("How to count tokens with
+///   tiktoken") counts 3 framing tokens per message (`<|start|>`,
+///   `<|message|>`, `<|end|>`) plus the encoded role, and every role name
+///   is one token in o200k and cl100k (asserted in a test). Folding the
+///   role in means callers need not count it.
+/// - `per_name` 1 and `reply_priming` 3: the cookbook's numbers, which
+///   match the API's `prompt_tokens` for gpt-3.5/4/4o.
+/// - `per_tool_call` 10: OpenAI does not publish it; tiktoken-rs uses 1,
+///   which undercounts because every call after the first gets its own
+///   message header (4) plus a recipient and content-type header
+///   (`to=functions.…`, `json`, about 5) and a terminator (1). Errs high.
+/// - `per_image`: the model's worst case ([`image_tokens`]), since
+///   a URL says nothing of the image's size.
+pub(super) fn overhead(model: &str) -> ChatOverhead {
+    ChatOverhead {
+        per_message: 4,
+        per_name: 1,
+        reply_priming: 3,
+        per_tool_call: 10,
+        per_image: image_tokens(model),
+        per_block: 4,
+        tools_preamble: 0,
+    }
+}
+
+/// Worst-case tokens of one image for an OpenAI model (OpenAI's "Images and
+/// vision" guide). Tile models scale to 2048×2048 and the short side to 768:
+/// at most 8 tiles. Patch models cap at 1536 patches times a multiplier.
+/// - gpt-4o, gpt-4.1, gpt-4.5, chatgpt-4o: 85 + 8 × 170 = 1445
+/// - o1, o3: 75 + 8 × 150 = 1275
+/// - gpt-4o-mini: 2833 + 8 × 5667 = 48169 (its images are billed as tokens
+///   at this rate)
+/// - gpt-4.1-mini 1536 × 1.62, gpt-4.1-nano 1536 × 2.46, o4-mini 1536 × 1.72
+/// - anything else (gpt-5 family and newer): the largest patch cost, 3779
+pub(super) fn image_tokens(model: &str) -> u32 {
+    let m = normalize_model(model);
+    let is = |p: &str| m == p || m.starts_with(&format!("{p}-"));
+    if is("gpt-4o-mini") {
+        48_169
+    } else if is("gpt-4.1-nano") {
+        3779
+    } else if is("gpt-4.1-mini") {
+        2489
+    } else if is("o4-mini") {
+        2642
+    } else if is("o1") || is("o3") {
+        1275
+    } else if [
+        "gpt-4o",
+        "gpt-4.1",
+        "gpt-4.5",
+        "chatgpt-4o",
+        "gpt-4-turbo",
+        "gpt-4",
+    ]
+    .iter()
+    .any(|p| is(p))
+    {
+        1445
+    } else {
+        3779
     }
 }
 

@@ -34,6 +34,7 @@ use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
 use crate::render::tool_ids::{IdRules, ToolIds};
 use crate::render::wire::{input_schema, EMPTY_TEXT};
 use crate::render::{images, ProviderOptions, RenderedMessage, Request};
+use crate::tokens::{BlankFiller, Framing, IdGrowth};
 
 /// OpenAI Responses request body.
 pub fn to_responses(req: &Request, opts: &ProviderOptions) -> Value {
@@ -267,3 +268,16 @@ pub fn check_structure(body: &Value) -> Result<(), String> {
         None => Ok(()),
     }
 }
+
+/// OpenAI Responses: reasoning items are sent; every role's parts but the
+/// user's go joined; a reused call id gets a suffix; a blank user message
+/// is filled.
+pub(super) const FRAMING: Framing = Framing {
+    name: "openai-responses",
+    sends_reasoning: true,
+    joins_non_user_parts: true,
+    id_growth: IdGrowth::Suffix,
+    blank_filler: BlankFiller::UserOnly,
+    tools_as_sent: true,
+    ..super::openai_chat::FRAMING
+};
