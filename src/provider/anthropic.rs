@@ -55,6 +55,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
 
+use super::body::{array, BodyCounter};
 use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
 use crate::render::tool_ids::{self, IdRules, ToolIds};
 use crate::render::wire::{input_schema, CONTINUATION_TEXT, EMPTY_TEXT};
@@ -528,6 +529,58 @@ pub(super) fn image_tokens(model: &str) -> u32 {
     } else {
         super::MAX_IMAGE_TOKENS
     }
+}
+
+/// Tokens of an Anthropic Messages body as sent (see [`super::body_tokens`]).
+pub fn count_body(body: &Value, bc: &BodyCounter<'_>) -> u32 {
+    let o = bc.overhead();
+    let text = |v: &Value| bc.text(v);
+    let mut n = o.reply_priming;
+    if let Some(system) = body.get("system") {
+        n += o.per_message + text(system);
+    }
+    let blocks_tokens = |blocks: &[Value]| -> u32 {
+        blocks
+            .iter()
+            .map(|b| match b.get("type").and_then(Value::as_str) {
+                Some("text") => text(&b["text"]),
+                Some("image") => o.per_image,
+                Some("thinking") => o.per_block + text(&b["thinking"]),
+                Some("redacted_thinking") => o.per_block + text(&b["data"]),
+                _ => 0,
+            })
+            .sum()
+    };
+    for m in array(body, "messages") {
+        n += o.per_message;
+        let blocks: &[Value] = match m.get("content") {
+            Some(Value::Array(blocks)) => blocks,
+            Some(c) => {
+                n += text(c);
+                &[]
+            }
+            None => &[],
+        };
+        for b in blocks {
+            n += match b.get("type").and_then(Value::as_str) {
+                Some("tool_use") => {
+                    o.per_tool_call + text(&b["name"]) + text(&b["id"]) + bc.json_text(&b["input"])
+                }
+                Some("tool_result") => {
+                    o.per_name
+                        + text(&b["tool_use_id"])
+                        + match b.get("content") {
+                            Some(Value::Array(inner)) => blocks_tokens(inner),
+                            Some(c) => text(c),
+                            None => 0,
+                        }
+                }
+                _ => blocks_tokens(std::slice::from_ref(b)),
+            };
+        }
+    }
+    n += bc.tools(body, "input_schema", true);
+    n
 }
 
 #[cfg(test)]

@@ -18,12 +18,18 @@
 use serde::{Deserialize, Serialize};
 
 pub mod anthropic;
+mod body;
 pub mod openai_chat;
 pub mod openai_responses;
 #[cfg(test)]
 pub(crate) mod testgen;
 
+use serde_json::Value;
+
+use crate::render::RequestCounter;
 use crate::tokens::{encoding_known, normalize_model, ChatOverhead, Framing, Target};
+
+pub use body::BodyCounter;
 
 /// The form a rendered request is returned in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -75,6 +81,18 @@ impl Format {
     /// OpenAI Chat Completions with the gpt-4o family's framing.
     pub fn openai_chat_target() -> Target {
         Format::target(Some(Format::OpenAiChat), "gpt-4o")
+    }
+}
+
+/// Tokens of `body` in `format` as the target of `rc` reads it. Neutral
+/// output is not a body: `None`.
+pub fn body_tokens(format: Format, body: &Value, rc: &RequestCounter<'_>) -> Option<u32> {
+    let bc = BodyCounter::new(rc);
+    match format {
+        Format::Neutral => None,
+        Format::OpenAiChat => Some(openai_chat::count_body(body, &bc)),
+        Format::AnthropicMessages => Some(anthropic::count_body(body, &bc)),
+        Format::OpenAiResponses => Some(openai_responses::count_body(body, &bc)),
     }
 }
 

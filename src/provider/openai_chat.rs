@@ -21,6 +21,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
 
+use super::body::{array, BodyCounter};
 use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
 use crate::render::{images, ProviderOptions, RenderedMessage, Request};
 use crate::tokens::{normalize_model, BlankFiller, ChatOverhead, Framing, IdGrowth, TokenizerRule};
@@ -299,6 +300,39 @@ pub(super) fn image_tokens(model: &str) -> u32 {
     } else {
         3779
     }
+}
+
+/// Tokens of an OpenAI Chat body as sent (see [`super::body_tokens`]).
+pub fn count_body(body: &Value, bc: &BodyCounter<'_>) -> u32 {
+    let o = bc.overhead();
+    let text = |v: &Value| bc.text(v);
+    let mut n = o.reply_priming;
+    for m in array(body, "messages") {
+        n += o.per_message;
+        match m.get("content") {
+            Some(Value::Array(parts)) => {
+                for p in parts {
+                    n += match p.get("type").and_then(Value::as_str) {
+                        Some("image_url") => o.per_image,
+                        _ => text(&p["text"]),
+                    };
+                }
+            }
+            Some(c) => n += text(c),
+            None => {}
+        }
+        for c in array(m, "tool_calls") {
+            n += o.per_tool_call
+                + text(&c["function"]["name"])
+                + text(&c["id"])
+                + text(&c["function"]["arguments"]);
+        }
+        if let Some(id) = m.get("tool_call_id") {
+            n += o.per_name + text(id);
+        }
+    }
+    n += bc.tools(body, "parameters", false);
+    n
 }
 
 #[cfg(test)]

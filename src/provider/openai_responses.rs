@@ -30,6 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Map, Value};
 
+use super::body::{array, BodyCounter};
 use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
 use crate::render::tool_ids::{IdRules, ToolIds};
 use crate::render::wire::{input_schema, EMPTY_TEXT};
@@ -281,3 +282,49 @@ pub(super) const FRAMING: Framing = Framing {
     tools_as_sent: true,
     ..super::openai_chat::FRAMING
 };
+
+/// Tokens of an OpenAI Responses body as sent (see [`super::body_tokens`]).
+pub fn count_body(body: &Value, bc: &BodyCounter<'_>) -> u32 {
+    let o = bc.overhead();
+    let text = |v: &Value| bc.text(v);
+    let mut n = o.reply_priming;
+    if let Some(instructions) = body.get("instructions") {
+        n += o.per_message + text(instructions);
+    }
+    for item in array(body, "input") {
+        n += match item.get("type").and_then(Value::as_str) {
+            Some("function_call") => {
+                o.per_tool_call
+                    + text(&item["name"])
+                    + text(&item["call_id"])
+                    + text(&item["arguments"])
+            }
+            Some("function_call_output") => {
+                o.per_message + o.per_name + text(&item["call_id"]) + text(&item["output"])
+            }
+            Some("reasoning") => {
+                o.per_block
+                    + array(item, "summary")
+                        .map(|s| text(&s["text"]))
+                        .sum::<u32>()
+                    + text(&item["encrypted_content"])
+            }
+            _ => {
+                o.per_message
+                    + match item.get("content") {
+                        Some(Value::Array(parts)) => parts
+                            .iter()
+                            .map(|p| match p.get("type").and_then(Value::as_str) {
+                                Some("input_image") => o.per_image,
+                                _ => text(&p["text"]),
+                            })
+                            .sum(),
+                        Some(c) => text(c),
+                        None => 0,
+                    }
+            }
+        };
+    }
+    n += bc.tools(body, "parameters", true);
+    n
+}

@@ -1,7 +1,6 @@
 //! Rendering: thread + plan → request (neutral form), then the provider
 //! payloads. Pure and deterministic.
 
-mod body_count;
 mod count;
 pub mod images;
 
@@ -15,8 +14,9 @@ pub(crate) mod wire;
 
 pub use crate::provider::Format as OutputFormat;
 // The encoders live with their formats; these names are kept for callers.
-pub use crate::provider::{anthropic, openai_chat as openai, openai_responses as responses};
-pub use body_count::body_tokens;
+pub use crate::provider::{
+    anthropic, body_tokens, openai_chat as openai, openai_responses as responses,
+};
 pub use count::{RequestCounter, RequestTokens};
 pub use rehydrate::{
     artifact_ids_in, fit_rehydrated, named_recently, named_this_turn, AutoRehydrate,
