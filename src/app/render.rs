@@ -10,11 +10,11 @@ use crate::model::{
     SUMMARY_SCHEMA_VERSION,
 };
 use crate::model::{Eviction, Sensitivity, ToolSchema};
+use crate::provider::Encoded;
 use crate::reduce::{referenced_artifacts, ReserveUse, TokenBudget};
 use crate::render::{
-    anthropic, body_tokens, fit_rehydrated, openai, render, responses, OutputFormat,
-    ProviderOptions, RehydrationReport, RenderInput, Request, RequestCounter, RequestTokens,
-    RENDER_FORMAT_VERSION,
+    body_tokens, fit_rehydrated, render, OutputFormat, ProviderOptions, RehydrationReport,
+    RenderInput, Request, RequestCounter, RequestTokens, RENDER_FORMAT_VERSION,
 };
 use crate::render::{named_recently, named_this_turn, AutoRehydrate, RehydrationBlocked};
 use crate::runtime::blocking;
@@ -481,15 +481,16 @@ fn refuse_pending(thread: &crate::model::Thread) -> Result<()> {
 /// What rendering changed to satisfy the provider, for the audit record.
 fn render_warnings(request: &Request, format: OutputFormat) -> Vec<String> {
     let mut out = request.notes.clone();
-    let (rewrites, provider) = match format {
-        OutputFormat::AnthropicMessages => (anthropic::tool_id_rewrites(request), "Anthropic"),
-        OutputFormat::OpenAiResponses => (responses::tool_id_rewrites(request), "OpenAI Responses"),
-        OutputFormat::Neutral | OutputFormat::OpenAiChat => (Vec::new(), ""),
-    };
     out.extend(
-        rewrites
+        format
+            .tool_id_rewrites(request)
             .into_iter()
-            .map(|(from, to)| format!("tool call id {from:?} sent to {provider} as {to:?}")),
+            .map(|(from, to)| {
+                format!(
+                    "tool call id {from:?} sent to {} as {to:?}",
+                    format.display_name()
+                )
+            }),
     );
     out
 }
@@ -515,28 +516,13 @@ fn output(
         model,
         max_output_tokens,
     };
-    let (payload, checked) = match format {
-        OutputFormat::Neutral => {
-            check_neutral(&request).map_err(|e| broken(format, &e))?;
-            return Ok(RenderedOutput::Neutral(request));
-        }
-        OutputFormat::OpenAiChat => {
-            let body = openai::into_openai(request, &opts);
-            let checked = openai::check_pairing(&body);
-            (body, checked)
-        }
-        OutputFormat::AnthropicMessages => {
-            let body = anthropic::to_anthropic(&request, &opts);
-            let checked = anthropic::check_structure(&body);
-            (body, checked)
-        }
-        OutputFormat::OpenAiResponses => {
-            let body = responses::into_responses(request, &opts);
-            let checked = responses::check_structure(&body);
-            (body, checked)
-        }
+    let payload = match format
+        .encode(request, &opts)
+        .map_err(|e| broken(format, &e))?
+    {
+        Encoded::Neutral(request) => return Ok(RenderedOutput::Neutral(request)),
+        Encoded::Body(body) => body,
     };
-    checked.map_err(|e| broken(format, &e))?;
     if let Some(sent) = body_tokens(format, &payload, rc) {
         if sent > window {
             return Err(AppError::Internal(format!(
@@ -714,39 +700,6 @@ fn broken(format: OutputFormat, problem: &str) -> AppError {
     AppError::Internal(format!(
         "rendered {format:?} request failed the provider structure check: {problem}"
     ))
-}
-
-/// The neutral form's own rule: every tool message answers a call of the
-/// assistant message before it (results directly follow their call), and
-/// no call of that message is left unanswered before the next other message.
-fn check_neutral(request: &Request) -> std::result::Result<(), String> {
-    let mut open: Vec<&str> = Vec::new();
-    for (i, m) in request.messages.iter().enumerate() {
-        if m.role == crate::model::Role::Tool {
-            let id = m.tool_call_id.as_deref().unwrap_or_default();
-            match open.iter().position(|o| *o == id) {
-                Some(k) => {
-                    open.remove(k);
-                }
-                None => {
-                    return Err(format!(
-                        "messages[{i}] answers {id:?}, which the preceding assistant message did not call"
-                    ))
-                }
-            }
-            continue;
-        }
-        if let Some(id) = open.first() {
-            return Err(format!(
-                "tool call {id:?} is unanswered before messages[{i}]"
-            ));
-        }
-        open = m.tool_calls.iter().map(|c| c.id.as_str()).collect();
-    }
-    match open.first() {
-        Some(id) => Err(format!("tool call {id:?} is never answered")),
-        None => Ok(()),
-    }
 }
 
 #[cfg(test)]

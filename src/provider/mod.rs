@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod anthropic;
 mod body;
+pub mod neutral;
 pub mod openai_chat;
 pub mod openai_responses;
 #[cfg(test)]
@@ -26,7 +27,7 @@ pub(crate) mod testgen;
 
 use serde_json::Value;
 
-use crate::render::RequestCounter;
+use crate::render::{ProviderOptions, Request, RequestCounter};
 use crate::tokens::{encoding_known, normalize_model, ChatOverhead, Framing, Target};
 
 pub use body::BodyCounter;
@@ -55,7 +56,65 @@ const OTHER: Framing = Framing {
     ..openai_chat::FRAMING
 };
 
+/// A rendered request in its format.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Encoded {
+    /// The neutral request itself.
+    Neutral(Request),
+    /// A provider's request body.
+    Body(Value),
+}
+
 impl Format {
+    /// The request in this format, checked against the provider's rules
+    /// (pairing, adjacency, alternation, non-empty content); the check's
+    /// complaint, naming positions and ids, never content, when it fails.
+    /// The request is consumed where the encoder can move its text.
+    pub fn encode(self, request: Request, opts: &ProviderOptions) -> Result<Encoded, String> {
+        let body = match self {
+            Format::Neutral => {
+                neutral::check(&request)?;
+                return Ok(Encoded::Neutral(request));
+            }
+            Format::OpenAiChat => openai_chat::into_openai(request, opts),
+            Format::AnthropicMessages => anthropic::to_anthropic(&request, opts),
+            Format::OpenAiResponses => openai_responses::into_responses(request, opts),
+        };
+        self.check(&body)?;
+        Ok(Encoded::Body(body))
+    }
+
+    /// Whether `body` keeps the provider's rules (neutral output has no
+    /// body: always).
+    pub fn check(self, body: &Value) -> Result<(), String> {
+        match self {
+            Format::Neutral => Ok(()),
+            Format::OpenAiChat => openai_chat::check_pairing(body),
+            Format::AnthropicMessages => anthropic::check_structure(body),
+            Format::OpenAiResponses => openai_responses::check_structure(body),
+        }
+    }
+
+    /// The tool-call ids the body sends differently from the request, as
+    /// (the caller's, the provider's), in request order.
+    pub fn tool_id_rewrites(self, request: &Request) -> Vec<(String, String)> {
+        match self {
+            Format::AnthropicMessages => anthropic::tool_id_rewrites(request),
+            Format::OpenAiResponses => openai_responses::tool_id_rewrites(request),
+            Format::Neutral | Format::OpenAiChat => Vec::new(),
+        }
+    }
+
+    /// The name a person reads in warnings.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            Format::Neutral => "the neutral format",
+            Format::OpenAiChat => "OpenAI Chat",
+            Format::AnthropicMessages => "Anthropic",
+            Format::OpenAiResponses => "OpenAI Responses",
+        }
+    }
+
     /// What a request in `format` for `model` is counted for: the format's
     /// framing, or for neutral output (and Compact) the one the model
     /// implies.
