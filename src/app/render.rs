@@ -705,37 +705,16 @@ fn broken(format: OutputFormat, problem: &str) -> AppError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Content, Role, ToolCall};
-    use crate::render::{Origin, RenderedMessage};
-
-    fn msg(role: Role, text: &str) -> RenderedMessage {
-        RenderedMessage {
-            role,
-            content: Content::Text(text.into()),
-            tool_calls: Vec::new(),
-            tool_call_id: None,
-            tool_name: None,
-            is_error: false,
-            source_id: "m".into(),
-            origin: Origin::Verbatim,
-        }
-    }
+    use crate::model::Role;
+    use crate::provider::testgen::{self, calls, msg};
+    use crate::render::RenderedMessage;
 
     fn call(id: &str) -> RenderedMessage {
-        let mut m = msg(Role::Assistant, "");
-        m.tool_calls.push(ToolCall {
-            id: id.into(),
-            name: "search".into(),
-            arguments: serde_json::json!({}),
-        });
-        m
+        calls("", &[(id, "search", serde_json::json!({}))])
     }
 
     fn result(id: &str) -> RenderedMessage {
-        let mut m = msg(Role::Tool, "found");
-        m.tool_call_id = Some(id.into());
-        m.tool_name = Some("search".into());
-        m
+        testgen::result(id, "search", "found", false)
     }
 
     fn request(messages: Vec<RenderedMessage>) -> Request {
