@@ -180,9 +180,15 @@ fn parse_error(e: figment::Error) -> ConfigError {
 /// Validates everything that can be checked without starting: ranges, the
 /// auth section (key files are read), and the exposure rules.
 pub fn check(settings: &ServerSettings) -> Result<(), ConfigError> {
-    check_startup(settings)
-        .map(drop)
-        .map_err(|e| ConfigError::Invalid(e.to_string()))
+    let invalid = |e: &dyn std::fmt::Display| ConfigError::Invalid(e.to_string());
+    check_startup(settings).map_err(|e| invalid(&e))?;
+    // What `serve` refuses after these checks, where no AWS call or
+    // library load is needed to know: the same messages.
+    crate::store::backend::check(&settings.artifacts, &settings.plans)
+        .map_err(|e| invalid(&crate::server::ServeError::from_open(e)))?;
+    crate::plugin::check_all(&settings.plugins)
+        .map_err(|e| invalid(&crate::server::ServeError::invalid("plugins", e)))?;
+    Ok(())
 }
 
 /// The settings as YAML, as `config check` prints them.
@@ -357,5 +363,42 @@ mod tests {
         let s = load(None, env(&[("COMPACTD__LISTEN", "0.0.0.0:50051")])).unwrap();
         let e = check(&s).unwrap_err().to_string();
         assert!(e.contains("without authentication"), "{e}");
+    }
+
+    /// Whatever `serve` refuses from the settings alone, `config check`
+    /// refuses with the same message (stores and plugins included).
+    #[test]
+    fn stores_and_plugins_serve_refuses_are_refused_here_too() {
+        let plugin_dir = tempfile::tempdir().unwrap();
+        let mut perms = std::fs::metadata(plugin_dir.path()).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o555);
+        std::fs::set_permissions(plugin_dir.path(), perms).unwrap();
+        let cases = [
+            ("artifacts:\n  backend: s3\n".to_string(), "artifacts.s3.bucket"),
+            ("plans:\n  backend: s3\n".to_string(), "artifacts.s3.bucket"),
+            (
+                "artifacts:\n  kms:\n    tenant_keys:\n      acme: alias/acme\n".to_string(),
+                "artifacts.kms.tenant_keys",
+            ),
+            (
+                format!(
+                    "plugins:\n  dir: {}\n  load:\n    - name: gone\n      path: libgone.so\n      sha256: {}\n",
+                    plugin_dir.path().display(),
+                    "0".repeat(64)
+                ),
+                "libgone.so",
+            ),
+            (
+                "plugins:\n  load:\n    - name: nodir\n      path: libx.so\n      sha256: x\n"
+                    .to_string(),
+                "plugins.dir",
+            ),
+        ];
+        for (yaml, expected) in cases {
+            let f = file(&format!("auth:\n  dev: true\n{yaml}"));
+            let s = load(Some(f.path()), Vec::new()).unwrap();
+            let e = check(&s).unwrap_err().to_string();
+            assert!(e.contains(expected), "{yaml}: {e}");
+        }
     }
 }

@@ -274,8 +274,23 @@ impl LoadedPlugin {
 
 /// Loads every configured plugin, or says which one cannot be and why.
 pub fn load_all(settings: &PluginsSettings) -> Result<Vec<Arc<LoadedPlugin>>, PluginError> {
-    if settings.load.is_empty() {
+    let Some(dir) = check_all(settings)? else {
         return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for s in &settings.load {
+        out.push(Arc::new(load(dir, s)?));
+    }
+    Ok(out)
+}
+
+/// What can be checked of the plugin settings without loading a library
+/// (`config check` runs it; start-up runs it before loading): each entry's
+/// fields, the directory's permissions, each file's place, permissions and
+/// hash. The plugin directory, when there are plugins to load.
+pub fn check_all(settings: &PluginsSettings) -> Result<Option<&Path>, PluginError> {
+    if settings.load.is_empty() {
+        return Ok(None);
     }
     let dir = settings.dir.as_ref().ok_or_else(|| PluginError::Setting {
         index: 0,
@@ -283,12 +298,11 @@ pub fn load_all(settings: &PluginsSettings) -> Result<Vec<Arc<LoadedPlugin>>, Pl
         message: "plugins.dir must be set to load plugins".into(),
     })?;
     check_dir(dir)?;
-    let mut out = Vec::new();
     for (index, s) in settings.load.iter().enumerate() {
         check_settings(index, s)?;
-        out.push(Arc::new(load(dir, s)?));
+        verified_file(dir, s)?;
     }
-    Ok(out)
+    Ok(Some(dir))
 }
 
 fn check_settings(index: usize, s: &PluginSettings) -> Result<(), PluginError> {
@@ -344,7 +358,9 @@ fn check_dir(dir: &Path) -> Result<(), PluginError> {
     Ok(())
 }
 
-fn load(dir: &Path, s: &PluginSettings) -> Result<LoadedPlugin, PluginError> {
+/// The library file of `s`, canonical: directly in `dir`, not writable,
+/// with the hash the configuration names.
+fn verified_file(dir: &Path, s: &PluginSettings) -> Result<std::path::PathBuf, PluginError> {
     use std::os::unix::fs::PermissionsExt;
     let name = s.name.clone();
     let fail = |message: String| PluginError::Load {
@@ -384,6 +400,18 @@ fn load(dir: &Path, s: &PluginSettings) -> Result<LoadedPlugin, PluginError> {
             s.sha256
         )));
     }
+    Ok(canonical)
+}
+
+fn load(dir: &Path, s: &PluginSettings) -> Result<LoadedPlugin, PluginError> {
+    let name = s.name.clone();
+    let fail = |message: String| PluginError::Load {
+        name: name.clone(),
+        message,
+    };
+    // Checked again here: the file must be the one hashed right before
+    // it is loaded.
+    let canonical = verified_file(dir, s)?;
     // SAFETY: loading runs the library's initializers. That is the trust
     // the configuration gives a plugin whose hash it names.
     let lib = unsafe { libloading::Library::new(&canonical) }

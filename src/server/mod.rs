@@ -252,8 +252,18 @@ pub enum ServeError {
 }
 
 impl ServeError {
+    /// What opening the stores failed with, as `serve` reports it.
+    pub fn from_open(e: crate::store::backend::OpenError) -> Self {
+        match e {
+            crate::store::backend::OpenError::Invalid { field, message } => {
+                ServeError::invalid(field, message)
+            }
+            crate::store::backend::OpenError::Store(e) => ServeError::from(e),
+        }
+    }
+
     /// An `Invalid` naming `field`.
-    fn invalid(field: impl Into<String>, message: impl ToString) -> Self {
+    pub fn invalid(field: impl Into<String>, message: impl ToString) -> Self {
         ServeError::Invalid {
             field: field.into(),
             message: message.to_string(),
@@ -415,12 +425,7 @@ pub async fn open_stores(settings: &ServerSettings) -> Result<Stores, ServeError
         None,
     )
     .await
-    .map_err(|e| match e {
-        crate::store::backend::OpenError::Invalid { field, message } => {
-            ServeError::invalid(field, message)
-        }
-        crate::store::backend::OpenError::Store(e) => ServeError::from(e),
-    })?;
+    .map_err(ServeError::from_open)?;
     tracing::info!(stores = %stores.description, "stores opened");
     Ok(stores)
 }

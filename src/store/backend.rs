@@ -202,22 +202,21 @@ fn env_set(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| !v.is_empty())
 }
 
-/// Opens the stores the settings name, probing remote ones (bucket reachable,
-/// every KMS key usable) so a wrong bucket, key or permission stops start-up
-/// instead of failing the first call. `credentials`: static credentials
-/// instead of the standard chain (tests against a local server).
-pub async fn open(
-    local: Local<'_>,
-    artifacts: &ArtifactsSettings,
-    plans: &PlansSettings,
-    credentials: Option<Credentials>,
-) -> Result<Stores, OpenError> {
-    let plan_backend = match plans.backend {
+/// Where plans go: `auto` follows the artifacts.
+fn plan_backend(artifacts: &ArtifactsSettings, plans: &PlansSettings) -> Backend {
+    match plans.backend {
         PlanBackend::Auto => artifacts.backend,
         PlanBackend::Fs => Backend::Fs,
         PlanBackend::S3 => Backend::S3,
-    };
-    let wants_s3 = artifacts.backend == Backend::S3 || plan_backend == Backend::S3;
+    }
+}
+
+/// What can be checked of the store settings without reaching AWS (`config
+/// check` runs it; [`open`] runs it first): a bucket for S3, a key id that
+/// is not empty, per-tenant keys only with a default key.
+pub fn check(artifacts: &ArtifactsSettings, plans: &PlansSettings) -> Result<(), OpenError> {
+    let wants_s3 =
+        artifacts.backend == Backend::S3 || plan_backend(artifacts, plans) == Backend::S3;
     if wants_s3 && artifacts.s3.bucket.trim().is_empty() {
         return Err(invalid(
             "artifacts.s3.bucket",
@@ -233,6 +232,22 @@ pub async fn open(
             "needs artifacts.kms.key_id (the key of every other tenant)",
         ));
     }
+    Ok(())
+}
+
+/// Opens the stores the settings name, probing remote ones (bucket reachable,
+/// every KMS key usable) so a wrong bucket, key or permission stops start-up
+/// instead of failing the first call. `credentials`: static credentials
+/// instead of the standard chain (tests against a local server).
+pub async fn open(
+    local: Local<'_>,
+    artifacts: &ArtifactsSettings,
+    plans: &PlansSettings,
+    credentials: Option<Credentials>,
+) -> Result<Stores, OpenError> {
+    check(artifacts, plans)?;
+    let plans_on = plan_backend(artifacts, plans);
+    let wants_s3 = artifacts.backend == Backend::S3 || plans_on == Backend::S3;
     let sdk = if wants_s3 || artifacts.kms.key_id.is_some() {
         let region = artifacts
             .s3
@@ -342,7 +357,7 @@ pub async fn open(
             Arc::new(FsArtifactStore::open_with_keys(local.data_dir, keys)?)
         }
     };
-    let plan_store: Arc<dyn PlanStore> = match (&location, plan_backend) {
+    let plan_store: Arc<dyn PlanStore> = match (&location, plans_on) {
         (Some(at), Backend::S3) => {
             let store = S3PlanStore::new(at.clone(), artifacts.kms.key_id.clone());
             description.push(format!("plans=s3://{}", at.bucket()));
