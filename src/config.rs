@@ -370,9 +370,6 @@ mod tests {
     #[test]
     fn stores_and_plugins_serve_refuses_are_refused_here_too() {
         let plugin_dir = tempfile::tempdir().unwrap();
-        let mut perms = std::fs::metadata(plugin_dir.path()).unwrap().permissions();
-        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o555);
-        std::fs::set_permissions(plugin_dir.path(), perms).unwrap();
         let cases = [
             ("artifacts:\n  backend: s3\n".to_string(), "artifacts.s3.bucket"),
             ("plans:\n  backend: s3\n".to_string(), "artifacts.s3.bucket"),
@@ -382,11 +379,18 @@ mod tests {
             ),
             (
                 format!(
-                    "plugins:\n  dir: {}\n  load:\n    - name: gone\n      path: libgone.so\n      sha256: {}\n",
+                    "plugins:\n  dir: {}\n  load:\n    - name: out\n      path: ../libout.so\n      sha256: {}\n",
                     plugin_dir.path().display(),
                     "0".repeat(64)
                 ),
-                "libgone.so",
+                "must be a file name in plugins.dir",
+            ),
+            (
+                format!(
+                    "plugins:\n  dir: {}\n  load:\n    - name: short\n      path: libshort.so\n      sha256: abc\n",
+                    plugin_dir.path().display(),
+                ),
+                "sha256",
             ),
             (
                 "plugins:\n  load:\n    - name: nodir\n      path: libx.so\n      sha256: x\n"

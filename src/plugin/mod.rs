@@ -277,6 +277,7 @@ pub fn load_all(settings: &PluginsSettings) -> Result<Vec<Arc<LoadedPlugin>>, Pl
     let Some(dir) = check_all(settings)? else {
         return Ok(Vec::new());
     };
+    check_dir(dir)?;
     let mut out = Vec::new();
     for s in &settings.load {
         out.push(Arc::new(load(dir, s)?));
@@ -284,10 +285,11 @@ pub fn load_all(settings: &PluginsSettings) -> Result<Vec<Arc<LoadedPlugin>>, Pl
     Ok(out)
 }
 
-/// What can be checked of the plugin settings without loading a library
-/// (`config check` runs it; start-up runs it before loading): each entry's
-/// fields, the directory's permissions, each file's place, permissions and
-/// hash. The plugin directory, when there are plugins to load.
+/// What can be checked of the plugin settings from the settings alone
+/// (`config check` runs it, possibly on another machine than the one that
+/// will hold the libraries; start-up runs it first): each entry's fields
+/// and that its path names a file directly in `plugins.dir`. The plugin
+/// directory, when there are plugins to load.
 pub fn check_all(settings: &PluginsSettings) -> Result<Option<&Path>, PluginError> {
     if settings.load.is_empty() {
         return Ok(None);
@@ -297,10 +299,8 @@ pub fn check_all(settings: &PluginsSettings) -> Result<Option<&Path>, PluginErro
         field: "path",
         message: "plugins.dir must be set to load plugins".into(),
     })?;
-    check_dir(dir)?;
     for (index, s) in settings.load.iter().enumerate() {
         check_settings(index, s)?;
-        verified_file(dir, s)?;
     }
     Ok(Some(dir))
 }
@@ -315,6 +315,15 @@ fn check_settings(index: usize, s: &PluginSettings) -> Result<(), PluginError> {
     };
     if s.name.is_empty() {
         return bad("name", "must not be empty");
+    }
+    // A file directly in plugins.dir (checked again on the real file, whose
+    // canonical path could still lead elsewhere).
+    let mut parts = s.path.components();
+    if !matches!(
+        (parts.next(), parts.next()),
+        (Some(std::path::Component::Normal(_)), None)
+    ) {
+        return bad("path", "must be a file name in plugins.dir");
     }
     // Reports and the pipeline tell steps apart by name.
     if POSITIONS.contains(&s.name.as_str()) {
@@ -409,8 +418,6 @@ fn load(dir: &Path, s: &PluginSettings) -> Result<LoadedPlugin, PluginError> {
         name: name.clone(),
         message,
     };
-    // Checked again here: the file must be the one hashed right before
-    // it is loaded.
     let canonical = verified_file(dir, s)?;
     // SAFETY: loading runs the library's initializers. That is the trust
     // the configuration gives a plugin whose hash it names.
