@@ -323,7 +323,13 @@ fn check_settings(index: usize, s: &PluginSettings) -> Result<(), PluginError> {
         (parts.next(), parts.next()),
         (Some(std::path::Component::Normal(_)), None)
     ) {
-        return bad("path", "must be a file name in plugins.dir");
+        return bad(
+            "path",
+            &format!(
+                "must be a file name in plugins.dir, not {}",
+                s.path.display()
+            ),
+        );
     }
     // Reports and the pipeline tell steps apart by name.
     if POSITIONS.contains(&s.name.as_str()) {
