@@ -119,20 +119,24 @@ impl Format {
     /// framing, or for neutral output (and Compact) the one the model
     /// implies.
     pub fn target(format: Option<Format>, model: &str) -> Target {
-        let framing = match format {
-            Some(Format::OpenAiChat) => openai_chat::FRAMING,
-            Some(Format::OpenAiResponses) => openai_responses::FRAMING,
-            Some(Format::AnthropicMessages) => anthropic::FRAMING,
-            Some(Format::Neutral) | None => framing_for_model(model),
+        let format = match format {
+            Some(Format::Neutral) | None => implied_by(model),
+            given => given,
         };
-        let overhead = if framing == anthropic::FRAMING {
-            anthropic::overhead(model)
-        } else if (framing == openai_chat::FRAMING || framing == openai_responses::FRAMING)
-            && encoding_known(model)
-        {
-            openai_chat::overhead(model)
-        } else {
-            conservative_overhead()
+        // An OpenAI format for a model no OpenAI tokenizer knows (a gateway
+        // alias) gets the conservative overheads.
+        let openai = || {
+            if encoding_known(model) {
+                openai_chat::overhead(model)
+            } else {
+                conservative_overhead()
+            }
+        };
+        let (framing, overhead) = match format {
+            Some(Format::OpenAiChat) => (openai_chat::FRAMING, openai()),
+            Some(Format::OpenAiResponses) => (openai_responses::FRAMING, openai()),
+            Some(Format::AnthropicMessages) => (anthropic::FRAMING, anthropic::overhead(model)),
+            Some(Format::Neutral) | None => (OTHER, conservative_overhead()),
         };
         Target { framing, overhead }
     }
@@ -155,14 +159,15 @@ pub fn body_tokens(format: Format, body: &Value, rc: &RequestCounter<'_>) -> Opt
     }
 }
 
-/// The framing a model name implies, when no output format says.
-fn framing_for_model(model: &str) -> Framing {
+/// The provider format a model name implies, when no output format says
+/// (`None`: neither Claude nor a model an OpenAI tokenizer knows).
+fn implied_by(model: &str) -> Option<Format> {
     if normalize_model(model).contains("claude") {
-        anthropic::FRAMING
+        Some(Format::AnthropicMessages)
     } else if encoding_known(model) {
-        openai_chat::FRAMING
+        Some(Format::OpenAiChat)
     } else {
-        OTHER
+        None
     }
 }
 

@@ -725,18 +725,18 @@ impl<'a> Projection<'a> {
     /// messages verbatim too; a clear or drop just loses them, a drop's turns
     /// following its remaining span).
     pub fn restore_verbatim(&mut self, indices: &[usize]) {
-        let drops: Vec<usize> = indices
+        let mut drops: Vec<usize> = indices
             .iter()
             .filter_map(|&i| match self.slots[i] {
                 Slot::Drop(r) => Some(r),
                 _ => None,
             })
             .collect();
-        let mut drops = drops;
         drops.sort_unstable();
         drops.dedup();
         let changed = self.take(indices, None);
-        self.settle(indices, Slot::Include, &changed, None);
+        // A drop's turns follow its remaining span before anything is
+        // recosted: its notice, at its (new) first message, names them.
         for r in drops {
             let span = &self.plan.drops[r].span;
             let ends = (span.message_ids.first(), span.message_ids.last());
@@ -751,12 +751,8 @@ impl<'a> Projection<'a> {
                 span.first_turn = a.unwrap_or(span.first_turn);
                 span.last_turn = b.unwrap_or(span.last_turn);
             }
-            // Its notice names those turns.
-            let first = self.plan.drops[r].span.message_ids.first();
-            if let Some(i) = first.and_then(|id| self.index.get(id.as_str()).copied()) {
-                self.recost(i);
-            }
         }
+        self.settle(indices, Slot::Include, &changed, None);
     }
 
     /// Whether a plugin strategy decided what became of message `i`: its
