@@ -11,7 +11,8 @@ use std::fmt::Write as _;
 
 use common::Harness;
 use compactd::app::RenderedOutput;
-use compactd::model::{thread_from_json, ToolSchema};
+use compactd::model::ToolSchema;
+use compactd::provider::thread_from_json;
 use compactd::render::OutputFormat;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};

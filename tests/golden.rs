@@ -4,7 +4,7 @@
 mod common;
 
 use common::Harness;
-use compactd::model::thread_from_json;
+use compactd::provider::thread_from_json;
 use compactd::render::{anthropic, openai, ProviderOptions};
 
 fn incident() -> (Harness, compactd::model::Thread) {

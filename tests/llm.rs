@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use compactd::app::{App, CompactCommand, LlmSummaries, RenderCommand, RenderedOutput};
 use compactd::llm::{LlmSummarizer, SummarizerKind, SummarizerSettings, SummaryMode};
-use compactd::model::{thread_from_json, CompactionPlan, Sensitivity, Thread};
+use compactd::model::{CompactionPlan, Sensitivity, Thread};
+use compactd::provider::thread_from_json;
 use compactd::reduce::Policy;
 use compactd::render::OutputFormat;
 use compactd::security::SecurityContext;

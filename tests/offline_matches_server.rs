@@ -11,8 +11,8 @@ use std::process::Command;
 use serde_json::Value;
 use server_common::*;
 
-use compactd::model::thread_from_json;
 use compactd::proto::pb;
+use compactd::provider::thread_from_json;
 use compactd::render::RenderedMessage;
 
 const MODEL: &str = "gpt-4o";

@@ -5,7 +5,8 @@
 mod common;
 
 use common::{request_text, Harness};
-use compactd::model::{thread_from_json, Outcome, Thread};
+use compactd::model::{Outcome, Thread};
+use compactd::provider::thread_from_json;
 use serde_json::{json, Value};
 
 /// Distinct failures, phrased the way different deploy backends report them,

@@ -9,8 +9,9 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use compactd::app::{App, CompactCommand, CompactOutcome, Extensions};
-use compactd::model::{thread_from_json, ClearReason, Thread};
+use compactd::model::{ClearReason, Thread};
 use compactd::plugin::{load_all, LoadedPlugin, PluginError, PluginSettings, PluginsSettings};
+use compactd::provider::thread_from_json;
 use compactd::reduce::Policy;
 use compactd::security::SecurityContext;
 use compactd_testkit::plugins::{build_c_plugin, build_rust_plugin, PluginDir};

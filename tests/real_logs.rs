@@ -12,7 +12,8 @@ use std::collections::BTreeSet;
 
 use common::Harness;
 use compactd::app::RenderedOutput;
-use compactd::model::{thread_from_json, Role, Thread};
+use compactd::model::{Role, Thread};
+use compactd::provider::thread_from_json;
 use compactd::render::{anthropic, openai, responses, OutputFormat};
 use serde_json::Value;
 

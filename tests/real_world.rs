@@ -7,7 +7,8 @@ mod common;
 
 use common::{log_lines, Harness};
 use compactd::app::AppError;
-use compactd::model::{thread_from_json, Content, ContentPart, Role, Thread};
+use compactd::model::{Content, ContentPart, Role, Thread};
+use compactd::provider::thread_from_json;
 use compactd::render::{anthropic, openai, responses, OutputFormat, ProviderOptions, Request};
 use serde_json::{json, Value};
 

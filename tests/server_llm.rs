@@ -7,8 +7,8 @@
 mod server_common;
 
 use compactd::llm::{SummarizerKind, SummarizerSettings};
-use compactd::model::thread_from_json;
 use compactd::proto::pb;
+use compactd::provider::thread_from_json;
 use compactd::server::{check_startup, ServerSettings};
 use compactd::summarize::llm::Style;
 use compactd_testkit::fake_llm::{Behavior, FakeLlm};

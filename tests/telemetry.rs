@@ -12,8 +12,8 @@
 mod server_common;
 
 use compactd::llm::{SummarizerKind, SummarizerSettings};
-use compactd::model::thread_from_json;
 use compactd::proto::pb;
+use compactd::provider::thread_from_json;
 use compactd::telemetry::{export_layer, Telemetry, TelemetrySettings};
 use compactd_testkit::fake_llm::{Behavior, FakeLlm};
 use compactd_testkit::otlp::Receiver;

@@ -680,7 +680,7 @@ mod tests {
     use crate::reduce::compact;
 
     fn resolved() -> Resolved {
-        let thread = crate::model::thread_from_json(
+        let thread = crate::provider::thread_from_json(
             &serde_json::json!([
                 {"role": "user", "content": "Find order A-17 and tell me its status."},
                 {"role": "assistant", "content": null, "tool_calls": [

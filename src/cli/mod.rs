@@ -13,7 +13,7 @@ use std::path::Path;
 
 use clap::ValueEnum;
 use compactd::app::AppError;
-use compactd::model::{thread_from_json, ThreadInput};
+use compactd::provider::{thread_from_json, ThreadInput};
 use compactd::render::OutputFormat;
 
 /// Why a command failed, and the process exit code that says so:

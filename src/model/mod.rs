@@ -3,7 +3,6 @@
 mod audit;
 mod ids;
 pub(crate) mod image;
-mod import;
 mod message;
 mod outcome;
 mod plan;
@@ -13,7 +12,6 @@ mod thread;
 pub use audit::{AuditRecord, Eviction, EvictionCounts};
 pub(crate) use ids::process_seed;
 pub use ids::{IdHash, IdHasher, IdMap, IdSet};
-pub use import::{thread_from_json, ImportError, InputFormat, ThreadInput};
 pub use message::{
     Content, ContentPart, DeterminismMetadata, Durability, JsonText, Message, MessageMetadata,
     Outcome, Role, Sensitivity, ToolCall, ToolContent, ToolResultEnvelope, ToolSchema,

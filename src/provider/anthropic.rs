@@ -583,6 +583,188 @@ pub fn count_body(body: &Value, bc: &BodyCounter<'_>) -> u32 {
     n
 }
 
+/// Reading Anthropic Messages bodies (or their `messages` arrays) as
+/// threads: `tool_use` blocks become calls, each `tool_result` block a tool
+/// message (`is_error` a failure), thinking blocks stay with their turn.
+pub(super) mod import {
+    use serde_json::{Map, Value};
+
+    use crate::model::{Content, ContentPart, Role, Thread, ToolCall, ToolContent};
+    use crate::provider::import::{content_of, err, str_field, Builder, ImportError};
+
+    /// Anthropic blocks that Chat Completions never has; a text-only Anthropic
+    /// conversation reads the same either way.
+    pub(in crate::provider) fn recognizes(
+        messages: &[Value],
+        obj: Option<&Map<String, Value>>,
+    ) -> bool {
+        const ONLY_ANTHROPIC: &[&str] =
+            &["tool_use", "tool_result", "thinking", "redacted_thinking"];
+        obj.and_then(|o| o.get("system"))
+            .is_some_and(Value::is_array)
+            || messages.iter().any(|m| {
+                m.get("content")
+                    .and_then(Value::as_array)
+                    .is_some_and(|blocks| {
+                        blocks.iter().any(|b| {
+                            let t = b.get("type").and_then(Value::as_str).unwrap_or_default();
+                            ONLY_ANTHROPIC.contains(&t)
+                                || (t == "image" && b.get("source").is_some())
+                        })
+                    })
+            })
+    }
+
+    /// A block-array system prompt as one string.
+    pub(in crate::provider) fn system_text(blocks: &[Value]) -> Result<String, ImportError> {
+        let mut texts = Vec::new();
+        for (i, b) in blocks.iter().enumerate() {
+            texts.push(str_field(b, "text", &format!("system[{i}]"))?.to_string());
+        }
+        Ok(texts.join("\n\n"))
+    }
+
+    pub(in crate::provider) fn thread(
+        messages: &[Value],
+        id: String,
+    ) -> Result<Thread, ImportError> {
+        let mut b = Builder::default();
+        for (i, m) in messages.iter().enumerate() {
+            let path = format!("messages[{i}]");
+            let role = str_field(m, "role", &path)?;
+            let blocks: Vec<Value> = match m.get("content") {
+                Some(Value::String(s)) => vec![serde_json::json!({"type": "text", "text": s})],
+                Some(Value::Array(a)) => a.clone(),
+                _ => {
+                    return Err(err(
+                        format!("{path}.content"),
+                        "must be a string or an array",
+                    ))
+                }
+            };
+            match role {
+                "user" => user(&mut b, &blocks, &path)?,
+                "assistant" => assistant(&mut b, &blocks, &path)?,
+                other => {
+                    return Err(err(
+                        format!("{path}.role"),
+                        format!("{other:?} is not user or assistant"),
+                    ))
+                }
+            }
+        }
+        Ok(b.thread(id))
+    }
+
+    /// Tool results first (one tool message each), then the user's own
+    /// blocks as one user message.
+    fn user(b: &mut Builder, blocks: &[Value], path: &str) -> Result<(), ImportError> {
+        let mut own = Vec::new();
+        for (j, block) in blocks.iter().enumerate() {
+            let bpath = format!("{path}.content[{j}]");
+            match block.get("type").and_then(Value::as_str) {
+                Some("tool_result") => {
+                    let call_id = str_field(block, "tool_use_id", &bpath)?;
+                    let text = match block.get("content") {
+                        None | Some(Value::Null) => String::new(),
+                        Some(Value::String(s)) => s.clone(),
+                        // Tool output is text here: images (screenshots)
+                        // become short references, never inline data.
+                        Some(Value::Array(parts)) => Content::Parts(
+                            parts
+                                .iter()
+                                .enumerate()
+                                .map(|(k, p)| part(p, &format!("{bpath}.content[{k}]")))
+                                .collect::<Result<Vec<_>, _>>()?,
+                        )
+                        .flat_text(),
+                        Some(_) => {
+                            return Err(err(
+                                format!("{bpath}.content"),
+                                "must be a string or an array",
+                            ))
+                        }
+                    };
+                    let failed = block.get("is_error").and_then(Value::as_bool) == Some(true);
+                    b.result(
+                        call_id,
+                        ToolContent::Text(text),
+                        failed,
+                        &format!("{bpath}.tool_use_id"),
+                    )?;
+                }
+                _ => own.push(part(block, &bpath)?),
+            }
+        }
+        if !own.is_empty() {
+            b.push(Role::User, content_of(own));
+        }
+        Ok(())
+    }
+
+    fn assistant(b: &mut Builder, blocks: &[Value], path: &str) -> Result<(), ImportError> {
+        let mut parts = Vec::new();
+        let mut calls = Vec::new();
+        for (j, block) in blocks.iter().enumerate() {
+            let bpath = format!("{path}.content[{j}]");
+            match block.get("type").and_then(Value::as_str) {
+                Some("tool_use") => calls.push(ToolCall {
+                    id: str_field(block, "id", &bpath)?.to_string(),
+                    name: str_field(block, "name", &bpath)?.to_string(),
+                    arguments: block.get("input").cloned().unwrap_or(Value::Null),
+                }),
+                _ => parts.push(part(block, &bpath)?),
+            }
+        }
+        b.push(Role::Assistant, content_of(parts));
+        let at = b.messages.len() - 1;
+        for c in calls {
+            b.call(at, c);
+        }
+        Ok(())
+    }
+
+    fn part(block: &Value, path: &str) -> Result<ContentPart, ImportError> {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => Ok(ContentPart::Text {
+                text: str_field(block, "text", path)?.to_string(),
+            }),
+            Some("image") => {
+                let source = block
+                    .get("source")
+                    .ok_or_else(|| err(format!("{path}.source"), "is required"))?;
+                let url = match source.get("type").and_then(Value::as_str) {
+                    Some("base64") => format!(
+                        "data:{};base64,{}",
+                        str_field(source, "media_type", &format!("{path}.source"))?,
+                        str_field(source, "data", &format!("{path}.source"))?
+                    ),
+                    Some("url") => str_field(source, "url", &format!("{path}.source"))?.to_string(),
+                    other => {
+                        return Err(err(
+                            format!("{path}.source.type"),
+                            format!("{other:?} is not base64 or url"),
+                        ))
+                    }
+                };
+                Ok(ContentPart::Image { url })
+            }
+            Some("thinking") => Ok(ContentPart::Thinking {
+                thinking: str_field(block, "thinking", path)?.to_string(),
+                signature: str_field(block, "signature", path)?.to_string(),
+            }),
+            Some("redacted_thinking") => Ok(ContentPart::RedactedThinking {
+                data: str_field(block, "data", path)?.to_string(),
+            }),
+            Some(other) => Err(err(
+                format!("{path}.type"),
+                format!("unsupported block type {other:?}"),
+            )),
+            None => Err(err(format!("{path}.type"), "is required")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod anthropic;
 mod body;
+mod import;
 pub mod neutral;
 pub mod openai_chat;
 pub mod openai_responses;
@@ -31,6 +32,7 @@ use crate::render::{ProviderOptions, Request, RequestCounter};
 use crate::tokens::{encoding_known, normalize_model, ChatOverhead, Framing, Target};
 
 pub use body::BodyCounter;
+pub use import::{thread_from_json, ImportError, ThreadInput};
 
 /// The form a rendered request is returned in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

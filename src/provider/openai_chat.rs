@@ -335,6 +335,140 @@ pub fn count_body(body: &Value, bc: &BodyCounter<'_>) -> u32 {
     n
 }
 
+/// Reading a Chat Completions `messages` array (or request body) as a
+/// thread; tool messages are paired with their calls by id.
+pub(super) mod import {
+    use std::collections::HashMap;
+
+    use serde_json::Value;
+
+    use crate::model::{
+        Content, ContentPart, Message, MessageMetadata, Role, Thread, ToolCall, ToolContent,
+    };
+    use crate::provider::import::{
+        assign_turns_if_absent, err, imported_result, parse_arguments, ImportError,
+    };
+
+    pub(in crate::provider) fn thread(
+        messages: &[Value],
+        id: String,
+    ) -> Result<Thread, ImportError> {
+        let mut out = Vec::with_capacity(messages.len());
+        let mut call_names: HashMap<String, String> = HashMap::new();
+        for (i, m) in messages.iter().enumerate() {
+            let path = |f: &str| format!("messages[{i}].{f}");
+            let role_s = m
+                .get("role")
+                .and_then(Value::as_str)
+                .ok_or_else(|| err(path("role"), "is required"))?;
+            let role = Role::parse(role_s).ok_or_else(|| {
+                err(
+                    path("role"),
+                    format!("{role_s:?} is not one of system, developer, user, assistant, tool"),
+                )
+            })?;
+            let content = match m.get("content") {
+                None | Some(Value::Null) => Content::default(),
+                Some(Value::String(s)) => Content::Text(s.clone()),
+                Some(Value::Array(parts)) => {
+                    let mut out = Vec::with_capacity(parts.len());
+                    for (j, p) in parts.iter().enumerate() {
+                        out.push(
+                            content_part(p)
+                                .map_err(|r| err(format!("messages[{i}].content[{j}]"), r))?,
+                        );
+                    }
+                    Content::Parts(out)
+                }
+                Some(_) => return Err(err(path("content"), "must be a string, an array or null")),
+            };
+            let mut tool_calls = Vec::new();
+            if let Some(calls) = m.get("tool_calls").filter(|c| !c.is_null()) {
+                let calls = calls
+                    .as_array()
+                    .ok_or_else(|| err(path("tool_calls"), "must be an array"))?;
+                for (j, c) in calls.iter().enumerate() {
+                    let cpath = |f: &str| format!("messages[{i}].tool_calls[{j}].{f}");
+                    let cid = c
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| err(cpath("id"), "is required"))?;
+                    let f = c
+                        .get("function")
+                        .ok_or_else(|| err(cpath("function"), "is required"))?;
+                    let name = f
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| err(cpath("function.name"), "is required"))?;
+                    let arguments = parse_arguments(f.get("arguments"));
+                    call_names.insert(cid.to_string(), name.to_string());
+                    tool_calls.push(ToolCall {
+                        id: cid.to_string(),
+                        name: name.to_string(),
+                        arguments,
+                    });
+                }
+            }
+            let mut message = Message {
+                id: format!("m{i}"),
+                role,
+                content,
+                tool_calls,
+                tool_result: None,
+                turn: 0,
+                metadata: MessageMetadata::default(),
+            };
+            if role == Role::Tool {
+                let call_id = m
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| err(path("tool_call_id"), "is required for role tool"))?;
+                let tool_name = call_names.get(call_id).cloned().ok_or_else(|| {
+                    err(
+                        path("tool_call_id"),
+                        format!("{call_id:?} has no earlier tool call"),
+                    )
+                })?;
+                let text = std::mem::take(&mut message.content).flat_text();
+                // Chat Completions tool messages carry no outcome; some logs add
+                // `is_error`.
+                let failed = m.get("is_error").and_then(Value::as_bool) == Some(true);
+                message.tool_result = Some(imported_result(
+                    tool_name,
+                    call_id,
+                    ToolContent::Text(text),
+                    failed,
+                ));
+            }
+            out.push(message);
+        }
+        let mut thread = Thread { id, messages: out };
+        assign_turns_if_absent(&mut thread);
+        Ok(thread)
+    }
+
+    fn content_part(p: &Value) -> Result<ContentPart, String> {
+        match p.get("type").and_then(Value::as_str) {
+            Some("text") => Ok(ContentPart::Text {
+                text: p
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .ok_or("text is required")?
+                    .to_string(),
+            }),
+            Some("image_url") => Ok(ContentPart::Image {
+                url: p
+                    .pointer("/image_url/url")
+                    .and_then(Value::as_str)
+                    .ok_or("image_url.url is required")?
+                    .to_string(),
+            }),
+            Some(other) => Err(format!("unsupported part type {other:?}")),
+            None => Err("type is required".into()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

@@ -328,3 +328,285 @@ pub fn count_body(body: &Value, bc: &BodyCounter<'_>) -> u32 {
     n += bc.tools(body, "parameters", true);
     n
 }
+
+/// Reading OpenAI Responses `input` items (or a request body) as threads:
+/// `function_call` and `function_call_output` items become calls and
+/// results, `reasoning` items stay with the calls they preceded,
+/// `instructions` is the system prompt.
+pub(super) mod import {
+    use serde_json::Value;
+
+    use crate::model::{Content, ContentPart, Message, Role, ToolCall, ToolContent};
+    use crate::provider::import::{
+        content_of, err, parse_arguments, str_field, tool_schema, Builder, ImportError, ThreadInput,
+    };
+    use crate::provider::Format;
+
+    /// The Responses `input` items of `v`, when it is a Responses body (an
+    /// object with `input` and no `messages`) or an array of Responses items.
+    pub(in crate::provider) fn input_of(v: &Value) -> Option<&Value> {
+        const ONLY_RESPONSES: &[&str] = &[
+            "function_call",
+            "function_call_output",
+            "reasoning",
+            "input_text",
+            "output_text",
+            "input_image",
+        ];
+        match v {
+            Value::Object(o) if o.get("messages").is_none() => o.get("input"),
+            Value::Array(items) => items
+                .iter()
+                .any(|i| {
+                    let t = i.get("type").and_then(Value::as_str).unwrap_or_default();
+                    ONLY_RESPONSES.contains(&t)
+                        || i.get("content")
+                            .and_then(Value::as_array)
+                            .is_some_and(|parts| {
+                                parts.iter().any(|p| {
+                                    ONLY_RESPONSES.contains(
+                                        &p.get("type").and_then(Value::as_str).unwrap_or_default(),
+                                    )
+                                })
+                            })
+                })
+                .then_some(v),
+            _ => None,
+        }
+    }
+
+    pub(in crate::provider) fn thread(
+        v: &Value,
+        input: &Value,
+        default_id: &str,
+    ) -> Result<ThreadInput, ImportError> {
+        let obj = v.as_object();
+        let id = obj
+            .and_then(|o| o.get("id"))
+            .and_then(Value::as_str)
+            .unwrap_or(default_id)
+            .to_string();
+        let system = match obj.and_then(|o| o.get("instructions")) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => return Err(err("instructions", "must be a string")),
+        };
+        let tools = match obj.and_then(|o| o.get("tools")) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| {
+                    t.get("type")
+                        .and_then(Value::as_str)
+                        .is_none_or(|t| t == "function")
+                })
+                .map(|(i, t)| tool_schema(t).map_err(|r| err(format!("tools[{i}]"), r)))
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(err("tools", "must be an array")),
+        };
+        let mut b = Builder::default();
+        match input {
+            Value::String(s) => {
+                b.push(Role::User, Content::Text(s.clone()));
+            }
+            Value::Array(items) => {
+                // The assistant message that function calls and reasoning
+                // join, until something else is said.
+                let mut turn: Option<usize> = None;
+                for (i, item) in items.iter().enumerate() {
+                    item_into(&mut b, &mut turn, item, &format!("input[{i}]"))?;
+                }
+            }
+            _ => return Err(err("input", "must be a string or an array")),
+        }
+        Ok(ThreadInput {
+            thread: b.thread(id),
+            system,
+            tools,
+            format: Format::OpenAiResponses,
+        })
+    }
+
+    fn assistant_turn(b: &mut Builder, turn: &mut Option<usize>) -> usize {
+        match *turn {
+            Some(i) => i,
+            None => {
+                b.push(Role::Assistant, Content::default());
+                let i = b.messages.len() - 1;
+                *turn = Some(i);
+                i
+            }
+        }
+    }
+
+    fn add_part(m: &mut Message, p: ContentPart) {
+        let mut parts = match std::mem::take(&mut m.content) {
+            Content::Text(t) if t.is_empty() => Vec::new(),
+            Content::Text(text) => vec![ContentPart::Text { text }],
+            Content::Parts(parts) => parts,
+        };
+        parts.push(p);
+        m.content = content_of(parts);
+    }
+
+    fn item_into(
+        b: &mut Builder,
+        turn: &mut Option<usize>,
+        item: &Value,
+        path: &str,
+    ) -> Result<(), ImportError> {
+        match item
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("message")
+        {
+            "message" => {
+                let role_s = str_field(item, "role", path)?;
+                let role = Role::parse(role_s)
+                    .filter(|r| *r != Role::Tool)
+                    .ok_or_else(|| {
+                        err(
+                            format!("{path}.role"),
+                            format!("{role_s:?} is not one of system, developer, user, assistant"),
+                        )
+                    })?;
+                let parts = match item.get("content") {
+                    Some(Value::String(s)) => vec![ContentPart::Text { text: s.clone() }],
+                    Some(Value::Array(a)) => a
+                        .iter()
+                        .enumerate()
+                        .map(|(k, p)| part(p, &format!("{path}.content[{k}]")))
+                        .collect::<Result<_, _>>()?,
+                    _ => {
+                        return Err(err(
+                            format!("{path}.content"),
+                            "must be a string or an array",
+                        ))
+                    }
+                };
+                if role == Role::Assistant {
+                    let at = assistant_turn(b, turn);
+                    for p in parts {
+                        add_part(&mut b.messages[at], p);
+                    }
+                } else {
+                    *turn = None;
+                    b.push(role, content_of(parts));
+                }
+            }
+            "reasoning" => {
+                let summary = match item.get("summary") {
+                    Some(Value::Array(a)) => a
+                        .iter()
+                        .filter_map(|s| s.get("text").and_then(Value::as_str).map(str::to_string))
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                // Reasoning opens the assistant turn it belongs to.
+                if turn.is_some_and(|t| !b.messages[t].tool_calls.is_empty()) {
+                    *turn = None;
+                }
+                let at = assistant_turn(b, turn);
+                add_part(
+                    &mut b.messages[at],
+                    ContentPart::Reasoning {
+                        id: str_field(item, "id", path)?.to_string(),
+                        summary,
+                        encrypted_content: item
+                            .get("encrypted_content")
+                            .and_then(Value::as_str)
+                            .map(str::to_string),
+                    },
+                );
+            }
+            "function_call" => {
+                let arguments = parse_arguments(item.get("arguments"));
+                let call = ToolCall {
+                    id: str_field(item, "call_id", path)?.to_string(),
+                    name: str_field(item, "name", path)?.to_string(),
+                    arguments,
+                };
+                let at = assistant_turn(b, turn);
+                b.call(at, call);
+            }
+            "function_call_output" => {
+                *turn = None;
+                let call_id = str_field(item, "call_id", path)?;
+                let text = match item.get("output") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(parts)) => output_text(parts),
+                    _ => return Err(err(format!("{path}.output"), "is required")),
+                };
+                b.result(
+                    call_id,
+                    ToolContent::Text(text),
+                    false,
+                    &format!("{path}.call_id"),
+                )?;
+            }
+            other => {
+                return Err(err(
+                    format!("{path}.type"),
+                    format!("unsupported item type {other:?}"),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn part(p: &Value, path: &str) -> Result<ContentPart, ImportError> {
+        match p.get("type").and_then(Value::as_str) {
+            Some("input_text" | "output_text" | "text") => Ok(ContentPart::Text {
+                text: str_field(p, "text", path)?.to_string(),
+            }),
+            Some("refusal") => Ok(ContentPart::Text {
+                text: str_field(p, "refusal", path)?.to_string(),
+            }),
+            Some("input_image") => match p.get("image_url").and_then(Value::as_str) {
+                Some(url) => Ok(ContentPart::Image {
+                    url: url.to_string(),
+                }),
+                None => Ok(ContentPart::Text {
+                    text: format!(
+                        "[image: file {}]",
+                        p.get("file_id")
+                            .and_then(Value::as_str)
+                            .unwrap_or("unknown")
+                    ),
+                }),
+            },
+            Some(other) => Err(err(
+                format!("{path}.type"),
+                format!("unsupported content type {other:?}"),
+            )),
+            None => Err(err(format!("{path}.type"), "is required")),
+        }
+    }
+
+    /// A Responses `function_call_output` given as content parts, as text:
+    /// images and files become short references (never inline data), so
+    /// nothing the tool returned vanishes without a trace.
+    fn output_text(parts: &[Value]) -> String {
+        let field = |p: &Value, k: &str| p.get(k).and_then(Value::as_str).map(str::to_string);
+        parts
+            .iter()
+            .filter_map(|p| match p.get("type").and_then(Value::as_str) {
+                Some("input_image") => Some(match field(p, "image_url") {
+                    Some(url) => crate::model::image::reference(&url),
+                    None => format!("[image: file {}]", field(p, "file_id").unwrap_or_default()),
+                }),
+                Some("input_file") => Some(format!(
+                    "[file: {}]",
+                    field(p, "filename")
+                        .or_else(|| field(p, "file_url"))
+                        .or_else(|| field(p, "file_id"))
+                        .unwrap_or_default()
+                )),
+                _ => field(p, "text"),
+            })
+            .filter(|s| !s.trim().is_empty())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}

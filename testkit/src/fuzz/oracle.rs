@@ -8,8 +8,8 @@ use std::sync::{Mutex, Once};
 use serde_json::{json, Map, Value};
 
 use compactd::app::{App, AppError, Extensions, RenderOutcome, RenderedOutput};
-use compactd::model::thread_from_json;
 use compactd::proto::{explain_command, pb, rehydrate_command, render_command};
+use compactd::provider::thread_from_json;
 use compactd::reduce::Policy;
 use compactd::render::{anthropic, openai, responses, OutputFormat, ProviderOptions};
 use compactd::security::{AuthMethod, Permission, SecurityContext};
