@@ -58,7 +58,7 @@ fn no_request_pushes_the_safety_buffer_below_the_floor() {
             &t,
             50_000,
             None,
-            compactd::render::OutputFormat::Neutral,
+            compactd::provider::Format::Neutral,
             Some("gemini-2.5-pro"),
         )
         .expect("compacts");

@@ -7,24 +7,24 @@
 
 mod common;
 
+use compactd::provider::Format;
 use std::fmt::Write as _;
 
 use common::Harness;
 use compactd::app::RenderedOutput;
 use compactd::model::ToolSchema;
 use compactd::provider::thread_from_json;
-use compactd::render::OutputFormat;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 /// The cells: a format and the model it is counted for.
-const CELLS: [(OutputFormat, &str); 6] = [
-    (OutputFormat::OpenAiChat, "gpt-4o"),
-    (OutputFormat::AnthropicMessages, "claude-sonnet-4-5"),
-    (OutputFormat::OpenAiResponses, "gpt-4o"),
-    (OutputFormat::Neutral, "gpt-4o"),
-    (OutputFormat::Neutral, "claude-sonnet-4-5"),
-    (OutputFormat::Neutral, "gemini-2.5-pro"),
+const CELLS: [(Format, &str); 6] = [
+    (Format::OpenAiChat, "gpt-4o"),
+    (Format::AnthropicMessages, "claude-sonnet-4-5"),
+    (Format::OpenAiResponses, "gpt-4o"),
+    (Format::Neutral, "gpt-4o"),
+    (Format::Neutral, "claude-sonnet-4-5"),
+    (Format::Neutral, "gemini-2.5-pro"),
 ];
 
 fn harness() -> Harness {

@@ -11,12 +11,13 @@
 
 mod common;
 
+use compactd::provider::Format;
 use std::collections::BTreeSet;
 
 use common::{run_counted, Harness};
 use compactd::app::{AppError, RenderedOutput};
 use compactd::model::{CompactionPlan, Content, ContentPart, Role, Thread};
-use compactd::render::{anthropic, body_tokens, openai, responses, OutputFormat, RequestCounter};
+use compactd::render::{anthropic, body_tokens, openai, responses, RequestCounter};
 use compactd::tokens::{counter_for_model, TokenLedger};
 use compactd_testkit::hard::{self, HardParams};
 use proptest::prelude::*;
@@ -56,10 +57,10 @@ fn params() -> impl Strategy<Value = HardParams> {
         )
 }
 
-const TARGETS: [(OutputFormat, &str); 3] = [
-    (OutputFormat::OpenAiChat, "gpt-4o"),
-    (OutputFormat::AnthropicMessages, "claude-sonnet-4-5"),
-    (OutputFormat::OpenAiResponses, "gpt-4.1"),
+const TARGETS: [(Format, &str); 3] = [
+    (Format::OpenAiChat, "gpt-4o"),
+    (Format::AnthropicMessages, "claude-sonnet-4-5"),
+    (Format::OpenAiResponses, "gpt-4.1"),
 ];
 
 /// Text that must reach the body untouched, as it appears inside JSON.
@@ -106,10 +107,10 @@ fn opaque_parts(t: &Thread) -> BTreeSet<String> {
     out
 }
 
-fn body_opaque_parts(format: OutputFormat, body: &Value) -> Vec<String> {
+fn body_opaque_parts(format: Format, body: &Value) -> Vec<String> {
     let mut out = Vec::new();
     match format {
-        OutputFormat::AnthropicMessages => {
+        Format::AnthropicMessages => {
             for m in body["messages"].as_array().into_iter().flatten() {
                 for b in m["content"].as_array().into_iter().flatten() {
                     if b["type"] == "thinking" {
@@ -122,7 +123,7 @@ fn body_opaque_parts(format: OutputFormat, body: &Value) -> Vec<String> {
                 }
             }
         }
-        OutputFormat::OpenAiResponses => {
+        Format::OpenAiResponses => {
             for item in body["input"].as_array().into_iter().flatten() {
                 if item["type"] == "reasoning" {
                     if let Some(e) = item["encrypted_content"].as_str() {
@@ -136,12 +137,12 @@ fn body_opaque_parts(format: OutputFormat, body: &Value) -> Vec<String> {
     out
 }
 
-fn check_structure(format: OutputFormat, body: &Value) -> Result<(), String> {
+fn check_structure(format: Format, body: &Value) -> Result<(), String> {
     match format {
-        OutputFormat::OpenAiChat => openai::check_pairing(body),
-        OutputFormat::AnthropicMessages => anthropic::check_structure(body),
-        OutputFormat::OpenAiResponses => responses::check_structure(body),
-        OutputFormat::Neutral => Ok(()),
+        Format::OpenAiChat => openai::check_pairing(body),
+        Format::AnthropicMessages => anthropic::check_structure(body),
+        Format::OpenAiResponses => responses::check_structure(body),
+        Format::Neutral => Ok(()),
     }
     .map_err(|e| e.to_string())
 }
@@ -169,13 +170,10 @@ fn one_case(
     h.policy.keep_recent_turns = 2;
     // The budget is a fraction of what the thread costs uncompacted (plus
     // the output reserve), so most cases must compact, some cannot fit.
-    let full = RequestCounter::for_target(
-        h.counter.as_ref(),
-        &h.ledger,
-        OutputFormat::openai_chat_target(),
-    )
-    .request(&h.render(&t, &CompactionPlan::new(t.id.clone())))
-    .total;
+    let full =
+        RequestCounter::for_target(h.counter.as_ref(), &h.ledger, Format::openai_chat_target())
+            .request(&h.render(&t, &CompactionPlan::new(t.id.clone())))
+            .total;
     let max_input = ((f64::from(full) * fraction) as u32).max(1_500)
         + h.policy.response_reserve_tokens
         + h.policy.rehydration_reserve_tokens
@@ -186,7 +184,7 @@ fn one_case(
     // and nothing is committed for it.
     if pending {
         tally.with_pending += 1;
-        match h.render_as(&t, max_input, None, OutputFormat::OpenAiChat, None) {
+        match h.render_as(&t, max_input, None, Format::OpenAiChat, None) {
             Err(AppError::PendingToolCall { .. }) => {}
             other => prop_assert!(
                 false,
@@ -243,7 +241,7 @@ fn one_case(
         let rc = RequestCounter::for_target(
             counter.as_ref(),
             &ledger,
-            OutputFormat::target(Some(format), model),
+            Format::target(Some(format), model),
         );
         let sent = body_tokens(format, &body, &rc).expect("the body is countable");
         prop_assert!(

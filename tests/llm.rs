@@ -6,6 +6,7 @@
 //! cycles with a model that paraphrases and drops details, the summary
 //! cache, and background mode.
 
+use compactd::provider::Format;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +15,6 @@ use compactd::llm::{LlmSummarizer, SummarizerKind, SummarizerSettings, SummaryMo
 use compactd::model::{CompactionPlan, Sensitivity, Thread};
 use compactd::provider::thread_from_json;
 use compactd::reduce::Policy;
-use compactd::render::OutputFormat;
 use compactd::security::SecurityContext;
 use compactd::store::{ArtifactStore, MemoryArtifactStore};
 use compactd::summarize::llm::Style;
@@ -147,7 +147,7 @@ async fn rendered(app: &App, t: &Thread, limit: u32) -> String {
                 request: command(t, &policy(), limit),
                 compact_first: false,
                 plan_version: 0,
-                format: OutputFormat::OpenAiChat,
+                format: Format::OpenAiChat,
                 max_output_tokens: None,
                 rehydrate_artifact_ids: Vec::new(),
                 omit_pending_calls: false,

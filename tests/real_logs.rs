@@ -8,13 +8,14 @@
 
 mod common;
 
+use compactd::provider::Format;
 use std::collections::BTreeSet;
 
 use common::Harness;
 use compactd::app::RenderedOutput;
 use compactd::model::{Role, Thread};
 use compactd::provider::thread_from_json;
-use compactd::render::{anthropic, openai, responses, OutputFormat};
+use compactd::render::{anthropic, openai, responses};
 use serde_json::Value;
 
 /// The logs of `tests/data/` (not `sources.json`), with their threads.
@@ -56,9 +57,9 @@ fn strings(v: &Value, out: &mut String) {
     }
 }
 
-fn model(format: OutputFormat) -> &'static str {
+fn model(format: Format) -> &'static str {
     match format {
-        OutputFormat::AnthropicMessages => "claude-sonnet-4-5",
+        Format::AnthropicMessages => "claude-sonnet-4-5",
         _ => "gpt-4o",
     }
 }
@@ -66,15 +67,15 @@ fn model(format: OutputFormat) -> &'static str {
 #[test]
 fn every_real_log_renders_valid_within_budget_at_every_size_and_format() {
     let formats = [
-        OutputFormat::OpenAiChat,
-        OutputFormat::AnthropicMessages,
-        OutputFormat::OpenAiResponses,
+        Format::OpenAiChat,
+        Format::AnthropicMessages,
+        Format::OpenAiResponses,
     ];
     let mut compacted = 0;
     for (name, thread) in logs() {
         // The log's size as the OpenAI body counts it.
         let whole = Harness::default()
-            .render_as(&thread, 10_000_000, None, OutputFormat::OpenAiChat, None)
+            .render_as(&thread, 10_000_000, None, Format::OpenAiChat, None)
             .unwrap_or_else(|e| panic!("{name}: {e}"))
             .1
             .tokens
@@ -109,8 +110,8 @@ fn every_real_log_renders_valid_within_budget_at_every_size_and_format() {
                 };
                 let body: Value = serde_json::from_str(json).expect("JSON body");
                 match format {
-                    OutputFormat::OpenAiChat => openai::check_pairing(&body),
-                    OutputFormat::AnthropicMessages => anthropic::check_structure(&body),
+                    Format::OpenAiChat => openai::check_pairing(&body),
+                    Format::AnthropicMessages => anthropic::check_structure(&body),
                     _ => responses::check_structure(&body),
                 }
                 .unwrap_or_else(|e| panic!("{cell}: invalid body: {e}"));

@@ -9,7 +9,8 @@ use common::{log_lines, Harness};
 use compactd::app::AppError;
 use compactd::model::{Content, ContentPart, Role, Thread};
 use compactd::provider::thread_from_json;
-use compactd::render::{anthropic, openai, responses, OutputFormat, ProviderOptions, Request};
+use compactd::provider::Format;
+use compactd::render::{anthropic, openai, responses, ProviderOptions, Request};
 use serde_json::{json, Value};
 
 fn opts() -> ProviderOptions {
@@ -427,18 +428,12 @@ fn an_anthropic_body_is_counted_as_claude_whatever_the_model_is_called() {
         "sonnet",
     ] {
         let (_, out) = h
-            .render_as(
-                &t,
-                100_000,
-                None,
-                OutputFormat::AnthropicMessages,
-                Some(model),
-            )
+            .render_as(&t, 100_000, None, Format::AnthropicMessages, Some(model))
             .expect("renders");
         assert_eq!(out.audit.tokenizer, claude, "{model}");
     }
     let (_, out) = h
-        .render_as(&t, 100_000, None, OutputFormat::OpenAiChat, Some("gpt-4o"))
+        .render_as(&t, 100_000, None, Format::OpenAiChat, Some("gpt-4o"))
         .expect("renders");
     assert_eq!(out.audit.tokenizer, "o200k_base");
 }
@@ -474,9 +469,9 @@ fn an_image_sent_as_text_is_counted_as_text() {
     };
     let h = Harness::default();
     for (format, model) in [
-        (OutputFormat::OpenAiChat, "gpt-4o"),
-        (OutputFormat::AnthropicMessages, "claude-3-5-sonnet"),
-        (OutputFormat::OpenAiResponses, "gpt-4.1"),
+        (Format::OpenAiChat, "gpt-4o"),
+        (Format::AnthropicMessages, "claude-3-5-sonnet"),
+        (Format::OpenAiResponses, "gpt-4.1"),
     ] {
         h.render_as(&t, 200_000, None, format, Some(model))
             .unwrap_or_else(|e| panic!("{format:?}: {e}"));
@@ -544,7 +539,7 @@ fn abandoned_calls_are_left_out_with_a_warning_not_refused() {
     ]));
     let h = Harness::default();
     let (_, out) = h
-        .render_as(&t, 100_000, None, OutputFormat::OpenAiChat, None)
+        .render_as(&t, 100_000, None, Format::OpenAiChat, None)
         .expect("an abandoned call is not a pending one");
     let body = match &out.output {
         compactd::app::RenderedOutput::Payload(json) => json.clone(),
@@ -610,7 +605,7 @@ fn earlier_turns_thinking_is_neither_sent_nor_counted() {
                 t,
                 100_000,
                 None,
-                OutputFormat::AnthropicMessages,
+                Format::AnthropicMessages,
                 Some("claude-sonnet-4-5"),
             )
             .expect("renders");

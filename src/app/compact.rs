@@ -52,7 +52,7 @@ pub struct CompactCommand {
     pub rehydrated_this_turn: bool,
     /// The form the request will be rendered in, which decides how it is
     /// counted; `None` (Compact) or neutral: the provider the model implies.
-    pub format: Option<crate::render::OutputFormat>,
+    pub format: Option<Format>,
 }
 
 impl CompactCommand {

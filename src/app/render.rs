@@ -2,6 +2,7 @@
 //! artifacts to inject → fit them into the rehydration reserve → render →
 //! count → the requested output form.
 
+use crate::provider::Format;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -13,8 +14,8 @@ use crate::model::{Eviction, Sensitivity, ToolSchema};
 use crate::provider::Encoded;
 use crate::reduce::{referenced_artifacts, ReserveUse, TokenBudget};
 use crate::render::{
-    body_tokens, fit_rehydrated, render, OutputFormat, ProviderOptions, RehydrationReport,
-    RenderInput, Request, RequestCounter, RequestTokens, RENDER_FORMAT_VERSION,
+    body_tokens, fit_rehydrated, render, ProviderOptions, RehydrationReport, RenderInput, Request,
+    RequestCounter, RequestTokens, RENDER_FORMAT_VERSION,
 };
 use crate::render::{named_recently, named_this_turn, AutoRehydrate, RehydrationBlocked};
 use crate::runtime::blocking;
@@ -37,7 +38,7 @@ pub struct RenderCommand {
     /// Without `compact_first`: the committed version to render (0 = latest).
     pub plan_version: u64,
     /// The output form.
-    pub format: OutputFormat,
+    pub format: Format,
     /// Response `max_tokens` written into provider payloads.
     pub max_output_tokens: Option<u32>,
     /// Artifacts to inject for this turn only.
@@ -479,7 +480,7 @@ fn refuse_pending(thread: &crate::model::Thread) -> Result<()> {
 }
 
 /// What rendering changed to satisfy the provider, for the audit record.
-fn render_warnings(request: &Request, format: OutputFormat) -> Vec<String> {
+fn render_warnings(request: &Request, format: Format) -> Vec<String> {
     let mut out = request.notes.clone();
     out.extend(
         format
@@ -506,7 +507,7 @@ fn render_warnings(request: &Request, format: OutputFormat) -> Vec<String> {
 /// the difference as framing, so the reported total is what was sent.
 fn output(
     request: Request,
-    format: OutputFormat,
+    format: Format,
     model: String,
     max_output_tokens: Option<u32>,
     rc: &RequestCounter<'_>,
@@ -696,7 +697,7 @@ fn audit_event(a: &AuditRecord) {
 
 /// An internal error for a body that failed its provider check; the problem
 /// names positions and ids, never content.
-fn broken(format: OutputFormat, problem: &str) -> AppError {
+fn broken(format: Format, problem: &str) -> AppError {
     AppError::Internal(format!(
         "rendered {format:?} request failed the provider structure check: {problem}"
     ))
@@ -738,13 +739,6 @@ mod tests {
         )
     }
 
-    const ALL: [OutputFormat; 4] = [
-        OutputFormat::Neutral,
-        OutputFormat::OpenAiChat,
-        OutputFormat::AnthropicMessages,
-        OutputFormat::OpenAiResponses,
-    ];
-
     fn refused(r: Result<RenderedOutput>) -> bool {
         matches!(r, Err(AppError::Internal(m)) if m.contains("structure check"))
     }
@@ -754,7 +748,7 @@ mod tests {
     fn a_body_that_breaks_provider_rules_is_never_returned() {
         // A result whose call is not in the request at all.
         let orphan = request(vec![msg(Role::User, "hi"), result("c9")]);
-        for format in ALL {
+        for format in Format::ALL {
             assert!(
                 refused(output(
                     orphan.clone(),
@@ -775,7 +769,7 @@ mod tests {
             msg(Role::User, "also"),
             result("c1"),
         ]);
-        for format in ALL {
+        for format in Format::ALL {
             let r = output(
                 interleaved.clone(),
                 format,
@@ -784,10 +778,7 @@ mod tests {
                 &rc(),
                 (&mut RequestTokens::default(), u32::MAX),
             );
-            let repairable = matches!(
-                format,
-                OutputFormat::AnthropicMessages | OutputFormat::OpenAiResponses
-            );
+            let repairable = matches!(format, Format::AnthropicMessages | Format::OpenAiResponses);
             assert_eq!(refused(r), !repairable, "{format:?}");
         }
     }

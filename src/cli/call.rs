@@ -21,7 +21,9 @@ use compactd::reduce::{BudgetReport, ReducerReport};
 use compactd::render::{RehydrationReport, RenderedMessage, RequestTokens};
 use tonic::Code;
 
-use super::{read_thread, runtime, Failure, Format};
+use compactd::provider::Format;
+
+use super::{read_thread, runtime, Failure};
 
 /// Which RPC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -74,8 +76,8 @@ pub struct CallArgs {
     /// System prompt; overrides one in the input file.
     #[arg(long)]
     system: Option<String>,
-    /// Render output.
-    #[arg(long, value_enum, ignore_case = true, default_value = "neutral")]
+    /// Render output: neutral, openai, anthropic or responses.
+    #[arg(long, default_value = "neutral")]
     format: Format,
     /// Render: compact first, in the same round trip.
     #[arg(long)]
@@ -233,7 +235,7 @@ fn build(args: &CallArgs) -> Result<Built, Failure> {
                 compact_first: args.compact_first,
                 system_prompt,
                 tools,
-                format: pb::OutputFormat::from(args.format.output()) as i32,
+                format: pb::OutputFormat::from(args.format) as i32,
                 model: args.model.clone().unwrap_or_default(),
                 max_output_tokens: args.max_tokens,
                 rehydrate_artifact_ids: args.artifact_id.iter().cloned().collect(),
@@ -542,7 +544,7 @@ mod tests {
             provider_payload_json: "{".into(),
             ..Default::default()
         };
-        let e = render_json(bad, Format::Openai).unwrap_err();
+        let e = render_json(bad, Format::OpenAiChat).unwrap_err();
         assert_eq!(e.field, "provider_payload_json");
         let r = pb::RenderResponse {
             provider_payload_json: r#"{"model":"gpt-4o","messages":[]}"#.into(),
@@ -553,7 +555,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let out = render_json(r, Format::Openai).unwrap();
+        let out = render_json(r, Format::OpenAiChat).unwrap();
         assert_eq!(out["provider_payload"]["model"], "gpt-4o");
         assert_eq!(out["format"], "openai");
         assert!(out.get("messages").is_none());

@@ -11,7 +11,9 @@ use compactd::app::{App, CompactCommand, RenderCommand, RenderedOutput};
 use compactd::config;
 use compactd::security::SecurityContext;
 
-use super::{read_thread, runtime, Failure, Format};
+use compactd::provider::Format;
+
+use super::{read_thread, runtime, Failure};
 
 /// Arguments of `compactd compact`.
 #[derive(clap::Args)]
@@ -28,8 +30,8 @@ pub struct CompactArgs {
     /// The model's input limit in tokens.
     #[arg(long)]
     max_input_tokens: Option<u32>,
-    /// Output form of the request.
-    #[arg(long, value_enum, ignore_case = true, default_value = "neutral")]
+    /// Output form of the request: neutral, openai, anthropic or responses.
+    #[arg(long, default_value = "neutral")]
     format: Format,
     /// System prompt (overrides one in the input file).
     #[arg(long)]
@@ -59,7 +61,7 @@ pub fn run(args: &CompactArgs) -> Result<String, Failure> {
         request,
         compact_first: true,
         plan_version: 0,
-        format: args.format.output(),
+        format: args.format,
         max_output_tokens: args.max_output_tokens,
         rehydrate_artifact_ids: Vec::new(),
         omit_pending_calls: args.omit_pending_calls,

@@ -11,10 +11,8 @@ pub mod serve;
 use std::io::Read as _;
 use std::path::Path;
 
-use clap::ValueEnum;
 use compactd::app::AppError;
 use compactd::provider::{thread_from_json, ThreadInput};
-use compactd::render::OutputFormat;
 
 /// Why a command failed, and the process exit code that says so:
 /// 2 bad input or config, 3 the budget cannot be met, 1 anything else.
@@ -68,44 +66,6 @@ impl From<AppError> for Failure {
             | AppError::Cancelled
             | AppError::StrategyUnavailable(_)
             | AppError::QuotaExceeded { .. } => Failure::other(e),
-        }
-    }
-}
-
-/// Output form of a rendered request, as spelled on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Neutral messages plus the system prompt.
-    Neutral,
-    /// An OpenAI Chat Completions body.
-    #[value(alias = "openai_chat")]
-    Openai,
-    /// An Anthropic Messages body.
-    #[value(alias = "anthropic_messages")]
-    Anthropic,
-    /// An OpenAI Responses body.
-    #[value(alias = "openai_responses")]
-    Responses,
-}
-
-impl Format {
-    /// The core's output format.
-    pub fn output(self) -> OutputFormat {
-        match self {
-            Format::Neutral => OutputFormat::Neutral,
-            Format::Openai => OutputFormat::OpenAiChat,
-            Format::Anthropic => OutputFormat::AnthropicMessages,
-            Format::Responses => OutputFormat::OpenAiResponses,
-        }
-    }
-
-    /// Its command-line name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Neutral => "neutral",
-            Format::Openai => "openai",
-            Format::Anthropic => "anthropic",
-            Format::Responses => "responses",
         }
     }
 }

@@ -2,32 +2,33 @@
 //! record.
 
 use crate::model::{ActionKind, AuditRecord, Eviction, EvictionCounts};
+use crate::provider::Format;
 use crate::reduce::{BudgetReport, ReducerReport};
 use crate::render::{
-    Origin, OutputFormat, RehydrationBlocked, RehydrationReport, RenderedMessage, RequestTokens,
+    Origin, RehydrationBlocked, RehydrationReport, RenderedMessage, RequestTokens,
 };
 
 use super::thread::{content, content_to_pb, role};
 use super::{each, pb, unknown_enum, unset_enum, ConvertError, Result};
 
-impl From<OutputFormat> for pb::OutputFormat {
-    fn from(f: OutputFormat) -> Self {
+impl From<Format> for pb::OutputFormat {
+    fn from(f: Format) -> Self {
         match f {
-            OutputFormat::Neutral => pb::OutputFormat::Neutral,
-            OutputFormat::OpenAiChat => pb::OutputFormat::OpenaiChat,
-            OutputFormat::AnthropicMessages => pb::OutputFormat::AnthropicMessages,
-            OutputFormat::OpenAiResponses => pb::OutputFormat::OpenaiResponses,
+            Format::Neutral => pb::OutputFormat::Neutral,
+            Format::OpenAiChat => pb::OutputFormat::OpenaiChat,
+            Format::AnthropicMessages => pb::OutputFormat::AnthropicMessages,
+            Format::OpenAiResponses => pb::OutputFormat::OpenaiResponses,
         }
     }
 }
 
 /// The requested output form (its zero value is neutral).
-pub fn output_format(v: i32, field: &str) -> Result<OutputFormat> {
+pub fn output_format(v: i32, field: &str) -> Result<Format> {
     match pb::OutputFormat::try_from(v) {
-        Ok(pb::OutputFormat::Neutral) => Ok(OutputFormat::Neutral),
-        Ok(pb::OutputFormat::OpenaiChat) => Ok(OutputFormat::OpenAiChat),
-        Ok(pb::OutputFormat::AnthropicMessages) => Ok(OutputFormat::AnthropicMessages),
-        Ok(pb::OutputFormat::OpenaiResponses) => Ok(OutputFormat::OpenAiResponses),
+        Ok(pb::OutputFormat::Neutral) => Ok(Format::Neutral),
+        Ok(pb::OutputFormat::OpenaiChat) => Ok(Format::OpenAiChat),
+        Ok(pb::OutputFormat::AnthropicMessages) => Ok(Format::AnthropicMessages),
+        Ok(pb::OutputFormat::OpenaiResponses) => Ok(Format::OpenAiResponses),
         Err(_) => Err(unknown_enum(field, v)),
     }
 }

@@ -1,6 +1,7 @@
 //! Core → wire → core is the identity for every value that travels both
 //! ways, and the inbound direction rejects what it cannot represent.
 
+use crate::provider::Format;
 use std::collections::BTreeMap;
 
 use proptest::collection::{btree_map, vec};
@@ -18,7 +19,7 @@ use crate::model::{
 };
 use crate::reduce::{BudgetReport, ReducerReport};
 use crate::render::{
-    Origin, OutputFormat, RehydrationBlocked, RehydrationReport, RenderedMessage, RequestTokens,
+    Origin, RehydrationBlocked, RehydrationReport, RenderedMessage, RequestTokens,
 };
 
 // ───────────────────────────── strategies ─────────────────────────────
@@ -599,9 +600,9 @@ proptest! {
 #[test]
 fn output_formats_round_trip() {
     for f in [
-        OutputFormat::Neutral,
-        OutputFormat::OpenAiChat,
-        OutputFormat::AnthropicMessages,
+        Format::Neutral,
+        Format::OpenAiChat,
+        Format::AnthropicMessages,
     ] {
         assert_eq!(
             render::output_format(pb::OutputFormat::from(f) as i32, "format"),

@@ -81,7 +81,7 @@ mod tests {
 
     use crate::model::{Content, ContentPart, Role};
     use crate::provider::{
-        anthropic, openai_chat as openai, openai_responses as responses, Format as OutputFormat,
+        anthropic, openai_chat as openai, openai_responses as responses, Format,
     };
     use crate::provider::{body_tokens, testgen};
     use crate::render::{ProviderOptions, Request, RequestCounter};
@@ -145,16 +145,16 @@ mod tests {
             let req = vary(req, reuse, odd, reasoning);
             let ledger = TokenLedger::new(10_000);
             for (format, model) in [
-                (OutputFormat::OpenAiChat, "gpt-4o"),
-                (OutputFormat::AnthropicMessages, "claude-sonnet-4-5"),
-                (OutputFormat::OpenAiResponses, "gpt-5"),
+                (Format::OpenAiChat, "gpt-4o"),
+                (Format::AnthropicMessages, "claude-sonnet-4-5"),
+                (Format::OpenAiResponses, "gpt-5"),
             ] {
                 let counter = counter_for_model(model);
-                let rc = RequestCounter::for_target(counter.as_ref(), &ledger, OutputFormat::target(Some(format), model));
+                let rc = RequestCounter::for_target(counter.as_ref(), &ledger, Format::target(Some(format), model));
                 let opts = ProviderOptions { model: model.into(), max_output_tokens: Some(512) };
                 let body = match format {
-                    OutputFormat::OpenAiChat => openai::to_openai(&req, &opts),
-                    OutputFormat::AnthropicMessages => anthropic::to_anthropic(&req, &opts),
+                    Format::OpenAiChat => openai::to_openai(&req, &opts),
+                    Format::AnthropicMessages => anthropic::to_anthropic(&req, &opts),
                     _ => responses::to_responses(&req, &opts),
                 };
                 let sent = body_tokens(format, &body, &rc).expect("a provider body");

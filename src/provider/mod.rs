@@ -58,6 +58,28 @@ const OTHER: Framing = Framing {
     ..openai_chat::FRAMING
 };
 
+/// Reads a short name or the proto's long one (`openai_chat`,
+/// `anthropic_messages`, `openai_responses`), in any case.
+impl std::str::FromStr for Format {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let lower = s.to_ascii_lowercase();
+        Format::ALL
+            .into_iter()
+            .find(|f| {
+                let long = match f {
+                    Format::Neutral => "neutral",
+                    Format::OpenAiChat => "openai_chat",
+                    Format::AnthropicMessages => "anthropic_messages",
+                    Format::OpenAiResponses => "openai_responses",
+                };
+                lower == f.name() || lower == long
+            })
+            .ok_or_else(|| format!("{s:?} is not one of neutral, openai, anthropic, responses"))
+    }
+}
+
 /// A rendered request in its format.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Encoded {
@@ -68,6 +90,24 @@ pub enum Encoded {
 }
 
 impl Format {
+    /// Every format, in the proto's order.
+    pub const ALL: [Format; 4] = [
+        Format::Neutral,
+        Format::OpenAiChat,
+        Format::AnthropicMessages,
+        Format::OpenAiResponses,
+    ];
+
+    /// Its short name, as the command line spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Neutral => "neutral",
+            Format::OpenAiChat => "openai",
+            Format::AnthropicMessages => "anthropic",
+            Format::OpenAiResponses => "responses",
+        }
+    }
+
     /// The request in this format, checked against the provider's rules
     /// (pairing, adjacency, alternation, non-empty content); the check's
     /// complaint, naming positions and ids, never content, when it fails.
@@ -195,6 +235,18 @@ pub(super) const MAX_IMAGE_TOKENS: u32 = 4784;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_read_their_short_and_long_names_in_any_case() {
+        for f in Format::ALL {
+            assert_eq!(f.name().parse::<Format>(), Ok(f));
+        }
+        assert_eq!("OpenAI_Chat".parse(), Ok(Format::OpenAiChat));
+        assert_eq!("anthropic_messages".parse(), Ok(Format::AnthropicMessages));
+        assert_eq!("openai_responses".parse(), Ok(Format::OpenAiResponses));
+        let e = "xml".parse::<Format>().unwrap_err();
+        assert!(e.contains("\"xml\"") && e.contains("responses"), "{e}");
+    }
 
     fn framing(model: &str) -> Framing {
         Format::target(None, model).framing

@@ -12,7 +12,6 @@ mod request;
 pub(crate) mod tool_ids;
 pub(crate) mod wire;
 
-pub use crate::provider::Format as OutputFormat;
 // The encoders live with their formats; these names are kept for callers.
 pub use crate::provider::{
     anthropic, body_tokens, openai_chat as openai, openai_responses as responses,

@@ -1,6 +1,7 @@
 //! Shared helpers for the core integration tests.
 #![allow(dead_code)]
 
+use compactd::provider::Format;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use compactd::model::{CompactionPlan, Thread, ToolSchema};
 use compactd::reduce::{
     compact, CompactError, CompactRequest, Compaction, Engine, Memo, Policy, Report,
 };
-use compactd::render::{render, OutputFormat, RenderInput, Request, RequestCounter, RequestTokens};
+use compactd::render::{render, RenderInput, Request, RequestCounter, RequestTokens};
 use compactd::security::{AuthMethod, Permission, SecurityContext};
 use compactd::store::{ArtifactStore, MemoryArtifactStore, MemoryPlanStore, PlanStore};
 use compactd::summarize::ExtractiveSummarizer;
@@ -130,7 +131,7 @@ impl Harness {
         thread: &Thread,
         max_input_tokens: u32,
         previous: Option<&CompactionPlan>,
-        format: OutputFormat,
+        format: Format,
         model: Option<&str>,
     ) -> Result<(String, RenderOutcome), AppError> {
         let tenant = format!("h{}", self.calls.fetch_add(1, Ordering::Relaxed));
@@ -184,13 +185,8 @@ impl Harness {
         max_input_tokens: u32,
         previous: Option<&CompactionPlan>,
     ) -> Result<Outcome, AppError> {
-        let (tenant, out) = self.render_as(
-            thread,
-            max_input_tokens,
-            previous,
-            OutputFormat::Neutral,
-            None,
-        )?;
+        let (tenant, out) =
+            self.render_as(thread, max_input_tokens, previous, Format::Neutral, None)?;
         let RenderedOutput::Neutral(request) = out.output else {
             panic!("neutral output was asked for");
         };

@@ -1,6 +1,7 @@
 //! Runs one input the way the service handles a request and judges what
 //! compactd did with it.
 
+use compactd::provider::Format;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, Once};
@@ -11,15 +12,15 @@ use compactd::app::{App, AppError, Extensions, RenderOutcome, RenderedOutput};
 use compactd::proto::{explain_command, pb, rehydrate_command, render_command};
 use compactd::provider::thread_from_json;
 use compactd::reduce::Policy;
-use compactd::render::{anthropic, openai, responses, OutputFormat, ProviderOptions};
+use compactd::render::{anthropic, openai, responses, ProviderOptions};
 use compactd::security::{AuthMethod, Permission, SecurityContext};
 
 /// Every output format, each run for every input.
-const FORMATS: [OutputFormat; 4] = [
-    OutputFormat::Neutral,
-    OutputFormat::OpenAiChat,
-    OutputFormat::AnthropicMessages,
-    OutputFormat::OpenAiResponses,
+const FORMATS: [Format; 4] = [
+    Format::Neutral,
+    Format::OpenAiChat,
+    Format::AnthropicMessages,
+    Format::OpenAiResponses,
 ];
 
 /// How many [`tricky_json`] texts there are.
@@ -532,7 +533,7 @@ impl Oracle {
         &mut self,
         ctx: &SecurityContext,
         r: pb::RenderRequest,
-        format: OutputFormat,
+        format: Format,
         tally: &mut Tally,
     ) -> Result<Option<RenderOutcome>, Finding> {
         let cmd = match render_command(r, &self.base) {
@@ -650,7 +651,7 @@ fn documented(e: &AppError, tally: &mut Tally) -> Result<(), String> {
 
 /// The body passes its provider's structure check; a neutral request passes
 /// every provider's once converted.
-fn check_body(format: OutputFormat, out: &RenderOutcome) -> Result<(), String> {
+fn check_body(format: Format, out: &RenderOutcome) -> Result<(), String> {
     let opts = ProviderOptions {
         model: "fuzz".into(),
         max_output_tokens: None,
@@ -679,10 +680,10 @@ fn check_body(format: OutputFormat, out: &RenderOutcome) -> Result<(), String> {
                 Err(e) => return Err(format!("the body is not JSON: {e}")),
             };
             match format {
-                OutputFormat::OpenAiChat => openai::check_pairing(&body),
-                OutputFormat::AnthropicMessages => anthropic::check_structure(&body),
-                OutputFormat::OpenAiResponses => responses::check_structure(&body),
-                OutputFormat::Neutral => Err("a payload for the neutral format".into()),
+                Format::OpenAiChat => openai::check_pairing(&body),
+                Format::AnthropicMessages => anthropic::check_structure(&body),
+                Format::OpenAiResponses => responses::check_structure(&body),
+                Format::Neutral => Err("a payload for the neutral format".into()),
             }
         }
     }
