@@ -5,7 +5,8 @@ mod common;
 
 use common::Harness;
 use compactd::provider::thread_from_json;
-use compactd::render::{anthropic, openai, ProviderOptions};
+use compactd::provider::{anthropic, openai_chat};
+use compactd::render::ProviderOptions;
 
 fn incident() -> (Harness, compactd::model::Thread) {
     let text = include_str!("../examples/threads/incident.json");
@@ -37,8 +38,8 @@ fn golden_neutral() {
 fn golden_openai() {
     let (h, t) = incident();
     let out = h.compact(&t, 6_000, None).unwrap();
-    let body = openai::to_openai(&out.request, &opts());
-    openai::check_pairing(&body).unwrap();
+    let body = openai_chat::to_openai(&out.request, &opts());
+    openai_chat::check_pairing(&body).unwrap();
     insta::assert_json_snapshot!("incident_openai", body);
 }
 
@@ -62,8 +63,8 @@ fn golden_summary() {
         !out.plan.summarizations.is_empty(),
         "the budget must force a summary"
     );
-    let body = openai::to_openai(&out.request, &opts());
-    openai::check_pairing(&body).unwrap();
+    let body = openai_chat::to_openai(&out.request, &opts());
+    openai_chat::check_pairing(&body).unwrap();
     insta::assert_json_snapshot!("incident_summary_openai", body);
 }
 
@@ -84,7 +85,7 @@ fn golden_openai_import() {
     let out = h.compact(&input.thread, 4_000, None).unwrap();
     insta::assert_json_snapshot!(
         "openai_import_openai",
-        openai::to_openai(&out.request, &opts())
+        openai_chat::to_openai(&out.request, &opts())
     );
 }
 

@@ -17,7 +17,8 @@ use std::collections::BTreeSet;
 use common::{run_counted, Harness};
 use compactd::app::{AppError, RenderedOutput};
 use compactd::model::{CompactionPlan, Content, ContentPart, Role, Thread};
-use compactd::render::{anthropic, body_tokens, openai, responses, RequestCounter};
+use compactd::provider::{anthropic, body_tokens, openai_chat, openai_responses};
+use compactd::render::RequestCounter;
 use compactd::tokens::{counter_for_model, TokenLedger};
 use compactd_testkit::hard::{self, HardParams};
 use proptest::prelude::*;
@@ -139,9 +140,9 @@ fn body_opaque_parts(format: Format, body: &Value) -> Vec<String> {
 
 fn check_structure(format: Format, body: &Value) -> Result<(), String> {
     match format {
-        Format::OpenAiChat => openai::check_pairing(body),
+        Format::OpenAiChat => openai_chat::check_pairing(body),
         Format::AnthropicMessages => anthropic::check_structure(body),
-        Format::OpenAiResponses => responses::check_structure(body),
+        Format::OpenAiResponses => openai_responses::check_structure(body),
         Format::Neutral => Ok(()),
     }
     .map_err(|e| e.to_string())

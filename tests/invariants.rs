@@ -8,8 +8,9 @@ mod common;
 use common::{run_counted, Harness};
 use compactd::app::AppError;
 use compactd::model::{Content, Role};
+use compactd::provider::{anthropic, openai_chat};
 use compactd::reduce::CompactError;
-use compactd::render::{anthropic, artifact_ids_in, openai, Origin, ProviderOptions};
+use compactd::render::{artifact_ids_in, Origin, ProviderOptions};
 use compactd_testkit::synth::{thread, SynthParams};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -55,11 +56,11 @@ fn compaction_invariants(
                 model: "gpt-4o".into(),
                 max_output_tokens: None,
             };
-            let oa = openai::to_openai(&out.request, &opts);
+            let oa = openai_chat::to_openai(&out.request, &opts);
             prop_assert!(
-                openai::check_pairing(&oa).is_ok(),
+                openai_chat::check_pairing(&oa).is_ok(),
                 "{:?}",
-                openai::check_pairing(&oa)
+                openai_chat::check_pairing(&oa)
             );
             let an = anthropic::to_anthropic(&out.request, &opts);
             prop_assert!(

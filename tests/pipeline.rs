@@ -4,7 +4,8 @@ mod common;
 
 use common::{log_lines, Harness, ThreadBuilder};
 use compactd::model::{ActionKind, DeterminismMetadata, Durability, Outcome, ToolContent};
-use compactd::render::{openai, Origin, ProviderOptions};
+use compactd::provider::openai_chat;
+use compactd::render::{Origin, ProviderOptions};
 use serde_json::json;
 
 fn opts() -> ProviderOptions {
@@ -57,7 +58,7 @@ fn retention_stubs_old_results_and_keeps_the_pair() {
     for call in &calls[6..] {
         assert_eq!(rendered_tool(&out, call).origin, Origin::Verbatim);
     }
-    assert!(openai::check_pairing(&openai::to_openai(&out.request, &opts())).is_ok());
+    assert!(openai_chat::check_pairing(&openai_chat::to_openai(&out.request, &opts())).is_ok());
     assert!(out.tokens.total <= out.report.budget.hard_limit);
 }
 
@@ -210,7 +211,7 @@ fn a_huge_result_in_the_last_turn_is_externalized() {
     let out = h.compact(&t, 16_000, None).unwrap();
     assert_eq!(rendered_tool(&out, &big).origin, Origin::Externalized);
     assert!(out.tokens.total <= out.report.budget.hard_limit);
-    assert!(openai::check_pairing(&openai::to_openai(&out.request, &opts())).is_ok());
+    assert!(openai_chat::check_pairing(&openai_chat::to_openai(&out.request, &opts())).is_ok());
 }
 
 #[test]

@@ -15,7 +15,7 @@ use common::Harness;
 use compactd::app::RenderedOutput;
 use compactd::model::{Role, Thread};
 use compactd::provider::thread_from_json;
-use compactd::render::{anthropic, openai, responses};
+use compactd::provider::{anthropic, openai_chat, openai_responses};
 use serde_json::Value;
 
 /// The logs of `tests/data/` (not `sources.json`), with their threads.
@@ -110,9 +110,9 @@ fn every_real_log_renders_valid_within_budget_at_every_size_and_format() {
                 };
                 let body: Value = serde_json::from_str(json).expect("JSON body");
                 match format {
-                    Format::OpenAiChat => openai::check_pairing(&body),
+                    Format::OpenAiChat => openai_chat::check_pairing(&body),
                     Format::AnthropicMessages => anthropic::check_structure(&body),
-                    _ => responses::check_structure(&body),
+                    _ => openai_responses::check_structure(&body),
                 }
                 .unwrap_or_else(|e| panic!("{cell}: invalid body: {e}"));
                 assert!(

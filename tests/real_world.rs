@@ -10,7 +10,8 @@ use compactd::app::AppError;
 use compactd::model::{Content, ContentPart, Role, Thread};
 use compactd::provider::thread_from_json;
 use compactd::provider::Format;
-use compactd::render::{anthropic, openai, responses, ProviderOptions, Request};
+use compactd::provider::{anthropic, openai_chat, openai_responses};
+use compactd::render::{ProviderOptions, Request};
 use serde_json::{json, Value};
 
 fn opts() -> ProviderOptions {
@@ -26,12 +27,12 @@ fn import(messages: Value) -> Thread {
 
 /// Every provider form of `request` passes that provider's structure check.
 fn all_forms_valid(request: &Request) -> (Value, Value, Value) {
-    let oa = openai::to_openai(request, &opts());
-    openai::check_pairing(&oa).unwrap_or_else(|e| panic!("openai: {e}\n{oa:#}"));
+    let oa = openai_chat::to_openai(request, &opts());
+    openai_chat::check_pairing(&oa).unwrap_or_else(|e| panic!("openai: {e}\n{oa:#}"));
     let an = anthropic::to_anthropic(request, &opts());
     anthropic::check_structure(&an).unwrap_or_else(|e| panic!("anthropic: {e}\n{an:#}"));
-    let rs = responses::to_responses(request, &opts());
-    responses::check_structure(&rs).unwrap_or_else(|e| panic!("responses: {e}\n{rs:#}"));
+    let rs = openai_responses::to_responses(request, &opts());
+    openai_responses::check_structure(&rs).unwrap_or_else(|e| panic!("responses: {e}\n{rs:#}"));
     (oa, an, rs)
 }
 
@@ -123,7 +124,7 @@ fn call_ids_reused_every_turn_are_accepted() {
     assert_eq!(anthropic::tool_id_rewrites(&out.request).len(), 3);
     // Responses matches outputs to calls by call_id across the whole input:
     // one use per id there too, each output carrying its own call's id.
-    let rs = responses::to_responses(&out.request, &opts());
+    let rs = openai_responses::to_responses(&out.request, &opts());
     let pairs: Vec<(String, String)> = rs["input"]
         .as_array()
         .unwrap()
@@ -146,7 +147,7 @@ fn call_ids_reused_every_turn_are_accepted() {
         })
         .collect();
     assert_eq!(pairs, expected);
-    assert_eq!(responses::tool_id_rewrites(&out.request).len(), 3);
+    assert_eq!(openai_responses::tool_id_rewrites(&out.request).len(), 3);
 
     // The same thread compacted hard still pairs every result with its own call.
     let mut h = Harness::default();
@@ -546,7 +547,7 @@ fn abandoned_calls_are_left_out_with_a_warning_not_refused() {
         other => panic!("{other:?}"),
     };
     let body: Value = serde_json::from_str(&body).unwrap();
-    openai::check_pairing(&body).unwrap();
+    openai_chat::check_pairing(&body).unwrap();
     assert!(!body.to_string().contains("\"h2\""), "{body}");
     assert!(body.to_string().contains("\"h1\""), "{body}");
     let warned = |ws: &[String]| {

@@ -17,8 +17,8 @@ use std::cell::RefCell;
 use common::run_counted;
 use compactd::app::RenderedOutput;
 use compactd::proto::{pb, render_command};
+use compactd::provider::anthropic;
 use compactd::reduce::Policy;
-use compactd::render::anthropic;
 use compactd::security::SecurityContext;
 use compactd_testkit::fuzz::{
     document, Call, Conversation, Item, Knobs, Oracle, Out, Part, MARKERS, PIECES, TOOLS,

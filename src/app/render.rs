@@ -2,7 +2,7 @@
 //! artifacts to inject → fit them into the rehydration reserve → render →
 //! count → the requested output form.
 
-use crate::provider::Format;
+use crate::provider::{body_tokens, Encoded, Format};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -11,10 +11,9 @@ use crate::model::{
     SUMMARY_SCHEMA_VERSION,
 };
 use crate::model::{Eviction, Sensitivity, ToolSchema};
-use crate::provider::Encoded;
 use crate::reduce::{referenced_artifacts, ReserveUse, TokenBudget};
 use crate::render::{
-    body_tokens, fit_rehydrated, render, ProviderOptions, RehydrationReport, RenderInput, Request,
+    fit_rehydrated, render, ProviderOptions, RehydrationReport, RenderInput, Request,
     RequestCounter, RequestTokens, RENDER_FORMAT_VERSION,
 };
 use crate::render::{named_recently, named_this_turn, AutoRehydrate, RehydrationBlocked};

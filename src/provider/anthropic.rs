@@ -84,7 +84,7 @@ pub fn to_anthropic(req: &Request, opts: &ProviderOptions) -> Value {
     }
 
     // (is_assistant, blocks) per output message, merged as we go.
-    let ids = ToolIds::of(req, IdRules::Anthropic);
+    let ids = ToolIds::of(req, IdRules::PlainCharset);
     let mut turns: Vec<(bool, Vec<Value>)> = Vec::new();
     for (k, m) in req.messages[lead..].iter().enumerate() {
         let (assistant, blocks) = blocks(m, &ids, lead + k);
@@ -241,13 +241,13 @@ fn blocks(m: &RenderedMessage, ids: &ToolIds, i: usize) -> (bool, Vec<Value>) {
 /// The longest form `id` can take in an Anthropic body, but for a `_<n>`
 /// reuse suffix: itself, or its hashed replacement when the API would refuse it.
 pub fn sent_id(id: &str) -> std::borrow::Cow<'_, str> {
-    tool_ids::sent_id(id, IdRules::Anthropic)
+    tool_ids::sent_id(id, IdRules::PlainCharset)
 }
 
 /// The tool ids the Anthropic body sends differently from the request, as
 /// (sent by the caller, sent to Anthropic), in request order.
 pub fn tool_id_rewrites(req: &Request) -> Vec<(String, String)> {
-    ToolIds::of(req, IdRules::Anthropic).rewrites
+    ToolIds::of(req, IdRules::PlainCharset).rewrites
 }
 
 fn tool_use(c: &ToolCall, id: &str) -> Value {
@@ -364,7 +364,7 @@ pub fn check_structure(body: &Value) -> Result<(), String> {
                 }
                 "tool_use" if role == "assistant" => {
                     let id = b.get("id").and_then(Value::as_str).unwrap_or_default();
-                    if !tool_ids::anthropic_valid(id) {
+                    if !tool_ids::plain_charset(id) {
                         return Err(format!(
                             "messages[{i}].content[{j}] tool_use id {id:?} is not [a-zA-Z0-9_-]+"
                         ));

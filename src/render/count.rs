@@ -232,7 +232,7 @@ impl<'a> RequestCounter<'a> {
         let id_tokens = |id: &str| match self.framing.id_growth {
             IdGrowth::HashedSuffix => self.text(&format!(
                 "{}_99999",
-                super::tool_ids::sent_id(id, super::tool_ids::IdRules::Anthropic)
+                super::tool_ids::sent_id(id, super::tool_ids::IdRules::PlainCharset)
             )),
             IdGrowth::Suffix => self.text(&format!("{id}_99999")),
             IdGrowth::Verbatim => self.text(id),

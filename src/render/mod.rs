@@ -12,10 +12,6 @@ mod request;
 pub(crate) mod tool_ids;
 pub(crate) mod wire;
 
-// The encoders live with their formats; these names are kept for callers.
-pub use crate::provider::{
-    anthropic, body_tokens, openai_chat as openai, openai_responses as responses,
-};
 pub use count::{RequestCounter, RequestTokens};
 pub use rehydrate::{
     artifact_ids_in, fit_rehydrated, named_recently, named_this_turn, AutoRehydrate,

@@ -1,6 +1,6 @@
 //! The tool call ids a provider body sends. Callers may reuse an id once its
 //! call was answered (local model servers name every call `call_0`), and
-//! some model servers use characters Anthropic refuses. Providers that match
+//! some model servers use characters some providers refuse. Providers that match
 //! a result to its call by id across the whole request need every id once:
 //! an id used more than once keeps it on its last use and gets `_<n>` on its
 //! n-th earlier one; each result carries the id sent for its call.
@@ -13,8 +13,8 @@ use super::Request;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum IdRules {
     /// Unique per request, `[a-zA-Z0-9_-]+`: others are sent as `toolu_` and
-    /// 24 hex digits of their SHA-256.
-    Anthropic,
+    /// 24 hex digits of their SHA-256 (Anthropic's rule).
+    PlainCharset,
     /// Unique per request, any characters (OpenAI Responses).
     Unique,
 }
@@ -84,13 +84,13 @@ impl ToolIds {
 /// `id` as the provider accepts it, before any reuse suffix.
 pub(crate) fn sent_id(id: &str, rules: IdRules) -> std::borrow::Cow<'_, str> {
     match rules {
-        IdRules::Anthropic if !anthropic_valid(id) => std::borrow::Cow::Owned(hashed(id)),
-        IdRules::Anthropic | IdRules::Unique => std::borrow::Cow::Borrowed(id),
+        IdRules::PlainCharset if !plain_charset(id) => std::borrow::Cow::Owned(hashed(id)),
+        IdRules::PlainCharset | IdRules::Unique => std::borrow::Cow::Borrowed(id),
     }
 }
 
-/// Ids Anthropic accepts as they are.
-pub(crate) fn anthropic_valid(id: &str) -> bool {
+/// Ids of `[a-zA-Z0-9_-]+`, which every provider accepts as they are.
+pub(crate) fn plain_charset(id: &str) -> bool {
     !id.is_empty()
         && id
             .bytes()

@@ -11,8 +11,9 @@ use serde_json::{json, Map, Value};
 use compactd::app::{App, AppError, Extensions, RenderOutcome, RenderedOutput};
 use compactd::proto::{explain_command, pb, rehydrate_command, render_command};
 use compactd::provider::thread_from_json;
+use compactd::provider::{anthropic, openai_chat, openai_responses};
 use compactd::reduce::Policy;
-use compactd::render::{anthropic, openai, responses, ProviderOptions};
+use compactd::render::ProviderOptions;
 use compactd::security::{AuthMethod, Permission, SecurityContext};
 
 /// Every output format, each run for every input.
@@ -658,11 +659,11 @@ fn check_body(format: Format, out: &RenderOutcome) -> Result<(), String> {
     };
     match &out.output {
         RenderedOutput::Neutral(req) => {
-            openai::check_pairing(&openai::to_openai(req, &opts))
+            openai_chat::check_pairing(&openai_chat::to_openai(req, &opts))
                 .map_err(|e| format!("as OpenAI Chat: {e}"))?;
             anthropic::check_structure(&anthropic::to_anthropic(req, &opts))
                 .map_err(|e| format!("as Anthropic: {e}"))?;
-            responses::check_structure(&responses::to_responses(req, &opts))
+            openai_responses::check_structure(&openai_responses::to_responses(req, &opts))
                 .map_err(|e| format!("as Responses: {e}"))
         }
         RenderedOutput::Payload(json) => {
@@ -680,9 +681,9 @@ fn check_body(format: Format, out: &RenderOutcome) -> Result<(), String> {
                 Err(e) => return Err(format!("the body is not JSON: {e}")),
             };
             match format {
-                Format::OpenAiChat => openai::check_pairing(&body),
+                Format::OpenAiChat => openai_chat::check_pairing(&body),
                 Format::AnthropicMessages => anthropic::check_structure(&body),
-                Format::OpenAiResponses => responses::check_structure(&body),
+                Format::OpenAiResponses => openai_responses::check_structure(&body),
                 Format::Neutral => Err("a payload for the neutral format".into()),
             }
         }
