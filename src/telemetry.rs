@@ -7,6 +7,7 @@
 //! recorded, so they cannot be exported; tenant ids can be hashed
 //! (`telemetry.hash_tenant_ids`) where a tenant's name is itself sensitive.
 
+pub mod events;
 pub mod metrics;
 
 pub use metrics::metrics;

@@ -137,12 +137,13 @@ impl CompactOutcome {
     }
 }
 
-/// A command resolved against the defaults, ready for the core.
-struct Resolved {
-    cmd: CompactCommand,
-    model: String,
-    max_input_tokens: u32,
-    target: Target,
+/// A command resolved against the defaults once per call, ready for the core.
+pub(super) struct Resolved {
+    pub(super) cmd: CompactCommand,
+    pub(super) model: String,
+    pub(super) max_input_tokens: u32,
+    pub(super) target: Target,
+    pub(super) parts: EngineParts,
 }
 
 impl Resolved {
@@ -168,6 +169,44 @@ impl Resolved {
     }
 }
 
+/// What staging a compaction produced: the committed plan again, or a new
+/// one written and bound but not committed.
+// Made and taken apart once per call: boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Staging {
+    /// The committed plan already answers this request.
+    Reused(CompactOutcome),
+    /// A new plan waiting for [`App::commit`] or [`App::abandon`].
+    Staged(Staged),
+}
+
+/// The committed plan, as the reuse check found it.
+enum Prior {
+    /// It answers the request as it stands.
+    Unchanged(CompactionPlan),
+    /// The request changed: compact, on top of it if there is one.
+    Changed(Option<CompactionPlan>),
+}
+
+/// A compaction whose artifacts are written and whose plan is bound and
+/// verified, not yet committed. It holds the thread's lock: a DeleteThread
+/// cannot remove its artifacts before the plan that points at them is
+/// committed (or, after it, leave that plan behind).
+pub(super) struct Staged {
+    tenant: String,
+    resolved: Arc<Resolved>,
+    /// The bound plan; its version is set by the commit.
+    pub(super) plan: CompactionPlan,
+    report: Report,
+    written: Vec<WrittenArtifact>,
+    base_version: u64,
+    pending_bytes: u64,
+    upgrade: super::summaries::UpgradeInput,
+    /// Background mode: the bound compaction, for the upgrade after the commit.
+    later: Option<Compaction>,
+    _lock: tokio::sync::OwnedMutexGuard<()>,
+}
+
 impl App {
     /// Compacts the thread and commits the plan for the caller's tenant.
     pub async fn compact(
@@ -180,9 +219,28 @@ impl App {
         let mut cmd = cmd;
         let warnings = Self::settle_thread(&mut cmd.thread);
         cmd.policy = self.effective_policy(&cmd.policy)?;
-        let mut out = self.compact_and_commit(&ctx.tenant_id, cmd).await?;
+        let resolved = self.resolve(&ctx.tenant_id, cmd)?;
+        let mut out = match self.stage(&ctx.tenant_id, resolved).await? {
+            Staging::Reused(out) => out,
+            Staging::Staged(staged) => self.commit(staged).await?,
+        };
         out.warnings = warnings;
         Ok(out)
+    }
+
+    /// The command resolved against the defaults: model, window, what it is
+    /// counted for and the engine's parts.
+    pub(super) fn resolve(&self, tenant: &str, cmd: CompactCommand) -> Result<Arc<Resolved>> {
+        let model = self.model(cmd.model.clone())?;
+        let target = Format::target(cmd.format, &model);
+        let parts = self.engine_parts(&model, &target, tenant, &cmd.thread.id);
+        Ok(Arc::new(Resolved {
+            max_input_tokens: self.max_input_tokens(cmd.max_input_tokens),
+            target,
+            model,
+            parts,
+            cmd,
+        }))
     }
 
     /// The committed plan of a thread, with `plan.version` set.
@@ -204,73 +262,130 @@ impl App {
         }))
     }
 
-    /// Load → (reuse | compact → write artifacts → bind → verify → commit).
-    /// The caller has validated the thread and made the policy effective.
-    pub(super) async fn compact_and_commit(
-        &self,
-        tenant: &str,
-        cmd: CompactCommand,
-    ) -> Result<CompactOutcome> {
-        let model = self.model(cmd.model.clone())?;
-        let resolved = Arc::new(Resolved {
-            target: Format::target(cmd.format, &model),
-            model,
-            max_input_tokens: self.max_input_tokens(cmd.max_input_tokens),
-            cmd,
-        });
-        let parts = self.engine_parts(
-            &resolved.model,
-            &resolved.target,
-            tenant,
-            &resolved.cmd.thread.id,
-        );
-        let tokenizer = parts.counter.name().to_string();
+    /// Load → (reuse | compact → write artifacts → bind → verify): all of
+    /// Compact but the commit. The caller has validated the thread and made
+    /// the policy effective.
+    pub(super) async fn stage(&self, tenant: &str, resolved: Arc<Resolved>) -> Result<Staging> {
+        let tokenizer = resolved.parts.counter.name().to_string();
         let thread_id = resolved.cmd.thread.id.clone();
-
         let previous = self.current_plan(tenant, &thread_id).await?;
-        let current_version = previous.as_ref().map_or(0, |p| p.version);
+        let base_version = previous.as_ref().map_or(0, |p| p.version);
         if let Some(expected) = resolved.cmd.expected_version {
-            if expected != current_version {
+            if expected != base_version {
                 return Err(AppError::VersionConflict {
                     expected,
-                    current: current_version,
+                    current: base_version,
                 });
             }
         }
-        // Fingerprinting hashes the whole thread, so the reuse check (the
-        // per-turn path) runs on the blocking pool; the previous plan moves
-        // into each task and back.
-        // A thread without a plan has nothing to reuse: no hashing, no hop.
-        let previous = match previous {
-            Some(prev) => {
-                let (app, r, p) = (self.clone(), Arc::clone(&resolved), parts.clone());
-                let (reused, previous) = blocking(move || {
-                    let fingerprint =
-                        app.fingerprint(request_fingerprint(&r.request(None, &app), &p.engine()));
-                    if prev.fingerprint == fingerprint {
-                        (Some(prev), None)
-                    } else {
-                        (None, Some(prev))
-                    }
-                })
-                .await?;
-                if let Some(prev) = reused {
-                    crate::telemetry::metrics().compaction(true, false, 0, 0, tenant);
-                    return Ok(CompactOutcome::reused(prev, tokenizer));
-                }
-                previous
-            }
-            None => None,
+        let reused = |plan: CompactionPlan| {
+            crate::telemetry::metrics().compaction(true, false, 0, 0, tenant);
+            Ok(Staging::Reused(CompactOutcome::reused(
+                plan,
+                tokenizer.clone(),
+            )))
         };
-        // Compaction is the heavy path: the compute pool, below the
-        // priority of the per-turn calls of other tenants.
-        let (app, r, p) = (self.clone(), Arc::clone(&resolved), parts.clone());
+        let previous = match self.unchanged(&resolved, previous).await? {
+            Prior::Unchanged(committed) => return reused(committed),
+            Prior::Changed(previous) => previous,
+        };
+        let (compaction, previous) = self.compute(tenant, &resolved, previous).await?;
+        if let Some(prev) = previous.as_ref() {
+            if prev.fingerprint == compaction.plan.fingerprint {
+                return reused(prev.clone());
+            }
+        }
+        let upgrade = super::summaries::UpgradeInput {
+            tenant: tenant.to_string(),
+            thread: Arc::clone(&resolved.cmd.thread),
+            policy: Arc::clone(&resolved.cmd.policy),
+            parts: resolved.parts.clone(),
+            previous: previous.map(Arc::new),
+        };
+        let pending_bytes = compaction
+            .pending
+            .iter()
+            .map(|a| a.content.len() as u64)
+            .sum();
+        self.check_quotas(tenant, base_version == 0, pending_bytes)
+            .await?;
+        let lock = self.lock_thread(tenant, &thread_id).await;
+        let (ids, written) = self
+            .write_artifacts(tenant, &thread_id, &compaction)
+            .await?;
+        let bound = match self.bind(&resolved, &upgrade, compaction, &ids).await {
+            Ok(c) => c,
+            Err(e) => {
+                self.delete_artifacts(tenant, &thread_id, &written).await;
+                return Err(e);
+            }
+        };
+        let later = self
+            .llm_summaries()
+            .is_some()
+            .then(|| bound.clone())
+            .filter(|_| !self.upgrades_now());
+        Ok(Staging::Staged(Staged {
+            tenant: tenant.to_string(),
+            resolved,
+            plan: bound.plan,
+            report: bound.report,
+            written,
+            base_version,
+            pending_bytes,
+            upgrade,
+            later,
+            _lock: lock,
+        }))
+    }
+
+    /// The committed plan when the request fingerprints as it did (the
+    /// per-turn path), else the plan to compact on top of. Fingerprinting
+    /// hashes the whole thread, so it runs on the blocking pool; a thread
+    /// without a plan has nothing to reuse: no hashing, no hop.
+    async fn unchanged(
+        &self,
+        resolved: &Arc<Resolved>,
+        previous: Option<CompactionPlan>,
+    ) -> Result<Prior> {
+        let Some(prev) = previous else {
+            return Ok(Prior::Changed(None));
+        };
+        let (app, r) = (self.clone(), Arc::clone(resolved));
+        Ok(blocking(move || {
+            let fingerprint = app.fingerprint(request_fingerprint(
+                &r.request(None, &app),
+                &r.parts.engine(),
+            ));
+            if prev.fingerprint == fingerprint {
+                Prior::Unchanged(prev)
+            } else {
+                Prior::Changed(Some(prev))
+            }
+        })
+        .await?)
+    }
+
+    /// Runs the pipeline on the compute pool, below the priority of the
+    /// per-turn calls of other tenants; the previous plan moves into the
+    /// task and back.
+    async fn compute(
+        &self,
+        tenant: &str,
+        resolved: &Arc<Resolved>,
+        previous: Option<CompactionPlan>,
+    ) -> Result<(Compaction, Option<CompactionPlan>)> {
+        let (app, r) = (self.clone(), Arc::clone(resolved));
         // The pool's thread works inside the call's span (reducer spans nest in it).
         let span = tracing::Span::current();
         let (compaction, previous) = compute(tenant, move || {
             let _in_call = span.enter();
             let reducers = app.reducers(&r.cmd.policy, &r.model);
-            let c = compact_with(&r.request(previous.as_ref(), &app), &p.engine(), &reducers);
+            let c = compact_with(
+                &r.request(previous.as_ref(), &app),
+                &r.parts.engine(),
+                &reducers,
+            );
             let c = c.map(|mut c| {
                 c.plan.fingerprint = app.fingerprint(std::mem::take(&mut c.plan.fingerprint));
                 c
@@ -278,105 +393,100 @@ impl App {
             (c.map_err(AppError::from), previous)
         })
         .await?;
-        let compaction = compaction?;
-        if let Some(prev) = previous.as_ref() {
-            if prev.fingerprint == compaction.plan.fingerprint {
-                crate::telemetry::metrics().compaction(true, false, 0, 0, tenant);
-                return Ok(CompactOutcome::reused(prev.clone(), tokenizer));
-            }
-        }
-        let upgrade = super::summaries::UpgradeInput {
-            tenant: tenant.to_string(),
-            thread: Arc::clone(&resolved.cmd.thread),
-            policy: Arc::clone(&resolved.cmd.policy),
-            parts: parts.clone(),
-            previous: previous.map(Arc::new),
-        };
+        Ok((compaction?, previous))
+    }
 
-        let new_thread = current_version == 0;
-        let pending_bytes = compaction
-            .pending
-            .iter()
-            .map(|a| a.content.len() as u64)
-            .sum();
-        self.check_quotas(tenant, new_thread, pending_bytes).await?;
-        // Held from the first write to the commit: a DeleteThread of this
-        // thread cannot remove these artifacts before the plan that points
-        // at them is committed (or, after it, leave that plan behind).
-        let _thread = self.lock_thread(tenant, &thread_id).await;
-        let (ids, written) = self
-            .write_artifacts(tenant, &thread_id, &compaction)
-            .await?;
+    /// Binds the written artifacts' ids and verifies the plan (see [`bind`]);
+    /// in sync mode the LLM writes the new summaries before the commit.
+    async fn bind(
+        &self,
+        resolved: &Arc<Resolved>,
+        upgrade: &super::summaries::UpgradeInput,
+        compaction: Compaction,
+        ids: &BTreeMap<String, String>,
+    ) -> Result<Compaction> {
         let bound = blocking({
-            let resolved = Arc::clone(&resolved);
-            move || bind(compaction, &ids, &resolved, &parts)
+            let (resolved, ids) = (Arc::clone(resolved), ids.clone());
+            move || bind(compaction, &ids, &resolved)
         })
         .await
         .map_err(AppError::from)
-        .and_then(|r| r);
-        // Sync mode: the LLM writes the new summaries before the commit.
-        let bound = match bound {
-            Ok(c) if self.upgrades_now() => {
-                self.upgrade_summaries(&upgrade, c).await.map(|(c, _)| c)
-            }
-            other => other,
-        };
-        let bound = match bound {
-            Ok(c) => c,
-            Err(e) => {
-                self.delete_artifacts(tenant, &thread_id, &written).await;
-                return Err(e);
-            }
-        };
-        // Background mode: the bound compaction, for the upgrade after the commit.
-        let later = self
-            .llm_summaries()
-            .is_some()
-            .then(|| bound.clone())
-            .filter(|_| !self.upgrades_now());
-        let (mut plan, report) = (bound.plan, bound.report);
-        match self
+        .and_then(|r| r)?;
+        if self.upgrades_now() {
+            return self.upgrade_summaries(upgrade, bound).await.map(|(c, _)| c);
+        }
+        Ok(bound)
+    }
+
+    /// Commits a staged plan (compare-and-swap on the version it was made
+    /// on); the artifacts are deleted again when the commit does not happen.
+    pub(super) async fn commit(&self, staged: Staged) -> Result<CompactOutcome> {
+        let Staged {
+            tenant,
+            resolved,
+            mut plan,
+            report,
+            written,
+            base_version,
+            pending_bytes,
+            upgrade,
+            later,
+            _lock,
+        } = staged;
+        let thread_id = &resolved.cmd.thread.id;
+        let version = match self
             .inner
             .plans
-            .commit(tenant, &thread_id, &plan, current_version)
+            .commit(&tenant, thread_id, &plan, base_version)
             .await
         {
-            Ok(version) => {
-                plan.version = version;
-                let capture =
-                    crate::telemetry::capture_content().then_some(self.inner.redactor.as_ref());
-                lifecycle_events(
-                    &resolved,
-                    &plan,
-                    &report,
-                    upgrade.previous.as_deref(),
-                    capture,
-                );
-                crate::telemetry::metrics().compaction(
-                    false,
-                    report.triggered,
-                    report.tokens_before,
-                    report.tokens_after,
-                    tenant,
-                );
-                self.record_stored(tenant, new_thread, pending_bytes);
-                if let Some(c) = later {
-                    self.schedule_upgrade(upgrade, c, version);
-                }
-            }
+            Ok(version) => version,
             Err(e) => {
-                self.delete_artifacts(tenant, &thread_id, &written).await;
+                self.delete_artifacts(&tenant, thread_id, &written).await;
                 return Err(plan_store_error(e));
             }
+        };
+        plan.version = version;
+        let capture = crate::telemetry::capture_content().then_some(self.inner.redactor.as_ref());
+        crate::telemetry::events::compaction(&crate::telemetry::events::Compacted {
+            model: &resolved.model,
+            thread: &resolved.cmd.thread,
+            policy: &resolved.cmd.policy,
+            plan: &plan,
+            report: &report,
+            previous: upgrade.previous.as_deref(),
+            capture,
+        });
+        crate::telemetry::metrics().compaction(
+            false,
+            report.triggered,
+            report.tokens_before,
+            report.tokens_after,
+            &tenant,
+        );
+        self.record_stored(&tenant, base_version == 0, pending_bytes);
+        if let Some(c) = later {
+            self.schedule_upgrade(upgrade, c, version);
         }
         Ok(CompactOutcome {
             plan,
             reused: false,
             report: Some(report),
             artifacts: written,
-            tokenizer,
+            tokenizer: resolved.parts.counter.name().to_string(),
             warnings: Vec::new(),
         })
+    }
+
+    /// Drops a staged plan: nothing is committed and its artifacts are
+    /// deleted again.
+    pub(super) async fn abandon(&self, staged: Staged) {
+        self.delete_artifacts(
+            &staged.tenant,
+            &staged.resolved.cmd.thread.id,
+            &staged.written,
+        )
+        .await;
     }
 
     /// Writes every pending artifact; on the first failure deletes what was
@@ -505,149 +615,6 @@ impl App {
     }
 }
 
-/// The compaction's lifecycle events (the names of the seeds' event
-/// schema), on the call's span: counts, ids and reasons, never content.
-/// Most bytes of content one captured event attribute carries.
-const CAPTURED_BYTES: usize = 8 * 1024;
-
-fn lifecycle_events(
-    resolved: &Resolved,
-    plan: &CompactionPlan,
-    report: &Report,
-    previous: Option<&CompactionPlan>,
-    capture: Option<&crate::redact::Redactor>,
-) {
-    for r in report.per_reducer.iter().filter(|r| r.tokens_freed > 0) {
-        crate::telemetry::metrics().tokens_freed(&r.name, u64::from(r.tokens_freed));
-    }
-    // The sizes and summaries below are measured only for someone listening.
-    if !crate::telemetry::events_enabled() {
-        return;
-    }
-    let b = &report.budget;
-    let max = f64::from(b.max_input_tokens.max(1));
-    tracing::info!(
-        target: crate::telemetry::EVENTS,
-        model = %resolved.model,
-        t_est = crate::telemetry::int(report.tokens_before),
-        max_tokens = crate::telemetry::int(b.max_input_tokens),
-        usage_pct = f64::from(report.tokens_before) / max,
-        fixed_tokens = crate::telemetry::int(b.fixed_tokens),
-        system_tokens = crate::telemetry::int(b.system_tokens),
-        tools_schema_tokens = crate::telemetry::int(b.tool_tokens),
-        framing_tokens = crate::telemetry::int(b.fixed_tokens.saturating_sub(b.system_tokens + b.tool_tokens)),
-        message_tokens = crate::telemetry::int(report.tokens_before.saturating_sub(b.fixed_tokens)),
-        "compact.token_estimate"
-    );
-    tracing::info!(
-        target: crate::telemetry::EVENTS,
-        triggered = report.triggered,
-        reason = if report.triggered {
-            "tokens above the trigger"
-        } else {
-            "tokens at or below the trigger"
-        },
-        trigger_tokens = crate::telemetry::int(b.trigger),
-        target_tokens = crate::telemetry::int(b.target),
-        hard_limit_tokens = crate::telemetry::int(b.hard_limit),
-        trigger_ratio = resolved.cmd.policy.trigger_ratio,
-        target_ratio = resolved.cmd.policy.target_ratio,
-        "compact.trigger_decision"
-    );
-    for r in report.per_reducer.iter().filter(|r| r.tokens_freed > 0) {
-        tracing::info!(
-            target: crate::telemetry::EVENTS,
-            strategy = %r.name,
-            tokens_freed = crate::telemetry::int(r.tokens_freed),
-            "compact.strategy_applied"
-        );
-    }
-    let old: std::collections::HashSet<&[String]> = previous
-        .map(|p| {
-            p.summarizations
-                .iter()
-                .map(|r| r.span.message_ids.as_slice())
-                .collect()
-        })
-        .unwrap_or_default();
-    let created: Vec<&crate::model::SummarizationRecord> = plan
-        .summarizations
-        .iter()
-        .filter(|s| !old.contains(s.span.message_ids.as_slice()))
-        .collect();
-    // Sizes by id, only when there is a summary to measure.
-    let sizes: std::collections::HashMap<&str, usize> = if created.is_empty() {
-        Default::default()
-    } else {
-        resolved
-            .cmd
-            .thread
-            .messages
-            .iter()
-            .map(|m| (m.id.as_str(), m.byte_len()))
-            .collect()
-    };
-    for s in created {
-        let input_bytes: usize = s
-            .span
-            .message_ids
-            .iter()
-            .filter_map(|id| sizes.get(id.as_str()))
-            .sum();
-        let rendered = s.summary.render_as_message();
-        let summary_bytes = rendered.len().max(1);
-        // Opt-in content capture: the summary as the prompt shows it,
-        // redacted again and bounded.
-        let payload = capture.map(|r| {
-            crate::summarize::text::head(&r.redact(&rendered), CAPTURED_BYTES).to_string()
-        });
-        tracing::info!(
-            target: crate::telemetry::EVENTS,
-            strategy = if s.summarizer_id.is_empty() {
-                crate::summarize::EXTRACTIVE_ID
-            } else {
-                s.summarizer_id.as_str()
-            },
-            input_messages = crate::telemetry::int(s.span.message_ids.len()),
-            summary_tokens = crate::telemetry::int(s.summary_token_count),
-            first_message_id = %s.span.start_message_id(),
-            last_message_id = %s.span.end_message_id(),
-            entries_left_out = crate::telemetry::int(s.summary.omitted),
-            input_bytes = crate::telemetry::int(input_bytes),
-            summary_bytes = crate::telemetry::int(summary_bytes),
-            // As the seeds define it: summary size over input size (by bytes).
-            compression_ratio = summary_bytes as f64 / input_bytes.max(1) as f64,
-            payload = payload.as_deref(),
-            "compact.summary_created"
-        );
-    }
-    let dropped: Vec<&str> = plan
-        .drops
-        .iter()
-        .flat_map(|d| d.span.message_ids.iter().map(String::as_str))
-        .collect();
-    if !dropped.is_empty() {
-        // At most 50 ids: enough to find a message, bounded in size.
-        let ids: Vec<&str> = dropped.iter().copied().take(50).collect();
-        tracing::info!(
-            target: crate::telemetry::EVENTS,
-            pruned_count = crate::telemetry::int(dropped.len()),
-            pruned_ids = %ids.join(","),
-            kept_recent_turns = crate::telemetry::int(report.keep_recent_turns),
-            kept_tool_pairs = crate::telemetry::int(report.keep_tool_io_pairs),
-            "compact.pruned_messages"
-        );
-    }
-    tracing::info!(
-        target: crate::telemetry::EVENTS,
-        tokens_before = crate::telemetry::int(report.tokens_before),
-        tokens_after = crate::telemetry::int(report.tokens_after),
-        target_use = report.target_use(),
-        warnings = crate::telemetry::int(report.warnings.len()),
-        "compact.completed"
-    );
-}
-
 /// Binds the store's ids and recounts exactly (only pointers and summaries
 /// are counted again); a bound plan over the hard limit is a bug, reported
 /// rather than committed.
@@ -655,14 +622,13 @@ fn bind(
     mut compaction: Compaction,
     ids: &BTreeMap<String, String>,
     resolved: &Resolved,
-    parts: &EngineParts,
 ) -> Result<Compaction> {
     let hard_limit = compaction.report.budget.hard_limit;
     let total = compaction.bind(
         ids,
         &resolved.cmd.thread,
         &resolved.cmd.policy.render,
-        &parts.engine(),
+        &resolved.parts.engine(),
     );
     if total > hard_limit {
         return Err(AppError::Internal(format!(
@@ -673,13 +639,13 @@ fn bind(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::app::Defaults;
     use crate::model::ToolSchema;
     use crate::reduce::compact;
 
-    fn resolved() -> Resolved {
+    fn command() -> CompactCommand {
         let thread = crate::provider::thread_from_json(
             &serde_json::json!([
                 {"role": "user", "content": "Find order A-17 and tell me its status."},
@@ -700,12 +666,42 @@ mod tests {
             description: "web search".into(),
             parameters: serde_json::json!({"type": "object"}),
         }]);
-        Resolved {
-            cmd,
-            model: "gpt-4o".into(),
-            max_input_tokens: 50_000,
-            target: Format::openai_chat_target(),
-        }
+        cmd.model = Some("gpt-4o".into());
+        cmd.max_input_tokens = Some(50_000);
+        cmd
+    }
+
+    /// A thread whose compaction writes artifacts: a long tool result that
+    /// does not fit a small window.
+    pub(in crate::app) fn long_result_command() -> CompactCommand {
+        let log: String = (0..600)
+            .map(|i| {
+                format!(
+                    "{i:05} worker-{} batch {} finished in {} ms\n",
+                    i % 7,
+                    i * 31 % 997,
+                    i * 17 % 500
+                )
+            })
+            .collect();
+        let thread = crate::provider::thread_from_json(
+            &serde_json::json!([
+                {"role": "user", "content": "Run the batch job and tell me whether it passed."},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "c1", "content": log},
+                {"role": "assistant", "content": "All 600 batches finished."},
+                {"role": "user", "content": "Good. Which worker was slowest?"}
+            ]),
+            "long",
+        )
+        .expect("thread")
+        .thread;
+        let mut cmd = CompactCommand::new(thread, Policy::default());
+        cmd.model = Some("gpt-4o".into());
+        cmd.max_input_tokens = Some(2_000);
+        cmd
     }
 
     /// The reuse check fingerprints the request without the previous plan;
@@ -714,9 +710,8 @@ mod tests {
     #[test]
     fn the_reuse_check_fingerprints_what_compaction_does() {
         let app = App::offline(Defaults::default());
-        let r = resolved();
-        let parts = app.engine_parts(&r.model, &r.target, "t", &r.cmd.thread.id);
-        let engine = parts.engine();
+        let r = app.resolve("t", command()).expect("resolves");
+        let engine = r.parts.engine();
         let fresh = compact(&r.request(None, &app), &engine).expect("compacts");
         let fast = request_fingerprint(&r.request(None, &app), &engine);
         assert_eq!(fresh.plan.fingerprint, fast);
@@ -728,18 +723,37 @@ mod tests {
     async fn an_unchanged_thread_reuses_the_committed_plan() {
         let app = App::offline(Defaults::default());
         let ctx = SecurityContext::dev();
-        let first = app.compact(&ctx, resolved().cmd).await.expect("first");
+        let first = app.compact(&ctx, command()).await.expect("first");
         assert!(!first.reused);
-        let second = app.compact(&ctx, resolved().cmd).await.expect("second");
+        let second = app.compact(&ctx, command()).await.expect("second");
         assert!(second.reused);
         assert_eq!(second.plan, first.plan);
-        let mut zero = resolved().cmd;
+        let mut zero = command();
         zero.max_input_tokens = Some(0);
         let e = app.compact(&ctx, zero).await.unwrap_err();
         assert_eq!(e.field(), "max_input_tokens");
-        let mut unnamed = resolved().cmd;
+        let mut unnamed = command();
         unnamed.model = Some(String::new());
         let e = app.compact(&ctx, unnamed).await.unwrap_err();
         assert_eq!(e.field(), "model");
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_stage_leaves_no_plan_and_no_artifact() {
+        let app = App::offline(Defaults::default());
+        let r = app.resolve("t", long_result_command()).expect("resolves");
+        let Staging::Staged(staged) = app.stage("t", r).await.expect("stages") else {
+            panic!("a new thread has no plan to reuse");
+        };
+        assert!(!staged.written.is_empty(), "the long result is written out");
+        let artifacts = &app.inner.artifacts;
+        assert_eq!(
+            artifacts.scan(None).await.unwrap().len(),
+            staged.written.len()
+        );
+        assert!(app.current_plan("t", "long").await.unwrap().is_none());
+        app.abandon(staged).await;
+        assert!(artifacts.scan(None).await.unwrap().is_empty());
+        assert!(app.current_plan("t", "long").await.unwrap().is_none());
     }
 }

@@ -12,6 +12,7 @@ use crate::model::{
 };
 use crate::model::{Eviction, Sensitivity, ToolSchema};
 use crate::reduce::{referenced_artifacts, ReserveUse, TokenBudget};
+use crate::render::quality::QualitySignals;
 use crate::render::{
     fit_rehydrated, render, ProviderOptions, RehydrationReport, RenderInput, Request,
     RequestCounter, RequestTokens, RENDER_FORMAT_VERSION,
@@ -20,8 +21,10 @@ use crate::render::{named_recently, named_this_turn, AutoRehydrate, RehydrationB
 use crate::runtime::blocking;
 use crate::security::{Permission, SecurityContext};
 use crate::store::StoreError;
+use crate::telemetry::events;
 use crate::tokens::truncate_to_tokens;
 
+use super::compact::{Resolved, Staging};
 use super::error::artifact_read_error;
 use super::rehydrate::check_sensitivity;
 use super::{App, AppError, CompactCommand, CompactOutcome, Result, UseCase};
@@ -78,13 +81,73 @@ pub struct RenderOutcome {
 }
 
 impl App {
-    /// Renders the thread through its plan for the caller's tenant.
+    /// Renders the thread through its plan for the caller's tenant. With
+    /// `compact_first`, compaction and render are one step: the plan is
+    /// committed only once its render succeeded, so a failed Render commits
+    /// nothing.
     pub async fn render(&self, ctx: &SecurityContext, cmd: RenderCommand) -> Result<RenderOutcome> {
         UseCase::Render {
             compact_first: cmd.compact_first,
             rehydrates: !cmd.rehydrate_artifact_ids.is_empty(),
         }
         .authorize(ctx, None)?;
+        let (mut cmd, thread_warnings) = self.admit(cmd)?;
+        let limits = self.inner.defaults.auto_rehydrate;
+        let auto = if cmd.auto_rehydrate.unwrap_or(limits.enabled) {
+            self.auto_rehydration(ctx, &cmd, limits).await
+        } else {
+            AutoRehydration::default()
+        };
+        // Read before anything is compacted: an artifact that cannot be
+        // read fails the call with nothing written.
+        let fetched = self
+            .fetch_artifacts(ctx, &cmd.request.thread.id, &cmd.rehydrate_artifact_ids)
+            .await?;
+        // The compaction of this turn must not externalize or drop what is
+        // being read back (loop breaking).
+        cmd.request.rehydrated_this_turn |=
+            !auto.fetched.is_empty() || !cmd.rehydrate_artifact_ids.is_empty();
+        cmd.request.format = Some(cmd.format);
+        let resolved = self.resolve(&ctx.tenant_id, cmd.request.clone())?;
+        let (plan, staging) = self.plan_to_render(ctx, &cmd, &resolved).await?;
+        let rendered = self
+            .render_plan(
+                ctx,
+                cmd,
+                &resolved,
+                plan,
+                (fetched, auto),
+                thread_warnings.clone(),
+            )
+            .await;
+        let ((mut out, quality), compaction) = match staging {
+            None => (rendered?, None),
+            Some(Staging::Reused(c)) => (rendered?, Some(c)),
+            Some(Staging::Staged(staged)) => match rendered {
+                Ok(out) => (out, Some(self.commit(staged).await?)),
+                Err(e) => {
+                    self.abandon(staged).await;
+                    return Err(e);
+                }
+            },
+        };
+        if let Some(mut c) = compaction {
+            out.plan.version = c.plan.version;
+            out.audit.plan_version = c.plan.version;
+            c.warnings = thread_warnings;
+            out.compaction = Some(c);
+        }
+        events::audit(&out.audit);
+        events::rehydration(&out.rehydrated, &ctx.tenant_id);
+        events::quality(&quality, &ctx.tenant_id);
+        Ok(out)
+    }
+
+    /// The command checked and settled: the thread valid and without a
+    /// pending call (unless those are left out), the policy effective, the
+    /// `read_artifact` tool added when asked for. Returns what the thread
+    /// as sent leaves out, as warnings.
+    fn admit(&self, cmd: RenderCommand) -> Result<(RenderCommand, Vec<String>)> {
         self.validate_thread(&cmd.request.thread)?;
         if !cmd.omit_pending_calls {
             // Before anything is compacted or committed: the request cannot
@@ -92,7 +155,7 @@ impl App {
             refuse_pending(&cmd.request.thread)?;
         }
         let mut cmd = cmd;
-        let thread_warnings = Self::settle_thread(&mut cmd.request.thread);
+        let warnings = Self::settle_thread(&mut cmd.request.thread);
         cmd.request.policy = self.effective_policy(&cmd.request.policy)?;
         if cmd.read_artifact_tool
             && !cmd
@@ -103,101 +166,92 @@ impl App {
         {
             Arc::make_mut(&mut cmd.request.tools).push(read_artifact_tool());
         }
-        let limits = self.inner.defaults.auto_rehydrate;
-        let auto = if cmd.auto_rehydrate.unwrap_or(limits.enabled) {
-            self.auto_rehydration(ctx, &cmd, limits).await
-        } else {
-            AutoRehydration::default()
-        };
-        // The compaction of this turn must not externalize or drop what is
-        // being read back (loop breaking).
-        cmd.request.rehydrated_this_turn |= !auto.fetched.is_empty();
-        let (plan, compaction) = self.plan_to_render(ctx, &cmd).await?;
-        let compaction = compaction.map(|mut c| {
-            c.warnings.clone_from(&thread_warnings);
-            c
-        });
-        let fetched = self
-            .fetch_artifacts(ctx, &cmd.request.thread.id, &cmd.rehydrate_artifact_ids)
-            .await?;
-        let model = self.model(cmd.request.model.clone())?;
-        let max_input_tokens = self.max_input_tokens(cmd.request.max_input_tokens);
-        let target = crate::provider::Format::target(Some(cmd.format), &model);
-        let parts = self.engine_parts(&model, &target, &ctx.tenant_id, &cmd.request.thread.id);
-        let summarizer_id = self.inner.summarizer.id().to_string();
-        let requester = ctx.requester_id.clone();
-        let plan = Arc::new(plan);
-        let rendered = blocking({
-            let plan = Arc::clone(&plan);
-            move || {
-                let rc = RequestCounter::for_target(parts.counter.as_ref(), &parts.ledger, target);
-                let (request, mut tokens, rehydrated) = render_and_count(
-                    &cmd,
-                    &plan,
-                    &rc,
-                    fetched,
-                    auto,
-                    limits.max_tokens_per_artifact,
-                    max_input_tokens,
-                )?;
-                let quality = crate::render::quality::quality_signals(
-                    &cmd.request.thread,
-                    &plan,
-                    READ_ARTIFACT_TOOL,
-                );
-                let mut audit = audit(&plan, parts.counter.name(), &summarizer_id, &rehydrated);
-                audit.warnings = thread_warnings;
-                audit.warnings.extend(render_warnings(&request, cmd.format));
-                audit.requester = requester;
-                // What the body may count as sent: the window less the
-                // reserves; the safety margin is there for what an estimate
-                // of the parts misses in the whole.
-                let window = TokenBudget::for_policy(
-                    &cmd.request.policy,
-                    max_input_tokens,
-                    (tokens.system, tokens.tools, tokens.framing),
-                    ReserveUse::default(),
-                )
-                .ceiling();
-                let output = output(
-                    request,
-                    cmd.format,
-                    model,
-                    cmd.max_output_tokens,
-                    &rc,
-                    (&mut tokens, window),
-                )?;
-                Ok::<_, AppError>((output, tokens, audit, rehydrated, quality))
-            }
-        })
-        .await??;
-        let (output, tokens, audit, rehydrated, quality) = rendered;
-        audit_event(&audit);
-        rehydration_events(&rehydrated, &ctx.tenant_id);
-        quality_events(&quality, &ctx.tenant_id);
-        Ok(RenderOutcome {
-            plan: Arc::unwrap_or_clone(plan),
-            compaction,
-            output,
-            tokens,
-            audit,
-            rehydrated,
-        })
+        Ok((cmd, warnings))
     }
 
-    /// The plan to render: compacted now, or the committed one checked
-    /// against the requested version and the thread sent.
+    /// Renders, counts and encodes `plan` on the blocking pool, with what
+    /// is read back fitted in; the quality signals beside it.
+    async fn render_plan(
+        &self,
+        ctx: &SecurityContext,
+        cmd: RenderCommand,
+        resolved: &Arc<Resolved>,
+        plan: CompactionPlan,
+        (fetched, auto): (Vec<(String, String)>, AutoRehydration),
+        thread_warnings: Vec<String>,
+    ) -> Result<(RenderOutcome, QualitySignals)> {
+        let auto_cap = self.inner.defaults.auto_rehydrate.max_tokens_per_artifact;
+        let summarizer_id = self.inner.summarizer.id().to_string();
+        let requester = ctx.requester_id.clone();
+        let r = Arc::clone(resolved);
+        blocking(move || {
+            let parts = &r.parts;
+            let rc = RequestCounter::for_target(parts.counter.as_ref(), &parts.ledger, r.target);
+            let (request, mut tokens, rehydrated) = render_and_count(
+                &cmd,
+                &plan,
+                &rc,
+                fetched,
+                auto,
+                auto_cap,
+                r.max_input_tokens,
+            )?;
+            let quality = crate::render::quality::quality_signals(
+                &cmd.request.thread,
+                &plan,
+                READ_ARTIFACT_TOOL,
+            );
+            let mut audit = audit(&plan, parts.counter.name(), &summarizer_id, &rehydrated);
+            audit.warnings = thread_warnings;
+            audit.warnings.extend(render_warnings(&request, cmd.format));
+            audit.requester = requester;
+            // What the body may count as sent: the window less the
+            // reserves; the safety margin is there for what an estimate of
+            // the parts misses in the whole.
+            let window = TokenBudget::for_policy(
+                &cmd.request.policy,
+                r.max_input_tokens,
+                (tokens.system, tokens.tools, tokens.framing),
+                ReserveUse::default(),
+            )
+            .ceiling();
+            let output = output(
+                request,
+                cmd.format,
+                r.model.clone(),
+                cmd.max_output_tokens,
+                &rc,
+                (&mut tokens, window),
+            )?;
+            let out = RenderOutcome {
+                plan,
+                compaction: None,
+                output,
+                tokens,
+                audit,
+                rehydrated,
+            };
+            Ok::<_, AppError>((out, quality))
+        })
+        .await?
+    }
+
+    /// The plan to render: compacted now and staged (committed by the
+    /// caller once rendered), or the committed one checked against the
+    /// requested version and the thread sent.
     async fn plan_to_render(
         &self,
         ctx: &SecurityContext,
         cmd: &RenderCommand,
-    ) -> Result<(CompactionPlan, Option<CompactOutcome>)> {
+        resolved: &Arc<Resolved>,
+    ) -> Result<(CompactionPlan, Option<Staging>)> {
         if cmd.compact_first {
-            let mut request = cmd.request.clone();
-            request.rehydrated_this_turn |= !cmd.rehydrate_artifact_ids.is_empty();
-            request.format = Some(cmd.format);
-            let out = self.compact_and_commit(&ctx.tenant_id, request).await?;
-            return Ok((out.plan.clone(), Some(out)));
+            let staging = self.stage(&ctx.tenant_id, Arc::clone(resolved)).await?;
+            let plan = match &staging {
+                Staging::Reused(out) => out.plan.clone(),
+                Staging::Staged(staged) => staged.plan.clone(),
+            };
+            return Ok((plan, Some(staging)));
         }
         let thread = &cmd.request.thread;
         let plan = self
@@ -571,129 +625,6 @@ fn audit(
     }
 }
 
-/// A `compact.rehydration` event per artifact injected and a
-/// `compact.rehydration_blocked` one per artifact refused, with the metrics.
-fn rehydration_events(reports: &[RehydrationReport], tenant: &str) {
-    let metrics = crate::telemetry::metrics();
-    for r in reports {
-        let mode = if r.auto { "auto" } else { "explicit" };
-        match &r.blocked {
-            Some(why) => {
-                let reason = why.as_str();
-                tracing::info!(
-                    target: crate::telemetry::EVENTS,
-                    artifact_id = %r.artifact_id,
-                    mode,
-                    reason,
-                    "compact.rehydration_blocked"
-                );
-                metrics.rehydration(mode, Some(reason), tenant);
-            }
-            None if r.omitted => {
-                tracing::info!(
-                    target: crate::telemetry::EVENTS,
-                    artifact_id = %r.artifact_id,
-                    mode,
-                    reason = "RESERVE",
-                    "compact.rehydration_blocked"
-                );
-                metrics.rehydration(mode, Some("RESERVE"), tenant);
-            }
-            None => {
-                tracing::info!(
-                    target: crate::telemetry::EVENTS,
-                    artifact_id = %r.artifact_id,
-                    mode,
-                    truncated = r.truncated,
-                    "compact.rehydration"
-                );
-                metrics.rehydration(mode, None, tenant);
-            }
-        }
-    }
-}
-
-/// The quality signals as an event and metrics.
-fn quality_events(q: &crate::render::quality::QualitySignals, tenant: &str) {
-    let metrics = crate::telemetry::metrics();
-    metrics.rehydration_requests(
-        "read_artifact_call",
-        u64::from(q.read_artifact_calls_new),
-        tenant,
-    );
-    metrics.thread_rehydration_requests(u64::from(q.read_artifact_calls_in_thread), tenant);
-    if let Some(a) = &q.asked_for_compacted {
-        metrics.asked_for_compacted_context(tenant);
-        tracing::warn!(
-            target: crate::telemetry::EVENTS,
-            question_message_id = %a.question_message_id,
-            evicted_message_ids = %a.evicted_message_ids.join(","),
-            lost_terms = crate::telemetry::int(a.lost_terms),
-            in_summary = a.in_summary,
-            read_artifact_calls_in_thread = crate::telemetry::int(q.read_artifact_calls_in_thread),
-            "compact.quality.asked_for_compacted_context"
-        );
-    }
-}
-
-/// Most evictions listed in one audit event; the response carries them all.
-const AUDIT_EVENT_EVICTIONS: usize = 200;
-
-/// The audit record as a structured event on the call's span: what an
-/// operator searches to answer "was X compacted out, or did the model ignore
-/// it?" for any past turn. Ids, reasons and versions; never content.
-fn audit_event(a: &AuditRecord) {
-    // Formatting every eviction is only worth it for someone listening.
-    if !crate::telemetry::events_enabled() {
-        return;
-    }
-    let evicted: Vec<String> = a
-        .evicted
-        .iter()
-        .take(AUDIT_EVENT_EVICTIONS)
-        .map(|e| {
-            format!(
-                "{}:{}..{}({}):{}:{}",
-                match e.action {
-                    crate::model::ActionKind::Externalize => "externalized",
-                    crate::model::ActionKind::Summarize => "summarized",
-                    crate::model::ActionKind::Clear => "cleared",
-                    crate::model::ActionKind::Drop => "dropped",
-                    crate::model::ActionKind::Include => "included",
-                },
-                e.first_message_id,
-                e.last_message_id,
-                e.message_count,
-                e.strategy,
-                if e.artifact_id.is_empty() {
-                    "-"
-                } else {
-                    &e.artifact_id
-                }
-            )
-        })
-        .collect();
-    tracing::info!(
-        target: crate::telemetry::EVENTS,
-        plan_version = crate::telemetry::int(a.plan_version),
-        plan_fingerprint = %a.plan_fingerprint,
-        requester = %crate::telemetry::tenant_label(&a.requester),
-        summarizer_id = %a.summarizer_id,
-        tokenizer = %a.tokenizer,
-        externalized = crate::telemetry::int(a.evictions.externalized),
-        summarized = crate::telemetry::int(a.evictions.summarized),
-        cleared = crate::telemetry::int(a.evictions.cleared),
-        dropped = crate::telemetry::int(a.evictions.dropped),
-        evicted = %evicted.join(";"),
-        evicted_truncated = a.evicted.len() > AUDIT_EVENT_EVICTIONS,
-        artifact_ids = %a.artifact_ids.join(","),
-        rehydrated_artifact_ids = %a.rehydrated_artifact_ids.join(","),
-        strategies = %a.strategies.join(","),
-        warnings = crate::telemetry::int(a.warnings.len()),
-        "compact.audit"
-    );
-}
-
 /// An internal error for a body that failed its provider check; the problem
 /// names positions and ids, never content.
 fn broken(format: Format, problem: &str) -> AppError {
@@ -780,5 +711,59 @@ mod tests {
             let repairable = matches!(format, Format::AnthropicMessages | Format::OpenAiResponses);
             assert_eq!(refused(r), !repairable, "{format:?}");
         }
+    }
+
+    fn render_first(request: CompactCommand) -> RenderCommand {
+        RenderCommand {
+            request,
+            compact_first: true,
+            plan_version: 0,
+            format: Format::OpenAiChat,
+            max_output_tokens: None,
+            rehydrate_artifact_ids: Vec::new(),
+            omit_pending_calls: false,
+            auto_rehydrate: None,
+            read_artifact_tool: false,
+        }
+    }
+
+    /// Render with `compact_first` is one step: a call that fails commits
+    /// no plan and leaves no artifact; one that succeeds returns the plan
+    /// it committed, with its version.
+    #[tokio::test]
+    async fn render_compact_first_commits_only_what_it_rendered() {
+        use crate::app::compact::tests::long_result_command;
+        let app = App::offline(crate::app::Defaults::default());
+        let ctx = SecurityContext::dev();
+        let mut unreadable = render_first(long_result_command());
+        unreadable.rehydrate_artifact_ids = vec![format!("art_{}", "0".repeat(32))];
+        let e = app.render(&ctx, unreadable).await.unwrap_err();
+        assert!(
+            matches!(&e, AppError::NotFound(m) if m.contains("rehydrate_artifact_ids[0]")),
+            "{e:?}"
+        );
+        assert!(app
+            .current_plan(&ctx.tenant_id, "long")
+            .await
+            .unwrap()
+            .is_none());
+        assert!(app.inner.artifacts.scan(None).await.unwrap().is_empty());
+
+        let out = app
+            .render(&ctx, render_first(long_result_command()))
+            .await
+            .expect("renders");
+        let committed = app
+            .current_plan(&ctx.tenant_id, "long")
+            .await
+            .unwrap()
+            .expect("committed");
+        let compaction = out.compaction.expect("compacted");
+        assert!(!compaction.artifacts.is_empty());
+        assert_eq!(committed.version, 1);
+        assert_eq!((out.plan.version, out.audit.plan_version), (1, 1));
+        assert_eq!(compaction.plan, committed);
+        assert_eq!(out.plan, committed);
+        assert!(out.tokens.total <= 2_000);
     }
 }

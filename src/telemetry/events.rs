@@ -1,0 +1,303 @@
+//! The structured events compactd emits on a call's span (target
+//! [`EVENTS`]), named as the seeds' event schema names them: a compaction's
+//! lifecycle, a render's audit record, rehydration and quality signals.
+//! Counts, ids, sizes and reasons; content only where capture is opted into,
+//! redacted again and bounded. Use cases hand over what happened; what is
+//! measured and how it is spelled is decided here.
+
+use std::collections::{HashMap, HashSet};
+
+use super::{events_enabled, int, metrics, EVENTS};
+use crate::model::{ActionKind, AuditRecord, CompactionPlan, SummarizationRecord, Thread};
+use crate::redact::Redactor;
+use crate::reduce::{Policy, Report};
+use crate::render::quality::QualitySignals;
+use crate::render::RehydrationReport;
+
+/// Most bytes of content one captured event attribute carries.
+const CAPTURED_BYTES: usize = 8 * 1024;
+
+/// Most evictions listed in one audit event; the response carries them all.
+const AUDIT_EVENT_EVICTIONS: usize = 200;
+
+/// A committed compaction, as its events describe it.
+pub struct Compacted<'a> {
+    /// The model counted for.
+    pub model: &'a str,
+    /// The thread compacted.
+    pub thread: &'a Thread,
+    /// The effective policy.
+    pub policy: &'a Policy,
+    /// The committed plan.
+    pub plan: &'a CompactionPlan,
+    /// What the pipeline did.
+    pub report: &'a Report,
+    /// The plan it was made on top of, if any (its summaries are not new).
+    pub previous: Option<&'a CompactionPlan>,
+    /// With content capture on: the redactor captured text passes again.
+    pub capture: Option<&'a Redactor>,
+}
+
+/// The compaction's events and its per-strategy metrics.
+pub fn compaction(c: &Compacted<'_>) {
+    let report = c.report;
+    for r in report.per_reducer.iter().filter(|r| r.tokens_freed > 0) {
+        metrics().tokens_freed(&r.name, u64::from(r.tokens_freed));
+    }
+    // The sizes and summaries below are measured only for someone listening.
+    if !events_enabled() {
+        return;
+    }
+    let b = &report.budget;
+    let max = f64::from(b.max_input_tokens.max(1));
+    tracing::info!(
+        target: EVENTS,
+        model = %c.model,
+        t_est = int(report.tokens_before),
+        max_tokens = int(b.max_input_tokens),
+        usage_pct = f64::from(report.tokens_before) / max,
+        fixed_tokens = int(b.fixed_tokens),
+        system_tokens = int(b.system_tokens),
+        tools_schema_tokens = int(b.tool_tokens),
+        framing_tokens = int(b.fixed_tokens.saturating_sub(b.system_tokens + b.tool_tokens)),
+        message_tokens = int(report.tokens_before.saturating_sub(b.fixed_tokens)),
+        "compact.token_estimate"
+    );
+    tracing::info!(
+        target: EVENTS,
+        triggered = report.triggered,
+        reason = if report.triggered {
+            "tokens above the trigger"
+        } else {
+            "tokens at or below the trigger"
+        },
+        trigger_tokens = int(b.trigger),
+        target_tokens = int(b.target),
+        hard_limit_tokens = int(b.hard_limit),
+        trigger_ratio = c.policy.trigger_ratio,
+        target_ratio = c.policy.target_ratio,
+        "compact.trigger_decision"
+    );
+    for r in report.per_reducer.iter().filter(|r| r.tokens_freed > 0) {
+        tracing::info!(
+            target: EVENTS,
+            strategy = %r.name,
+            tokens_freed = int(r.tokens_freed),
+            "compact.strategy_applied"
+        );
+    }
+    summaries_created(c);
+    pruned(c.plan, report);
+    tracing::info!(
+        target: EVENTS,
+        tokens_before = int(report.tokens_before),
+        tokens_after = int(report.tokens_after),
+        target_use = report.target_use(),
+        warnings = int(report.warnings.len()),
+        "compact.completed"
+    );
+}
+
+/// A `compact.summary_created` event per summary the plan did not have.
+fn summaries_created(c: &Compacted<'_>) {
+    let old: HashSet<&[String]> = c
+        .previous
+        .map(|p| {
+            p.summarizations
+                .iter()
+                .map(|r| r.span.message_ids.as_slice())
+                .collect()
+        })
+        .unwrap_or_default();
+    let created: Vec<&SummarizationRecord> = c
+        .plan
+        .summarizations
+        .iter()
+        .filter(|s| !old.contains(s.span.message_ids.as_slice()))
+        .collect();
+    // Sizes by id, only when there is a summary to measure.
+    let sizes: HashMap<&str, usize> = if created.is_empty() {
+        Default::default()
+    } else {
+        c.thread
+            .messages
+            .iter()
+            .map(|m| (m.id.as_str(), m.byte_len()))
+            .collect()
+    };
+    for s in created {
+        let input_bytes: usize = s
+            .span
+            .message_ids
+            .iter()
+            .filter_map(|id| sizes.get(id.as_str()))
+            .sum();
+        let rendered = s.summary.render_as_message();
+        let summary_bytes = rendered.len().max(1);
+        // Opt-in content capture: the summary as the prompt shows it,
+        // redacted again and bounded.
+        let payload = c.capture.map(|r| {
+            crate::summarize::text::head(&r.redact(&rendered), CAPTURED_BYTES).to_string()
+        });
+        tracing::info!(
+            target: EVENTS,
+            strategy = if s.summarizer_id.is_empty() {
+                crate::summarize::EXTRACTIVE_ID
+            } else {
+                s.summarizer_id.as_str()
+            },
+            input_messages = int(s.span.message_ids.len()),
+            summary_tokens = int(s.summary_token_count),
+            first_message_id = %s.span.start_message_id(),
+            last_message_id = %s.span.end_message_id(),
+            entries_left_out = int(s.summary.omitted),
+            input_bytes = int(input_bytes),
+            summary_bytes = int(summary_bytes),
+            // As the seeds define it: summary size over input size (by bytes).
+            compression_ratio = summary_bytes as f64 / input_bytes.max(1) as f64,
+            payload = payload.as_deref(),
+            "compact.summary_created"
+        );
+    }
+}
+
+/// `compact.pruned_messages`: the ids the plan drops (at most 50).
+fn pruned(plan: &CompactionPlan, report: &Report) {
+    let dropped: Vec<&str> = plan
+        .drops
+        .iter()
+        .flat_map(|d| d.span.message_ids.iter().map(String::as_str))
+        .collect();
+    if !dropped.is_empty() {
+        // At most 50 ids: enough to find a message, bounded in size.
+        let ids: Vec<&str> = dropped.iter().copied().take(50).collect();
+        tracing::info!(
+            target: EVENTS,
+            pruned_count = int(dropped.len()),
+            pruned_ids = %ids.join(","),
+            kept_recent_turns = int(report.keep_recent_turns),
+            kept_tool_pairs = int(report.keep_tool_io_pairs),
+            "compact.pruned_messages"
+        );
+    }
+}
+
+/// A `compact.rehydration` event per artifact injected and a
+/// `compact.rehydration_blocked` one per artifact refused, with the metrics.
+pub fn rehydration(reports: &[RehydrationReport], tenant: &str) {
+    let metrics = metrics();
+    for r in reports {
+        let mode = if r.auto { "auto" } else { "explicit" };
+        match &r.blocked {
+            Some(why) => {
+                let reason = why.as_str();
+                tracing::info!(
+                    target: EVENTS,
+                    artifact_id = %r.artifact_id,
+                    mode,
+                    reason,
+                    "compact.rehydration_blocked"
+                );
+                metrics.rehydration(mode, Some(reason), tenant);
+            }
+            None if r.omitted => {
+                tracing::info!(
+                    target: EVENTS,
+                    artifact_id = %r.artifact_id,
+                    mode,
+                    reason = "RESERVE",
+                    "compact.rehydration_blocked"
+                );
+                metrics.rehydration(mode, Some("RESERVE"), tenant);
+            }
+            None => {
+                tracing::info!(
+                    target: EVENTS,
+                    artifact_id = %r.artifact_id,
+                    mode,
+                    truncated = r.truncated,
+                    "compact.rehydration"
+                );
+                metrics.rehydration(mode, None, tenant);
+            }
+        }
+    }
+}
+
+/// The quality signals as an event and metrics.
+pub fn quality(q: &QualitySignals, tenant: &str) {
+    let metrics = metrics();
+    metrics.rehydration_requests(
+        "read_artifact_call",
+        u64::from(q.read_artifact_calls_new),
+        tenant,
+    );
+    metrics.thread_rehydration_requests(u64::from(q.read_artifact_calls_in_thread), tenant);
+    if let Some(a) = &q.asked_for_compacted {
+        metrics.asked_for_compacted_context(tenant);
+        tracing::warn!(
+            target: EVENTS,
+            question_message_id = %a.question_message_id,
+            evicted_message_ids = %a.evicted_message_ids.join(","),
+            lost_terms = int(a.lost_terms),
+            in_summary = a.in_summary,
+            read_artifact_calls_in_thread = int(q.read_artifact_calls_in_thread),
+            "compact.quality.asked_for_compacted_context"
+        );
+    }
+}
+
+/// The audit record as a structured event on the call's span: what an
+/// operator searches to answer "was X compacted out, or did the model ignore
+/// it?" for any past turn. Ids, reasons and versions; never content.
+pub fn audit(a: &AuditRecord) {
+    // Formatting every eviction is only worth it for someone listening.
+    if !events_enabled() {
+        return;
+    }
+    let evicted: Vec<String> = a
+        .evicted
+        .iter()
+        .take(AUDIT_EVENT_EVICTIONS)
+        .map(|e| {
+            format!(
+                "{}:{}..{}({}):{}:{}",
+                match e.action {
+                    ActionKind::Externalize => "externalized",
+                    ActionKind::Summarize => "summarized",
+                    ActionKind::Clear => "cleared",
+                    ActionKind::Drop => "dropped",
+                    ActionKind::Include => "included",
+                },
+                e.first_message_id,
+                e.last_message_id,
+                e.message_count,
+                e.strategy,
+                if e.artifact_id.is_empty() {
+                    "-"
+                } else {
+                    &e.artifact_id
+                }
+            )
+        })
+        .collect();
+    tracing::info!(
+        target: EVENTS,
+        plan_version = int(a.plan_version),
+        plan_fingerprint = %a.plan_fingerprint,
+        requester = %super::tenant_label(&a.requester),
+        summarizer_id = %a.summarizer_id,
+        tokenizer = %a.tokenizer,
+        externalized = int(a.evictions.externalized),
+        summarized = int(a.evictions.summarized),
+        cleared = int(a.evictions.cleared),
+        dropped = int(a.evictions.dropped),
+        evicted = %evicted.join(";"),
+        evicted_truncated = a.evicted.len() > AUDIT_EVENT_EVICTIONS,
+        artifact_ids = %a.artifact_ids.join(","),
+        rehydrated_artifact_ids = %a.rehydrated_artifact_ids.join(","),
+        strategies = %a.strategies.join(","),
+        warnings = int(a.warnings.len()),
+        "compact.audit"
+    );
+}
