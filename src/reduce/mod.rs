@@ -461,14 +461,20 @@ pub fn compact(req: &CompactRequest<'_>, engine: &Engine<'_>) -> Result<Compacti
     compact_with(req, engine, &default_reducers(req.policy))
 }
 
-/// Runs the pipeline with the given reducers (plugins insert theirs by aggressiveness).
+/// Runs the pipeline with the given reducers (plugins insert theirs by
+/// aggressiveness), in four steps:
+/// 1. check the request and size the budget for its fixed parts;
+/// 2. start from the previous plan (what it evicted stays evicted: its
+///    bytes are the prompt cache's prefix) or from a fresh one;
+/// 3. above the trigger, [`shrink`]; below it, keep everything;
+/// 4. [`finish`]: purge, normalize and validate the plan, keep only the
+///    artifacts it still references, fingerprint it.
 pub fn compact_with(
     req: &CompactRequest<'_>,
     engine: &Engine<'_>,
     reducers: &[Box<dyn Reducer>],
 ) -> Result<Compaction, CompactError> {
-    let thread = req.thread;
-    let policy = req.policy;
+    let (thread, policy) = (req.thread, req.policy);
     thread.validate(&req.limits)?;
     policy.validate()?;
     if req.max_input_tokens == 0 {
@@ -483,38 +489,12 @@ pub fn compact_with(
         req.tools,
         req.skip_aggressive,
     );
-    let fixed = budget.fixed_tokens();
-    let pinned = partition::pinned(thread, policy);
-
     let mut warnings = Vec::new();
-    let start = match req.previous {
-        Some(prev) => {
-            let mut prev = prev.clone();
-            let normalized = prev.normalize();
-            match prev.validate_against(thread, &policy.roles_never_prune) {
-                Ok(()) => {
-                    warnings.extend(normalized.iter().map(ToString::to_string));
-                    prev
-                }
-                // The client edited history (a message the plan names is gone
-                // or now pinned). Failing would fail every later turn the same
-                // way; a fresh plan supersedes the stale one instead.
-                Err(e) => {
-                    warnings.push(format!(
-                        "previous plan version {} no longer fits the thread ({e}); superseded by a fresh plan",
-                        prev.version
-                    ));
-                    CompactionPlan::new(thread.id.clone())
-                }
-            }
-        }
-        None => CompactionPlan::new(thread.id.clone()),
-    };
+    let start = starting_plan(req, &mut warnings);
+    let pinned = partition::pinned(thread, policy);
+    let fixed = budget.fixed_tokens();
     let mut p = Projection::new(thread, counter, &policy.render, start, pinned, fixed);
     let tokens_before = p.verbatim_total();
-    // What the previous plan evicted stays evicted: its bytes are the
-    // prompt cache's prefix.
-    let frozen: Vec<bool> = (0..p.len()).map(|i| !p.is_included(i)).collect();
     let mut state = PipelineState::new(
         thread,
         policy,
@@ -523,115 +503,189 @@ pub fn compact_with(
         req.skip_aggressive,
     );
     state.warnings = warnings;
-    let budget_report = BudgetReport {
-        max_input_tokens: budget.max_input_tokens,
-        hard_limit: budget.hard_limit(),
-        trigger: budget.trigger(),
-        target: budget.target(),
-        fixed_tokens: fixed,
-        system_tokens: budget.system_tokens,
-        tool_tokens: budget.tool_tokens,
+    let mut steps = Steps {
+        reducers,
+        reports: reducers
+            .iter()
+            .map(|r| ReducerReport {
+                name: r.name().to_string(),
+                tokens_freed: 0,
+            })
+            .collect(),
+        budget: &budget,
     };
-    let mut per_reducer: Vec<ReducerReport> = reducers
-        .iter()
-        .map(|r| ReducerReport {
-            name: r.name().to_string(),
-            tokens_freed: 0,
-        })
-        .collect();
-
     let triggered = p.total() > budget.trigger();
     let mut tail = partition::TailShare::new(policy, budget.target()).within(p.len());
     if triggered {
-        // Dropping is the last resort: it runs only after the tail has been
-        // shrunk as far as it goes, or when the rest already fits the hard
-        // limit (then it trims toward the target without touching summaries).
-        let (window, rest): (Vec<usize>, Vec<usize>) =
-            (0..reducers.len()).partition(|&i| reducers[i].name() == "window");
-        loop {
-            partition::mark_kept(&mut p, tail.turns, tail.pairs, tail.tokens);
-            p.tail_tool_results_reducible = tail.at_floor;
-            if tail.escalated() {
-                partition::excerpt_last_user(
-                    &mut p,
-                    tail.user_share(budget.target()),
-                    engine.redactor,
-                );
-                if policy.enable.archive {
-                    p.archive_evictions(engine.redactor);
-                }
-            }
-            run(
-                &rest,
-                reducers,
-                &mut per_reducer,
-                &mut p,
-                &budget,
-                &mut state,
-            )?;
-            if p.total() <= budget.target() || tail.at_floor {
-                break;
-            }
-            tail.shrink();
-        }
-        run(
-            &window,
-            reducers,
-            &mut per_reducer,
-            &mut p,
-            &budget,
-            &mut state,
-        )?;
-        // `run` archives what each step evicted; naming the window's own
-        // archives can tip the request over the hard limit, and then the
-        // window frees more (its new drops archived in turn).
-        for _ in 0..3 {
-            if !policy.enable.archive || p.total() <= budget.hard_limit() {
-                break;
-            }
-            run(
-                &window,
-                reducers,
-                &mut per_reducer,
-                &mut p,
-                &budget,
-                &mut state,
-            )?;
-        }
-        if p.total() < budget.target() {
-            fill_target(&mut p, &budget, &mut state, &frozen)?;
-        }
-        if p.total() > budget.hard_limit() {
-            window::drop_all_free(&mut p);
-            if policy.enable.archive {
-                p.archive_evictions(engine.redactor);
-            }
-        }
-        if p.total() > budget.hard_limit() {
-            let (pinned, tail) = p.locked_tokens();
-            return Err(CompactError::InsufficientBudget {
-                required: p.total(),
-                limit: budget.hard_limit(),
-                pinned,
-                tail,
-                fixed,
-            });
-        }
-        if p.total() > budget.target() {
-            state.warn(format!(
-                "target of {} tokens not reached ({} tokens); within the hard limit of {}",
-                budget.target(),
-                p.total(),
-                budget.hard_limit()
-            ));
-        }
+        shrink(&mut p, &mut state, &mut steps, &mut tail)?;
     } else if p.total() > budget.hard_limit() {
         // The trigger is never above the hard limit, so this cannot happen.
         return Err(CompactError::Internal(
             "untriggered request over the hard limit".into(),
         ));
     }
+    let report = Report {
+        tokens_before,
+        tokens_after: 0,
+        budget: BudgetReport {
+            max_input_tokens: budget.max_input_tokens,
+            hard_limit: budget.hard_limit(),
+            trigger: budget.trigger(),
+            target: budget.target(),
+            fixed_tokens: fixed,
+            system_tokens: budget.system_tokens,
+            tool_tokens: budget.tool_tokens,
+        },
+        triggered,
+        keep_recent_turns: tail.turns,
+        keep_tool_io_pairs: tail.pairs,
+        per_reducer: steps.reports,
+        warnings: Vec::new(),
+    };
+    finish(req, engine, p, state, report)
+}
 
+/// The plan to start from: the previous one normalized, or a fresh one when
+/// there is none or it no longer fits the thread.
+fn starting_plan(req: &CompactRequest<'_>, warnings: &mut Vec<String>) -> CompactionPlan {
+    let thread = req.thread;
+    let Some(prev) = req.previous else {
+        return CompactionPlan::new(thread.id.clone());
+    };
+    let mut prev = prev.clone();
+    let normalized = prev.normalize();
+    match prev.validate_against(thread, &req.policy.roles_never_prune) {
+        Ok(()) => {
+            warnings.extend(normalized.iter().map(ToString::to_string));
+            prev
+        }
+        // The client edited history (a message the plan names is gone or
+        // now pinned). Failing would fail every later turn the same way; a
+        // fresh plan supersedes the stale one instead.
+        Err(e) => {
+            warnings.push(format!(
+                "previous plan version {} no longer fits the thread ({e}); superseded by a fresh plan",
+                prev.version
+            ));
+            CompactionPlan::new(thread.id.clone())
+        }
+    }
+}
+
+/// The reducers of one call, what each freed, and the budget they work to.
+struct Steps<'r> {
+    reducers: &'r [Box<dyn Reducer>],
+    reports: Vec<ReducerReport>,
+    budget: &'r TokenBudget,
+}
+
+impl Steps<'_> {
+    /// Runs the reducers at `which`, in order, until the target is met.
+    fn run(
+        &mut self,
+        which: &[usize],
+        p: &mut Projection<'_>,
+        state: &mut PipelineState<'_>,
+    ) -> Result<(), CompactError> {
+        for &i in which {
+            if p.total() <= self.budget.target() {
+                break;
+            }
+            state.cancel.check()?;
+            let before = p.total();
+            self.reducers[i].reduce(p, self.budget, state)?;
+            // What a reducer evicted is archived at once, so the next one
+            // sees what naming the archives costs and reduces for it.
+            if state.policy.enable.archive {
+                p.archive_evictions(state.redactor);
+            }
+            self.reports[i].tokens_freed += before.saturating_sub(p.total());
+        }
+        Ok(())
+    }
+}
+
+/// Above the trigger: the reducers with a tail that shrinks until the
+/// target is met or the tail is at its floor; then the window (dropping is
+/// the last resort); then give back what the target has room for; refuse
+/// only what cannot fit even with everything free dropped.
+fn shrink(
+    p: &mut Projection<'_>,
+    state: &mut PipelineState<'_>,
+    steps: &mut Steps<'_>,
+    tail: &mut partition::TailShare,
+) -> Result<(), CompactError> {
+    let budget = steps.budget;
+    let archive = state.policy.enable.archive;
+    // What the previous plan evicted stays evicted (the cache's prefix).
+    let frozen: Vec<bool> = (0..p.len()).map(|i| !p.is_included(i)).collect();
+    let (window, rest): (Vec<usize>, Vec<usize>) =
+        (0..steps.reducers.len()).partition(|&i| steps.reducers[i].name() == "window");
+    loop {
+        partition::mark_kept(p, tail.turns, tail.pairs, tail.tokens);
+        p.tail_tool_results_reducible = tail.at_floor;
+        if tail.escalated() {
+            partition::excerpt_last_user(p, tail.user_share(budget.target()), state.redactor);
+            if archive {
+                p.archive_evictions(state.redactor);
+            }
+        }
+        steps.run(&rest, p, state)?;
+        if p.total() <= budget.target() || tail.at_floor {
+            break;
+        }
+        tail.shrink();
+    }
+    steps.run(&window, p, state)?;
+    // `run` archives what each step evicted; naming the window's own
+    // archives can tip the request over the hard limit, and then the window
+    // frees more (its new drops archived in turn).
+    for _ in 0..3 {
+        if !archive || p.total() <= budget.hard_limit() {
+            break;
+        }
+        steps.run(&window, p, state)?;
+    }
+    if p.total() < budget.target() {
+        fill_target(p, budget, state, &frozen)?;
+    }
+    if p.total() > budget.hard_limit() {
+        window::drop_all_free(p);
+        if archive {
+            p.archive_evictions(state.redactor);
+        }
+    }
+    if p.total() > budget.hard_limit() {
+        let (pinned, tail) = p.locked_tokens();
+        return Err(CompactError::InsufficientBudget {
+            required: p.total(),
+            limit: budget.hard_limit(),
+            pinned,
+            tail,
+            fixed: budget.fixed_tokens(),
+        });
+    }
+    if p.total() > budget.target() {
+        state.warn(format!(
+            "target of {} tokens not reached ({} tokens); within the hard limit of {}",
+            budget.target(),
+            p.total(),
+            budget.hard_limit()
+        ));
+    }
+    Ok(())
+}
+
+/// The plan out of the projection: purged, drops indexed (redacted),
+/// normalized and validated; only the artifacts it still references are
+/// written; counts and fingerprint set.
+fn finish(
+    req: &CompactRequest<'_>,
+    engine: &Engine<'_>,
+    mut p: Projection<'_>,
+    mut state: PipelineState<'_>,
+    mut report: Report,
+) -> Result<Compaction, CompactError> {
     p.purge();
     window::index_drops(&mut p);
     let tokens_after = p.total();
@@ -644,31 +698,22 @@ pub fn compact_with(
     for w in plan.normalize() {
         state.warn(w.to_string());
     }
-    plan.validate_against(thread, &policy.roles_never_prune)
+    plan.validate_against(req.thread, &req.policy.roles_never_prune)
         .map_err(|e| CompactError::Internal(format!("pipeline produced an invalid plan: {e}")))?;
-    // Only write what the final plan still references.
     let referenced = referenced_artifacts(&plan);
     pending.retain(|a| referenced.contains(&a.placeholder));
-    plan.original_token_count = tokens_before;
+    plan.original_token_count = report.tokens_before;
     plan.compacted_token_count = tokens_after;
     plan.fingerprint = request_fingerprint(req, engine);
-    let message_tokens = (0..p.len()).map(|i| p.cost(i)).collect();
+    report.tokens_after = tokens_after;
+    report.warnings = state.warnings;
     Ok(Compaction {
         plan,
         pending,
-        message_tokens,
-        fixed_tokens: fixed,
+        message_tokens: (0..p.len()).map(|i| p.cost(i)).collect(),
+        fixed_tokens: report.budget.fixed_tokens,
         target: req.target,
-        report: Report {
-            tokens_before,
-            tokens_after,
-            budget: budget_report,
-            triggered,
-            keep_recent_turns: tail.turns,
-            keep_tool_io_pairs: tail.pairs,
-            per_reducer,
-            warnings: state.warnings,
-        },
+        report,
     })
 }
 
@@ -770,32 +815,6 @@ fn fill_target(
         spare = p.total().saturating_sub(refilled) + 32;
         p.pending.truncate(pending);
         p.restore(before);
-    }
-    Ok(())
-}
-
-/// Runs the reducers at `which`, in order, until the target is met.
-fn run(
-    which: &[usize],
-    reducers: &[Box<dyn Reducer>],
-    reports: &mut [ReducerReport],
-    p: &mut Projection<'_>,
-    budget: &TokenBudget,
-    state: &mut PipelineState<'_>,
-) -> Result<(), CompactError> {
-    for &i in which {
-        if p.total() <= budget.target() {
-            break;
-        }
-        state.cancel.check()?;
-        let before = p.total();
-        reducers[i].reduce(p, budget, state)?;
-        // What a reducer evicted is archived at once, so the next one sees
-        // what naming the archives costs and reduces for it.
-        if state.policy.enable.archive {
-            p.archive_evictions(state.redactor);
-        }
-        reports[i].tokens_freed += before.saturating_sub(p.total());
     }
     Ok(())
 }
