@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 use compactd::proto::pb;
 use compactd::proto::pb::compaction_service_client::CompactionServiceClient;
 use compactd::server::access::AccessLogSink;
-use compactd::server::ServerSettings;
+use compactd::settings::Settings;
 use compactd::store::backend::{self, ArtifactsSettings, Backend, Local, PlansSettings};
 use compactd_testkit::moto::{credentials, Moto, REGION};
 use compactd_testkit::synth::{thread, SynthParams};
@@ -67,11 +67,11 @@ async fn start(
     )
     .await
     .expect("stores");
-    let mut settings = ServerSettings {
+    let mut settings = Settings {
         listen: "127.0.0.1:0".parse().expect("addr"),
         data_dir: dir.path().join("data"),
         access_log: AccessLogSink::Off,
-        ..ServerSettings::default()
+        ..Settings::default()
     };
     settings.auth.dev = true;
     settings.per_tenant_rps = 0.0;
@@ -82,7 +82,7 @@ async fn start(
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(compactd::server::serve_with_stores(
+    tokio::spawn(compactd::startup::serve_with_stores(
         settings,
         stores.plans,
         stores.artifacts,

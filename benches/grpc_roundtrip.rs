@@ -36,7 +36,7 @@ use compactd::client::{connect, endpoint, MAX_MESSAGE_BYTES};
 use compactd::proto::pb;
 use compactd::proto::pb::compaction_service_client::CompactionServiceClient;
 use compactd::security::AuthConfig;
-use compactd::server::ServerSettings;
+use compactd::settings::Settings;
 use compactd_testkit::synth::{thread, SynthParams};
 
 #[allow(clippy::all, clippy::pedantic)]
@@ -325,7 +325,7 @@ fn main() {
 
 async fn bench(full: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let settings = ServerSettings {
+    let settings = Settings {
         listen: "127.0.0.1:0".parse().expect("addr"),
         data_dir: dir.path().join("data"),
         // Measure the service, not the tenant limiter.
@@ -339,7 +339,7 @@ async fn bench(full: bool) {
         },
         // One line per call would measure the terminal.
         access_log: compactd::server::access::AccessLogSink::Off,
-        ..ServerSettings::default()
+        ..Settings::default()
     };
 
     // The real server.
@@ -348,9 +348,13 @@ async fn bench(full: bool) {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop_api, api_stopped) = oneshot::channel::<()>();
-    let api = tokio::spawn(compactd::server::serve(settings.clone(), listener, async {
-        let _ = api_stopped.await;
-    }));
+    let api = tokio::spawn(compactd::startup::serve(
+        settings.clone(),
+        listener,
+        async {
+            let _ = api_stopped.await;
+        },
+    ));
 
     // The echo, with the real server's transport settings.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

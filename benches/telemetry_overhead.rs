@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use compactd::proto::pb;
 use compactd::security::AuthConfig;
-use compactd::server::ServerSettings;
+use compactd::settings::Settings;
 use compactd::telemetry::{export_layer, Telemetry, TelemetrySettings};
 use compactd_testkit::otlp::Receiver;
 use compactd_testkit::synth::{thread, SynthParams};
@@ -21,21 +21,21 @@ use tracing_subscriber::layer::SubscriberExt as _;
 /// Median Compact latency over `calls` calls against a fresh in-process server.
 async fn run(calls: usize) -> Duration {
     let dir = tempfile::tempdir().expect("tempdir");
-    let settings = ServerSettings {
+    let settings = Settings {
         data_dir: dir.path().join("data"),
         auth: AuthConfig {
             dev: true,
             ..AuthConfig::default()
         },
         access_log: compactd::server::access::AccessLogSink::Off,
-        ..ServerSettings::default()
+        ..Settings::default()
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(compactd::server::serve(settings, listener, async {
+    let server = tokio::spawn(compactd::startup::serve(settings, listener, async {
         let _ = stopped.await;
     }));
     let mut client = compactd::client::connect(&format!("http://{addr}"))

@@ -39,7 +39,7 @@ use compactd::proto::pb;
 use compactd::proto::pb::compaction_service_client::CompactionServiceClient;
 use compactd::security::{hash_api_key, ApiKeyEntry};
 use compactd::server::access::AccessLogSink;
-use compactd::server::ServerSettings;
+use compactd::settings::Settings;
 use compactd_testkit::synth::{thread, SynthParams};
 
 const QUIET_KEY: &str = "quiet-key-0123456789";
@@ -106,11 +106,11 @@ async fn start(
     rt: &Runtimes,
 ) -> (std::net::SocketAddr, oneshot::Sender<()>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut settings = ServerSettings {
+    let mut settings = Settings {
         listen: "127.0.0.1:0".parse().expect("addr"),
         data_dir: dir.path().join("data"),
         access_log: AccessLogSink::Off,
-        ..ServerSettings::default()
+        ..Settings::default()
     };
     settings.auth.api_keys = vec![key(QUIET_KEY, "quiet"), key(NOISY_KEY, "noisy")];
     if let Limits::Concurrency | Limits::Bytes = limits {
@@ -135,7 +135,7 @@ async fn start(
     let (stop, stopped) = oneshot::channel::<()>();
     rt.server.spawn(async move {
         let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
-        compactd::server::serve(settings, listener, async {
+        compactd::startup::serve(settings, listener, async {
             let _ = stopped.await;
         })
         .await

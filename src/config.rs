@@ -5,7 +5,7 @@
 //!
 //! The layering is figment's; YAML is parsed with `serde_norway` (a
 //! maintained fork of the deprecated `serde_yaml`). The file has the shape of
-//! [`ServerSettings`]: top-level server keys (`listen`, `data_dir`, limits,
+//! [`Settings`]: top-level server keys (`listen`, `data_dir`, limits,
 //! `default_model`, …) plus the `policy` and `auth` sections. The offline
 //! `compact` command reads the same file.
 
@@ -16,7 +16,7 @@ use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use thiserror::Error;
 
-use crate::server::{check_startup, ServerSettings};
+use crate::settings::Settings;
 
 /// Environment variables with this prefix override the file.
 pub const ENV_PREFIX: &str = "COMPACTD__";
@@ -117,7 +117,7 @@ fn insert(dict: &mut Dict, path: &[String], value: Value) -> Result<(), String> 
 pub fn load(
     path: Option<&Path>,
     env: impl IntoIterator<Item = (String, String)>,
-) -> Result<ServerSettings, ConfigError> {
+) -> Result<Settings, ConfigError> {
     load_files(path.as_slice(), env)
 }
 
@@ -127,7 +127,7 @@ pub fn load(
 pub fn load_files(
     paths: &[impl AsRef<Path>],
     env: impl IntoIterator<Item = (String, String)>,
-) -> Result<ServerSettings, ConfigError> {
+) -> Result<Settings, ConfigError> {
     let mut figment = Figment::new();
     for p in paths {
         let p = p.as_ref();
@@ -145,7 +145,7 @@ pub fn load_files(
     vars.sort();
     figment
         .merge(EnvOverrides { vars })
-        .extract::<ServerSettings>()
+        .extract::<Settings>()
         .map_err(parse_error)
 }
 
@@ -177,22 +177,18 @@ fn parse_error(e: figment::Error) -> ConfigError {
     ConfigError::Parse { origin, message }
 }
 
-/// Validates everything that can be checked without starting: ranges, the
-/// auth section (key files are read), and the exposure rules.
-pub fn check(settings: &ServerSettings) -> Result<(), ConfigError> {
-    let invalid = |e: &dyn std::fmt::Display| ConfigError::Invalid(e.to_string());
-    check_startup(settings).map_err(|e| invalid(&e))?;
-    // What `serve` refuses after these checks, where no AWS call or
-    // library load is needed to know: the same messages.
-    crate::store::backend::check(&settings.artifacts, &settings.plans)
-        .map_err(|e| invalid(&crate::server::ServeError::from_open(e)))?;
-    crate::plugin::check_all(&settings.plugins)
-        .map_err(|e| invalid(&crate::server::ServeError::invalid("plugins", e)))?;
-    Ok(())
+/// Validates everything that can be checked without starting, as `serve`
+/// checks it first ([`Settings::validate`]): the same refusals, the same
+/// messages.
+pub fn check(settings: &Settings) -> Result<(), ConfigError> {
+    settings
+        .validate()
+        .map(drop)
+        .map_err(|e| ConfigError::Invalid(e.to_string()))
 }
 
 /// The settings as YAML, as `config check` prints them.
-pub fn to_yaml(settings: &ServerSettings) -> Result<String, ConfigError> {
+pub fn to_yaml(settings: &Settings) -> Result<String, ConfigError> {
     serde_norway::to_string(settings).map_err(|e| ConfigError::Invalid(e.to_string()))
 }
 
@@ -248,7 +244,7 @@ mod tests {
     #[test]
     fn defaults_load_and_need_auth_or_dev_mode() {
         let s = load(None, Vec::new()).unwrap();
-        assert_eq!(s, ServerSettings::default());
+        assert_eq!(s, Settings::default());
         assert_eq!(s.listen.to_string(), "127.0.0.1:50051");
         // Not even on loopback does the service start without being told how
         // callers authenticate; dev mode is asked for, never inferred.
@@ -363,46 +359,5 @@ mod tests {
         let s = load(None, env(&[("COMPACTD__LISTEN", "0.0.0.0:50051")])).unwrap();
         let e = check(&s).unwrap_err().to_string();
         assert!(e.contains("without authentication"), "{e}");
-    }
-
-    /// Whatever `serve` refuses from the settings alone, `config check`
-    /// refuses with the same message (stores and plugins included).
-    #[test]
-    fn stores_and_plugins_serve_refuses_are_refused_here_too() {
-        let plugin_dir = tempfile::tempdir().unwrap();
-        let cases = [
-            ("artifacts:\n  backend: s3\n".to_string(), "artifacts.s3.bucket"),
-            ("plans:\n  backend: s3\n".to_string(), "artifacts.s3.bucket"),
-            (
-                "artifacts:\n  kms:\n    tenant_keys:\n      acme: alias/acme\n".to_string(),
-                "artifacts.kms.tenant_keys",
-            ),
-            (
-                format!(
-                    "plugins:\n  dir: {}\n  load:\n    - name: out\n      path: ../libout.so\n      sha256: {}\n",
-                    plugin_dir.path().display(),
-                    "0".repeat(64)
-                ),
-                "must be a file name in plugins.dir",
-            ),
-            (
-                format!(
-                    "plugins:\n  dir: {}\n  load:\n    - name: short\n      path: libshort.so\n      sha256: abc\n",
-                    plugin_dir.path().display(),
-                ),
-                "sha256",
-            ),
-            (
-                "plugins:\n  load:\n    - name: nodir\n      path: libx.so\n      sha256: x\n"
-                    .to_string(),
-                "plugins.dir",
-            ),
-        ];
-        for (yaml, expected) in cases {
-            let f = file(&format!("auth:\n  dev: true\n{yaml}"));
-            let s = load(Some(f.path()), Vec::new()).unwrap();
-            let e = check(&s).unwrap_err().to_string();
-            assert!(e.contains(expected), "{yaml}: {e}");
-        }
     }
 }

@@ -8,8 +8,12 @@
 //!   plugins and runs them as pipeline steps;
 //! - `app` holds the use cases (Compact, Render, Rehydrate) over the core,
 //!   the stores and the security context;
+//! - `provider` holds what each wire format knows (import, encode, check,
+//!   count), one file per format;
 //! - `proto` is the wire (generated types and strict conversions), `server`
-//!   the gRPC edge, `client` a Rust client, `config` the settings.
+//!   the gRPC edge, `client` a Rust client; `settings` the service's
+//!   settings and their one validation, `config` reads them from files and
+//!   the environment, `startup` wires stores, plugins and use cases.
 
 pub mod app;
 mod cache;
@@ -26,6 +30,8 @@ pub mod render;
 pub mod runtime;
 pub mod security;
 pub mod server;
+pub mod settings;
+pub mod startup;
 pub mod store;
 pub mod summarize;
 pub mod telemetry;

@@ -357,7 +357,7 @@ struct Slow {
 
 /// A server whose artifact writes block until `release` is set.
 async fn slow_server(
-    tweak: impl FnOnce(&mut compactd::server::ServerSettings),
+    tweak: impl FnOnce(&mut compactd::settings::Settings),
 ) -> (TestServer, Slow, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let slow = Slow {

@@ -9,7 +9,7 @@ mod server_common;
 use compactd::llm::{SummarizerKind, SummarizerSettings};
 use compactd::proto::pb;
 use compactd::provider::thread_from_json;
-use compactd::server::{check_startup, ServerSettings};
+use compactd::settings::Settings;
 use compactd::summarize::llm::Style;
 use compactd_testkit::fake_llm::{Behavior, FakeLlm};
 use serde_json::{json, Value};
@@ -110,15 +110,15 @@ async fn the_plan_names_the_llm_and_the_requested_style_reaches_it() {
 
 #[test]
 fn cleartext_to_a_remote_endpoint_is_refused_at_startup() {
-    let mut s = ServerSettings::default();
+    let mut s = Settings::default();
     s.auth.dev = true;
     s.summarizer = SummarizerSettings {
         kind: SummarizerKind::Llm,
         base_url: "http://llm.corp.example:8000/v1".into(),
         ..SummarizerSettings::default()
     };
-    let e = check_startup(&s).expect_err("refused");
+    let e = s.validate().expect_err("refused");
     assert!(e.to_string().contains("summarizer.base_url"), "{e}");
     s.summarizer.base_url = "https://llm.corp.example/v1".into();
-    assert!(check_startup(&s).is_ok());
+    assert!(s.validate().is_ok());
 }

@@ -17,7 +17,8 @@ use compactd::model::CompactionPlan;
 use compactd::proto::pb;
 use compactd::proto::status::{ErrorDescription, RETRY_AFTER_MS};
 use compactd::security::AuthConfig;
-use compactd::server::{check_startup, ServeError, ServerSettings};
+use compactd::settings::Settings;
+use compactd::startup::ServeError;
 use compactd::store::{
     ArtifactStore, FsArtifactStore, FsPlanStore, PlanStore, StoreError, StoredPlan,
 };
@@ -228,52 +229,54 @@ async fn reflection_lists_the_service_in_v1_and_v1alpha() {
 #[tokio::test]
 async fn startup_refuses_unsafe_exposure() {
     let public: std::net::SocketAddr = "0.0.0.0:50051".parse().expect("addr");
-    let open = ServerSettings {
+    let open = Settings {
         listen: public,
-        ..ServerSettings::default()
+        ..Settings::default()
     };
     assert!(matches!(
-        check_startup(&open),
+        open.validate(),
         Err(ServeError::NoAuthentication(_))
     ));
-    let dev_public = ServerSettings {
+    let dev_public = Settings {
         listen: public,
         auth: AuthConfig {
             dev: true,
             ..AuthConfig::default()
         },
-        ..ServerSettings::default()
+        ..Settings::default()
     };
     assert!(matches!(
-        check_startup(&dev_public),
+        dev_public.validate(),
         Err(ServeError::DevModeNotLoopback(_))
     ));
-    let dev_local = ServerSettings {
+    let dev_local = Settings {
         auth: AuthConfig {
             dev: true,
             ..AuthConfig::default()
         },
-        ..ServerSettings::default()
+        ..Settings::default()
     };
-    check_startup(&dev_local).expect("dev mode on loopback");
+    dev_local.validate().expect("dev mode on loopback");
     let dir = tempfile::tempdir().expect("tempdir");
-    let secured = ServerSettings {
+    let secured = Settings {
         listen: public,
         ..settings(dir.path())
     };
     // JWTs over plaintext on a public address: only when TLS ends in front.
     assert!(matches!(
-        check_startup(&secured),
+        secured.validate(),
         Err(ServeError::PlaintextCredentials(_))
     ));
-    let behind_terminator = ServerSettings {
+    let behind_terminator = Settings {
         allow_plaintext_behind_tls_terminator: true,
         ..secured
     };
-    check_startup(&behind_terminator).expect("public address with JWT auth behind TLS");
-    let mut bad_policy = ServerSettings::default();
+    behind_terminator
+        .validate()
+        .expect("public address with JWT auth behind TLS");
+    let mut bad_policy = Settings::default();
     bad_policy.policy.trigger_ratio = 2.0;
-    match check_startup(&bad_policy) {
+    match bad_policy.validate() {
         Err(ServeError::Invalid { field, .. }) => assert_eq!(field, "policy.trigger_ratio"),
         other => panic!("{other:?}"),
     }
@@ -282,8 +285,8 @@ async fn startup_refuses_unsafe_exposure() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let err = compactd::server::serve(
-        ServerSettings {
+    let err = compactd::startup::serve(
+        Settings {
             data_dir: dir.path().join("data"),
             ..open
         },
@@ -541,4 +544,81 @@ async fn a_failed_artifact_write_commits_nothing() {
         .into_inner();
     assert_eq!(out.version, 1);
     assert_eq!(out.new_artifact_ids.len(), 2);
+}
+
+/// `config check` refuses every configuration `serve` refuses from its
+/// settings, with the same message and field path: the two run one check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_check_and_serve_refuse_the_same_configs() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin_dir = dir.path().join("plugins");
+    std::fs::create_dir(&plugin_dir).unwrap();
+    let plugins = plugin_dir.display();
+    let zeros = "0".repeat(64);
+    let cases: Vec<(String, &str)> = vec![
+        ("listen: 0.0.0.0:50051\n".into(), "without authentication"),
+        ("listen: 0.0.0.0:50051\nauth:\n  dev: true\n".into(), "loopback"),
+        (
+            "auth:\n  dev: true\npolicy:\n  trigger_ratio: 1.5\n".into(),
+            "policy.trigger_ratio",
+        ),
+        (
+            "auth:\n  dev: true\ndefault_model: \"\"\n".into(),
+            "server.default_model",
+        ),
+        (
+            "auth:\n  dev: true\nartifacts:\n  backend: s3\n".into(),
+            "artifacts.s3.bucket",
+        ),
+        (
+            "auth:\n  dev: true\nplans:\n  backend: s3\n".into(),
+            "artifacts.s3.bucket",
+        ),
+        (
+            "auth:\n  dev: true\nartifacts:\n  kms:\n    key_id: \"\"\n".into(),
+            "artifacts.kms.key_id",
+        ),
+        (
+            "auth:\n  dev: true\nartifacts:\n  kms:\n    tenant_keys:\n      acme: alias/acme\n"
+                .into(),
+            "artifacts.kms.tenant_keys",
+        ),
+        (
+            format!(
+                "auth:\n  dev: true\nplugins:\n  dir: {plugins}\n  load:\n    - name: out\n      path: ../libout.so\n      sha256: {zeros}\n"
+            ),
+            "must be a file name in plugins.dir",
+        ),
+        (
+            format!(
+                "auth:\n  dev: true\nplugins:\n  dir: {plugins}\n  load:\n    - name: short\n      path: libshort.so\n      sha256: abc\n"
+            ),
+            "sha256",
+        ),
+        (
+            "auth:\n  dev: true\nplugins:\n  load:\n    - name: nodir\n      path: libx.so\n      sha256: x\n"
+                .into(),
+            "plugins.dir",
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let file = dir.path().join("compactd.yaml");
+        std::fs::write(&file, &yaml).unwrap();
+        let mut settings = compactd::config::load(Some(&file), Vec::new())
+            .unwrap_or_else(|e| panic!("{yaml}: {e}"));
+        settings.data_dir = dir.path().join("data");
+        let checked = compactd::config::check(&settings)
+            .expect_err(&yaml)
+            .to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let served = compactd::startup::serve(settings, listener, std::future::pending())
+            .await
+            .expect_err(&yaml)
+            .to_string();
+        assert!(served.contains(expected), "{yaml}: {served}");
+        assert!(
+            checked.ends_with(&served),
+            "{yaml}: config check said {checked:?}, serve {served:?}"
+        );
+    }
 }

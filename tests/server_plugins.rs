@@ -128,7 +128,7 @@ async fn a_plugin_of_another_abi_major_stops_the_server() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let e = compactd::server::serve(s, listener, std::future::pending())
+    let e = compactd::startup::serve(s, listener, std::future::pending())
         .await
         .expect_err("refused");
     let text = e.to_string();

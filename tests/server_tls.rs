@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use compactd::server::tls::TlsSettings;
-use compactd::server::{check_startup, ServeError, ServerSettings};
+use compactd::settings::Settings;
+use compactd::startup::ServeError;
 use server_common::*;
 use tokio_rustls::rustls;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
@@ -186,10 +187,10 @@ async fn sighup_reloads_the_certificate_at_once() {
     wait_for_leaf(&server, &leaf_der("server_rotated")).await;
 }
 
-fn api_key_settings(listen: &str) -> ServerSettings {
-    let mut s = ServerSettings {
+fn api_key_settings(listen: &str) -> Settings {
+    let mut s = Settings {
         listen: listen.parse().expect("addr"),
-        ..ServerSettings::default()
+        ..Settings::default()
     };
     s.auth.api_keys = vec![compactd::security::ApiKeyEntry {
         sha256: compactd::security::hash_api_key("k-123"),
@@ -202,7 +203,7 @@ fn api_key_settings(listen: &str) -> ServerSettings {
 
 #[test]
 fn bearer_secrets_on_a_plaintext_non_loopback_listener_refuse_to_start() {
-    match check_startup(&api_key_settings("0.0.0.0:50051")) {
+    match api_key_settings("0.0.0.0:50051").validate() {
         Err(e @ ServeError::PlaintextCredentials(_)) => {
             let m = e.to_string();
             assert!(
@@ -214,20 +215,22 @@ fn bearer_secrets_on_a_plaintext_non_loopback_listener_refuse_to_start() {
     }
     // Loopback plaintext is fine (a local sidecar), and so is an explicit
     // statement that TLS ends in front of the service…
-    check_startup(&api_key_settings("127.0.0.1:50051")).expect("loopback");
+    api_key_settings("127.0.0.1:50051")
+        .validate()
+        .expect("loopback");
     let mut behind = api_key_settings("0.0.0.0:50051");
     behind.allow_plaintext_behind_tls_terminator = true;
-    check_startup(&behind).expect("TLS terminated in front");
+    behind.validate().expect("TLS terminated in front");
     // …or TLS itself.
     let certs = tempfile::tempdir().expect("tempdir");
     let mut tls = api_key_settings("0.0.0.0:50051");
     tls.tls = Some(install(certs.path(), "server", 30));
-    check_startup(&tls).expect("TLS listener");
+    tls.validate().expect("TLS listener");
     // Unreadable or mismatched files are named at start-up.
     let mut bad = api_key_settings("127.0.0.1:50051");
     let mut settings = install(certs.path(), "server", 30);
     settings.key_file = fixture("server_rotated.key");
     bad.tls = Some(settings);
-    let e = check_startup(&bad).expect_err("key of another certificate");
+    let e = bad.validate().expect_err("key of another certificate");
     assert!(e.to_string().contains("key_file"), "{e}");
 }

@@ -586,7 +586,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn calls_every_method_against_a_real_server() {
         let dir = tempfile::tempdir().unwrap();
-        let settings = compactd::server::ServerSettings {
+        let settings = compactd::settings::Settings {
             listen: "127.0.0.1:0".parse().unwrap(),
             data_dir: dir.path().join("data"),
             auth: compactd::security::AuthConfig {
@@ -601,7 +601,7 @@ mod tests {
             .unwrap();
         let addr = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(compactd::server::serve(settings, listener, async {
+        let server = tokio::spawn(compactd::startup::serve(settings, listener, async {
             let _ = stopped.await;
         }));
 

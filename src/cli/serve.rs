@@ -56,14 +56,15 @@ pub fn run(args: &ServeArgs) -> Result<String, Failure> {
         tracing::info!("exporting traces over OTLP/gRPC");
     }
     // Once: key files are read, TLS set up and rules compiled here.
-    let startup = compactd::server::check_startup(&settings)
+    let startup = settings
+        .validate()
         .map_err(|e| Failure::bad_input(e.to_string()))?;
     let served = runtime.block_on(async move {
         let shutdown = shutdown_signal()
             .map_err(|e| Failure::other(format!("cannot install signal handlers: {e}")))?;
         // Stores before the listener: a bad bucket, key or permission
         // stops start-up before the address is announced.
-        let stores = compactd::server::open_stores(&settings)
+        let stores = compactd::startup::open_stores(&settings)
             .await
             .map_err(|e| Failure::bad_input(e.to_string()))?;
         let listener = tokio::net::TcpListener::bind(settings.listen)
@@ -73,7 +74,7 @@ pub fn run(args: &ServeArgs) -> Result<String, Failure> {
         // Scripts and tests read this line to find a port chosen with `:0`.
         println!("compactd listening on {addr}");
         let _ = std::io::stdout().flush();
-        compactd::server::serve_opened(settings, startup, stores, listener, shutdown)
+        compactd::startup::serve_opened(settings, startup, stores, listener, shutdown)
             .await
             .map_err(Failure::other)?;
         Ok(String::new())

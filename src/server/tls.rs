@@ -28,7 +28,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt as _;
 
-use super::ServeError;
+use crate::startup::ServeError;
 
 /// A client that has not finished its handshake by then is dropped.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

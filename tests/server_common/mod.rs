@@ -20,7 +20,8 @@ use compactd::proto::pb;
 use compactd::proto::pb::compaction_service_client::CompactionServiceClient;
 use compactd::proto::status::ErrorDescription;
 use compactd::security::AuthConfig;
-use compactd::server::{ServeError, ServerSettings};
+use compactd::settings::Settings;
+use compactd::startup::ServeError;
 use compactd::store::{ArtifactEntry, ArtifactMeta, ArtifactStore, PlanStore, Removed, StoreError};
 
 pub const ISSUER: &str = "https://issuer.test";
@@ -46,7 +47,7 @@ pub struct TestServer {
 }
 
 /// Settings with HS256 JWT auth (secret in a file under `dir`).
-pub fn settings(dir: &std::path::Path) -> ServerSettings {
+pub fn settings(dir: &std::path::Path) -> Settings {
     let secret_file = dir.join("hs256.secret");
     std::fs::write(&secret_file, SECRET).expect("write secret");
     let auth: AuthConfig = serde_json::from_value(json!({
@@ -58,14 +59,14 @@ pub fn settings(dir: &std::path::Path) -> ServerSettings {
         }
     }))
     .expect("auth config");
-    ServerSettings {
+    Settings {
         listen: "127.0.0.1:0".parse().expect("addr"),
         data_dir: dir.join("data"),
         health_probe_interval_ms: 50,
         // Tests that read the access log point it at a file.
         access_log: compactd::server::access::AccessLogSink::Off,
         auth,
-        ..ServerSettings::default()
+        ..Settings::default()
     }
 }
 
@@ -76,7 +77,7 @@ impl TestServer {
     }
 
     /// Starts a server after `tweak` adjusted the settings.
-    pub async fn start_with(tweak: impl FnOnce(&mut ServerSettings)) -> TestServer {
+    pub async fn start_with(tweak: impl FnOnce(&mut Settings)) -> TestServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut s = settings(dir.path());
         tweak(&mut s);
@@ -86,7 +87,7 @@ impl TestServer {
         let addr = listener.local_addr().expect("local addr");
         let data_dir = s.data_dir.clone();
         let (tx, rx) = oneshot::channel::<()>();
-        let handle = tokio::spawn(compactd::server::serve(s, listener, async {
+        let handle = tokio::spawn(compactd::startup::serve(s, listener, async {
             let _ = rx.await;
         }));
         TestServer {
@@ -110,7 +111,7 @@ impl TestServer {
     pub async fn start_with_stores_and(
         plans: Arc<dyn PlanStore>,
         artifacts: Arc<dyn ArtifactStore>,
-        tweak: impl FnOnce(&mut ServerSettings),
+        tweak: impl FnOnce(&mut Settings),
     ) -> TestServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut s = settings(dir.path());
@@ -119,7 +120,7 @@ impl TestServer {
         let addr = listener.local_addr().expect("local addr");
         let data_dir = s.data_dir.clone();
         let (tx, rx) = oneshot::channel::<()>();
-        let handle = tokio::spawn(compactd::server::serve_with_stores(
+        let handle = tokio::spawn(compactd::startup::serve_with_stores(
             s,
             plans,
             artifacts,

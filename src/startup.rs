@@ -1,0 +1,243 @@
+//! Start-up: from validated settings to a serving process. Opens the
+//! stores, wires the use cases (summarizer, plugins, compute pool, sweeper)
+//! and hands them to the gRPC edge ([`crate::server::run`]); on shutdown,
+//! gives background summaries a bounded time to commit.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use thiserror::Error;
+
+use crate::app::App;
+use crate::security::{AuthConfigError, Authenticator};
+use crate::server::tls;
+use crate::settings::Settings;
+use crate::store::backend::Stores;
+use crate::store::{ArtifactStore, PlanStore, StoreError};
+
+/// Why the server did not start (or stopped with an error).
+#[derive(Debug, Error)]
+pub enum ServeError {
+    /// Dev mode accepts every caller as tenant `dev`: loopback only.
+    #[error("dev mode (--dev or auth.dev) is only allowed on a loopback address, not {0}")]
+    DevModeNotLoopback(SocketAddr),
+    /// No credential method is configured and dev mode was not asked for.
+    #[error(
+        "refusing to serve on {0} without authentication: configure auth.jwt, auth.api_keys or auth.mtls \
+         (see README, \"Security model\"), or pass --dev (or set auth.dev: true) for a development \
+         server on a loopback address that accepts every caller as tenant `dev`"
+    )]
+    NoAuthentication(SocketAddr),
+    /// The `auth` section is unusable.
+    #[error("auth config: {0}")]
+    Auth(#[from] AuthConfigError),
+    /// A settings value is out of range.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// Dotted path.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Bearer secrets would cross the network in cleartext.
+    #[error(
+        "refusing to accept JWTs or API keys on {0} without TLS: configure tls.cert_file and tls.key_file, \
+         or set allow_plaintext_behind_tls_terminator: true if TLS ends in front of compactd"
+    )]
+    PlaintextCredentials(SocketAddr),
+    /// The embedded stores could not be opened.
+    #[error("cannot open the data directory: {0}")]
+    Store(#[from] StoreError),
+    /// TLS files could not be read.
+    #[error("tls: {0}")]
+    Tls(String),
+    /// The transport failed.
+    #[error("transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+impl ServeError {
+    /// What opening the stores failed with, as `serve` reports it.
+    pub fn from_open(e: crate::store::backend::OpenError) -> Self {
+        match e {
+            crate::store::backend::OpenError::Invalid { field, message } => {
+                ServeError::invalid(field, message)
+            }
+            crate::store::backend::OpenError::Store(e) => ServeError::from(e),
+        }
+    }
+
+    /// An `Invalid` naming `field`.
+    pub fn invalid(field: impl Into<String>, message: impl ToString) -> Self {
+        ServeError::Invalid {
+            field: field.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
+/// What start-up checks produced: the authenticator and the TLS listener,
+/// built once (key files are read here).
+#[derive(Debug)]
+pub struct Startup {
+    /// Verifies credentials.
+    pub authenticator: Authenticator,
+    /// The compiled redaction rules.
+    pub redactor: crate::redact::Redactor,
+    /// TLS for the listener, when configured.
+    pub tls: Option<tls::TlsListener>,
+}
+
+/// Checks the settings ([`Settings::validate`]), opens the embedded stores in
+/// `settings.data_dir` (plans and artifacts share the
+/// `tenants/{tenant}/threads/{thread}/` layout) and serves until `shutdown`
+/// resolves; in-flight calls are drained before it returns.
+pub async fn serve(
+    settings: Settings,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let startup = settings.validate()?;
+    serve_checked(settings, startup, listener, shutdown).await
+}
+
+/// [`serve`] with the start-up checks already done (the CLI runs them
+/// before binding, so key files are read and rules compiled once).
+pub async fn serve_checked(
+    settings: Settings,
+    startup: Startup,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let stores = open_stores(&settings).await?;
+    serve_opened(settings, startup, stores, listener, shutdown).await
+}
+
+/// Opens (and probes) the stores the settings name: a wrong bucket, key or
+/// permission is reported here, before the service announces itself.
+pub async fn open_stores(settings: &Settings) -> Result<Stores, ServeError> {
+    let stores = crate::store::backend::open(
+        crate::store::backend::Local {
+            data_dir: &settings.data_dir,
+            keyring_file: settings.keyring_file.as_deref(),
+        },
+        &settings.artifacts,
+        &settings.plans,
+        None,
+    )
+    .await
+    .map_err(ServeError::from_open)?;
+    tracing::info!(stores = %stores.description, "stores opened");
+    Ok(stores)
+}
+
+/// [`serve_checked`] over stores [`open_stores`] opened.
+pub async fn serve_opened(
+    settings: Settings,
+    startup: Startup,
+    stores: Stores,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    serve_with(
+        settings,
+        startup,
+        stores.plans,
+        stores.artifacts,
+        listener,
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve`] with the stores supplied (shared backends, or fault injection in tests).
+pub async fn serve_with_stores(
+    settings: Settings,
+    plans: Arc<dyn PlanStore>,
+    artifacts: Arc<dyn ArtifactStore>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let startup = settings.validate()?;
+    serve_with(settings, startup, plans, artifacts, listener, shutdown).await
+}
+
+/// Wires the use cases over the stores and serves them until `shutdown`.
+async fn serve_with(
+    settings: Settings,
+    startup: Startup,
+    plans: Arc<dyn PlanStore>,
+    artifacts: Arc<dyn ArtifactStore>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let Startup {
+        authenticator,
+        tls,
+        redactor,
+    } = startup;
+    if authenticator.is_dev() {
+        tracing::warn!(
+            listen = %settings.listen,
+            "DEV MODE: requests without credentials are accepted as tenant `dev` with every permission; never use this outside a workstation"
+        );
+    }
+    // Build the default model's tokenizer tables (tens of ms) before the
+    // first call needs them, off the async workers.
+    let model = settings.default_model.clone();
+    tokio::task::spawn_blocking(move || crate::tokens::counter_for_model(&model).count("warm"));
+    // First use wins: in a process that serves once (the binary) these
+    // settings apply; tests and benches share one pool.
+    crate::runtime::configure_compute(crate::runtime::ComputeSettings {
+        threads: settings.compute_threads,
+        nice: settings.compute_nice,
+    });
+    let app = assemble(&settings, redactor, Arc::clone(&plans), artifacts)?;
+    let sweeper = tokio::spawn(app.clone().run_sweeper());
+    let edge = crate::server::Edge {
+        authenticator: Arc::new(authenticator),
+        tls,
+        app: app.clone(),
+        plans,
+    };
+    let result = crate::server::run(&settings, edge, listener, shutdown).await;
+    sweeper.abort();
+    // Background summaries still running get a bounded time to commit.
+    if !app
+        .drain_summaries(std::time::Duration::from_secs(10))
+        .await
+    {
+        tracing::warn!("background summaries still running at shutdown were abandoned");
+    }
+    result
+}
+
+/// The use cases over the stores, with the summarizer and the plugins the
+/// settings name; a plugin that does not load (hash, ABI, create) stops
+/// start-up.
+fn assemble(
+    settings: &Settings,
+    redactor: crate::redact::Redactor,
+    plans: Arc<dyn PlanStore>,
+    artifacts: Arc<dyn ArtifactStore>,
+) -> Result<App, ServeError> {
+    let llm = match settings.summarizer.kind {
+        crate::llm::SummarizerKind::Extractive => None,
+        crate::llm::SummarizerKind::Llm => Some(crate::app::LlmSummaries::new(
+            crate::llm::LlmSummarizer::new(settings.summarizer.clone())
+                .map_err(|e| ServeError::invalid("summarizer", e))?,
+        )),
+    };
+    let plugins = crate::plugin::load_all(&settings.plugins)
+        .map_err(|e| ServeError::invalid("plugins", e))?;
+    Ok(App::new(
+        settings.app_defaults(),
+        plans,
+        artifacts,
+        settings.ledger_max_entries,
+        settings.lifecycle.clone(),
+        Arc::new(redactor),
+        crate::app::Extensions { llm, plugins },
+    ))
+}
