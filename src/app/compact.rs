@@ -15,7 +15,7 @@ use tracing::Instrument as _;
 use crate::model::{CompactionPlan, Sensitivity, Thread};
 use crate::provider::Format;
 use crate::reduce::{
-    compact_with, request_fingerprint, CompactRequest, Compaction, Policy, Report,
+    compact_with, request_fingerprint, CompactRequest, Compaction, PendingArtifact, Policy, Report,
 };
 use crate::runtime::{blocking, compute, now_unix_ms, Call};
 use crate::security::SecurityContext;
@@ -489,8 +489,10 @@ impl App {
         .await;
     }
 
-    /// Writes every pending artifact; on the first failure deletes what was
-    /// written and fails. Returns placeholder → id and what was written.
+    /// Writes every pending artifact, up to [`WRITE_CONCURRENCY`] at once
+    /// (each is a round trip, and a KMS call, on S3); on the first failure
+    /// deletes what was written and fails. Returns placeholder → id and
+    /// what was written, in pending order.
     async fn write_artifacts(
         &self,
         tenant: &str,
@@ -498,54 +500,15 @@ impl App {
         compaction: &Compaction,
     ) -> Result<(BTreeMap<String, String>, Vec<WrittenArtifact>)> {
         let created = now_unix_ms();
-        // Up to WRITE_CONCURRENCY writes in flight: each is a round trip
-        // (and a KMS call) on S3, and a compaction may archive and
-        // externalize dozens of objects. The set aborts what is still
-        // running if this call is dropped.
         let limit = Arc::new(tokio::sync::Semaphore::new(WRITE_CONCURRENCY));
+        // The set aborts what is still running if this call is dropped.
         let mut set = tokio::task::JoinSet::new();
         // The writes run as this call: a deadline does not free the tenant's
         // slot while a write is still blocking.
         let call = Call::current();
         for (k, a) in compaction.pending.iter().enumerate() {
-            let meta = ArtifactMeta {
-                tenant: tenant.to_string(),
-                thread_id: thread_id.to_string(),
-                created_at_unix_ms: created,
-                ttl_seconds: self.artifact_ttl(),
-                sensitivity: a.sensitivity,
-                key_id: None,
-                content_hash: a.content_hash.clone(),
-                size_bytes: a.content.len() as u64,
-                message_ids: a.message_ids.clone(),
-            };
-            let (store, limit, content) = (
-                Arc::clone(&self.inner.artifacts),
-                Arc::clone(&limit),
-                a.content.clone(),
-            );
-            // A span per write (sizes and ids, no content); the store's own
-            // calls (S3, KMS) nest under it.
-            let span = tracing::info_span!(
-                "compactd.artifact",
-                otel.name = "artifact put",
-                otel.status_code = tracing::field::Empty,
-                compactd.artifact_id = tracing::field::Empty,
-                compactd.artifact.bytes = crate::telemetry::int(a.content.len()),
-                compactd.artifact.messages = crate::telemetry::int(a.message_ids.len()),
-                compactd.sensitivity = a.sensitivity.as_str(),
-            );
-            let write = async move {
-                let _permit = limit.acquire_owned().await;
-                let put = store.put(&meta, content.as_bytes()).await;
-                let span = tracing::Span::current();
-                match &put {
-                    Ok(id) => span.record("compactd.artifact_id", id.as_str()),
-                    Err(_) => span.record("otel.status_code", "ERROR"),
-                };
-                (k, put)
-            }
-            .instrument(span);
+            let write = self.artifact_write(tenant, thread_id, created, a, Arc::clone(&limit));
+            let write = async move { (k, write.await) };
             match call.clone() {
                 Some(c) => set.spawn(c.within(write)),
                 None => set.spawn(write),
@@ -554,19 +517,15 @@ impl App {
         let mut results: Vec<Option<Result<String>>> =
             (0..compaction.pending.len()).map(|_| None).collect();
         while let Some(joined) = set.join_next().await {
-            match joined {
-                Ok((k, r)) => {
-                    results[k] = Some(r.map_err(|e| match store_error(e, "artifact") {
-                        AppError::NotFound(_) => {
-                            AppError::Internal("artifact store rejected a write".into())
-                        }
-                        other => other,
-                    }))
+            let (k, r) =
+                joined.map_err(|e| AppError::Internal(format!("artifact write task: {e}")))?;
+            results[k] = Some(r.map_err(|e| match store_error(e, "artifact") {
+                AppError::NotFound(_) => {
+                    AppError::Internal("artifact store rejected a write".into())
                 }
-                Err(e) => return Err(AppError::Internal(format!("artifact write task: {e}"))),
-            }
+                other => other,
+            }));
         }
-        // In pending order: what was written, and the first failure.
         let mut ids = BTreeMap::new();
         let mut written: Vec<WrittenArtifact> = Vec::with_capacity(compaction.pending.len());
         let mut failure = None;
@@ -597,6 +556,53 @@ impl App {
             return Err(e);
         }
         Ok((ids, written))
+    }
+
+    /// One artifact's write, in its own span (sizes and ids, no content;
+    /// the store's own calls, S3 and KMS, nest under it), once `limit`
+    /// lets it start.
+    fn artifact_write(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        created: u64,
+        a: &PendingArtifact,
+        limit: Arc<tokio::sync::Semaphore>,
+    ) -> impl std::future::Future<Output = std::result::Result<String, crate::store::StoreError>>
+           + Send
+           + 'static {
+        let meta = ArtifactMeta {
+            tenant: tenant.to_string(),
+            thread_id: thread_id.to_string(),
+            created_at_unix_ms: created,
+            ttl_seconds: self.artifact_ttl(),
+            sensitivity: a.sensitivity,
+            key_id: None,
+            content_hash: a.content_hash.clone(),
+            size_bytes: a.content.len() as u64,
+            message_ids: a.message_ids.clone(),
+        };
+        let (store, content) = (Arc::clone(&self.inner.artifacts), a.content.clone());
+        let span = tracing::info_span!(
+            "compactd.artifact",
+            otel.name = "artifact put",
+            otel.status_code = tracing::field::Empty,
+            compactd.artifact_id = tracing::field::Empty,
+            compactd.artifact.bytes = crate::telemetry::int(a.content.len()),
+            compactd.artifact.messages = crate::telemetry::int(a.message_ids.len()),
+            compactd.sensitivity = a.sensitivity.as_str(),
+        );
+        async move {
+            let _permit = limit.acquire_owned().await;
+            let put = store.put(&meta, content.as_bytes()).await;
+            let span = tracing::Span::current();
+            match &put {
+                Ok(id) => span.record("compactd.artifact_id", id.as_str()),
+                Err(_) => span.record("otel.status_code", "ERROR"),
+            };
+            put
+        }
+        .instrument(span)
     }
 
     /// Best effort: an artifact that no plan references is garbage, not a

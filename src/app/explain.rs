@@ -2,7 +2,7 @@
 //! a summary, an artifact, a dropped span), for operators answering "was X
 //! compacted out, or did the model ignore it?".
 
-use crate::model::{Sensitivity, Thread};
+use crate::model::{CompactionPlan, Sensitivity, Thread};
 use crate::reduce::referenced_artifacts;
 use crate::render::explain::{contains, explain, Explanation, Verdict};
 use crate::runtime::blocking;
@@ -70,6 +70,46 @@ impl App {
             search_artifacts: cmd.search_artifacts,
         }
         .authorize(ctx, None)?;
+        self.validate_explain(&cmd)?;
+        let plan = self.plan_to_explain(ctx, &cmd).await?;
+        let ids: Vec<String> = if cmd.search_artifacts {
+            referenced_artifacts(&plan).into_iter().collect()
+        } else {
+            Vec::new()
+        };
+        let plan_version = plan.version;
+        let text = cmd.text.clone();
+        let mut thread = cmd.thread;
+        let mut warnings = Vec::new();
+        if let Some((view, w)) = thread.as_ref().and_then(Thread::provider_view) {
+            thread = Some(view);
+            warnings = w;
+        }
+        let explanation = blocking(move || explain(thread.as_ref(), &plan, &text)).await?;
+        let (artifacts, not_searched) = self
+            .search_artifacts(ctx, &cmd.thread_id, ids, &cmd.text.to_lowercase())
+            .await?;
+        let verdict = explanation.verdict_with(!artifacts.is_empty());
+        crate::telemetry::events::explain(
+            plan_version,
+            verdict.as_str(),
+            (
+                explanation.messages.len(),
+                explanation.summaries.len(),
+                artifacts.len(),
+            ),
+        );
+        Ok(ExplainOutcome {
+            plan_version,
+            verdict,
+            explanation,
+            artifacts,
+            not_searched,
+            warnings,
+        })
+    }
+
+    fn validate_explain(&self, cmd: &ExplainCommand) -> Result<()> {
         if cmd.thread_id.is_empty() {
             return Err(AppError::invalid("thread_id", "must not be empty"));
         }
@@ -88,47 +128,52 @@ impl App {
             }
             self.validate_thread(t)?;
         }
-        let plan = if cmd.plan_version == 0 {
-            self.current_plan(&ctx.tenant_id, &cmd.thread_id)
-                .await?
-                .ok_or_else(|| AppError::NotFound("plan for this thread".into()))?
-        } else {
-            // A past turn's plan: the stores keep the last PLAN_HISTORY.
-            self.inner
-                .plans
-                .get_version(&ctx.tenant_id, &cmd.thread_id, cmd.plan_version)
-                .await
-                .map_err(super::error::plan_store_error)?
-                .map(|p| {
-                    let mut plan = p.plan;
-                    plan.version = p.version;
-                    plan
-                })
-                .ok_or_else(|| {
-                    AppError::NotFound(format!(
-                        "plan version {} of this thread (the last {} versions are kept)",
-                        cmd.plan_version,
-                        crate::store::PLAN_HISTORY
-                    ))
-                })?
-        };
-        let ids: Vec<String> = if cmd.search_artifacts {
-            referenced_artifacts(&plan).into_iter().collect()
-        } else {
-            Vec::new()
-        };
-        let plan_version = plan.version;
-        let text = cmd.text.clone();
-        let mut thread = cmd.thread;
-        let mut warnings = Vec::new();
-        if let Some((view, w)) = thread.as_ref().and_then(Thread::provider_view) {
-            thread = Some(view);
-            warnings = w;
-        }
-        let explanation = blocking(move || explain(thread.as_ref(), &plan, &text)).await?;
+        Ok(())
+    }
 
-        let needle = cmd.text.to_lowercase();
-        let mut artifacts = Vec::new();
+    /// The committed plan, or a past turn's (the stores keep the last
+    /// `PLAN_HISTORY`).
+    async fn plan_to_explain(
+        &self,
+        ctx: &SecurityContext,
+        cmd: &ExplainCommand,
+    ) -> Result<CompactionPlan> {
+        if cmd.plan_version == 0 {
+            return self
+                .current_plan(&ctx.tenant_id, &cmd.thread_id)
+                .await?
+                .ok_or_else(|| AppError::NotFound("plan for this thread".into()));
+        }
+        self.inner
+            .plans
+            .get_version(&ctx.tenant_id, &cmd.thread_id, cmd.plan_version)
+            .await
+            .map_err(super::error::plan_store_error)?
+            .map(|p| {
+                let mut plan = p.plan;
+                plan.version = p.version;
+                plan
+            })
+            .ok_or_else(|| {
+                AppError::NotFound(format!(
+                    "plan version {} of this thread (the last {} versions are kept)",
+                    cmd.plan_version,
+                    crate::store::PLAN_HISTORY
+                ))
+            })
+    }
+
+    /// The artifacts of `ids` that hold `needle` (lowercased), and the ids
+    /// not searched: beyond [`MAX_EXPLAIN_ARTIFACTS`], gone, or above what
+    /// the caller may read (whose content is never decrypted).
+    async fn search_artifacts(
+        &self,
+        ctx: &SecurityContext,
+        thread_id: &str,
+        ids: Vec<String>,
+        needle: &str,
+    ) -> Result<(Vec<ArtifactHit>, Vec<String>)> {
+        let mut hits = Vec::new();
         let mut not_searched = Vec::new();
         let store = &self.inner.artifacts;
         for (k, id) in ids.into_iter().enumerate() {
@@ -136,58 +181,34 @@ impl App {
                 not_searched.push(id);
                 continue;
             }
-            // The metadata first: content the caller may not read is never decrypted.
-            let meta = match store
-                .get_metadata(&ctx.tenant_id, &cmd.thread_id, &id)
-                .await
-            {
-                Ok(m) => m,
-                Err(StoreError::NotFound) => {
+            let read = |e| super::error::artifact_read_error(e, "search_artifacts");
+            let meta = match store.get_metadata(&ctx.tenant_id, thread_id, &id).await {
+                Ok(m) if ctx.can_read(m.sensitivity) => m,
+                Ok(_) | Err(StoreError::NotFound) => {
                     not_searched.push(id);
                     continue;
                 }
-                Err(e) => return Err(super::error::artifact_read_error(e, "search_artifacts")),
+                Err(e) => return Err(read(e)),
             };
-            if !ctx.can_read(meta.sensitivity) {
-                not_searched.push(id);
-                continue;
-            }
-            let bytes = match store.get(&ctx.tenant_id, &cmd.thread_id, &id).await {
+            let bytes = match store.get(&ctx.tenant_id, thread_id, &id).await {
                 Ok((_, b)) => b,
                 Err(StoreError::NotFound) => {
                     not_searched.push(id);
                     continue;
                 }
-                Err(e) => return Err(super::error::artifact_read_error(e, "search_artifacts")),
+                Err(e) => return Err(read(e)),
             };
-            let needle = needle.clone();
+            let needle = needle.to_string();
             let found =
                 blocking(move || contains(&String::from_utf8_lossy(&bytes), &needle)).await?;
             if found {
-                artifacts.push(ArtifactHit {
+                hits.push(ArtifactHit {
                     artifact_id: id,
                     message_ids: meta.message_ids,
                     sensitivity: meta.sensitivity,
                 });
             }
         }
-        let verdict = explanation.verdict_with(!artifacts.is_empty());
-        tracing::info!(
-            target: crate::telemetry::EVENTS,
-            plan_version = crate::telemetry::int(plan_version),
-            verdict = verdict.as_str(),
-            message_hits = crate::telemetry::int(explanation.messages.len()),
-            summary_hits = crate::telemetry::int(explanation.summaries.len()),
-            artifact_hits = crate::telemetry::int(artifacts.len()),
-            "compact.explain"
-        );
-        Ok(ExplainOutcome {
-            plan_version,
-            verdict,
-            explanation,
-            artifacts,
-            not_searched,
-            warnings,
-        })
+        Ok((hits, not_searched))
     }
 }

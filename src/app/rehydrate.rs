@@ -7,6 +7,7 @@ use crate::model::Sensitivity;
 use crate::provider::Format;
 use crate::runtime::blocking;
 use crate::security::SecurityContext;
+use crate::telemetry::events;
 use crate::tokens::truncate_to_tokens;
 
 use super::error::artifact_read_error;
@@ -58,8 +59,7 @@ impl App {
         if cmd.artifact_id.is_empty() {
             return Err(AppError::invalid("artifact_id", "must not be empty"));
         }
-        let metrics = crate::telemetry::metrics();
-        metrics.rehydration_requests("rehydrate_rpc", 1, &ctx.tenant_id);
+        crate::telemetry::metrics().rehydration_requests("rehydrate_rpc", 1, &ctx.tenant_id);
         let span = tracing::info_span!(
             "compactd.artifact",
             otel.name = "artifact get",
@@ -73,15 +73,12 @@ impl App {
             .await
             .map_err(|e| artifact_read_error(e, "artifact_id"))?;
         if let Err(e) = check_sensitivity(ctx, meta.sensitivity) {
-            tracing::info!(
-                target: crate::telemetry::EVENTS,
-                artifact_id = %cmd.artifact_id,
-                mode = "rpc",
-                reason = "PERMISSION",
-                sensitivity = meta.sensitivity.as_str(),
-                "compact.rehydration_blocked"
+            events::rpc_rehydration(
+                &cmd.artifact_id,
+                meta.sensitivity,
+                Err("PERMISSION"),
+                &ctx.tenant_id,
             );
-            metrics.rehydration("rpc", Some("PERMISSION"), &ctx.tenant_id);
             return Err(e);
         }
         let cap = cmd
@@ -107,16 +104,12 @@ impl App {
             (content, truncated, tokens)
         })
         .await?;
-        tracing::info!(
-            target: crate::telemetry::EVENTS,
-            artifact_id = %cmd.artifact_id,
-            mode = "rpc",
-            sensitivity = meta.sensitivity.as_str(),
-            tokens = crate::telemetry::int(tokens),
-            truncated,
-            "compact.rehydration"
+        events::rpc_rehydration(
+            &cmd.artifact_id,
+            meta.sensitivity,
+            Ok((tokens, truncated)),
+            &ctx.tenant_id,
         );
-        metrics.rehydration("rpc", None, &ctx.tenant_id);
         Ok(RehydrateOutcome {
             artifact_id: cmd.artifact_id,
             content,

@@ -433,7 +433,7 @@ fn render_and_count(
     cmd: &RenderCommand,
     plan: &CompactionPlan,
     rc: &RequestCounter<'_>,
-    mut fetched: Vec<(String, String)>,
+    fetched: Vec<(String, String)>,
     auto: AutoRehydration,
     auto_cap: u32,
     max_input_tokens: u32,
@@ -481,24 +481,10 @@ fn render_and_count(
             ),
         });
     }
-    // Explicit requests first: they share the reserve with what the agent
-    // named, and an explicit request is the stronger signal.
-    let explicit = fetched.len();
-    let mut cut = Vec::with_capacity(auto.fetched.len());
-    for (id, text) in auto.fetched {
-        let (text, truncated) = truncate_to_tokens(rc.counter, &text, auto_cap);
-        cut.push(truncated);
-        fetched.push((id, text));
-    }
     let room = policy
         .rehydration_reserve_tokens
         .min(ceiling - tokens.total);
-    let (injected, mut report) = fit_rehydrated(rc, fetched, room);
-    for (r, truncated) in report[explicit..].iter_mut().zip(cut) {
-        r.auto = true;
-        r.truncated |= truncated;
-    }
-    report.extend(auto.blocked);
+    let (injected, report) = fit_read_backs(rc, fetched, auto, auto_cap, room);
     if !injected.is_empty() {
         request = render_with(&injected);
         tokens = rc.request(&request);
@@ -510,6 +496,34 @@ fn render_and_count(
         }
     }
     Ok((request, tokens, report))
+}
+
+/// What is read back, fitted into `room` tokens: explicit requests first
+/// (they share the reserve with what the agent named, and an explicit
+/// request is the stronger signal), then what the agent named, each cut to
+/// `auto_cap` tokens. Returns what goes in and a report per artifact,
+/// refusals included.
+fn fit_read_backs(
+    rc: &RequestCounter<'_>,
+    mut fetched: Vec<(String, String)>,
+    auto: AutoRehydration,
+    auto_cap: u32,
+    room: u32,
+) -> (Vec<crate::render::Rehydrated>, Vec<RehydrationReport>) {
+    let explicit = fetched.len();
+    let mut cut = Vec::with_capacity(auto.fetched.len());
+    for (id, text) in auto.fetched {
+        let (text, truncated) = truncate_to_tokens(rc.counter, &text, auto_cap);
+        cut.push(truncated);
+        fetched.push((id, text));
+    }
+    let (injected, mut report) = fit_rehydrated(rc, fetched, room);
+    for (r, truncated) in report[explicit..].iter_mut().zip(cut) {
+        r.auto = true;
+        r.truncated |= truncated;
+    }
+    report.extend(auto.blocked);
+    (injected, report)
 }
 
 /// FAILED_PRECONDITION naming the first pending call: one of the last

@@ -113,6 +113,130 @@ pub(super) struct UpgradeInput {
     pub previous: Option<Arc<CompactionPlan>>,
 }
 
+/// What a span's LLM summary is written from: the previous plan's
+/// summaries inside the span (its priors), and the messages they do not
+/// cover, redacted (restricted ones only when the settings allow), with the
+/// highest sensitivity sent.
+fn material<'a>(
+    llm: &LlmSummaries,
+    input: &'a UpgradeInput,
+    record: &crate::model::SummarizationRecord,
+) -> (
+    Vec<&'a StructuredSummary>,
+    Vec<Cow<'a, Message>>,
+    Sensitivity,
+) {
+    let span: HashSet<&str> = record.span.message_ids.iter().map(String::as_str).collect();
+    let inside: Vec<&crate::model::SummarizationRecord> = input
+        .previous
+        .iter()
+        .flat_map(|p| &p.summarizations)
+        .filter(|p| {
+            p.span
+                .message_ids
+                .iter()
+                .all(|id| span.contains(id.as_str()))
+        })
+        .collect();
+    let prior: Vec<&StructuredSummary> = inside.iter().map(|p| &p.summary).collect();
+    let covered: HashSet<&str> = inside
+        .iter()
+        .flat_map(|p| p.span.message_ids.iter().map(String::as_str))
+        .collect();
+    let allow_restricted = llm.llm.settings().allow_restricted;
+    let redactor = &input.parts.redactor;
+    let mut sensitivity = Sensitivity::Public;
+    let sendable = input
+        .thread
+        .messages
+        .iter()
+        .filter(|m| span.contains(m.id.as_str()) && !covered.contains(m.id.as_str()))
+        .filter(|m| allow_restricted || m.metadata.sensitivity != Sensitivity::Restricted)
+        .map(|m| {
+            sensitivity = sensitivity.max(m.metadata.sensitivity);
+            redactor.redact_message(m)
+        })
+        .collect();
+    (prior, sendable, sensitivity)
+}
+
+/// Asks the endpoint for one summary, recording the outcome and latency.
+async fn ask(
+    llm: &LlmSummaries,
+    input: &UpgradeInput,
+    record: &crate::model::SummarizationRecord,
+    messages: &[&Message],
+    prior: &[&StructuredSummary],
+    cap: usize,
+) -> Result<StructuredSummary, LlmError> {
+    let started = std::time::Instant::now();
+    let asked = llm
+        .llm
+        .summarize(&SpanInput {
+            messages,
+            prior,
+            template: &record.summary,
+            max_chars: cap,
+            style: style_of(llm, input),
+        })
+        .await;
+    let outcome = asked.as_ref().map_or_else(LlmError::kind, |_| "ok".into());
+    let model = llm.llm.settings().model.as_str();
+    crate::telemetry::metrics().summarizer(model, &outcome, Some(started.elapsed().as_secs_f64()));
+    tracing::Span::current().record("compactd.outcome", outcome.as_str());
+    let (answer, stats) = asked?;
+    tracing::debug!(
+        requests = crate::telemetry::int(stats.requests),
+        retries = crate::telemetry::int(stats.retries),
+        shortened = crate::telemetry::int(stats.shortened),
+        "LLM summary written"
+    );
+    Ok(answer)
+}
+
+/// An LLM summary that failed: the span is not tried again, the seeds'
+/// error event names what stood in, the report warns. Returns whether the
+/// summarizer is paused (an outage: timeouts, transport, 429 and 5xx).
+fn summary_failed(
+    llm: &LlmSummaries,
+    input: &UpgradeInput,
+    c: &mut Compaction,
+    i: usize,
+    e: &LlmError,
+) -> bool {
+    let span = &c.plan.summarizations[i].span;
+    llm.mark_tried(&input.tenant, &input.thread.id, span);
+    tracing::warn!(
+        target: crate::telemetry::EVENTS,
+        error_type = %format_args!("summarizer_{}", e.kind()),
+        fallback = "extractive summary",
+        first_message_id = %span.start_message_id(),
+        last_message_id = %span.end_message_id(),
+        "compact.error"
+    );
+    c.report.warnings.push(format!(
+        "summarize: the LLM summary of {}..{} failed ({}); the extractive summary stands",
+        span.start_message_id(),
+        span.end_message_id(),
+        e.kind()
+    ));
+    let outage = matches!(
+        e,
+        LlmError::Timeout
+            | LlmError::Transport(_)
+            | LlmError::Status {
+                status: 429 | 500..=599
+            }
+    );
+    if outage {
+        llm.paused_until.store(
+            now_unix_ms() + COOL_DOWN.as_millis() as u64,
+            Ordering::Relaxed,
+        );
+    }
+    outage
+}
+
 /// Most spans remembered as tried; the set is cleared beyond it.
 const TRIED_MAX: usize = 100_000;
 
@@ -222,35 +346,7 @@ impl App {
                     );
                 }
                 Err(e) => {
-                    let span = &c.plan.summarizations[i].span;
-                    llm.mark_tried(&input.tenant, &input.thread.id, span);
-                    // The seeds' error event, with what stood in.
-                    tracing::warn!(
-                        target: crate::telemetry::EVENTS,
-                        error_type = %format_args!("summarizer_{}", e.kind()),
-                        fallback = "extractive summary",
-                        first_message_id = %span.start_message_id(),
-                        last_message_id = %span.end_message_id(),
-                        "compact.error"
-                    );
-                    c.report.warnings.push(format!(
-                        "summarize: the LLM summary of {}..{} failed ({}); the extractive summary stands",
-                        span.start_message_id(),
-                        span.end_message_id(),
-                        e.kind()
-                    ));
-                    if matches!(
-                        e,
-                        LlmError::Timeout
-                            | LlmError::Transport(_)
-                            | LlmError::Status {
-                                status: 429 | 500..=599
-                            }
-                    ) {
-                        llm.paused_until.store(
-                            now_unix_ms() + COOL_DOWN.as_millis() as u64,
-                            Ordering::Relaxed,
-                        );
+                    if summary_failed(&llm, input, &mut c, i, &e) {
                         break;
                     }
                 }
@@ -264,23 +360,39 @@ impl App {
         let limit = target.max(before);
         let c = self.rebind(input, c).await?;
         if c.plan.compacted_token_count > limit {
-            let mut c = c;
-            let mut warnings = std::mem::take(&mut c.report.warnings);
-            warnings.push(format!(
-                "summarize: the LLM summaries would need {} tokens, over the target {limit}; the extractive summaries stand",
-                c.plan.compacted_token_count
+            return Ok((
+                self.keep_extractive(&llm, input, c, originals, limit)
+                    .await?,
+                false,
             ));
-            for r in &c.plan.summarizations {
-                if !r.summarizer_id.is_empty() {
-                    llm.mark_tried(&input.tenant, &input.thread.id, &r.span);
-                }
-            }
-            c.plan.summarizations = originals;
-            let mut c = self.rebind(input, c).await?;
-            c.report.warnings = warnings;
-            return Ok((c, false));
         }
         Ok((c, true))
+    }
+
+    /// The LLM summaries do not fit `limit`: the extractive ones stand, and
+    /// the spans are not tried again.
+    async fn keep_extractive(
+        &self,
+        llm: &LlmSummaries,
+        input: &UpgradeInput,
+        mut c: Compaction,
+        originals: Vec<crate::model::SummarizationRecord>,
+        limit: u32,
+    ) -> Result<Compaction, AppError> {
+        let mut warnings = std::mem::take(&mut c.report.warnings);
+        warnings.push(format!(
+            "summarize: the LLM summaries would need {} tokens, over the target {limit}; the extractive summaries stand",
+            c.plan.compacted_token_count
+        ));
+        for r in &c.plan.summarizations {
+            if !r.summarizer_id.is_empty() {
+                llm.mark_tried(&input.tenant, &input.thread.id, &r.span);
+            }
+        }
+        c.plan.summarizations = originals;
+        let mut c = self.rebind(input, c).await?;
+        c.report.warnings = warnings;
+        Ok(c)
     }
 
     /// Recounts the summaries' messages exactly (artifact ids are bound already).
@@ -310,39 +422,8 @@ impl App {
         cap: usize,
     ) -> Result<Option<StructuredSummary>, LlmError> {
         let record = &c.plan.summarizations[i];
-        let span: HashSet<&str> = record.span.message_ids.iter().map(String::as_str).collect();
-        // The previous plan's summaries inside this span are its priors;
-        // only the messages they do not cover are sent.
-        let inside: Vec<&crate::model::SummarizationRecord> = input
-            .previous
-            .iter()
-            .flat_map(|p| &p.summarizations)
-            .filter(|p| {
-                p.span
-                    .message_ids
-                    .iter()
-                    .all(|id| span.contains(id.as_str()))
-            })
-            .collect();
-        let prior: Vec<&StructuredSummary> = inside.iter().map(|p| &p.summary).collect();
-        let covered: HashSet<&str> = inside
-            .iter()
-            .flat_map(|p| p.span.message_ids.iter().map(String::as_str))
-            .collect();
-        let allow_restricted = llm.llm.settings().allow_restricted;
+        let (prior, sendable, sensitivity) = material(llm, input, record);
         let redactor = &input.parts.redactor;
-        let mut sensitivity = Sensitivity::Public;
-        let sendable: Vec<Cow<'_, Message>> = input
-            .thread
-            .messages
-            .iter()
-            .filter(|m| span.contains(m.id.as_str()) && !covered.contains(m.id.as_str()))
-            .filter(|m| allow_restricted || m.metadata.sensitivity != Sensitivity::Restricted)
-            .map(|m| {
-                sensitivity = sensitivity.max(m.metadata.sensitivity);
-                redactor.redact_message(m)
-            })
-            .collect();
         if sendable.is_empty() && prior.is_empty() {
             return Ok(None);
         }
@@ -377,28 +458,9 @@ impl App {
                 a
             }
             None => {
-                let started = std::time::Instant::now();
-                let asked = llm
-                    .llm
-                    .summarize(&SpanInput {
-                        messages: &messages,
-                        prior: &prior,
-                        template: &record.summary,
-                        max_chars: cap,
-                        style: style_of(llm, input),
-                    })
+                let answer = ask(llm, input, record, &messages, &prior, cap)
                     .instrument(span.clone())
-                    .await;
-                let outcome = asked.as_ref().map_or_else(LlmError::kind, |_| "ok".into());
-                metrics.summarizer(model, &outcome, Some(started.elapsed().as_secs_f64()));
-                span.record("compactd.outcome", outcome.as_str());
-                let (answer, stats) = asked?;
-                tracing::debug!(
-                    requests = crate::telemetry::int(stats.requests),
-                    retries = crate::telemetry::int(stats.retries),
-                    shortened = crate::telemetry::int(stats.shortened),
-                    "LLM summary written"
-                );
+                    .await?;
                 self.remember(llm, input, &key, &answer, sensitivity, record)
                     .instrument(span.clone())
                     .await;

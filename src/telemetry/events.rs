@@ -8,7 +8,9 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{events_enabled, int, metrics, EVENTS};
-use crate::model::{ActionKind, AuditRecord, CompactionPlan, SummarizationRecord, Thread};
+use crate::model::{
+    ActionKind, AuditRecord, CompactionPlan, Sensitivity, SummarizationRecord, Thread,
+};
 use crate::redact::Redactor;
 use crate::reduce::{Policy, Report};
 use crate::render::quality::QualitySignals;
@@ -300,4 +302,58 @@ pub fn audit(a: &AuditRecord) {
         warnings = int(a.warnings.len()),
         "compact.audit"
     );
+}
+
+/// `compact.explain`: the verdict and how many messages, summaries and
+/// artifacts matched.
+pub fn explain(
+    plan_version: u64,
+    verdict: &str,
+    (messages, summaries, artifacts): (usize, usize, usize),
+) {
+    tracing::info!(
+        target: EVENTS,
+        plan_version = int(plan_version),
+        verdict,
+        message_hits = int(messages),
+        summary_hits = int(summaries),
+        artifact_hits = int(artifacts),
+        "compact.explain"
+    );
+}
+
+/// A Rehydrate call's `compact.rehydration` event (tokens returned, cut or
+/// not), or its `compact.rehydration_blocked` one with the reason; and the
+/// metric.
+pub fn rpc_rehydration(
+    artifact_id: &str,
+    sensitivity: Sensitivity,
+    outcome: Result<(u32, bool), &'static str>,
+    tenant: &str,
+) {
+    match outcome {
+        Ok((tokens, truncated)) => {
+            tracing::info!(
+                target: EVENTS,
+                artifact_id,
+                mode = "rpc",
+                sensitivity = sensitivity.as_str(),
+                tokens = int(tokens),
+                truncated,
+                "compact.rehydration"
+            );
+            metrics().rehydration("rpc", None, tenant);
+        }
+        Err(reason) => {
+            tracing::info!(
+                target: EVENTS,
+                artifact_id,
+                mode = "rpc",
+                reason,
+                sensitivity = sensitivity.as_str(),
+                "compact.rehydration_blocked"
+            );
+            metrics().rehydration("rpc", Some(reason), tenant);
+        }
+    }
 }
