@@ -100,33 +100,7 @@ pub fn to_anthropic(req: &Request, opts: &ProviderOptions) -> Value {
     let messages: Vec<Value> = turns
         .into_iter()
         .enumerate()
-        .map(|(i, (assistant, mut blocks))| {
-            // Stable partition: results open a user turn; an assistant turn
-            // opens with its thinking (the API rejects one that does not,
-            // e.g. when a summary or earlier text merged in before it) and
-            // closes with its calls.
-            let key = |b: &Value| {
-                let t = b["type"].as_str();
-                if assistant {
-                    match t {
-                        Some("thinking" | "redacted_thinking") => 0,
-                        Some("tool_use") => 2,
-                        _ => 1,
-                    }
-                } else {
-                    u8::from(t != Some("tool_result"))
-                }
-            };
-            blocks.sort_by_key(key);
-            if blocks.is_empty() {
-                blocks.push(text_block(EMPTY_TEXT));
-            }
-            if assistant && i == last {
-                trim_final_text(&mut blocks);
-            }
-            let role = if assistant { "assistant" } else { "user" };
-            json!({"role": role, "content": blocks})
-        })
+        .map(|(i, (assistant, blocks))| turn(assistant, blocks, assistant && i == last))
         .collect();
 
     let mut body = Map::new();
@@ -146,6 +120,34 @@ pub fn to_anthropic(req: &Request, opts: &ProviderOptions) -> Value {
         );
     }
     Value::Object(body)
+}
+
+/// One turn's message. Stable partition: results open a user turn; an
+/// assistant turn opens with its thinking (the API rejects one that does
+/// not, e.g. when a summary or earlier text merged in before it) and closes
+/// with its calls; a final assistant turn's text is trimmed.
+fn turn(assistant: bool, mut blocks: Vec<Value>, final_assistant: bool) -> Value {
+    let key = |b: &Value| {
+        let t = b["type"].as_str();
+        if assistant {
+            match t {
+                Some("thinking" | "redacted_thinking") => 0,
+                Some("tool_use") => 2,
+                _ => 1,
+            }
+        } else {
+            u8::from(t != Some("tool_result"))
+        }
+    };
+    blocks.sort_by_key(key);
+    if blocks.is_empty() {
+        blocks.push(text_block(EMPTY_TEXT));
+    }
+    if final_assistant {
+        trim_final_text(&mut blocks);
+    }
+    let role = if assistant { "assistant" } else { "user" };
+    json!({"role": role, "content": blocks})
 }
 
 fn is_blank(s: &str) -> bool {
@@ -313,6 +315,41 @@ fn tool(t: &ToolSchema) -> Value {
 /// Also checks what the API rejects besides: a missing `max_tokens`, blank
 /// text blocks or system prompt, and a final assistant turn ending in whitespace.
 pub fn check_structure(body: &Value) -> Result<(), String> {
+    let messages = messages_of(body)?;
+    // tool_use ids of the previous assistant message, still to be answered.
+    let mut open: BTreeSet<String> = BTreeSet::new();
+    let mut seen_ids: BTreeSet<String> = BTreeSet::new();
+    let mut previous: Option<&str> = None;
+    for (i, m) in messages.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
+        check_role(previous, role, i)?;
+        previous = Some(role);
+        let blocks = content_as_blocks(m.get("content"), i)?;
+        let answered = check_blocks(&blocks, role, i, &open, &mut seen_ids)?;
+        if role == "user" {
+            if let Some(id) = open.iter().find(|id| !answered.contains(*id)) {
+                return Err(format!(
+                    "tool_use {id:?} of messages[{}] has no tool_result in messages[{i}]",
+                    i - 1
+                ));
+            }
+            open.clear();
+            continue;
+        }
+        open = blocks
+            .iter()
+            .filter(|b| b["type"] == "tool_use")
+            .filter_map(|b| b["id"].as_str().map(str::to_string))
+            .collect();
+        if i == messages.len() - 1 {
+            check_final_assistant(&blocks, &open, i)?;
+        }
+    }
+    Ok(())
+}
+
+/// The body's `messages`, once `max_tokens` and `system` are as required.
+fn messages_of(body: &Value) -> Result<&Vec<Value>, String> {
     if !body.get("max_tokens").is_some_and(Value::is_u64) {
         return Err("body has no integer \"max_tokens\"".into());
     }
@@ -329,131 +366,124 @@ pub fn check_structure(body: &Value) -> Result<(), String> {
     if messages.is_empty() {
         return Err("\"messages\" is empty".into());
     }
-    // tool_use ids of the previous assistant message, still to be answered.
-    let mut open: BTreeSet<String> = BTreeSet::new();
-    let mut seen_ids: BTreeSet<String> = BTreeSet::new();
-    let mut previous: Option<&str> = None;
-    for (i, m) in messages.iter().enumerate() {
-        let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
-        match (previous, role) {
-            (None, "user") => {}
-            (None, r) => {
-                return Err(format!(
-                    "messages[0] has role {r:?}; the first must be user"
-                ))
+    Ok(messages)
+}
+
+/// The first message is the user's, and roles alternate.
+fn check_role(previous: Option<&str>, role: &str, i: usize) -> Result<(), String> {
+    match (previous, role) {
+        (None, "user") => Ok(()),
+        (None, r) => Err(format!(
+            "messages[0] has role {r:?}; the first must be user"
+        )),
+        (Some(p), r) if (r == "user" || r == "assistant") && r != p => Ok(()),
+        (Some(_), r) => Err(format!(
+            "messages[{i}] has role {r:?}; roles must alternate user/assistant"
+        )),
+    }
+}
+
+/// Each block of messages[`i`] is allowed in its role and well formed;
+/// tool_result blocks come first and answer `open` calls once each.
+/// Returns the ids answered.
+fn check_blocks(
+    blocks: &[Value],
+    role: &str,
+    i: usize,
+    open: &BTreeSet<String>,
+    seen_ids: &mut BTreeSet<String>,
+) -> Result<BTreeSet<String>, String> {
+    let mut answered: BTreeSet<String> = BTreeSet::new();
+    let mut past_results = false;
+    for (j, b) in blocks.iter().enumerate() {
+        let at = format!("messages[{i}].content[{j}]");
+        let kind = b.get("type").and_then(Value::as_str).unwrap_or_default();
+        match kind {
+            "text" => {
+                let text = b.get("text").and_then(Value::as_str).unwrap_or_default();
+                if is_blank(text) {
+                    return Err(format!("{at} is a blank text block"));
+                }
             }
-            (Some(p), r) if (r == "user" || r == "assistant") && r != p => {}
-            (Some(_), r) => {
-                return Err(format!(
-                    "messages[{i}] has role {r:?}; roles must alternate user/assistant"
-                ))
-            }
-        }
-        previous = Some(role);
-        let blocks = content_as_blocks(m.get("content"), i)?;
-        let mut answered: BTreeSet<String> = BTreeSet::new();
-        let mut past_results = false;
-        for (j, b) in blocks.iter().enumerate() {
-            let kind = b.get("type").and_then(Value::as_str).unwrap_or_default();
-            match kind {
-                "text" => {
-                    let text = b.get("text").and_then(Value::as_str).unwrap_or_default();
-                    if is_blank(text) {
-                        return Err(format!("messages[{i}].content[{j}] is a blank text block"));
-                    }
-                }
-                "tool_use" if role == "assistant" => {
-                    let id = b.get("id").and_then(Value::as_str).unwrap_or_default();
-                    if !tool_ids::plain_charset(id) {
-                        return Err(format!(
-                            "messages[{i}].content[{j}] tool_use id {id:?} is not [a-zA-Z0-9_-]+"
-                        ));
-                    }
-                    if !b.get("input").is_some_and(Value::is_object) {
-                        return Err(format!("messages[{i}].content[{j}].input is not an object"));
-                    }
-                    if !seen_ids.insert(id.to_string()) {
-                        return Err(format!(
-                            "messages[{i}].content[{j}] repeats tool_use id {id:?}"
-                        ));
-                    }
-                }
-                "tool_result" if role == "user" => {
-                    if past_results {
-                        return Err(format!(
-                            "messages[{i}].content[{j}] is a tool_result after other blocks; tool_result blocks must come first"
-                        ));
-                    }
-                    let id = b
-                        .get("tool_use_id")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    if !open.contains(id) {
-                        return Err(format!(
-                            "messages[{i}].content[{j}] is a tool_result for {id:?} with no tool_use in the preceding assistant message"
-                        ));
-                    }
-                    if !answered.insert(id.to_string()) {
-                        return Err(format!("messages[{i}].content[{j}] answers {id:?} twice"));
-                    }
-                    if let Some(c) = b.get("content") {
-                        content_as_blocks(Some(c), i)?;
-                    }
-                }
-                "thinking" | "redacted_thinking" if role == "assistant" => {
-                    let field = if kind == "thinking" {
-                        "signature"
-                    } else {
-                        "data"
-                    };
-                    if !b.get(field).is_some_and(Value::is_string) {
-                        return Err(format!(
-                            "messages[{i}].content[{j}] is a {kind} block without {field}"
-                        ));
-                    }
-                }
-                "tool_use" | "tool_result" | "thinking" | "redacted_thinking" => {
+            "tool_use" if role == "assistant" => check_tool_use(b, &at, seen_ids)?,
+            "tool_result" if role == "user" => {
+                if past_results {
                     return Err(format!(
-                        "messages[{i}].content[{j}] is a {kind} block in a {role} message"
-                    ))
-                }
-                _ => {}
-            }
-            if kind != "tool_result" {
-                past_results = true;
-            }
-        }
-        if role == "user" {
-            if let Some(id) = open.iter().find(|id| !answered.contains(*id)) {
-                return Err(format!(
-                    "tool_use {id:?} of messages[{}] has no tool_result in messages[{i}]",
-                    i - 1
-                ));
-            }
-            open.clear();
-        } else {
-            open = blocks
-                .iter()
-                .filter(|b| b["type"] == "tool_use")
-                .filter_map(|b| b["id"].as_str().map(str::to_string))
-                .collect();
-            if i == messages.len() - 1 {
-                if let Some(id) = open.iter().next() {
-                    return Err(format!(
-                        "tool_use {id:?} of messages[{i}] is never answered"
+                        "{at} is a tool_result after other blocks; tool_result blocks must come first"
                     ));
                 }
-                let ends_in_space = blocks
-                    .last()
-                    .and_then(|b| b["text"].as_str())
-                    .is_some_and(|t| t.ends_with(char::is_whitespace));
-                if ends_in_space {
+                let id = b
+                    .get("tool_use_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if !open.contains(id) {
                     return Err(format!(
-                        "messages[{i}] is a final assistant turn ending in whitespace"
+                        "{at} is a tool_result for {id:?} with no tool_use in the preceding assistant message"
                     ));
                 }
+                if !answered.insert(id.to_string()) {
+                    return Err(format!("{at} answers {id:?} twice"));
+                }
+                if let Some(c) = b.get("content") {
+                    content_as_blocks(Some(c), i)?;
+                }
             }
+            "thinking" | "redacted_thinking" if role == "assistant" => {
+                let field = if kind == "thinking" {
+                    "signature"
+                } else {
+                    "data"
+                };
+                if !b.get(field).is_some_and(Value::is_string) {
+                    return Err(format!("{at} is a {kind} block without {field}"));
+                }
+            }
+            "tool_use" | "tool_result" | "thinking" | "redacted_thinking" => {
+                return Err(format!("{at} is a {kind} block in a {role} message"))
+            }
+            _ => {}
         }
+        past_results |= kind != "tool_result";
+    }
+    Ok(answered)
+}
+
+/// A tool_use block: an id Anthropic accepts, used once per request, and
+/// an object input.
+fn check_tool_use(b: &Value, at: &str, seen_ids: &mut BTreeSet<String>) -> Result<(), String> {
+    let id = b.get("id").and_then(Value::as_str).unwrap_or_default();
+    if !tool_ids::plain_charset(id) {
+        return Err(format!("{at} tool_use id {id:?} is not [a-zA-Z0-9_-]+"));
+    }
+    if !b.get("input").is_some_and(Value::is_object) {
+        return Err(format!("{at}.input is not an object"));
+    }
+    if !seen_ids.insert(id.to_string()) {
+        return Err(format!("{at} repeats tool_use id {id:?}"));
+    }
+    Ok(())
+}
+
+/// A final assistant turn (a prefill) calls nothing and does not end in
+/// whitespace.
+fn check_final_assistant(
+    blocks: &[Value],
+    open: &BTreeSet<String>,
+    i: usize,
+) -> Result<(), String> {
+    if let Some(id) = open.iter().next() {
+        return Err(format!(
+            "tool_use {id:?} of messages[{i}] is never answered"
+        ));
+    }
+    let ends_in_space = blocks
+        .last()
+        .and_then(|b| b["text"].as_str())
+        .is_some_and(|t| t.ends_with(char::is_whitespace));
+    if ends_in_space {
+        return Err(format!(
+            "messages[{i}] is a final assistant turn ending in whitespace"
+        ));
     }
     Ok(())
 }

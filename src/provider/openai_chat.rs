@@ -367,47 +367,10 @@ pub(super) mod import {
                     format!("{role_s:?} is not one of system, developer, user, assistant, tool"),
                 )
             })?;
-            let content = match m.get("content") {
-                None | Some(Value::Null) => Content::default(),
-                Some(Value::String(s)) => Content::Text(s.clone()),
-                Some(Value::Array(parts)) => {
-                    let mut out = Vec::with_capacity(parts.len());
-                    for (j, p) in parts.iter().enumerate() {
-                        out.push(
-                            content_part(p)
-                                .map_err(|r| err(format!("messages[{i}].content[{j}]"), r))?,
-                        );
-                    }
-                    Content::Parts(out)
-                }
-                Some(_) => return Err(err(path("content"), "must be a string, an array or null")),
-            };
-            let mut tool_calls = Vec::new();
-            if let Some(calls) = m.get("tool_calls").filter(|c| !c.is_null()) {
-                let calls = calls
-                    .as_array()
-                    .ok_or_else(|| err(path("tool_calls"), "must be an array"))?;
-                for (j, c) in calls.iter().enumerate() {
-                    let cpath = |f: &str| format!("messages[{i}].tool_calls[{j}].{f}");
-                    let cid = c
-                        .get("id")
-                        .and_then(Value::as_str)
-                        .ok_or_else(|| err(cpath("id"), "is required"))?;
-                    let f = c
-                        .get("function")
-                        .ok_or_else(|| err(cpath("function"), "is required"))?;
-                    let name = f
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .ok_or_else(|| err(cpath("function.name"), "is required"))?;
-                    let arguments = parse_arguments(f.get("arguments"));
-                    call_names.insert(cid.to_string(), name.to_string());
-                    tool_calls.push(ToolCall {
-                        id: cid.to_string(),
-                        name: name.to_string(),
-                        arguments,
-                    });
-                }
+            let content = content(m, i)?;
+            let tool_calls = tool_calls(m, i)?;
+            for c in &tool_calls {
+                call_names.insert(c.id.clone(), c.name.clone());
             }
             let mut message = Message {
                 id: format!("m{i}"),
@@ -445,6 +408,61 @@ pub(super) mod import {
         let mut thread = Thread { id, messages: out };
         assign_turns_if_absent(&mut thread);
         Ok(thread)
+    }
+
+    /// A message's content: a string, parts, or nothing.
+    fn content(m: &Value, i: usize) -> Result<Content, ImportError> {
+        Ok(match m.get("content") {
+            None | Some(Value::Null) => Content::default(),
+            Some(Value::String(s)) => Content::Text(s.clone()),
+            Some(Value::Array(parts)) => {
+                let mut out = Vec::with_capacity(parts.len());
+                for (j, p) in parts.iter().enumerate() {
+                    out.push(
+                        content_part(p)
+                            .map_err(|r| err(format!("messages[{i}].content[{j}]"), r))?,
+                    );
+                }
+                Content::Parts(out)
+            }
+            Some(_) => {
+                return Err(err(
+                    format!("messages[{i}].content"),
+                    "must be a string, an array or null",
+                ))
+            }
+        })
+    }
+
+    /// A message's `tool_calls`, their arguments parsed.
+    fn tool_calls(m: &Value, i: usize) -> Result<Vec<ToolCall>, ImportError> {
+        let Some(calls) = m.get("tool_calls").filter(|c| !c.is_null()) else {
+            return Ok(Vec::new());
+        };
+        let calls = calls
+            .as_array()
+            .ok_or_else(|| err(format!("messages[{i}].tool_calls"), "must be an array"))?;
+        let mut out = Vec::with_capacity(calls.len());
+        for (j, c) in calls.iter().enumerate() {
+            let cpath = |f: &str| format!("messages[{i}].tool_calls[{j}].{f}");
+            let cid = c
+                .get("id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| err(cpath("id"), "is required"))?;
+            let f = c
+                .get("function")
+                .ok_or_else(|| err(cpath("function"), "is required"))?;
+            let name = f
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| err(cpath("function.name"), "is required"))?;
+            out.push(ToolCall {
+                id: cid.to_string(),
+                name: name.to_string(),
+                arguments: parse_arguments(f.get("arguments")),
+            });
+        }
+        Ok(out)
     }
 
     fn content_part(p: &Value) -> Result<ContentPart, String> {

@@ -76,87 +76,94 @@ fn items(m: RenderedMessage, ids: &ToolIds, i: usize, out: &mut Vec<Value>) {
                 "output": m.content.flat_text(),
             }));
         }
-        Role::Assistant => {
-            let text = m.content.flat_text();
-            let has_text = !text.trim().is_empty();
-            // A reasoning item must be followed by the item it preceded; with
-            // neither text nor calls left (they were compacted away) the API
-            // refuses it, so it goes with them.
-            let reasoning = if has_text || !m.tool_calls.is_empty() {
-                m.content.reasoning().collect()
-            } else {
-                Vec::new()
-            };
-            for p in reasoning {
-                if let ContentPart::Reasoning {
-                    id,
-                    summary,
-                    encrypted_content,
-                } = p
-                {
-                    let mut item = Map::new();
-                    item.insert("type".into(), json!("reasoning"));
-                    item.insert("id".into(), json!(id));
-                    item.insert(
-                        "summary".into(),
-                        Value::Array(
-                            summary
-                                .iter()
-                                .map(|s| json!({"type": "summary_text", "text": s}))
-                                .collect(),
-                        ),
-                    );
-                    if let Some(e) = encrypted_content {
-                        item.insert("encrypted_content".into(), json!(e));
-                    }
-                    out.push(Value::Object(item));
-                }
-            }
-            if has_text {
-                out.push(json!({"type": "message", "role": "assistant", "content": text}));
-            }
-            out.extend(
-                m.tool_calls
-                    .iter()
-                    .zip(&ids.calls[i])
-                    .map(|(c, id)| function_call(c, id)),
-            );
-        }
+        Role::Assistant => assistant_items(&m, &ids.calls[i], out),
         Role::User => {
-            let content = match m.content.without_reasoning() {
-                // The API rejects an empty message; the user did send one.
-                Content::Text(s) if s.trim().is_empty() => Value::String(EMPTY_TEXT.into()),
-                Content::Text(s) => Value::String(s),
-                Content::Parts(parts) => {
-                    let parts: Vec<Value> = parts
-                        .into_iter()
-                        .filter_map(|p| match p {
-                            ContentPart::Text { text } if text.trim().is_empty() => None,
-                            ContentPart::Text { text } => {
-                                Some(json!({"type": "input_text", "text": text}))
-                            }
-                            ContentPart::Image { url } if images::sendable(&url) => Some(
-                                json!({"type": "input_image", "image_url": url, "detail": "auto"}),
-                            ),
-                            ContentPart::Image { url } => {
-                                Some(json!({"type": "input_text", "text": images::reference(&url)}))
-                            }
-                            _ => None,
-                        })
-                        .collect();
-                    if parts.is_empty() {
-                        Value::String(EMPTY_TEXT.into())
-                    } else {
-                        Value::Array(parts)
-                    }
-                }
-            };
+            let content = user_content(m.content.without_reasoning());
             out.push(json!({"type": "message", "role": "user", "content": content}));
         }
         Role::System | Role::Developer => {
             let text = m.content.flat_text();
             if !text.trim().is_empty() {
                 out.push(json!({"type": "message", "role": m.role.as_str(), "content": text}));
+            }
+        }
+    }
+}
+
+/// An assistant message as its reasoning items, its text message and its
+/// function calls, in that order. A reasoning item must be followed by the
+/// item it preceded; with neither text nor calls left (they were compacted
+/// away) the API refuses it, so it goes with them.
+fn assistant_items(m: &RenderedMessage, call_ids: &[String], out: &mut Vec<Value>) {
+    let text = m.content.flat_text();
+    let has_text = !text.trim().is_empty();
+    if has_text || !m.tool_calls.is_empty() {
+        out.extend(m.content.reasoning().filter_map(reasoning_item));
+    }
+    if has_text {
+        out.push(json!({"type": "message", "role": "assistant", "content": text}));
+    }
+    out.extend(
+        m.tool_calls
+            .iter()
+            .zip(call_ids)
+            .map(|(c, id)| function_call(c, id)),
+    );
+}
+
+fn reasoning_item(p: &ContentPart) -> Option<Value> {
+    let ContentPart::Reasoning {
+        id,
+        summary,
+        encrypted_content,
+    } = p
+    else {
+        return None;
+    };
+    let mut item = Map::new();
+    item.insert("type".into(), json!("reasoning"));
+    item.insert("id".into(), json!(id));
+    item.insert(
+        "summary".into(),
+        Value::Array(
+            summary
+                .iter()
+                .map(|s| json!({"type": "summary_text", "text": s}))
+                .collect(),
+        ),
+    );
+    if let Some(e) = encrypted_content {
+        item.insert("encrypted_content".into(), json!(e));
+    }
+    Some(Value::Object(item))
+}
+
+/// A user message's content: text, or input parts (images the API can
+/// fetch as images, others as references). The API rejects an empty
+/// message, and the user did send one: it gets the filler.
+fn user_content(content: Content) -> Value {
+    match content {
+        Content::Text(s) if s.trim().is_empty() => Value::String(EMPTY_TEXT.into()),
+        Content::Text(s) => Value::String(s),
+        Content::Parts(parts) => {
+            let parts: Vec<Value> = parts
+                .into_iter()
+                .filter_map(|p| match p {
+                    ContentPart::Text { text } if text.trim().is_empty() => None,
+                    ContentPart::Text { text } => Some(json!({"type": "input_text", "text": text})),
+                    ContentPart::Image { url } if images::sendable(&url) => {
+                        Some(json!({"type": "input_image", "image_url": url, "detail": "auto"}))
+                    }
+                    ContentPart::Image { url } => {
+                        Some(json!({"type": "input_text", "text": images::reference(&url)}))
+                    }
+                    _ => None,
+                })
+                .collect();
+            if parts.is_empty() {
+                Value::String(EMPTY_TEXT.into())
+            } else {
+                Value::Array(parts)
             }
         }
     }
@@ -461,65 +468,8 @@ pub(super) mod import {
             .and_then(Value::as_str)
             .unwrap_or("message")
         {
-            "message" => {
-                let role_s = str_field(item, "role", path)?;
-                let role = Role::parse(role_s)
-                    .filter(|r| *r != Role::Tool)
-                    .ok_or_else(|| {
-                        err(
-                            format!("{path}.role"),
-                            format!("{role_s:?} is not one of system, developer, user, assistant"),
-                        )
-                    })?;
-                let parts = match item.get("content") {
-                    Some(Value::String(s)) => vec![ContentPart::Text { text: s.clone() }],
-                    Some(Value::Array(a)) => a
-                        .iter()
-                        .enumerate()
-                        .map(|(k, p)| part(p, &format!("{path}.content[{k}]")))
-                        .collect::<Result<_, _>>()?,
-                    _ => {
-                        return Err(err(
-                            format!("{path}.content"),
-                            "must be a string or an array",
-                        ))
-                    }
-                };
-                if role == Role::Assistant {
-                    let at = assistant_turn(b, turn);
-                    for p in parts {
-                        add_part(&mut b.messages[at], p);
-                    }
-                } else {
-                    *turn = None;
-                    b.push(role, content_of(parts));
-                }
-            }
-            "reasoning" => {
-                let summary = match item.get("summary") {
-                    Some(Value::Array(a)) => a
-                        .iter()
-                        .filter_map(|s| s.get("text").and_then(Value::as_str).map(str::to_string))
-                        .collect(),
-                    _ => Vec::new(),
-                };
-                // Reasoning opens the assistant turn it belongs to.
-                if turn.is_some_and(|t| !b.messages[t].tool_calls.is_empty()) {
-                    *turn = None;
-                }
-                let at = assistant_turn(b, turn);
-                add_part(
-                    &mut b.messages[at],
-                    ContentPart::Reasoning {
-                        id: str_field(item, "id", path)?.to_string(),
-                        summary,
-                        encrypted_content: item
-                            .get("encrypted_content")
-                            .and_then(Value::as_str)
-                            .map(str::to_string),
-                    },
-                );
-            }
+            "message" => message_item(b, turn, item, path)?,
+            "reasoning" => reasoning_item(b, turn, item, path)?,
             "function_call" => {
                 let arguments = parse_arguments(item.get("arguments"));
                 let call = ToolCall {
@@ -552,6 +502,81 @@ pub(super) mod import {
                 ))
             }
         }
+        Ok(())
+    }
+
+    /// A message item: an assistant one joins the open assistant turn.
+    fn message_item(
+        b: &mut Builder,
+        turn: &mut Option<usize>,
+        item: &Value,
+        path: &str,
+    ) -> Result<(), ImportError> {
+        let role_s = str_field(item, "role", path)?;
+        let role = Role::parse(role_s)
+            .filter(|r| *r != Role::Tool)
+            .ok_or_else(|| {
+                err(
+                    format!("{path}.role"),
+                    format!("{role_s:?} is not one of system, developer, user, assistant"),
+                )
+            })?;
+        let parts = match item.get("content") {
+            Some(Value::String(s)) => vec![ContentPart::Text { text: s.clone() }],
+            Some(Value::Array(a)) => a
+                .iter()
+                .enumerate()
+                .map(|(k, p)| part(p, &format!("{path}.content[{k}]")))
+                .collect::<Result<_, _>>()?,
+            _ => {
+                return Err(err(
+                    format!("{path}.content"),
+                    "must be a string or an array",
+                ))
+            }
+        };
+        if role == Role::Assistant {
+            let at = assistant_turn(b, turn);
+            for p in parts {
+                add_part(&mut b.messages[at], p);
+            }
+        } else {
+            *turn = None;
+            b.push(role, content_of(parts));
+        }
+        Ok(())
+    }
+
+    /// A reasoning item opens the assistant turn it belongs to.
+    fn reasoning_item(
+        b: &mut Builder,
+        turn: &mut Option<usize>,
+        item: &Value,
+        path: &str,
+    ) -> Result<(), ImportError> {
+        let summary = match item.get("summary") {
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(|s| s.get("text").and_then(Value::as_str).map(str::to_string))
+                .collect(),
+            _ => Vec::new(),
+        };
+        // Reasoning opens the assistant turn it belongs to.
+        if turn.is_some_and(|t| !b.messages[t].tool_calls.is_empty()) {
+            *turn = None;
+        }
+        let at = assistant_turn(b, turn);
+        add_part(
+            &mut b.messages[at],
+            ContentPart::Reasoning {
+                id: str_field(item, "id", path)?.to_string(),
+                summary,
+                encrypted_content: item
+                    .get("encrypted_content")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            },
+        );
         Ok(())
     }
 

@@ -52,39 +52,8 @@ impl Reducer for Externalize {
             if tokens <= threshold {
                 continue;
             }
-            let span = SpanReference::of(p.thread, &[i]);
-            let msgs = [m];
-            let req = SummaryRequest {
-                span: span.clone(),
-                messages: &msgs,
-                prior: &[],
-                max_chars: state.summary_max_chars() / 2,
-                rereads_prior: false,
-            };
-            let summary = match state.summarize(&req) {
-                Ok(s) => s,
-                Err(e) => {
-                    state.warn(format!(
-                        "externalize: summary of message {} failed ({e}); pointer has an empty summary",
-                        m.id
-                    ));
-                    crate::model::StructuredSummary::empty(span)
-                }
-            };
-            let hint = match (&m.tool_result, m.role) {
-                (Some(env), _) => {
-                    format!("read when you need the full output of {}", env.tool_name)
-                }
-                (None, Role::User) => format!(
-                    "read when you need the user's full message from turn {}",
-                    m.turn
-                ),
-                (None, role) => format!(
-                    "read when you need the full {} message from turn {}",
-                    role.as_str(),
-                    m.turn
-                ),
-            };
+            let summary = pointer_summary(p, i, state);
+            let hint = hint(m);
             let before = p.cost(i);
             // The store gets the content with secrets redacted; the tokens
             // freed are those of what the model read.
@@ -99,5 +68,50 @@ impl Reducer for Externalize {
             }
         }
         Ok(())
+    }
+}
+
+/// The pointer's short summary of message `i`; when summarizing fails the
+/// pointer carries an empty one and the report says so.
+fn pointer_summary(
+    p: &Projection<'_>,
+    i: usize,
+    state: &mut PipelineState<'_>,
+) -> crate::model::StructuredSummary {
+    let m = p.message(i);
+    let span = SpanReference::of(p.thread, &[i]);
+    let msgs = [m];
+    let req = SummaryRequest {
+        span: span.clone(),
+        messages: &msgs,
+        prior: &[],
+        max_chars: state.summary_max_chars() / 2,
+        rereads_prior: false,
+    };
+    match state.summarize(&req) {
+        Ok(s) => s,
+        Err(e) => {
+            state.warn(format!(
+                "externalize: summary of message {} failed ({e}); pointer has an empty summary",
+                m.id
+            ));
+            crate::model::StructuredSummary::empty(span)
+        }
+    }
+}
+
+/// When the model should read the artifact back.
+fn hint(m: &crate::model::Message) -> String {
+    match (&m.tool_result, m.role) {
+        (Some(env), _) => format!("read when you need the full output of {}", env.tool_name),
+        (None, Role::User) => format!(
+            "read when you need the user's full message from turn {}",
+            m.turn
+        ),
+        (None, role) => format!(
+            "read when you need the full {} message from turn {}",
+            role.as_str(),
+            m.turn
+        ),
     }
 }

@@ -325,7 +325,7 @@ fn roll_up(
         return;
     }
     for stretch in stretches(p) {
-        let (covered, cap) = {
+        let (covered, held) = {
             let (prior, _) = p.covering(&stretch);
             let held: usize = prior
                 .iter()
@@ -333,41 +333,10 @@ fn roll_up(
                 .sum();
             (prior.len(), held)
         };
-        let max_chars = match how {
-            // Merged pairwise above.
-            RollUp::Merge { .. } => return,
-            RollUp::Squeeze { budget } => {
-                if p.total() <= budget.target() {
-                    return;
-                }
-                let stretch_tokens: u32 = stretch.iter().map(|&i| p.cost(i)).sum();
-                let ratio = measured_ratio(cap, stretch_tokens);
-                base.max(room_chars(
-                    budget.target(),
-                    p.total(),
-                    stretch_tokens,
-                    ratio,
-                ))
-            }
-            RollUp::Grow { budget } => {
-                let lossy = p.covering(&stretch).0.iter().any(|r| r.summary.omitted > 0);
-                let stretch_tokens: u32 = stretch.iter().map(|&i| p.cost(i)).sum();
-                let ratio = measured_ratio(cap, stretch_tokens);
-                let room = room_chars(budget.target(), p.total(), stretch_tokens, ratio);
-                // Only a real gain is worth new summary bytes.
-                if !lossy || room < cap + cap / 8 + 256 {
-                    continue;
-                }
-                room
-            }
-        };
-        // Only a grow re-reads the stretch: it is what recovers what the
-        // summaries left out. A merge or a squeeze works from the summaries
-        // (and whatever in the stretch they do not cover).
-        let reread = matches!(how, RollUp::Grow { .. });
-        let limit = match how {
-            RollUp::Grow { budget } => Some(budget.target()),
-            RollUp::Merge { .. } | RollUp::Squeeze { .. } => None,
+        let max_chars = match stretch_cap(p, how, &stretch, base, held) {
+            StretchCap::Stop => return,
+            StretchCap::Skip => continue,
+            StretchCap::Chars(c) => c,
         };
         if covered == 0 {
             continue;
@@ -375,38 +344,106 @@ fn roll_up(
         if failed.covers(&stretch) {
             return;
         }
-        // A re-fitted summary denser in tokens than the ones it replaces
-        // overshoots and is undone; the cap is then scaled by how far it
-        // overshot (twice at most), from the size the summary really had
-        // (a re-read with nothing to leave out stays below its cap, and
-        // scaling the cap would not shrink it).
-        let attempts = if limit.is_some() { 3 } else { 1 };
-        let stretch_tokens: u32 = stretch.iter().map(|&i| p.cost(i)).sum();
-        let rest = p.total().saturating_sub(stretch_tokens);
-        let mut cap = max_chars;
-        let mut outcome = Applied::Rejected { would: 0, chars: 0 };
-        for _ in 0..attempts {
-            outcome = apply(p, state, &stretch, cap.max(base), limit, reread);
-            let Applied::Rejected { would, chars } = outcome else {
-                break;
-            };
-            cap = cap.min(chars);
-            let (Some(limit), true) = (limit, would > rest) else {
-                break;
-            };
-            let made = f64::from(would - rest);
-            let room = f64::from(limit.saturating_sub(rest));
-            let scaled = (cap as f64 * room / made * 0.97) as usize;
-            if scaled >= cap || scaled <= base {
-                break;
-            }
-            cap = scaled;
-        }
-        if outcome == Applied::Failed {
+        if refit(p, state, &stretch, how, max_chars) == Applied::Failed {
             failed.0 = stretch.first().map(|&first| (first, stretch.len()));
             return;
         }
     }
+}
+
+/// What one stretch's re-fitted summary may take.
+enum StretchCap {
+    /// Nothing more to do in this pass.
+    Stop,
+    /// Leave this stretch as it is.
+    Skip,
+    /// At most this many characters.
+    Chars(usize),
+}
+
+/// A squeeze fits the stretch into what the target leaves; a grow takes
+/// the room the target leaves only where the summaries left something out
+/// and the gain is real. `held`: the characters its summaries take now.
+fn stretch_cap(
+    p: &Projection<'_>,
+    how: RollUp<'_>,
+    stretch: &[usize],
+    base: usize,
+    held: usize,
+) -> StretchCap {
+    let stretch_tokens: u32 = stretch.iter().map(|&i| p.cost(i)).sum();
+    let ratio = measured_ratio(held, stretch_tokens);
+    match how {
+        // Merged pairwise.
+        RollUp::Merge { .. } => StretchCap::Stop,
+        RollUp::Squeeze { budget } => {
+            if p.total() <= budget.target() {
+                return StretchCap::Stop;
+            }
+            StretchCap::Chars(base.max(room_chars(
+                budget.target(),
+                p.total(),
+                stretch_tokens,
+                ratio,
+            )))
+        }
+        RollUp::Grow { budget } => {
+            let lossy = p.covering(stretch).0.iter().any(|r| r.summary.omitted > 0);
+            let room = room_chars(budget.target(), p.total(), stretch_tokens, ratio);
+            // Only a real gain is worth new summary bytes.
+            if !lossy || room < held + held / 8 + 256 {
+                StretchCap::Skip
+            } else {
+                StretchCap::Chars(room)
+            }
+        }
+    }
+}
+
+/// Re-fits the stretch's summary to `max_chars`. Only a grow re-reads the
+/// stretch: it is what recovers what the summaries left out; a squeeze
+/// works from the summaries (and whatever in the stretch they do not
+/// cover). A grow's summary denser in tokens than the ones it replaces
+/// overshoots and is undone; the cap is then scaled by how far it
+/// overshot (twice at most), from the size the summary really had (a
+/// re-read with nothing to leave out stays below its cap, and scaling the
+/// cap would not shrink it).
+fn refit(
+    p: &mut Projection<'_>,
+    state: &mut PipelineState<'_>,
+    stretch: &[usize],
+    how: RollUp<'_>,
+    max_chars: usize,
+) -> Applied {
+    let base = state.summary_max_chars();
+    let reread = matches!(how, RollUp::Grow { .. });
+    let limit = match how {
+        RollUp::Grow { budget } => Some(budget.target()),
+        RollUp::Merge { .. } | RollUp::Squeeze { .. } => None,
+    };
+    let attempts = if limit.is_some() { 3 } else { 1 };
+    let stretch_tokens: u32 = stretch.iter().map(|&i| p.cost(i)).sum();
+    let rest = p.total().saturating_sub(stretch_tokens);
+    let mut cap = max_chars;
+    let mut outcome = Applied::Rejected { would: 0, chars: 0 };
+    for _ in 0..attempts {
+        outcome = apply(p, state, stretch, cap.max(base), limit, reread);
+        let Applied::Rejected { would, chars } = outcome else {
+            break;
+        };
+        cap = cap.min(chars);
+        let (Some(limit), true) = (limit, would > rest) else {
+            break;
+        };
+        let made = f64::from(would - rest);
+        let room = f64::from(limit.saturating_sub(rest));
+        let scaled = (cap as f64 * room / made * 0.97) as usize;
+        if scaled >= cap || scaled <= base {
+            break;
+        }
+        cap = scaled;
+    }
+    outcome
 }
 
 /// Merges neighbouring summaries until at most `until` remain, always the
