@@ -1,6 +1,6 @@
 //! Start-up: from validated settings to a serving process. Opens the
 //! stores, wires the use cases (summarizer, plugins, compute pool, sweeper)
-//! and hands them to the gRPC edge ([`crate::server::run`]); on shutdown,
+//! and hands them to the gRPC edge (`server::run`); on shutdown,
 //! gives background summaries a bounded time to commit.
 
 use std::future::Future;

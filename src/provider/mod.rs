@@ -1,19 +1,32 @@
 //! What each wire format knows, one file per format: `openai_chat.rs`,
-//! `anthropic.rs`, `openai_responses.rs` each hold the format's encoder
-//! (a rendered [`crate::render::Request`] → its request body), the check of
-//! a body against the provider's rules, its tool-id rules, and what it is
-//! counted with: its [`Framing`] (the flags the counting layer reads) and
-//! its [`ChatOverhead`] (per-message and per-request tokens, image worst
-//! cases). This module holds the [`Format`] enum and
+//! `anthropic.rs`, `openai_responses.rs` and `neutral.rs` each hold the
+//! format's reader (a body or log → a [`crate::model::Thread`], in an
+//! `import` submodule), its encoder (a rendered [`crate::render::Request`]
+//! → its request body), the check of a body against the provider's rules,
+//! its tool-id rules, its body count, and what it is counted with: its
+//! [`Framing`] (the flags the counting layer reads) and its
+//! [`ChatOverhead`] (per-message and per-request tokens, image worst
+//! cases). This module holds the one [`Format`] enum with its dispatch and
 //! [`Format::target`], which picks a request's framing and overheads from
-//! its format and model; the neutral format (the caller's own adapter) is
-//! counted for the model's provider, or conservatively.
+//! its format and model (the neutral format, the caller's own adapter, is
+//! counted for the model's provider, or conservatively); `import.rs`
+//! recognizes which format a body is in and holds what the readers share.
 //!
-//! The token layer names no provider: a format reaches it only as data.
+//! The token, render and app layers name no provider: a format reaches
+//! them only through [`Format`] and as [`Framing`] data.
 //!
-//! Adding a format: a file here with its `FRAMING`, `overhead(model)`,
-//! encoder and check; one `Format` arm; the arm in [`Format::target`]; and
-//! its cells in `tests/format_pins.rs`.
+//! Adding a format:
+//! 1. a file here with its `FRAMING`, `overhead(model)`, encoder, check,
+//!    `count_body` and (if it is read too) an `import` submodule;
+//! 2. one `Format` arm. Every dispatch is an exhaustive `match` on
+//!    `Format`, so the compiler then lists each place the new format must
+//!    answer: [`Format::encode`], [`Format::check`], [`body_tokens`],
+//!    [`Format::target`], its names, and the proto's `OutputFormat`
+//!    mapping in `src/proto/render.rs` (with the value added to
+//!    `proto/compactd/v1/compactd.proto`);
+//! 3. its recognition in `import.rs`, when bodies in it are read;
+//! 4. its cells in `tests/format_pins.rs`, and the format in the fuzz
+//!    oracle's list (`testkit/src/fuzz/oracle.rs`).
 
 use serde::{Deserialize, Serialize};
 

@@ -466,8 +466,8 @@ pub fn compact(req: &CompactRequest<'_>, engine: &Engine<'_>) -> Result<Compacti
 /// 1. check the request and size the budget for its fixed parts;
 /// 2. start from the previous plan (what it evicted stays evicted: its
 ///    bytes are the prompt cache's prefix) or from a fresh one;
-/// 3. above the trigger, [`shrink`]; below it, keep everything;
-/// 4. [`finish`]: purge, normalize and validate the plan, keep only the
+/// 3. above the trigger, `shrink`; below it, keep everything;
+/// 4. `finish`: purge, normalize and validate the plan, keep only the
 ///    artifacts it still references, fingerprint it.
 pub fn compact_with(
     req: &CompactRequest<'_>,
