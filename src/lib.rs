@@ -1,7 +1,7 @@
 //! compactd: keeps LLM agent threads inside their context window without editing them.
 //!
 //! Layers, innermost first:
-//! - the core (`model`, `tokens`, `reduce`, `render`, `summarize`) is pure:
+//! - the core (`model`, `tokens`, `reduce`, `render`, `summarize`, `recall`) is pure:
 //!   no I/O, no async runtime, so it can be tested and benchmarked alone;
 //! - `store` and `security` are the stores and the caller's identity;
 //!   `llm` is the LLM summarizer's endpoint client, `plugin` loads strategy
@@ -24,6 +24,7 @@ pub mod model;
 pub mod plugin;
 pub mod proto;
 pub mod provider;
+pub mod recall;
 pub mod redact;
 pub mod reduce;
 pub mod render;

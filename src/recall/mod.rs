@@ -1,0 +1,380 @@
+//! Recall: what the plan takes out of the prompt stays within the model's
+//! reach. [`RecallIndex`] holds the originals of every message the plan
+//! evicts (cleared, compressed, stubbed, summarized, externalized,
+//! dropped) as passages, windows of a few lines (long lines cut at
+//! sentence ends), each with the artifact that holds its whole message.
+//!
+//! Ranking is BM25 (the `bm25` crate's embedder and scorer: small, pure
+//! Rust, no default features, with its tokenizer replaced by
+//! [`tokenize::terms`]) times an exact-identifier boost: a passage that
+//! names a path, id or error code the query names ranks above one that only
+//! shares words. Ties break on passage order, so the same thread, plan and
+//! query give the same passages. Passages are redacted as they are indexed.
+//! Pure: no I/O.
+
+pub mod tokenize;
+
+use bm25::{Embedder, EmbedderBuilder, Scorer};
+
+use crate::model::{Action, CompactionPlan, Role, Thread};
+use crate::redact::Redactor;
+
+/// Lines in one passage at most.
+const PASSAGE_LINES: usize = 3;
+/// Characters in one passage at most (a longer line is cut at a sentence
+/// end, or at this length).
+const PASSAGE_CHARS: usize = 480;
+/// A matched identifier multiplies a passage's score by this much more.
+const IDENTIFIER_BOOST: f32 = 1.0;
+
+/// A window of an evicted message's original text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Passage {
+    /// The message it comes from.
+    pub message_id: String,
+    /// The artifact holding the whole message, when the plan wrote one.
+    pub artifact_id: Option<String>,
+    /// Its first line within the message, from 1.
+    pub line: u32,
+    /// The text, redacted.
+    pub text: String,
+}
+
+/// A ranked passage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hit<'a> {
+    /// The passage.
+    pub passage: &'a Passage,
+    /// BM25 times the identifier boost; comparable within one query only.
+    pub score: f32,
+}
+
+/// The terms' tokenizer, as the `bm25` crate calls it.
+#[derive(Debug, Default, Clone, Copy)]
+struct Terms;
+
+impl bm25::Tokenizer for Terms {
+    fn tokenize(&self, input_text: &str) -> Vec<String> {
+        tokenize::terms(input_text)
+    }
+}
+
+/// The search index over what a plan evicts from a thread.
+pub struct RecallIndex {
+    passages: Vec<Passage>,
+    /// Per passage, the hashes of the identifiers it names, sorted.
+    identifiers: Vec<Vec<u64>>,
+    embedder: Embedder<u64, Terms>,
+    scorer: Scorer<usize, u64>,
+    bytes: usize,
+}
+
+impl std::fmt::Debug for RecallIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecallIndex")
+            .field("passages", &self.passages.len())
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
+
+impl RecallIndex {
+    /// Indexes every message `plan` evicts from `thread`, in thread order.
+    pub fn build(thread: &Thread, plan: &CompactionPlan, redactor: &Redactor) -> RecallIndex {
+        let actions = plan.actions();
+        let mut passages = Vec::new();
+        for m in &thread.messages {
+            let artifact_id = match actions.get(m.id.as_str()) {
+                None | Some(Action::Include) => continue,
+                Some(Action::Clear(r)) => r.archive_artifact_id.clone(),
+                Some(Action::Summarize(r)) => r.archive_artifact_id.clone(),
+                Some(Action::Externalize(r)) => Some(r.artifact_id.clone()),
+                Some(Action::Drop(r)) => r.archive_artifact_id.clone(),
+            };
+            let text = m.searchable_text();
+            let text = redactor.redact(&text);
+            for (line, window) in windows(&text) {
+                passages.push(Passage {
+                    message_id: m.id.clone(),
+                    artifact_id: artifact_id.clone(),
+                    line,
+                    text: window,
+                });
+            }
+        }
+        RecallIndex::of(passages)
+    }
+
+    /// An index over `passages` as they are.
+    pub fn of(passages: Vec<Passage>) -> RecallIndex {
+        let corpus: Vec<&str> = passages.iter().map(|p| p.text.as_str()).collect();
+        let embedder: Embedder<u64, Terms> =
+            EmbedderBuilder::with_tokenizer_and_fit_to_corpus(Terms, &corpus).build();
+        let mut scorer = Scorer::new();
+        let mut identifiers = Vec::with_capacity(passages.len());
+        for (i, p) in passages.iter().enumerate() {
+            scorer.upsert(&i, embedder.embed(&p.text));
+            let mut ids: Vec<u64> = tokenize::terms(&p.text)
+                .iter()
+                .filter(|t| tokenize::is_identifier(t))
+                .map(|t| term_hash(t))
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            identifiers.push(ids);
+        }
+        let bytes = passages.iter().map(|p| p.text.len() + 64).sum();
+        RecallIndex {
+            passages,
+            identifiers,
+            embedder,
+            scorer,
+            bytes,
+        }
+    }
+
+    /// Passages indexed.
+    pub fn len(&self) -> usize {
+        self.passages.len()
+    }
+
+    /// Whether nothing was evicted (or nothing evicted had text).
+    pub fn is_empty(&self) -> bool {
+        self.passages.is_empty()
+    }
+
+    /// Bytes the index holds, about (for a bounded cache).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The `k` best passages for `query`, best first; ties in passage order.
+    pub fn search(&self, query: &str, k: usize) -> Vec<Hit<'_>> {
+        if self.passages.is_empty() || k == 0 {
+            return Vec::new();
+        }
+        let wanted: Vec<u64> = {
+            let mut w: Vec<u64> = tokenize::terms(query)
+                .iter()
+                .filter(|t| tokenize::is_identifier(t))
+                .map(|t| term_hash(t))
+                .collect();
+            w.sort_unstable();
+            w.dedup();
+            w
+        };
+        let query = self.embedder.embed(query);
+        let mut hits: Vec<(usize, f32)> = self
+            .scorer
+            .matches(&query)
+            .into_iter()
+            .map(|d| {
+                let named = wanted
+                    .iter()
+                    .filter(|h| self.identifiers[d.id].binary_search(h).is_ok())
+                    .count();
+                (d.id, d.score * (1.0 + IDENTIFIER_BOOST * named as f32))
+            })
+            .filter(|(_, s)| *s > 0.0)
+            .collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        hits.truncate(k);
+        hits.into_iter()
+            .map(|(i, score)| Hit {
+                passage: &self.passages[i],
+                score,
+            })
+            .collect()
+    }
+}
+
+/// What the model is about to work on, as a query: the latest user
+/// message, the arguments of calls still waiting for their result, and the
+/// last assistant text.
+pub fn query_of(thread: &Thread) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(u) = thread.messages.iter().rev().find(|m| m.role == Role::User) {
+        parts.push(u.text().into_owned());
+    }
+    let pairing = thread.pairing();
+    let abandoned = thread.abandoned_calls(&pairing);
+    for (i, j) in pairing.pending().filter(|c| !abandoned.contains(c)) {
+        parts.push(thread.messages[i].tool_calls[j].arguments_json());
+    }
+    if let Some(a) = thread
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::Assistant && !m.content.text().trim().is_empty())
+    {
+        parts.push(a.content.text().into_owned());
+    }
+    parts.join("\n")
+}
+
+/// The same 64-bit hash the `bm25` crate gives a term.
+fn term_hash(term: &str) -> u64 {
+    use bm25::TokenEmbedder as _;
+    u64::embed(term)
+}
+
+/// `text` as passages: up to [`PASSAGE_LINES`] lines and
+/// [`PASSAGE_CHARS`] characters each, with the line each starts on; blank
+/// windows are left out.
+fn windows(text: &str) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut start = 1u32;
+    let mut lines_in = 0;
+    let flush = |current: &mut String, start: u32, out: &mut Vec<(u32, String)>| {
+        if !current.trim().is_empty() {
+            out.push((start, std::mem::take(current)));
+        }
+        current.clear();
+    };
+    for (n, line) in text.lines().enumerate() {
+        let n = u32::try_from(n + 1).unwrap_or(u32::MAX);
+        // A blank line ends a paragraph, and the window with it.
+        if line.trim().is_empty() {
+            flush(&mut current, start, &mut out);
+            lines_in = 0;
+            continue;
+        }
+        if line.chars().count() > PASSAGE_CHARS {
+            flush(&mut current, start, &mut out);
+            lines_in = 0;
+            for piece in cut(line) {
+                out.push((n, piece));
+            }
+            start = n.saturating_add(1);
+            continue;
+        }
+        if lines_in == PASSAGE_LINES
+            || current.chars().count() + line.chars().count() > PASSAGE_CHARS
+        {
+            flush(&mut current, start, &mut out);
+            lines_in = 0;
+        }
+        if lines_in == 0 {
+            start = n;
+        } else {
+            current.push('\n');
+        }
+        current.push_str(line);
+        lines_in += 1;
+    }
+    flush(&mut current, start, &mut out);
+    out
+}
+
+/// A long line in pieces of at most [`PASSAGE_CHARS`] characters, cut after
+/// the last sentence end in each piece when there is one past its middle.
+fn cut(line: &str) -> Vec<String> {
+    let chars: Vec<char> = line.chars().collect();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < chars.len() {
+        let end = (at + PASSAGE_CHARS).min(chars.len());
+        let mut stop = end;
+        if end < chars.len() {
+            if let Some(k) = (at + PASSAGE_CHARS / 2..end).rev().find(|&k| {
+                matches!(chars[k], '.' | '!' | '?' | '。' | '！' | '？' | ';')
+                    && chars
+                        .get(k + 1)
+                        .is_none_or(|c| c.is_whitespace() || !c.is_ascii())
+            }) {
+                stop = k + 1;
+            }
+        }
+        let piece: String = chars[at..stop].iter().collect();
+        if !piece.trim().is_empty() {
+            out.push(piece.trim().to_string());
+        }
+        at = stop;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn passage(id: &str, text: &str) -> Passage {
+        Passage {
+            message_id: id.into(),
+            artifact_id: Some(format!("art_{id}")),
+            line: 1,
+            text: text.into(),
+        }
+    }
+
+    fn corpus() -> RecallIndex {
+        RecallIndex::of(vec![
+            passage(
+                "m1",
+                "The deploy script lives in ops/deploy/run.sh and needs the staging token.",
+            ),
+            passage(
+                "m2",
+                "Customer acct-4471 asked for a refund of 42 EUR on the March invoice.",
+            ),
+            passage(
+                "m3",
+                "Traceback: ConnectionError ERR_CONN_REFUSED while reaching db-primary:5432",
+            ),
+            passage(
+                "m4",
+                "We agreed the refund policy allows one refund per customer per quarter.",
+            ),
+            passage("m5", "缓存服务器在凌晨三点重启，原因是内存泄漏。"),
+        ])
+    }
+
+    #[test]
+    fn a_named_identifier_ranks_its_passage_first() {
+        let index = corpus();
+        let top = |q: &str| index.search(q, 1)[0].passage.message_id.clone();
+        assert_eq!(top("which account was the refund for? acct-4471"), "m2");
+        assert_eq!(top("what was the error code when the db failed"), "m3");
+        assert_eq!(top("where is run.sh"), "m1");
+        assert_eq!(top("为什么缓存服务器重启"), "m5");
+        // Words alone rank by BM25: "refund policy" is m4's.
+        assert_eq!(top("refund policy"), "m4");
+    }
+
+    #[test]
+    fn search_is_deterministic_and_bounded() {
+        let index = corpus();
+        let a: Vec<_> = index.search("refund customer", 10);
+        let b: Vec<_> = index.search("refund customer", 10);
+        assert_eq!(a, b);
+        assert!(a.windows(2).all(|w| w[0].score >= w[1].score));
+        assert!(index.search("refund", 1).len() == 1);
+        assert!(index.search("zebra", 5).is_empty());
+        assert!(RecallIndex::of(Vec::new()).search("anything", 5).is_empty());
+    }
+
+    #[test]
+    fn passages_are_line_windows_and_cut_long_lines() {
+        let text = "a1\na2\na3\na4\n\n\nb1";
+        let w = windows(text);
+        assert_eq!(
+            w,
+            [
+                (1, "a1\na2\na3".to_string()),
+                (4, "a4".to_string()),
+                (7, "b1".to_string())
+            ]
+        );
+        let long = "First sentence here. ".repeat(60);
+        let pieces = windows(&long);
+        assert!(pieces.len() >= 3);
+        assert!(pieces
+            .iter()
+            .all(|(_, p)| p.chars().count() <= PASSAGE_CHARS && p.ends_with('.')));
+        let cjk = "长".repeat(2000);
+        assert!(windows(&cjk)
+            .iter()
+            .all(|(_, p)| p.chars().count() <= PASSAGE_CHARS));
+    }
+}
