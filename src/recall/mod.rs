@@ -16,7 +16,9 @@ pub mod tokenize;
 
 use bm25::{Embedder, EmbedderBuilder, Scorer};
 
-use crate::model::{Action, CompactionPlan, Role, Thread};
+use serde_json::Value;
+
+use crate::model::{Action, CompactionPlan, Message, Role, Thread};
 use crate::redact::Redactor;
 
 /// Lines in one passage at most.
@@ -91,7 +93,7 @@ impl RecallIndex {
                 Some(Action::Externalize(r)) => Some(r.artifact_id.clone()),
                 Some(Action::Drop(r)) => r.archive_artifact_id.clone(),
             };
-            let text = m.searchable_text();
+            let text = readable_text(m);
             let text = redactor.redact(&text);
             for (line, window) in windows(&text) {
                 passages.push(Passage {
@@ -210,6 +212,40 @@ pub fn query_of(thread: &Thread) -> String {
         parts.push(a.content.text().into_owned());
     }
     parts.join("\n")
+}
+
+/// A message as passages read it: its text (images as references), then
+/// each call's name and arguments, one `key: value` line each with string
+/// values as they are (not JSON-escaped), so a file written by a tool call
+/// is searched and shown line by line.
+fn readable_text(m: &Message) -> String {
+    let mut out = m.archived_text().into_owned();
+    for c in &m.tool_calls {
+        out.push('\n');
+        out.push_str(&c.name);
+        match &c.arguments {
+            Value::Object(args) => {
+                for (k, v) in args {
+                    out.push('\n');
+                    out.push_str(k);
+                    out.push_str(": ");
+                    match v {
+                        Value::String(s) => out.push_str(s),
+                        other => out.push_str(&other.to_string()),
+                    }
+                }
+            }
+            Value::String(s) => {
+                out.push('\n');
+                out.push_str(s);
+            }
+            other => {
+                out.push('\n');
+                out.push_str(&other.to_string());
+            }
+        }
+    }
+    out
 }
 
 /// The same 64-bit hash the `bm25` crate gives a term.

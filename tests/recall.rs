@@ -1,0 +1,186 @@
+//! Recall on public agent logs nobody here wrote (`tests/data/`): every
+//! path, id and error code of what compaction takes out of the prompt is
+//! either still in the prompt or in the top 5 passages of a query naming it.
+
+mod common;
+
+use common::Harness;
+use compactd::app::RenderedOutput;
+use compactd::model::Action;
+use compactd::provider::{thread_from_json, Format};
+use compactd::recall::RecallIndex;
+use compactd::redact::Redactor;
+use serde_json::Value;
+
+/// Paths, ids and error codes as a reader would pick them: a word with a
+/// slash and a letter, a word mixing letters and digits, or an upper-case
+/// code with an underscore or digit; surrounding punctuation trimmed.
+fn named_things(text: &str) -> Vec<String> {
+    let trim: &[char] = &[
+        '"', '\'', '`', '(', ')', '[', ']', '{', '}', '<', '>', ',', ';', ':', '.', '!', '?',
+    ];
+    text.split_whitespace()
+        .map(|w| w.trim_matches(trim))
+        .filter(|w| (4..=80).contains(&w.chars().count()))
+        .filter(|w| {
+            let letters = w.chars().any(char::is_alphabetic);
+            let digits = w.chars().any(|c| c.is_ascii_digit());
+            let path = w.contains('/') && letters;
+            let id = letters && digits;
+            let code = w
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                && (w.contains('_') || digits)
+                && letters;
+            path || id || code
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// What a reader sees of a message: its text, and the string values of its
+/// calls' arguments (not their JSON escapes).
+fn readable_text(m: &compactd::model::Message) -> String {
+    fn strings(v: &Value, out: &mut String) {
+        match v {
+            Value::String(s) => {
+                out.push('\n');
+                out.push_str(s);
+            }
+            Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+            Value::Object(o) => o.values().for_each(|x| strings(x, out)),
+            _ => {}
+        }
+    }
+    let mut out = m.archived_text().into_owned();
+    for c in &m.tool_calls {
+        strings(&c.arguments, &mut out);
+    }
+    out
+}
+
+#[test]
+fn what_leaves_the_prompt_is_found_by_naming_it() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
+    let mut asked = 0usize;
+    let mut found = 0usize;
+    let mut missed = Vec::new();
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .expect("tests/data")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter(|p| !p.ends_with("sources.json"))
+        .collect();
+    names.sort();
+    for path in names {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let value: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let thread = thread_from_json(&value, &name).expect("imports").thread;
+        let whole = Harness::default()
+            .render_as(&thread, 10_000_000, None, Format::OpenAiChat, None)
+            .expect("renders")
+            .1
+            .tokens
+            .total;
+        for divisor in [10, 30] {
+            let budget = (whole / divisor).max(8_000);
+            let out = Harness::default()
+                .render_as(&thread, budget, None, Format::OpenAiChat, None)
+                .expect("renders")
+                .1;
+            let RenderedOutput::Payload(body) = &out.output else {
+                panic!("a payload was asked for")
+            };
+            let prompt = body.to_lowercase();
+            let index = RecallIndex::build(&thread, &out.plan, Redactor::standard());
+            let actions = out.plan.actions();
+            let mut lost: Vec<String> = thread
+                .messages
+                .iter()
+                .filter(|m| !matches!(actions.get(m.id.as_str()), None | Some(Action::Include)))
+                .flat_map(|m| named_things(&readable_text(m)))
+                .filter(|t| !prompt.contains(&t.to_lowercase()))
+                .collect();
+            lost.sort();
+            lost.dedup();
+            // At most 40 per cell, spread over the sorted list.
+            let step = lost.len().div_ceil(40).max(1);
+            for term in lost.iter().step_by(step) {
+                asked += 1;
+                let needle = term.to_lowercase();
+                let hits = index.search(&format!("what was {term} again?"), 5);
+                if hits
+                    .iter()
+                    .any(|h| h.passage.text.to_lowercase().contains(&needle))
+                {
+                    found += 1;
+                } else {
+                    missed.push(format!("{name} at {budget}: {term}"));
+                }
+            }
+        }
+    }
+    let rate = found as f64 / asked.max(1) as f64;
+    eprintln!("recall: {found} of {asked} named things found in the top 5 ({rate:.3})");
+    assert!(
+        asked >= 100,
+        "only {asked} things asked about: the test proves little"
+    );
+    assert!(
+        rate >= 0.95,
+        "{found} of {asked} found ({rate:.3}); missed, first 20: {:#?}",
+        &missed[..missed.len().min(20)]
+    );
+}
+
+/// Passages come from evicted messages only, carry the artifact that holds
+/// their message, and are redacted like everything else compactd writes.
+#[test]
+fn passages_are_the_evicted_originals_redacted_with_their_artifact() {
+    use common::ThreadBuilder;
+    use compactd::model::{Outcome, ToolContent};
+    let mut log = common::log_lines(400);
+    log.push_str("deploy of build 7781 failed: ERR_QUOTA_EXCEEDED on node pool-b3\n");
+    log.push_str("credentials used: AKIAIOSFODNN7EXAMPLE\n");
+    log.push_str(&common::log_lines(400));
+    let mut b = ThreadBuilder::default();
+    b.user("Deploy build 7781 to staging.");
+    b.tool(
+        "deploy",
+        serde_json::json!({"build": 7781}),
+        ToolContent::Text(log),
+        Outcome::Failure,
+        None,
+    );
+    b.assistant("The deploy failed; I will retry on another pool.");
+    for i in 0..6 {
+        b.user(&format!("Status check {i}?"));
+        b.assistant("Still working on it.");
+    }
+    b.user("Which error stopped build 7781 the first time?");
+    let thread = b.build("recall");
+    let out = Harness::default()
+        .render_as(&thread, 3_000, None, Format::OpenAiChat, None)
+        .expect("renders")
+        .1;
+    let index = RecallIndex::build(&thread, &out.plan, Redactor::standard());
+    assert!(!index.is_empty(), "the log left the prompt");
+    let actions = out.plan.actions();
+    let hits = index.search(&compactd::recall::query_of(&thread), 3);
+    let top = hits.first().expect("a passage matches");
+    assert!(top.passage.text.contains("ERR_QUOTA_EXCEEDED"), "{hits:#?}");
+    assert!(!matches!(
+        actions.get(top.passage.message_id.as_str()),
+        None | Some(Action::Include)
+    ));
+    for h in index.search("credentials used AKIAIOSFODNN7EXAMPLE", 50) {
+        assert!(!h.passage.text.contains("AKIAIOSFODNN7EXAMPLE"), "{h:?}");
+    }
+    // The log was written out whole: the passage names where it is.
+    let id = top
+        .passage
+        .artifact_id
+        .as_deref()
+        .expect("an artifact holds it");
+    assert!(compactd::model::is_artifact_id(id), "{id}");
+}
