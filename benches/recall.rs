@@ -46,11 +46,14 @@ fn scan<'a>(passages: &'a [Passage], query: &str) -> Vec<&'a Passage> {
         .iter()
         .map(|p| {
             let text = p.text.to_lowercase();
-            (words.iter().filter(|w| text.contains(w.as_str())).count(), p)
+            (
+                words.iter().filter(|w| text.contains(w.as_str())).count(),
+                p,
+            )
         })
         .filter(|(n, _)| *n > 0)
         .collect();
-    scored.sort_by(|a, b| b.0.cmp(&a.0));
+    scored.sort_by_key(|s| std::cmp::Reverse(s.0));
     scored.into_iter().take(5).map(|(_, p)| p).collect()
 }
 

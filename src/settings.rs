@@ -37,6 +37,9 @@ pub struct Settings {
     /// Render injects public and internal artifacts the agent names in its
     /// latest turn, within these limits.
     pub auto_rehydrate: crate::render::AutoRehydrate,
+    /// Render adds passages of compacted content that match the latest
+    /// request, within these limits.
+    pub recall: crate::recall::RecallSettings,
     /// Largest request message accepted, in bytes (after decompression).
     pub max_message_bytes: usize,
     /// Deadline of one call on the server, in milliseconds (0: none).
@@ -123,6 +126,7 @@ impl Default for Settings {
             artifacts: Default::default(),
             plans: Default::default(),
             auto_rehydrate: Default::default(),
+            recall: Default::default(),
             max_message_bytes: 64 * 1024 * 1024,
             request_timeout_ms: 30_000,
             per_tenant_concurrency: 64,
@@ -166,6 +170,7 @@ impl Settings {
             max_input_tokens: self.default_max_input_tokens,
             min_safety_buffer_tokens: self.min_safety_buffer_tokens,
             auto_rehydrate: self.auto_rehydrate,
+            recall: self.recall,
         }
     }
 }

@@ -166,7 +166,7 @@ fn passages_are_the_evicted_originals_redacted_with_their_artifact() {
     let index = RecallIndex::build(&thread, &out.plan, Redactor::standard());
     assert!(!index.is_empty(), "the log left the prompt");
     let actions = out.plan.actions();
-    let hits = index.search(&compactd::recall::query_of(&thread), 3);
+    let hits = index.search_all(&compactd::recall::queries_of(&thread), 3);
     let top = hits.first().expect("a passage matches");
     assert!(top.passage.text.contains("ERR_QUOTA_EXCEEDED"), "{hits:#?}");
     assert!(!matches!(
@@ -183,4 +183,156 @@ fn passages_are_the_evicted_originals_redacted_with_their_artifact() {
         .as_deref()
         .expect("an artifact holds it");
     assert!(compactd::model::is_artifact_id(id), "{id}");
+}
+
+/// Asked about something that left the prompt, the next render has the
+/// answer in its prompt (kept, or brought back in the recall block), within
+/// the budget; with recall off there is no block; the same input gives the
+/// same block.
+#[test]
+fn a_question_about_lost_content_brings_it_back_at_render() {
+    use compactd::render::Origin;
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
+    // (asked, answered, answered without recall) at 1/10 and 1/30 of each log.
+    let mut tally = [(0usize, 0usize, 0usize); 2];
+    let mut missed = Vec::new();
+    let mut first = true;
+    for (name, divisor) in [
+        "claude_code_rust_port.json",
+        "openhands_vue_todo.json",
+        "swe_agent_marshmallow.json",
+        "tau_bench_airline.json",
+    ]
+    .into_iter()
+    .flat_map(|n| [(n, 10), (n, 30)])
+    {
+        let path = format!("{dir}/{name}");
+        let value: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let thread = thread_from_json(&value, name).expect("imports").thread;
+        let harness = Harness::default();
+        let whole = harness
+            .render_as(&thread, 10_000_000, None, Format::Neutral, None)
+            .expect("renders")
+            .1
+            .tokens
+            .total;
+        let budget = (whole / divisor).max(8_000);
+        let cell_tally = &mut tally[usize::from(divisor == 30)];
+        let out = harness
+            .render_recall(&thread, budget, None, (Format::Neutral, None), Some(false))
+            .expect("renders")
+            .1;
+        let RenderedOutput::Neutral(request) = &out.output else {
+            panic!("neutral output")
+        };
+        let prompt: String = request
+            .messages
+            .iter()
+            .map(|m| m.content.flat_text().to_lowercase())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let actions = out.plan.actions();
+        let mut lost: Vec<String> = thread
+            .messages
+            .iter()
+            .filter(|m| !matches!(actions.get(m.id.as_str()), None | Some(Action::Include)))
+            .flat_map(|m| named_things(&readable_text(m)))
+            .filter(|t| !prompt.contains(&t.to_lowercase()))
+            .collect();
+        lost.sort();
+        lost.dedup();
+        let step = lost.len().div_ceil(4).max(1);
+        for term in lost.iter().step_by(step) {
+            let mut asking = thread.clone();
+            let mut question = asking.messages.last().expect("messages").clone();
+            question.id = "question".into();
+            question.role = compactd::model::Role::User;
+            question.turn += 1;
+            question.tool_calls.clear();
+            question.tool_result = None;
+            question.content =
+                compactd::model::Content::Text(format!("Remind me: what was {term} about?"));
+            asking.messages.push(question);
+            let cell = format!("{name} at {budget}: {term}");
+            let render = |recall| {
+                harness
+                    .render_recall(&asking, budget, None, (Format::Neutral, None), recall)
+                    .unwrap_or_else(|e| panic!("{cell}: {e}"))
+                    .1
+            };
+            let on = render(None);
+            assert!(on.tokens.total <= budget, "{cell}: {}", on.tokens.total);
+            let RenderedOutput::Neutral(request) = &on.output else {
+                panic!("neutral output")
+            };
+            let blocks = request
+                .messages
+                .iter()
+                .filter(|m| m.origin == Origin::Recalled)
+                .count();
+            assert!(blocks <= 1, "{cell}: one block at most");
+            // The prompt but the question itself: the answer is in it when
+            // it stayed, or came back in the recall block.
+            let answer_space: Vec<String> = request
+                .messages
+                .iter()
+                .filter(|m| m.source_id != "question")
+                .map(|m| m.content.flat_text())
+                .collect();
+            cell_tally.0 += 1;
+            // Letters and digits only: `cov-fail-under = 100` states what
+            // `--cov-fail-under=100` does.
+            let bare = |s: &str| -> String {
+                s.chars()
+                    .filter(|c| c.is_alphanumeric())
+                    .flat_map(char::to_lowercase)
+                    .collect()
+            };
+            if answer_space.iter().any(|b| bare(b).contains(&bare(term))) {
+                cell_tally.1 += 1;
+            } else {
+                missed.push(cell.clone());
+            }
+            // The same question without recall, for comparison.
+            let RenderedOutput::Neutral(plain) = render(Some(false)).output else {
+                panic!("neutral output")
+            };
+            if plain
+                .messages
+                .iter()
+                .filter(|m| m.source_id != "question")
+                .any(|m| bare(&m.content.flat_text()).contains(&bare(term)))
+            {
+                cell_tally.2 += 1;
+            }
+            if first {
+                first = false;
+                assert_eq!(render(None).output, on.output, "{cell}: not deterministic");
+                let off = render(Some(false));
+                let RenderedOutput::Neutral(request) = &off.output else {
+                    panic!("neutral output")
+                };
+                assert!(request
+                    .messages
+                    .iter()
+                    .all(|m| m.origin != Origin::Recalled));
+                assert!(off.recalled.is_empty());
+            }
+        }
+    }
+    for ((asked, recalled, without), (ratio, floor)) in
+        tally.into_iter().zip([(10, 0.9), (30, 0.75)])
+    {
+        let rate = recalled as f64 / asked.max(1) as f64;
+        eprintln!("without recall, 1/{ratio}: {without} of {asked}");
+        eprintln!("recall at render, 1/{ratio}: {recalled} of {asked} questions brought the answer back ({rate:.3})");
+        assert!(
+            asked >= 10,
+            "only {asked} questions at 1/{ratio}: the test proves little"
+        );
+        assert!(
+            rate >= floor,
+            "1/{ratio}: {recalled} of {asked} ({rate:.3}); missed: {missed:#?}"
+        );
+    }
 }

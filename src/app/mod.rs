@@ -12,6 +12,7 @@ mod compact;
 mod error;
 mod explain;
 mod lifecycle;
+mod recall;
 mod rehydrate;
 mod render;
 mod summaries;
@@ -24,7 +25,7 @@ pub use error::AppError;
 pub use explain::{ArtifactHit, ExplainCommand, ExplainOutcome};
 pub use lifecycle::{DeleteOutcome, Lifecycle, Quotas, ResetOutcome, SweepReport, Usage};
 pub use rehydrate::{RehydrateCommand, RehydrateOutcome};
-pub use render::{RenderCommand, RenderOutcome, RenderedOutput};
+pub use render::{RecalledPassage, RenderCommand, RenderOutcome, RenderedOutput};
 pub use summaries::LlmSummaries;
 
 use crate::model::{DeterminismMetadata, Thread, ThreadLimits, ToolSchema};
@@ -51,6 +52,8 @@ pub struct Defaults {
     pub min_safety_buffer_tokens: u32,
     /// Render's injection of artifacts the agent names.
     pub auto_rehydrate: crate::render::AutoRehydrate,
+    /// Render's recall block.
+    pub recall: crate::recall::RecallSettings,
 }
 
 impl Default for Defaults {
@@ -61,6 +64,7 @@ impl Default for Defaults {
             max_input_tokens: 128_000,
             min_safety_buffer_tokens: 256,
             auto_rehydrate: crate::render::AutoRehydrate::default(),
+            recall: crate::recall::RecallSettings::default(),
         }
     }
 }
@@ -93,6 +97,8 @@ struct Inner {
     llm: Option<Arc<LlmSummaries>>,
     /// Strategy plugins, run as pipeline steps.
     plugins: Vec<Arc<crate::plugin::LoadedPlugin>>,
+    /// Render's recall indexes, per thread and plan.
+    recall: recall::RecallIndexes,
     /// What the plugins are and how they are set up, as the fingerprint
     /// hashes it (formed once: plugins are fixed at start-up).
     plugin_setup: Vec<u8>,
@@ -144,6 +150,7 @@ impl App {
                 thread_locks: crate::store::KeyedLocks::default(),
                 llm: extensions.llm.map(Arc::new),
                 plugin_setup: plugin_setup(&extensions.plugins),
+                recall: recall::RecallIndexes::default(),
                 plugins: extensions.plugins,
             }),
         }
@@ -278,6 +285,7 @@ impl App {
     fn forget_thread(&self, tenant: &str, thread_id: &str) {
         self.inner.memo.forget(&[tenant, thread_id]);
         self.forget_summaries(tenant, thread_id);
+        self.inner.recall.forget(tenant, thread_id);
     }
 }
 

@@ -26,6 +26,7 @@ use crate::tokens::truncate_to_tokens;
 
 use super::compact::{Resolved, Staging};
 use super::error::artifact_read_error;
+use super::recall::fit_recall;
 use super::rehydrate::check_sensitivity;
 use super::{App, AppError, CompactCommand, CompactOutcome, Result, UseCase};
 
@@ -52,6 +53,8 @@ pub struct RenderCommand {
     pub auto_rehydrate: Option<bool>,
     /// Add the `read_artifact` tool definition to the request's tools.
     pub read_artifact_tool: bool,
+    /// Add the recall block; `None`: the server's setting.
+    pub recall: Option<bool>,
 }
 
 /// A rendered request in the requested form.
@@ -78,6 +81,8 @@ pub struct RenderOutcome {
     pub audit: AuditRecord,
     /// What happened to each artifact asked for.
     pub rehydrated: Vec<RehydrationReport>,
+    /// The passages of the recall block, best first.
+    pub recalled: Vec<RecalledPassage>,
 }
 
 impl App {
@@ -139,6 +144,7 @@ impl App {
         }
         events::audit(&out.audit);
         events::rehydration(&out.rehydrated, &ctx.tenant_id);
+        events::recall(&out.recalled);
         events::quality(&quality, &ctx.tenant_id);
         Ok(out)
     }
@@ -183,19 +189,29 @@ impl App {
         let auto_cap = self.inner.defaults.auto_rehydrate.max_tokens_per_artifact;
         let summarizer_id = self.inner.summarizer.id().to_string();
         let requester = ctx.requester_id.clone();
-        let r = Arc::clone(resolved);
+        let tenant = ctx.tenant_id.clone();
+        let recall_settings = self.inner.defaults.recall;
+        let recall_on = cmd.recall.unwrap_or(recall_settings.enabled);
+        let (app, r) = (self.clone(), Arc::clone(resolved));
         blocking(move || {
             let parts = &r.parts;
             let rc = RequestCounter::for_target(parts.counter.as_ref(), &parts.ledger, r.target);
-            let (request, mut tokens, rehydrated) = render_and_count(
-                &cmd,
-                &plan,
-                &rc,
+            let recall = recall_on.then(|| {
+                let thread = &cmd.request.thread;
+                let index = app
+                    .inner
+                    .recall
+                    .get(&tenant, thread, &plan, &app.inner.redactor);
+                (index, recall_settings)
+            });
+            let extras = TurnExtras {
                 fetched,
                 auto,
                 auto_cap,
-                r.max_input_tokens,
-            )?;
+                recall,
+            };
+            let (request, mut tokens, rehydrated, recalled) =
+                render_and_count(&cmd, &plan, &rc, extras, r.max_input_tokens)?;
             let quality = crate::render::quality::quality_signals(
                 &cmd.request.thread,
                 &plan,
@@ -230,6 +246,7 @@ impl App {
                 tokens,
                 audit,
                 rehydrated,
+                recalled,
             };
             Ok::<_, AppError>((out, quality))
         })
@@ -428,18 +445,20 @@ impl App {
 /// thread that has grown since may no longer fit: it is refused, never handed
 /// out over budget; a plan compacted in this call that does not fit is a bug,
 /// reported as one.
-#[allow(clippy::too_many_arguments)]
 fn render_and_count(
     cmd: &RenderCommand,
     plan: &CompactionPlan,
     rc: &RequestCounter<'_>,
-    fetched: Vec<(String, String)>,
-    auto: AutoRehydration,
-    auto_cap: u32,
+    extras: TurnExtras,
     max_input_tokens: u32,
-) -> Result<(Request, RequestTokens, Vec<RehydrationReport>)> {
+) -> Result<(
+    Request,
+    RequestTokens,
+    Vec<RehydrationReport>,
+    Vec<RecalledPassage>,
+)> {
     let policy = &cmd.request.policy;
-    let render_with = |rehydrated: &[crate::render::Rehydrated]| {
+    let render_with = |rehydrated: &[crate::render::Rehydrated], recall: Option<&str>| {
         render(
             &cmd.request.thread,
             plan,
@@ -449,10 +468,11 @@ fn render_and_count(
                 rehydrated,
                 options: &policy.render,
                 omit_pending_calls: cmd.omit_pending_calls,
+                recall,
             },
         )
     };
-    let mut request = render_with(&[]);
+    let mut request = render_with(&[], None);
     let mut tokens = rc.request(&request);
     // The fixed parts were just counted with the request. Without anything
     // read back the whole window is the ceiling; content read back takes
@@ -484,9 +504,15 @@ fn render_and_count(
     let room = policy
         .rehydration_reserve_tokens
         .min(ceiling - tokens.total);
+    let TurnExtras {
+        fetched,
+        auto,
+        auto_cap,
+        recall,
+    } = extras;
     let (injected, report) = fit_read_backs(rc, fetched, auto, auto_cap, room);
     if !injected.is_empty() {
-        request = render_with(&injected);
+        request = render_with(&injected, None);
         tokens = rc.request(&request);
         if tokens.total > ceiling {
             return Err(AppError::Internal(format!(
@@ -495,7 +521,51 @@ fn render_and_count(
             )));
         }
     }
-    Ok((request, tokens, report))
+    let mut recalled = Vec::new();
+    if let Some((index, settings)) = recall {
+        let room = settings.reserve_tokens.min(ceiling - tokens.total);
+        let thread = &cmd.request.thread;
+        if let Some((text, hits)) = fit_recall(&index, thread, &request, rc, settings, room) {
+            let with = render_with(&injected, Some(&text));
+            let counted = rc.request(&with);
+            // The block was counted as text; a framing the estimate missed
+            // leaves it out rather than going over.
+            if counted.total <= ceiling {
+                (request, tokens) = (with, counted);
+                recalled = hits
+                    .iter()
+                    .map(|h| RecalledPassage {
+                        message_id: h.passage.message_id.clone(),
+                        artifact_id: h.passage.artifact_id.clone(),
+                        line: h.passage.line,
+                    })
+                    .collect();
+            }
+        }
+    }
+    Ok((request, tokens, report, recalled))
+}
+
+/// What a turn adds to the plan's prompt: content read back, and recall.
+struct TurnExtras {
+    fetched: Vec<(String, String)>,
+    auto: AutoRehydration,
+    auto_cap: u32,
+    recall: Option<(
+        Arc<crate::recall::RecallIndex>,
+        crate::recall::RecallSettings,
+    )>,
+}
+
+/// A passage the recall block carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecalledPassage {
+    /// The message it comes from.
+    pub message_id: String,
+    /// The artifact holding the whole message, when one was written.
+    pub artifact_id: Option<String>,
+    /// Its first line within the message.
+    pub line: u32,
 }
 
 /// What is read back, fitted into `room` tokens: explicit requests first
@@ -738,6 +808,7 @@ mod tests {
             omit_pending_calls: false,
             auto_rehydrate: None,
             read_artifact_tool: false,
+            recall: None,
         }
     }
 

@@ -66,6 +66,7 @@ pub fn run(args: &CompactArgs) -> Result<String, Failure> {
         rehydrate_artifact_ids: Vec::new(),
         omit_pending_calls: args.omit_pending_calls,
         auto_rehydrate: None,
+        recall: None,
         read_artifact_tool: false,
     };
     let out = runtime()?.block_on(app.render(&SecurityContext::dev(), cmd))?;

@@ -64,6 +64,7 @@ pub fn render_command(r: pb::RenderRequest, base: &Policy) -> Result<RenderComma
         rehydrate_artifact_ids: r.rehydrate_artifact_ids,
         omit_pending_calls: r.omit_pending_calls,
         auto_rehydrate: r.auto_rehydrate,
+        recall: r.recall,
         read_artifact_tool: r.read_artifact_tool,
         request: shared_command!(r, base),
     })

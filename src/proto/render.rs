@@ -41,6 +41,7 @@ impl From<Origin> for pb::Origin {
             Origin::Summary => pb::Origin::Summary,
             Origin::Externalized => pb::Origin::Externalized,
             Origin::Rehydrated => pb::Origin::Rehydrated,
+            Origin::Recalled => pb::Origin::Recalled,
         }
     }
 }
@@ -52,6 +53,7 @@ fn origin(v: i32, field: &str) -> Result<Origin> {
         Ok(pb::Origin::Summary) => Ok(Origin::Summary),
         Ok(pb::Origin::Externalized) => Ok(Origin::Externalized),
         Ok(pb::Origin::Rehydrated) => Ok(Origin::Rehydrated),
+        Ok(pb::Origin::Recalled) => Ok(Origin::Recalled),
         Ok(pb::Origin::Unspecified) => Err(unset_enum(field)),
         Err(_) => Err(unknown_enum(field, v)),
     }

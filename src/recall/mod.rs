@@ -16,6 +16,7 @@ pub mod tokenize;
 
 use bm25::{Embedder, EmbedderBuilder, Scorer};
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::{Action, CompactionPlan, Message, Role, Thread};
@@ -28,6 +29,52 @@ const PASSAGE_LINES: usize = 3;
 const PASSAGE_CHARS: usize = 480;
 /// A matched identifier multiplies a passage's score by this much more.
 const IDENTIFIER_BOOST: f32 = 1.0;
+
+/// Recall at render: the passages of what left the prompt that best match
+/// what the model is about to work on, in a labelled block before the
+/// latest user message, within a reserve of the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecallSettings {
+    /// On by default; a request may turn it off.
+    pub enabled: bool,
+    /// Tokens the block may take at most (less when the window has less room).
+    pub reserve_tokens: u32,
+    /// Passages in the block at most.
+    pub max_passages: u32,
+}
+
+impl Default for RecallSettings {
+    fn default() -> Self {
+        RecallSettings {
+            enabled: true,
+            reserve_tokens: 1200,
+            max_passages: 6,
+        }
+    }
+}
+
+/// The block's first line: what it is, and how to read more.
+pub const BLOCK_HEADER: &str = "[Recalled context: passages from earlier in this conversation that were compacted out of the prompt and match the current request. Each names the artifact that holds the whole original.]";
+
+/// The recall block of `hits` (best first): the header, then one entry per
+/// passage naming its message, line and artifact.
+pub fn block(hits: &[Hit<'_>]) -> String {
+    let mut out = String::from(BLOCK_HEADER);
+    for h in hits {
+        out.push_str(&entry(h.passage));
+    }
+    out
+}
+
+/// One passage as the block shows it.
+pub fn entry(p: &Passage) -> String {
+    let source = match &p.artifact_id {
+        Some(id) => format!("artifact:{id}, message {} line {}", p.message_id, p.line),
+        None => format!("message {} line {}", p.message_id, p.line),
+    };
+    format!("\n--- {source}\n{}", p.text)
+}
 
 /// A window of an evicted message's original text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,18 +237,24 @@ impl RecallIndex {
     }
 }
 
-/// What the model is about to work on, as a query: the latest user
-/// message, the arguments of calls still waiting for their result, and the
-/// last assistant text.
-pub fn query_of(thread: &Thread) -> String {
-    let mut parts: Vec<String> = Vec::new();
+/// What the model is about to work on, as queries in order of weight:
+/// the latest user message, the arguments of calls still waiting for
+/// their result, and the last assistant text. Searched one after the
+/// other, so a long assistant turn cannot drown the request.
+pub fn queries_of(thread: &Thread) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
     if let Some(u) = thread.messages.iter().rev().find(|m| m.role == Role::User) {
-        parts.push(u.text().into_owned());
+        out.push(u.text().into_owned());
     }
     let pairing = thread.pairing();
     let abandoned = thread.abandoned_calls(&pairing);
-    for (i, j) in pairing.pending().filter(|c| !abandoned.contains(c)) {
-        parts.push(thread.messages[i].tool_calls[j].arguments_json());
+    let args: Vec<String> = pairing
+        .pending()
+        .filter(|c| !abandoned.contains(c))
+        .map(|(i, j)| thread.messages[i].tool_calls[j].arguments_json())
+        .collect();
+    if !args.is_empty() {
+        out.push(args.join("\n"));
     }
     if let Some(a) = thread
         .messages
@@ -209,9 +262,30 @@ pub fn query_of(thread: &Thread) -> String {
         .rev()
         .find(|m| m.role == Role::Assistant && !m.content.text().trim().is_empty())
     {
-        parts.push(a.content.text().into_owned());
+        out.push(a.content.text().into_owned());
     }
-    parts.join("\n")
+    out.retain(|q| !q.trim().is_empty());
+    out
+}
+
+impl RecallIndex {
+    /// The best passages for several queries in order of weight: the
+    /// first query's `k` best, then the next query's that are not in yet,
+    /// up to `k` in all.
+    pub fn search_all(&self, queries: &[String], k: usize) -> Vec<Hit<'_>> {
+        let mut out: Vec<Hit<'_>> = Vec::new();
+        for q in queries {
+            for h in self.search(q, k) {
+                if out.len() == k {
+                    return out;
+                }
+                if !out.iter().any(|o| std::ptr::eq(o.passage, h.passage)) {
+                    out.push(h);
+                }
+            }
+        }
+        out
+    }
 }
 
 /// A message as passages read it: its text (images as references), then

@@ -62,6 +62,8 @@ pub struct RenderInput<'a> {
     /// Leave tool calls without a result out of the request (an assistant
     /// message left with nothing else is left out too).
     pub omit_pending_calls: bool,
+    /// The recall block for this turn ([`crate::recall::block`]), if any.
+    pub recall: Option<&'a str>,
 }
 
 /// Renders the request the model sees. The plan must have been validated
@@ -106,13 +108,18 @@ pub fn render(thread: &Thread, plan: &CompactionPlan, input: &RenderInput<'_>) -
         }
         messages.push(rm);
     }
-    if !input.rehydrated.is_empty() {
-        // Before the last user message; at the end when there is none.
+    if !input.rehydrated.is_empty() || input.recall.is_some() {
+        // Before the last user message (the per-turn part after the stable
+        // prefix); at the end when there is none.
         let at = messages
             .iter()
             .rposition(|m| m.role == Role::User && m.origin == Origin::Verbatim)
             .unwrap_or(messages.len());
-        let injected = input.rehydrated.iter().map(render_rehydrated);
+        let injected = input
+            .rehydrated
+            .iter()
+            .map(render_rehydrated)
+            .chain(input.recall.map(render_recall));
         messages.splice(at..at, injected);
     }
     Request {
@@ -335,6 +342,20 @@ pub(super) fn render_rehydrated(r: &Rehydrated) -> RenderedMessage {
     }
 }
 
+/// The recall block, as the message that carries it.
+fn render_recall(text: &str) -> RenderedMessage {
+    RenderedMessage {
+        role: Role::User,
+        content: Content::Text(text.to_string()),
+        tool_calls: Vec::new(),
+        tool_call_id: None,
+        tool_name: None,
+        is_error: false,
+        source_id: "recall".to_string(),
+        origin: Origin::Recalled,
+    }
+}
+
 /// Wraps user text in `<user_context>`; a closing tag inside the text is
 /// neutralized so quoted content cannot end the block early.
 fn delimit_user(m: &Message) -> Content {
@@ -422,6 +443,7 @@ mod tests {
                 rehydrated: &rehydrated,
                 options: &options,
                 omit_pending_calls: false,
+                recall: None,
             },
         );
         let order: Vec<&str> = r.messages.iter().map(|m| m.source_id.as_str()).collect();
@@ -443,6 +465,7 @@ mod tests {
                 rehydrated: &[],
                 options: &options,
                 omit_pending_calls: false,
+                recall: None,
             },
         );
         assert_eq!(plain.messages[..2], r.messages[..2]);
@@ -464,6 +487,7 @@ mod tests {
                 rehydrated: &[],
                 options: &options,
                 omit_pending_calls: false,
+                recall: None,
             },
         );
         let text = r.messages[2].content.text().into_owned();

@@ -19,6 +19,9 @@ pub enum Origin {
     Externalized,
     /// Artifact content injected for this turn only; never part of the thread.
     Rehydrated,
+    /// Passages of compacted content matching the current request, for
+    /// this turn only; never part of the thread.
+    Recalled,
 }
 
 /// One message of a rendered request.

@@ -357,3 +357,23 @@ pub fn rpc_rehydration(
         }
     }
 }
+
+/// `compact.recall`: how many passages the recall block carries, from which
+/// messages and artifacts (ids only).
+pub fn recall(passages: &[crate::app::RecalledPassage]) {
+    if passages.is_empty() {
+        return;
+    }
+    let messages: Vec<&str> = passages.iter().map(|p| p.message_id.as_str()).collect();
+    let artifacts: Vec<&str> = passages
+        .iter()
+        .filter_map(|p| p.artifact_id.as_deref())
+        .collect();
+    tracing::info!(
+        target: EVENTS,
+        passages = int(passages.len()),
+        message_ids = %messages.join(","),
+        artifact_ids = %artifacts.join(","),
+        "compact.recall"
+    );
+}

@@ -134,6 +134,19 @@ impl Harness {
         format: Format,
         model: Option<&str>,
     ) -> Result<(String, RenderOutcome), AppError> {
+        self.render_recall(thread, max_input_tokens, previous, (format, model), None)
+    }
+
+    /// [`Self::render_as`] with recall on, off, or (`None`) as the server's
+    /// default says.
+    pub fn render_recall(
+        &self,
+        thread: &Thread,
+        max_input_tokens: u32,
+        previous: Option<&CompactionPlan>,
+        (format, model): (Format, Option<&str>),
+        recall: Option<bool>,
+    ) -> Result<(String, RenderOutcome), AppError> {
         let tenant = format!("h{}", self.calls.fetch_add(1, Ordering::Relaxed));
         let ctx = SecurityContext {
             tenant_id: tenant.clone(),
@@ -170,6 +183,7 @@ impl Harness {
                         omit_pending_calls: self.omit_pending_calls,
                         auto_rehydrate: None,
                         read_artifact_tool: false,
+                        recall,
                     },
                 )
                 .await?;
@@ -185,8 +199,15 @@ impl Harness {
         max_input_tokens: u32,
         previous: Option<&CompactionPlan>,
     ) -> Result<Outcome, AppError> {
-        let (tenant, out) =
-            self.render_as(thread, max_input_tokens, previous, Format::Neutral, None)?;
+        // The plan's own prompt: recall adds per-turn passages the plan
+        // does not count (tests/recall.rs covers them).
+        let (tenant, out) = self.render_recall(
+            thread,
+            max_input_tokens,
+            previous,
+            (Format::Neutral, None),
+            Some(false),
+        )?;
         let RenderedOutput::Neutral(request) = out.output else {
             panic!("neutral output was asked for");
         };
@@ -240,6 +261,7 @@ impl Harness {
                 rehydrated: &[],
                 options: &self.policy.render,
                 omit_pending_calls: false,
+                recall: None,
             },
         )
     }
