@@ -2,13 +2,13 @@
 //! thread and plan, kept in a bounded cache), and the block of passages
 //! that match the latest request, fitted into what the window has left.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::cache::{BoundedCache, Weigh};
 use crate::model::{CompactionPlan, Thread};
 use crate::recall::{block, queries_of, Hit, RecallIndex, RecallSettings};
 use crate::redact::Redactor;
-use crate::render::{Request, RequestCounter};
+use crate::render::{Origin, Request, RequestCounter};
 
 /// Bytes of recall indexes kept in memory at most.
 const INDEX_CACHE_BYTES: u64 = 128 * 1024 * 1024;
@@ -16,16 +16,16 @@ const INDEX_CACHE_BYTES: u64 = 128 * 1024 * 1024;
 /// Tokens a message's framing takes at most, beyond its text.
 const MESSAGE_FRAMING: u32 = 16;
 
-impl Weigh for Arc<RecallIndex> {
+impl Weigh for Arc<Mutex<RecallIndex>> {
     fn weight(&self) -> u64 {
-        self.bytes() as u64
+        self.lock().map_or(1, |i| i.bytes() as u64)
     }
 }
 
-/// Recall indexes by tenant, thread, plan fingerprint and redaction rules:
-/// an index depends only on the messages the plan evicts, which the
-/// fingerprint fixes.
-pub(super) struct RecallIndexes(BoundedCache<String, Arc<RecallIndex>>);
+/// Recall indexes by tenant, thread and redaction rules. An index follows
+/// the thread's plans: each render updates it with what the plan evicts,
+/// at the cost of the newly evicted messages.
+pub(super) struct RecallIndexes(BoundedCache<String, Arc<Mutex<RecallIndex>>>);
 
 impl Default for RecallIndexes {
     fn default() -> Self {
@@ -40,25 +40,33 @@ impl std::fmt::Debug for RecallIndexes {
 }
 
 impl RecallIndexes {
-    /// The index of `plan` over `thread`, built on a miss.
+    /// The thread's index, brought up to `plan`.
     pub(super) fn get(
         &self,
         tenant: &str,
         thread: &Thread,
         plan: &CompactionPlan,
         redactor: &Redactor,
-    ) -> Arc<RecallIndex> {
-        let key = format!(
-            "{tenant}\0{}\0{}\0{}",
-            thread.id,
-            plan.fingerprint,
-            redactor.id()
-        );
-        if let Some(index) = self.0.get(&key) {
-            return index;
+    ) -> Arc<Mutex<RecallIndex>> {
+        let key = format!("{tenant}\0{}\0{}", thread.id, redactor.id());
+        let index = self.0.get(&key).unwrap_or_default();
+        let grew = match index.lock() {
+            Ok(mut i) => {
+                let before = i.len();
+                i.update(thread, plan, redactor);
+                i.len() != before
+            }
+            // A panic while updating left it half done: start over.
+            Err(_) => {
+                let fresh = Arc::new(Mutex::new(RecallIndex::build(thread, plan, redactor)));
+                self.0.insert(key, Arc::clone(&fresh));
+                return fresh;
+            }
+        };
+        if grew || self.0.get(&key).is_none() {
+            // Inserted again so the cache weighs what it holds now.
+            self.0.insert(key, Arc::clone(&index));
         }
-        let index = Arc::new(RecallIndex::build(thread, plan, redactor));
-        self.0.insert(key, Arc::clone(&index));
         index
     }
 
@@ -70,8 +78,9 @@ impl RecallIndexes {
 }
 
 /// The recall block for `thread`'s latest request: the best passages not
-/// already in `request`, as many as fit `room` tokens (and the settings'
-/// count), best first. `None` when nothing matches or nothing fits.
+/// already shown in `request` (summaries, excerpts and stubs can quote
+/// them), as many as fit `room` tokens and the settings' count, best first.
+/// `None` when nothing matches or nothing fits.
 pub(super) fn fit_recall<'a>(
     index: &'a RecallIndex,
     thread: &Thread,
@@ -87,19 +96,21 @@ pub(super) fn fit_recall<'a>(
     if queries.is_empty() {
         return None;
     }
-    let shown = squash(&request_text(request));
-    // Twice the count: some passages are already in the prompt (an excerpt's
-    // head and tail, a summary's quote).
+    // Twice the count: some passages are already in the prompt.
     let wanted = settings.max_passages as usize;
-    let mut hits: Vec<Hit<'a>> = index
-        .search_all(&queries, wanted * 2)
+    let found = index.search_all(&queries, wanted * 2);
+    if found.is_empty() {
+        return None;
+    }
+    let shown = squash(&stand_in_text(request));
+    let mut hits: Vec<Hit<'a>> = found
         .into_iter()
         .filter(|h| !shown.contains(&squash(&h.passage.text)))
         .collect();
     hits.truncate(wanted);
     while !hits.is_empty() {
         let text = block(&hits);
-        let cost = u32::try_from(rc.counter.count(&text)).unwrap_or(u32::MAX);
+        let cost = rc.text(&text);
         if cost.saturating_add(MESSAGE_FRAMING) <= room {
             return Some((text, hits));
         }
@@ -108,10 +119,11 @@ pub(super) fn fit_recall<'a>(
     None
 }
 
-/// The request's text: the system prompt and every message's text.
-fn request_text(r: &Request) -> String {
-    let mut out = r.system.clone().unwrap_or_default();
-    for m in &r.messages {
+/// The text of what stands in for evicted messages (summaries, stubs,
+/// pointers, excerpts): where a passage can already be shown.
+fn stand_in_text(r: &Request) -> String {
+    let mut out = String::new();
+    for m in r.messages.iter().filter(|m| m.origin != Origin::Verbatim) {
         out.push('\n');
         out.push_str(&m.content.flat_text());
     }

@@ -524,14 +524,20 @@ fn render_and_count(
     let mut recalled = Vec::new();
     if let Some((index, settings)) = recall {
         let room = settings.reserve_tokens.min(ceiling - tokens.total);
+        let index = index
+            .lock()
+            .map_err(|_| AppError::Internal("recall index poisoned".into()))?;
         let thread = &cmd.request.thread;
         if let Some((text, hits)) = fit_recall(&index, thread, &request, rc, settings, room) {
-            let with = render_with(&injected, Some(&text));
-            let counted = rc.request(&with);
-            // The block was counted as text; a framing the estimate missed
-            // leaves it out rather than going over.
-            if counted.total <= ceiling {
-                (request, tokens) = (with, counted);
+            // Where the renderer puts per-turn content; counted alone, as
+            // the request's count is the sum of its messages'.
+            let block = crate::render::recall_message(&text);
+            let cost = rc.message(&block);
+            if tokens.total + cost <= ceiling {
+                let at = crate::render::per_turn_position(&request);
+                request.messages.insert(at, block);
+                tokens.rehydrated += cost;
+                tokens.total += cost;
                 recalled = hits
                     .iter()
                     .map(|h| RecalledPassage {
@@ -552,7 +558,7 @@ struct TurnExtras {
     auto: AutoRehydration,
     auto_cap: u32,
     recall: Option<(
-        Arc<crate::recall::RecallIndex>,
+        Arc<std::sync::Mutex<crate::recall::RecallIndex>>,
         crate::recall::RecallSettings,
     )>,
 }

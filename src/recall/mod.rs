@@ -14,12 +14,14 @@
 
 pub mod tokenize;
 
-use bm25::{Embedder, EmbedderBuilder, Scorer};
+use std::collections::{HashMap, HashSet};
+
+use bm25::{Embedder, EmbedderBuilder, Embedding, Scorer, TokenEmbedding};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::model::{Action, CompactionPlan, Message, Role, Thread};
+use crate::model::{message_digest, Action, CompactionPlan, Message, Role, Thread};
 use crate::redact::Redactor;
 
 /// Lines in one passage at most.
@@ -98,7 +100,7 @@ pub struct Hit<'a> {
     pub score: f32,
 }
 
-/// The terms' tokenizer, as the `bm25` crate calls it.
+/// The terms' tokenizer, as the `bm25` crate calls it (for queries).
 #[derive(Debug, Default, Clone, Copy)]
 struct Terms;
 
@@ -108,13 +110,28 @@ impl bm25::Tokenizer for Terms {
     }
 }
 
-/// The search index over what a plan evicts from a thread.
+/// Terms in a typical passage: BM25's length normalization needs an average
+/// document length, fixed here so a passage's weights do not depend on what
+/// else is indexed, and an index can grow one message at a time.
+const AVERAGE_PASSAGE_TERMS: f32 = 64.0;
+/// BM25's parameters, the usual ones.
+const K1: f32 = 1.2;
+const B: f32 = 0.75;
+
+/// The search index over what plans evict from one thread. It grows as
+/// later plans evict more (each message is indexed once, again only if its
+/// content changed); a search only returns passages of messages the current
+/// plan evicts.
 pub struct RecallIndex {
     passages: Vec<Passage>,
     /// Per passage, the hashes of the identifiers it names, sorted.
     identifiers: Vec<Vec<u64>>,
     embedder: Embedder<u64, Terms>,
     scorer: Scorer<usize, u64>,
+    /// Per indexed message: its digest and its passages.
+    indexed: HashMap<String, (u128, Vec<usize>)>,
+    /// Messages the latest plan evicts.
+    evicted: HashSet<String>,
     bytes: usize,
 }
 
@@ -127,11 +144,37 @@ impl std::fmt::Debug for RecallIndex {
     }
 }
 
+impl Default for RecallIndex {
+    fn default() -> Self {
+        RecallIndex {
+            passages: Vec::new(),
+            identifiers: Vec::new(),
+            embedder: EmbedderBuilder::<u64, Terms>::with_avgdl(AVERAGE_PASSAGE_TERMS)
+                .k1(K1)
+                .b(B)
+                .build(),
+            scorer: Scorer::new(),
+            indexed: HashMap::new(),
+            evicted: HashSet::new(),
+            bytes: 0,
+        }
+    }
+}
+
 impl RecallIndex {
-    /// Indexes every message `plan` evicts from `thread`, in thread order.
+    /// An index of every message `plan` evicts from `thread`.
     pub fn build(thread: &Thread, plan: &CompactionPlan, redactor: &Redactor) -> RecallIndex {
+        let mut index = RecallIndex::default();
+        index.update(thread, plan, redactor);
+        index
+    }
+
+    /// Follows `plan`: indexes the messages it evicts that are not indexed
+    /// yet (or changed), and searches only those from now on. Costs what
+    /// the newly evicted messages cost.
+    pub fn update(&mut self, thread: &Thread, plan: &CompactionPlan, redactor: &Redactor) {
         let actions = plan.actions();
-        let mut passages = Vec::new();
+        self.evicted.clear();
         for m in &thread.messages {
             let artifact_id = match actions.get(m.id.as_str()) {
                 None | Some(Action::Include) => continue,
@@ -140,56 +183,91 @@ impl RecallIndex {
                 Some(Action::Externalize(r)) => Some(r.artifact_id.clone()),
                 Some(Action::Drop(r)) => r.archive_artifact_id.clone(),
             };
+            self.evicted.insert(m.id.clone());
+            let digest = message_digest(m);
+            match self.indexed.get(m.id.as_str()) {
+                Some((d, at)) if *d == digest => {
+                    // The same message, perhaps in another artifact now.
+                    for &i in at {
+                        self.passages[i].artifact_id.clone_from(&artifact_id);
+                    }
+                    continue;
+                }
+                Some((_, at)) => {
+                    for &i in at {
+                        self.scorer.remove(&i);
+                    }
+                }
+                None => {}
+            }
             let text = readable_text(m);
             let text = redactor.redact(&text);
+            let mut at = Vec::new();
             for (line, window) in windows(&text) {
-                passages.push(Passage {
+                at.push(self.add(Passage {
                     message_id: m.id.clone(),
                     artifact_id: artifact_id.clone(),
                     line,
                     text: window,
-                });
+                }));
             }
+            self.indexed.insert(m.id.clone(), (digest, at));
         }
-        RecallIndex::of(passages)
     }
 
-    /// An index over `passages` as they are.
+    /// An index over `passages` as they are (all searchable).
     pub fn of(passages: Vec<Passage>) -> RecallIndex {
-        let corpus: Vec<&str> = passages.iter().map(|p| p.text.as_str()).collect();
-        let embedder: Embedder<u64, Terms> =
-            EmbedderBuilder::with_tokenizer_and_fit_to_corpus(Terms, &corpus).build();
-        let mut scorer = Scorer::new();
-        let mut identifiers = Vec::with_capacity(passages.len());
-        for (i, p) in passages.iter().enumerate() {
-            scorer.upsert(&i, embedder.embed(&p.text));
-            let mut ids: Vec<u64> = tokenize::terms(&p.text)
-                .iter()
-                .filter(|t| tokenize::is_identifier(t))
-                .map(|t| term_hash(t))
-                .collect();
-            ids.sort_unstable();
-            ids.dedup();
-            identifiers.push(ids);
+        let mut index = RecallIndex::default();
+        for p in passages {
+            index.evicted.insert(p.message_id.clone());
+            index.add(p);
         }
-        let bytes = passages.iter().map(|p| p.text.len() + 64).sum();
-        RecallIndex {
-            passages,
-            identifiers,
-            embedder,
-            scorer,
-            bytes,
-        }
+        index
     }
 
-    /// Passages indexed.
+    /// Adds one passage: its terms weighed as BM25 weighs a document's
+    /// (term frequency, saturated and normalized by length), once.
+    fn add(&mut self, p: Passage) -> usize {
+        let terms = tokenize::terms(&p.text);
+        let mut counts: HashMap<u64, u32> = HashMap::new();
+        for t in &terms {
+            *counts.entry(term_hash(t)).or_default() += 1;
+        }
+        let norm = K1 * (1.0 - B + B * terms.len() as f32 / AVERAGE_PASSAGE_TERMS);
+        let mut weights: Vec<TokenEmbedding<u64>> = counts
+            .into_iter()
+            .map(|(index, n)| {
+                let tf = n as f32;
+                TokenEmbedding {
+                    index,
+                    value: tf * (K1 + 1.0) / (tf + norm),
+                }
+            })
+            .collect();
+        weights.sort_unstable_by_key(|w| w.index);
+        let mut ids: Vec<u64> = terms
+            .iter()
+            .filter(|t| tokenize::is_identifier(t))
+            .map(|t| term_hash(t))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let i = self.passages.len();
+        self.scorer.upsert(&i, Embedding(weights));
+        self.identifiers.push(ids);
+        self.bytes += p.text.len() + 96;
+        self.passages.push(p);
+        i
+    }
+
+    /// Passages indexed (searchable or not).
     pub fn len(&self) -> usize {
         self.passages.len()
     }
 
-    /// Whether nothing was evicted (or nothing evicted had text).
+    /// Whether the latest plan evicts nothing with text.
     pub fn is_empty(&self) -> bool {
-        self.passages.is_empty()
+        self.evicted.is_empty() || self.passages.is_empty()
     }
 
     /// Bytes the index holds, about (for a bounded cache).
@@ -217,6 +295,7 @@ impl RecallIndex {
             .scorer
             .matches(&query)
             .into_iter()
+            .filter(|d| self.evicted.contains(&self.passages[d.id].message_id))
             .map(|d| {
                 let named = wanted
                     .iter()

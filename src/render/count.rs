@@ -67,7 +67,7 @@ pub struct RequestTokens {
     pub tools: u32,
     /// Thread-derived messages (verbatim, cleared, summaries, pointers).
     pub messages: u32,
-    /// Rehydrated artifact content.
+    /// Per-turn content: rehydrated artifacts and the recall block.
     pub rehydrated: u32,
     /// Reply priming.
     pub framing: u32,
@@ -299,7 +299,7 @@ impl<'a> RequestCounter<'a> {
         };
         for m in &r.messages {
             let n = self.message(m);
-            if m.origin == Origin::Rehydrated {
+            if matches!(m.origin, Origin::Rehydrated | Origin::Recalled) {
                 t.rehydrated += n;
             } else {
                 t.messages += n;

@@ -18,7 +18,7 @@ pub use rehydrate::{
     RehydrationBlocked, RehydrationReport,
 };
 pub use renderer::{
-    externalization_text, render, render_message, summary_text, Rehydrated, RenderInput,
-    RenderOptions, RENDER_FORMAT_VERSION,
+    externalization_text, per_turn_position, recall_message, render, render_message, summary_text,
+    Rehydrated, RenderInput, RenderOptions, RENDER_FORMAT_VERSION,
 };
 pub use request::{Origin, ProviderOptions, RenderedMessage, Request};

@@ -109,17 +109,12 @@ pub fn render(thread: &Thread, plan: &CompactionPlan, input: &RenderInput<'_>) -
         messages.push(rm);
     }
     if !input.rehydrated.is_empty() || input.recall.is_some() {
-        // Before the last user message (the per-turn part after the stable
-        // prefix); at the end when there is none.
-        let at = messages
-            .iter()
-            .rposition(|m| m.role == Role::User && m.origin == Origin::Verbatim)
-            .unwrap_or(messages.len());
+        let at = per_turn_at(&messages);
         let injected = input
             .rehydrated
             .iter()
             .map(render_rehydrated)
-            .chain(input.recall.map(render_recall));
+            .chain(input.recall.map(recall_message));
         messages.splice(at..at, injected);
     }
     Request {
@@ -342,8 +337,23 @@ pub(super) fn render_rehydrated(r: &Rehydrated) -> RenderedMessage {
     }
 }
 
+/// Where per-turn content goes: before the last user message (after the
+/// stable prefix), at the end when there is none.
+fn per_turn_at(messages: &[RenderedMessage]) -> usize {
+    messages
+        .iter()
+        .rposition(|m| m.role == Role::User && m.origin == Origin::Verbatim)
+        .unwrap_or(messages.len())
+}
+
+/// Where [`render`] puts per-turn content in `request`, for content added
+/// after rendering.
+pub fn per_turn_position(request: &Request) -> usize {
+    per_turn_at(&request.messages)
+}
+
 /// The recall block, as the message that carries it.
-fn render_recall(text: &str) -> RenderedMessage {
+pub fn recall_message(text: &str) -> RenderedMessage {
     RenderedMessage {
         role: Role::User,
         content: Content::Text(text.to_string()),
