@@ -16,16 +16,25 @@ const INDEX_CACHE_BYTES: u64 = 128 * 1024 * 1024;
 /// Tokens a message's framing takes at most, beyond its text.
 const MESSAGE_FRAMING: u32 = 16;
 
-impl Weigh for Arc<Mutex<RecallIndex>> {
+/// A cached index with the weight it had when it was (re)inserted: the
+/// cache must weigh an entry the same on its way out as on its way in,
+/// and an index grows while it is cached.
+#[derive(Clone)]
+struct Entry {
+    index: Arc<Mutex<RecallIndex>>,
+    weight: u64,
+}
+
+impl Weigh for Entry {
     fn weight(&self) -> u64 {
-        self.lock().map_or(1, |i| i.bytes() as u64)
+        self.weight
     }
 }
 
 /// Recall indexes by tenant, thread and redaction rules. An index follows
 /// the thread's plans: each render updates it with what the plan evicts,
 /// at the cost of the newly evicted messages.
-pub(super) struct RecallIndexes(BoundedCache<String, Arc<Mutex<RecallIndex>>>);
+pub(super) struct RecallIndexes(BoundedCache<String, Entry>);
 
 impl Default for RecallIndexes {
     fn default() -> Self {
@@ -49,23 +58,39 @@ impl RecallIndexes {
         redactor: &Redactor,
     ) -> Arc<Mutex<RecallIndex>> {
         let key = format!("{tenant}\0{}\0{}", thread.id, redactor.id());
-        let index = self.0.get(&key).unwrap_or_default();
-        let grew = match index.lock() {
+        let cached = self.0.get(&key);
+        let index = cached
+            .as_ref()
+            .map_or_else(Default::default, |e| Arc::clone(&e.index));
+        let weight = match index.lock() {
             Ok(mut i) => {
-                let before = i.len();
                 i.update(thread, plan, redactor);
-                i.len() != before
+                i.bytes() as u64
             }
             // A panic while updating left it half done: start over.
             Err(_) => {
-                let fresh = Arc::new(Mutex::new(RecallIndex::build(thread, plan, redactor)));
-                self.0.insert(key, Arc::clone(&fresh));
+                let fresh = RecallIndex::build(thread, plan, redactor);
+                let weight = fresh.bytes() as u64;
+                let fresh = Arc::new(Mutex::new(fresh));
+                self.0.insert(
+                    key,
+                    Entry {
+                        index: Arc::clone(&fresh),
+                        weight,
+                    },
+                );
                 return fresh;
             }
         };
-        if grew || self.0.get(&key).is_none() {
-            // Inserted again so the cache weighs what it holds now.
-            self.0.insert(key, Arc::clone(&index));
+        if cached.is_none_or(|e| e.weight != weight) {
+            // Inserted again with the weight it has now.
+            self.0.insert(
+                key,
+                Entry {
+                    index: Arc::clone(&index),
+                    weight,
+                },
+            );
         }
         index
     }

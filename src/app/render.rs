@@ -857,4 +857,55 @@ mod tests {
         assert_eq!(out.plan, committed);
         assert!(out.tokens.total <= 2_000);
     }
+
+    /// A thread's recall index follows its plans: a later render indexes
+    /// what the new plan evicts, and the cache re-weighs the grown index.
+    #[tokio::test]
+    async fn recall_follows_the_thread_across_plans() {
+        use crate::app::compact::tests::long_result_command;
+        use crate::model::{Content, Message, MessageMetadata, Role};
+        let app = App::offline(crate::app::Defaults::default());
+        let ctx = SecurityContext::dev();
+        let first = app
+            .render(&ctx, render_first(long_result_command()))
+            .await
+            .expect("renders");
+        let mut grown = long_result_command();
+        let thread = Arc::make_mut(&mut grown.thread);
+        let turn = thread.messages.last().map_or(0, |m| m.turn);
+        for (k, (role, text)) in [
+            (
+                Role::Assistant,
+                "worker-3 was slowest, at 499 ms in batch 617.".to_string(),
+            ),
+            (
+                Role::User,
+                "Thanks. Which batch finished in 482 ms?".to_string(),
+            ),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            thread.messages.push(Message {
+                id: format!("late{k}"),
+                role,
+                content: Content::Text(text),
+                tool_calls: Vec::new(),
+                tool_result: None,
+                turn: turn + 1,
+                metadata: MessageMetadata::default(),
+            });
+        }
+        let second = app
+            .render(&ctx, render_first(grown))
+            .await
+            .expect("renders");
+        assert!(second.plan.version > first.plan.version);
+        assert!(!second.recalled.is_empty(), "the question matches the log");
+        assert!(second.tokens.total <= 2_000);
+        let RenderedOutput::Payload(body) = &second.output else {
+            panic!("OpenAI output")
+        };
+        assert!(body.contains("[Recalled context"), "{body}");
+    }
 }
