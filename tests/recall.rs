@@ -152,6 +152,18 @@ fn passages_are_the_evicted_originals_redacted_with_their_artifact() {
         Outcome::Failure,
         None,
     );
+    b.tool(
+        "vault_read",
+        serde_json::json!({"path": "ops/escrow"}),
+        ToolContent::Text(format!(
+            "escrow code ZEPHYR-771 for build 7781\n{}",
+            common::log_lines(200)
+        )),
+        Outcome::Success,
+        None,
+    );
+    b.last().metadata.sensitivity = compactd::model::Sensitivity::Confidential;
+    let confidential = b.last().id.clone();
     b.assistant("The deploy failed; I will retry on another pool.");
     for i in 0..6 {
         b.user(&format!("Status check {i}?"));
@@ -173,6 +185,15 @@ fn passages_are_the_evicted_originals_redacted_with_their_artifact() {
         actions.get(top.passage.message_id.as_str()),
         None | Some(Action::Include)
     ));
+    // Confidential content is never recalled, though it left the prompt.
+    assert!(!matches!(
+        actions.get(confidential.as_str()),
+        None | Some(Action::Include)
+    ));
+    assert!(index
+        .search("escrow code ZEPHYR-771", 50)
+        .iter()
+        .all(|h| !h.passage.text.contains("ZEPHYR-771")));
     for h in index.search("credentials used AKIAIOSFODNN7EXAMPLE", 50) {
         assert!(!h.passage.text.contains("AKIAIOSFODNN7EXAMPLE"), "{h:?}");
     }

@@ -58,7 +58,7 @@ async fn compact_then_render_round_trip() {
     let t = rendered.tokens.expect("tokens");
     assert_eq!(
         t.total,
-        t.system + t.tools + t.messages + t.rehydrated + t.framing
+        t.system + t.tools + t.messages + t.rehydrated + t.recalled + t.framing
     );
     assert_eq!(
         t.total, out.tokens_after,

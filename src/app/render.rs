@@ -536,7 +536,7 @@ fn render_and_count(
             if tokens.total + cost <= ceiling {
                 let at = crate::render::per_turn_position(&request);
                 request.messages.insert(at, block);
-                tokens.rehydrated += cost;
+                tokens.recalled += cost;
                 tokens.total += cost;
                 recalled = hits
                     .iter()

@@ -99,6 +99,7 @@ impl From<&RequestTokens> for pb::TokenBreakdown {
             tools: t.tools,
             messages: t.messages,
             rehydrated: t.rehydrated,
+            recalled: t.recalled,
             framing: t.framing,
             total: t.total,
         }
@@ -108,10 +109,17 @@ impl From<&RequestTokens> for pb::TokenBreakdown {
 impl TryFrom<pb::TokenBreakdown> for RequestTokens {
     type Error = ConvertError;
     fn try_from(t: pb::TokenBreakdown) -> Result<Self> {
-        let parts = [t.system, t.tools, t.messages, t.rehydrated, t.framing]
-            .iter()
-            .map(|&n| u64::from(n))
-            .sum::<u64>();
+        let parts = [
+            t.system,
+            t.tools,
+            t.messages,
+            t.rehydrated,
+            t.recalled,
+            t.framing,
+        ]
+        .iter()
+        .map(|&n| u64::from(n))
+        .sum::<u64>();
         if parts != u64::from(t.total) {
             return Err(ConvertError::new(
                 "total",
@@ -123,6 +131,7 @@ impl TryFrom<pb::TokenBreakdown> for RequestTokens {
             tools: t.tools,
             messages: t.messages,
             rehydrated: t.rehydrated,
+            recalled: t.recalled,
             framing: t.framing,
             total: t.total,
         })

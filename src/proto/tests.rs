@@ -417,11 +417,12 @@ fn rendered() -> impl Strategy<Value = RenderedMessage> {
 }
 
 fn tokens() -> impl Strategy<Value = RequestTokens> {
-    vec(0u32..1_000_000, 5).prop_map(|n| RequestTokens {
+    vec(0u32..1_000_000, 6).prop_map(|n| RequestTokens {
         system: n[0],
         tools: n[1],
         messages: n[2],
         rehydrated: n[3],
+        recalled: n[5],
         framing: n[4],
         total: n.iter().sum(),
     })

@@ -9,7 +9,8 @@
 //! [`tokenize::terms`]) times an exact-identifier boost: a passage that
 //! names a path, id or error code the query names ranks above one that only
 //! shares words. Ties break on passage order, so the same thread, plan and
-//! query give the same passages. Passages are redacted as they are indexed.
+//! query give the same passages. Passages are redacted as they are indexed;
+//! confidential and restricted messages are never indexed.
 //! Pure: no I/O.
 
 pub mod tokenize;
@@ -21,7 +22,7 @@ use bm25::{Embedder, EmbedderBuilder, Embedding, Scorer, TokenEmbedding};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::model::{message_digest, Action, CompactionPlan, Message, Role, Thread};
+use crate::model::{message_digest, Action, CompactionPlan, Message, Role, Sensitivity, Thread};
 use crate::redact::Redactor;
 
 /// Lines in one passage at most.
@@ -176,6 +177,11 @@ impl RecallIndex {
         let actions = plan.actions();
         self.evicted.clear();
         for m in &thread.messages {
+            // Confidential and restricted content comes back only on an
+            // explicit read, as with automatic rehydration.
+            if m.metadata.sensitivity > Sensitivity::Internal {
+                continue;
+            }
             let artifact_id = match actions.get(m.id.as_str()) {
                 None | Some(Action::Include) => continue,
                 Some(Action::Clear(r)) => r.archive_artifact_id.clone(),

@@ -67,8 +67,11 @@ pub struct RequestTokens {
     pub tools: u32,
     /// Thread-derived messages (verbatim, cleared, summaries, pointers).
     pub messages: u32,
-    /// Per-turn content: rehydrated artifacts and the recall block.
+    /// Rehydrated artifact content.
     pub rehydrated: u32,
+    /// The recall block.
+    #[serde(default)]
+    pub recalled: u32,
     /// Reply priming.
     pub framing: u32,
     /// Everything.
@@ -299,13 +302,15 @@ impl<'a> RequestCounter<'a> {
         };
         for m in &r.messages {
             let n = self.message(m);
-            if matches!(m.origin, Origin::Rehydrated | Origin::Recalled) {
+            if m.origin == Origin::Rehydrated {
                 t.rehydrated += n;
+            } else if m.origin == Origin::Recalled {
+                t.recalled += n;
             } else {
                 t.messages += n;
             }
         }
-        t.total = t.system + t.tools + t.messages + t.rehydrated + t.framing;
+        t.total = t.system + t.tools + t.messages + t.rehydrated + t.recalled + t.framing;
         t
     }
 }

@@ -189,7 +189,7 @@ def test_render_neutral_after_compact(api, stub):
     assert out.messages[-1].text == "Answer 4: all fine."
     assert any(m.tool_call_id == "c2" for m in out.messages)
     t = out.tokens
-    assert t.total == t.system + t.tools + t.messages + t.rehydrated + t.framing
+    assert t.total == t.system + t.tools + t.messages + t.rehydrated + t.recalled + t.framing
     assert t.total == compacted.tokens_after
     assert out.audit.plan_version == 1
     assert out.audit.plan_fingerprint == compacted.plan.fingerprint
