@@ -269,7 +269,6 @@ fn render_input(f: &Fixture) -> RenderInput<'_> {
         rehydrated: &[],
         options: &f.options,
         omit_pending_calls: false,
-        recall: None,
     }
 }
 

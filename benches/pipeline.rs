@@ -78,7 +78,6 @@ fn compact_render(
             rehydrated: &[],
             options: &options,
             omit_pending_calls: false,
-            recall: None,
         },
     );
     black_box(&request);

@@ -458,7 +458,7 @@ fn render_and_count(
     Vec<RecalledPassage>,
 )> {
     let policy = &cmd.request.policy;
-    let render_with = |rehydrated: &[crate::render::Rehydrated], recall: Option<&str>| {
+    let render_with = |rehydrated: &[crate::render::Rehydrated]| {
         render(
             &cmd.request.thread,
             plan,
@@ -468,11 +468,10 @@ fn render_and_count(
                 rehydrated,
                 options: &policy.render,
                 omit_pending_calls: cmd.omit_pending_calls,
-                recall,
             },
         )
     };
-    let mut request = render_with(&[], None);
+    let mut request = render_with(&[]);
     let mut tokens = rc.request(&request);
     // The fixed parts were just counted with the request. Without anything
     // read back the whole window is the ceiling; content read back takes
@@ -512,7 +511,7 @@ fn render_and_count(
     } = extras;
     let (injected, report) = fit_read_backs(rc, fetched, auto, auto_cap, room);
     if !injected.is_empty() {
-        request = render_with(&injected, None);
+        request = render_with(&injected);
         tokens = rc.request(&request);
         if tokens.total > ceiling {
             return Err(AppError::Internal(format!(

@@ -249,7 +249,6 @@ mod tests {
                         rehydrated: std::slice::from_ref(r),
                         options: &RenderOptions::default(),
                         omit_pending_calls: false,
-                        recall: None,
                     },
                 );
                 req.messages.iter().map(|m| rc.message(m)).sum::<u32>()

@@ -62,8 +62,6 @@ pub struct RenderInput<'a> {
     /// Leave tool calls without a result out of the request (an assistant
     /// message left with nothing else is left out too).
     pub omit_pending_calls: bool,
-    /// The recall block for this turn ([`crate::recall::block`]), if any.
-    pub recall: Option<&'a str>,
 }
 
 /// Renders the request the model sees. The plan must have been validated
@@ -108,14 +106,9 @@ pub fn render(thread: &Thread, plan: &CompactionPlan, input: &RenderInput<'_>) -
         }
         messages.push(rm);
     }
-    if !input.rehydrated.is_empty() || input.recall.is_some() {
+    if !input.rehydrated.is_empty() {
         let at = per_turn_at(&messages);
-        let injected = input
-            .rehydrated
-            .iter()
-            .map(render_rehydrated)
-            .chain(input.recall.map(recall_message));
-        messages.splice(at..at, injected);
+        messages.splice(at..at, input.rehydrated.iter().map(render_rehydrated));
     }
     Request {
         system: input.system.map(str::to_owned),
@@ -347,7 +340,7 @@ fn per_turn_at(messages: &[RenderedMessage]) -> usize {
 }
 
 /// Where [`render`] puts per-turn content in `request`, for content added
-/// after rendering.
+/// after rendering (the recall block, chosen once the request is counted).
 pub fn per_turn_position(request: &Request) -> usize {
     per_turn_at(&request.messages)
 }
@@ -453,7 +446,6 @@ mod tests {
                 rehydrated: &rehydrated,
                 options: &options,
                 omit_pending_calls: false,
-                recall: None,
             },
         );
         let order: Vec<&str> = r.messages.iter().map(|m| m.source_id.as_str()).collect();
@@ -475,7 +467,6 @@ mod tests {
                 rehydrated: &[],
                 options: &options,
                 omit_pending_calls: false,
-                recall: None,
             },
         );
         assert_eq!(plain.messages[..2], r.messages[..2]);
@@ -497,7 +488,6 @@ mod tests {
                 rehydrated: &[],
                 options: &options,
                 omit_pending_calls: false,
-                recall: None,
             },
         );
         let text = r.messages[2].content.text().into_owned();

@@ -261,7 +261,6 @@ impl Harness {
                 rehydrated: &[],
                 options: &self.policy.render,
                 omit_pending_calls: false,
-                recall: None,
             },
         )
     }
