@@ -59,6 +59,25 @@ fn readable_text(m: &compactd::model::Message) -> String {
     out
 }
 
+/// The named things of the messages the plan evicts that the (lowercased)
+/// prompt no longer shows, sorted, each once.
+fn lost_things(
+    thread: &compactd::model::Thread,
+    actions: &compactd::model::ActionMap<'_>,
+    prompt: &str,
+) -> Vec<String> {
+    let mut lost: Vec<String> = thread
+        .messages
+        .iter()
+        .filter(|m| !matches!(actions.get(m.id.as_str()), None | Some(Action::Include)))
+        .flat_map(|m| named_things(&readable_text(m)))
+        .filter(|t| !prompt.contains(&t.to_lowercase()))
+        .collect();
+    lost.sort();
+    lost.dedup();
+    lost
+}
+
 #[test]
 fn what_leaves_the_prompt_is_found_by_naming_it() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
@@ -94,15 +113,7 @@ fn what_leaves_the_prompt_is_found_by_naming_it() {
             let prompt = body.to_lowercase();
             let index = RecallIndex::build(&thread, &out.plan, Redactor::standard());
             let actions = out.plan.actions();
-            let mut lost: Vec<String> = thread
-                .messages
-                .iter()
-                .filter(|m| !matches!(actions.get(m.id.as_str()), None | Some(Action::Include)))
-                .flat_map(|m| named_things(&readable_text(m)))
-                .filter(|t| !prompt.contains(&t.to_lowercase()))
-                .collect();
-            lost.sort();
-            lost.dedup();
+            let lost = lost_things(&thread, &actions, &prompt);
             // At most 40 per cell, spread over the sorted list.
             let step = lost.len().div_ceil(40).max(1);
             for term in lost.iter().step_by(step) {
@@ -253,15 +264,7 @@ fn a_question_about_lost_content_brings_it_back_at_render() {
             .collect::<Vec<_>>()
             .join("\n");
         let actions = out.plan.actions();
-        let mut lost: Vec<String> = thread
-            .messages
-            .iter()
-            .filter(|m| !matches!(actions.get(m.id.as_str()), None | Some(Action::Include)))
-            .flat_map(|m| named_things(&readable_text(m)))
-            .filter(|t| !prompt.contains(&t.to_lowercase()))
-            .collect();
-        lost.sort();
-        lost.dedup();
+        let lost = lost_things(&thread, &actions, &prompt);
         let step = lost.len().div_ceil(4).max(1);
         for term in lost.iter().step_by(step) {
             let mut asking = thread.clone();

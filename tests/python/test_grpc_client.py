@@ -190,7 +190,10 @@ def test_render_neutral_after_compact(api, stub):
     assert any(m.tool_call_id == "c2" for m in out.messages)
     t = out.tokens
     assert t.total == t.system + t.tools + t.messages + t.rehydrated + t.recalled + t.framing
-    assert t.total == compacted.tokens_after
+    # The plan's prompt as Compact counted it, plus this turn's recall block.
+    assert t.total - t.recalled == compacted.tokens_after
+    recalled = [m for m in out.messages if m.origin == pb2.ORIGIN_RECALLED]
+    assert len(recalled) == (1 if t.recalled else 0)
     assert out.audit.plan_version == 1
     assert out.audit.plan_fingerprint == compacted.plan.fingerprint
     assert not out.HasField("compaction")
