@@ -4,9 +4,9 @@
 //! dropped) as passages, windows of a few lines (long lines cut at
 //! sentence ends), each with the artifact that holds its whole message.
 //!
-//! Ranking is BM25 (the `bm25` crate's embedder and scorer: small, pure
-//! Rust, no default features, with its tokenizer replaced by
-//! [`tokenize::terms`]) times an exact-identifier boost: a passage that
+//! Ranking is BM25 (the `bm25` crate's scorer, over term weights computed
+//! here from [`tokenize::terms`]: small, pure Rust, no default features)
+//! times an exact-identifier boost: a passage that
 //! names a path, id or error code the query names ranks above one that only
 //! shares words. Ties break on passage order, so the same thread, plan and
 //! query give the same passages. Passages are redacted as they are indexed;
@@ -17,7 +17,7 @@ pub mod tokenize;
 
 use std::collections::{HashMap, HashSet};
 
-use bm25::{Embedder, EmbedderBuilder, Embedding, Scorer, TokenEmbedding};
+use bm25::{Embedding, Scorer, TokenEmbedding};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -101,16 +101,6 @@ pub struct Hit<'a> {
     pub score: f32,
 }
 
-/// The terms' tokenizer, as the `bm25` crate calls it (for queries).
-#[derive(Debug, Default, Clone, Copy)]
-struct Terms;
-
-impl bm25::Tokenizer for Terms {
-    fn tokenize(&self, input_text: &str) -> Vec<String> {
-        tokenize::terms(input_text)
-    }
-}
-
 /// Terms in a typical passage: BM25's length normalization needs an average
 /// document length, fixed here so a passage's weights do not depend on what
 /// else is indexed, and an index can grow one message at a time.
@@ -127,7 +117,6 @@ pub struct RecallIndex {
     passages: Vec<Passage>,
     /// Per passage, the hashes of the identifiers it names, sorted.
     identifiers: Vec<Vec<u64>>,
-    embedder: Embedder<u64, Terms>,
     scorer: Scorer<usize, u64>,
     /// Per indexed message: its digest and its passages.
     indexed: HashMap<String, (u128, Vec<usize>)>,
@@ -150,10 +139,6 @@ impl Default for RecallIndex {
         RecallIndex {
             passages: Vec::new(),
             identifiers: Vec::new(),
-            embedder: EmbedderBuilder::<u64, Terms>::with_avgdl(AVERAGE_PASSAGE_TERMS)
-                .k1(K1)
-                .b(B)
-                .build(),
             scorer: Scorer::new(),
             indexed: HashMap::new(),
             evicted: HashSet::new(),
@@ -251,13 +236,7 @@ impl RecallIndex {
             })
             .collect();
         weights.sort_unstable_by_key(|w| w.index);
-        let mut ids: Vec<u64> = terms
-            .iter()
-            .filter(|t| tokenize::is_identifier(t))
-            .map(|t| term_hash(t))
-            .collect();
-        ids.sort_unstable();
-        ids.dedup();
+        let ids = identifier_hashes(&terms);
         let i = self.passages.len();
         self.scorer.upsert(&i, Embedding(weights));
         self.identifiers.push(ids);
@@ -286,17 +265,19 @@ impl RecallIndex {
         if self.passages.is_empty() || k == 0 {
             return Vec::new();
         }
-        let wanted: Vec<u64> = {
-            let mut w: Vec<u64> = tokenize::terms(query)
+        // Tokenized once: the scorer reads only a query's terms (each
+        // occurrence counts), not their weights.
+        let terms = tokenize::terms(query);
+        let wanted = identifier_hashes(&terms);
+        let query = Embedding(
+            terms
                 .iter()
-                .filter(|t| tokenize::is_identifier(t))
-                .map(|t| term_hash(t))
-                .collect();
-            w.sort_unstable();
-            w.dedup();
-            w
-        };
-        let query = self.embedder.embed(query);
+                .map(|t| TokenEmbedding {
+                    index: term_hash(t),
+                    value: 1.0,
+                })
+                .collect(),
+        );
         let mut hits: Vec<(usize, f32)> = self
             .scorer
             .matches(&query)
@@ -405,6 +386,18 @@ fn readable_text(m: &Message) -> String {
         }
     }
     out
+}
+
+/// The hashes of the identifiers among `terms`, sorted, each once.
+fn identifier_hashes(terms: &[String]) -> Vec<u64> {
+    let mut ids: Vec<u64> = terms
+        .iter()
+        .filter(|t| tokenize::is_identifier(t))
+        .map(|t| term_hash(t))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
 /// The same 64-bit hash the `bm25` crate gives a term.
