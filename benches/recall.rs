@@ -30,6 +30,7 @@ fn passages() -> Vec<Passage> {
                 artifact_id: None,
                 line: u32::try_from(k * 3 + 1).unwrap_or(u32::MAX),
                 text: chunk.join("\n"),
+                sensitivity: compactd::model::Sensitivity::Internal,
             });
         }
     }

@@ -153,6 +153,7 @@ async fn rendered(app: &App, t: &Thread, limit: u32) -> String {
                 omit_pending_calls: false,
                 auto_rehydrate: Some(false),
                 read_artifact_tool: false,
+                search_context_tool: false,
                 recall: None,
             },
         )

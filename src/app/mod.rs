@@ -15,6 +15,7 @@ mod lifecycle;
 mod recall;
 mod rehydrate;
 mod render;
+mod search;
 mod summaries;
 
 use std::collections::BTreeMap;
@@ -26,6 +27,9 @@ pub use explain::{ArtifactHit, ExplainCommand, ExplainOutcome};
 pub use lifecycle::{DeleteOutcome, Lifecycle, Quotas, ResetOutcome, SweepReport, Usage};
 pub use rehydrate::{RehydrateCommand, RehydrateOutcome};
 pub use render::{RecalledPassage, RenderCommand, RenderOutcome, RenderedOutput};
+pub use search::{
+    search_context_tool, FoundPassage, SearchCommand, SearchOutcome, SEARCH_CONTEXT_TOOL,
+};
 pub use summaries::LlmSummaries;
 
 use crate::model::{DeterminismMetadata, Thread, ThreadLimits, ToolSchema};
@@ -351,6 +355,8 @@ pub enum UseCase {
         /// Decrypt and search artifact contents: a read, like Rehydrate.
         search_artifacts: bool,
     },
+    /// Search what the plan evicts.
+    SearchContext,
 }
 
 impl UseCase {
@@ -385,6 +391,9 @@ impl UseCase {
                 }
                 needs
             }
+            // Passages are compacted content read back: as Rehydrate, and
+            // only for who may render the thread.
+            UseCase::SearchContext => vec![Permission::Render, Permission::Rehydrate],
         }
     }
 

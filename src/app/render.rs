@@ -53,6 +53,8 @@ pub struct RenderCommand {
     pub auto_rehydrate: Option<bool>,
     /// Add the `read_artifact` tool definition to the request's tools.
     pub read_artifact_tool: bool,
+    /// Add the `search_context` tool definition (answered by SearchContext).
+    pub search_context_tool: bool,
     /// Add the recall block; `None`: the server's setting.
     pub recall: Option<bool>,
 }
@@ -171,6 +173,15 @@ impl App {
                 .any(|t| t.name == READ_ARTIFACT_TOOL)
         {
             Arc::make_mut(&mut cmd.request.tools).push(read_artifact_tool());
+        }
+        if cmd.search_context_tool
+            && !cmd
+                .request
+                .tools
+                .iter()
+                .any(|t| t.name == super::SEARCH_CONTEXT_TOOL)
+        {
+            Arc::make_mut(&mut cmd.request.tools).push(super::search_context_tool());
         }
         Ok((cmd, warnings))
     }
@@ -813,6 +824,7 @@ mod tests {
             omit_pending_calls: false,
             auto_rehydrate: None,
             read_artifact_tool: false,
+            search_context_tool: false,
             recall: None,
         }
     }

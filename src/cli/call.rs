@@ -1,4 +1,5 @@
-//! `compactd call compact|render|rehydrate|delete-thread|reset-plan|explain`: an operator client. Reads a
+//! `compactd call compact|render|rehydrate|delete-thread|reset-plan|explain|search-context`:
+//! an operator client. Reads a
 //! thread file, sends one RPC and prints the response as JSON.
 //!
 //! The JSON mirrors the response field by field, with three changes that
@@ -40,6 +41,8 @@ pub enum Method {
     ResetPlan,
     /// Say where a text went under the plan (verbatim, summary, artifact, dropped).
     Explain,
+    /// Search what the plan compacted out (the agent's `search_context` tool).
+    SearchContext,
 }
 
 /// Arguments of `compactd call`. Options a method does not use are ignored by it.
@@ -105,9 +108,12 @@ pub struct CallArgs {
     /// Render: leave tool calls without a result out instead of failing.
     #[arg(long)]
     omit_pending_calls: bool,
-    /// Explain: the text to look for (required).
+    /// Explain: the text to look for; search-context: the query (required).
     #[arg(long)]
     text: Option<String>,
+    /// Search-context: passages to return (0 = the server's default, 5).
+    #[arg(long, default_value_t = 0)]
+    max_results: u32,
     /// Explain: also decrypt and search the plan's artifacts.
     #[arg(long)]
     search_artifacts: bool,
@@ -121,6 +127,7 @@ enum Built {
     DeleteThread(pb::DeleteThreadRequest),
     ResetPlan(pb::ResetPlanRequest),
     Explain(pb::ExplainRequest),
+    SearchContext(pb::SearchContextRequest),
 }
 
 /// Sends the call and prints the response as JSON.
@@ -184,6 +191,11 @@ pub async fn call(args: &CallArgs) -> Result<Value, Failure> {
             .await
             .map_err(|s| client_failure(s.into()))
             .map(|r| explain_json(r.into_inner())),
+        Built::SearchContext(r) => client
+            .search_context(credential.request(r).map_err(client_failure)?)
+            .await
+            .map_err(|s| client_failure(s.into()))
+            .and_then(|r| search_json(r.into_inner()).map_err(response_failure)),
     }
 }
 
@@ -207,6 +219,7 @@ fn build(args: &CallArgs) -> Result<Built, Failure> {
         Method::DeleteThread => "delete-thread",
         Method::ResetPlan => "reset-plan",
         Method::Explain => "explain",
+        Method::SearchContext => "search-context",
         _ => "rehydrate",
     };
     let required_for = |v: &Option<String>, option: &str| {
@@ -289,14 +302,49 @@ fn build(args: &CallArgs) -> Result<Built, Failure> {
                 tenant_id: None,
             })
         }
+        Method::SearchContext => {
+            let query = required_for(&args.text, "text")?;
+            let (mut thread, _, _) = input(args)?;
+            if let Some(id) = &args.thread_id {
+                thread.id = id.clone();
+            }
+            Built::SearchContext(pb::SearchContextRequest {
+                thread: Some(thread),
+                query,
+                max_results: args.max_results,
+                tenant_id: None,
+            })
+        }
     })
+}
+
+/// SearchContext's response: passages best first.
+fn search_json(r: pb::SearchContextResponse) -> Result<Value, ConvertError> {
+    let mut passages = Vec::new();
+    for p in r.passages {
+        passages.push(json!({
+            "message_id": p.message_id,
+            "artifact_id": p.artifact_id,
+            "line": p.line,
+            "text": p.text,
+            "score": p.score,
+            "sensitivity": compactd::proto::sensitivity(p.sensitivity, "passages.sensitivity")?,
+        }));
+    }
+    Ok(json!({
+        "plan_version": r.plan_version,
+        "passages": passages,
+        "withheld": r.withheld,
+    }))
 }
 
 /// The input file as a thread on the wire, its system prompt and tool
 /// schemas, with `--thread-id` and `--system` applied.
 fn input(args: &CallArgs) -> Result<(pb::Thread, Option<String>, Vec<pb::ToolSchema>), Failure> {
     let path = args.input.as_ref().ok_or_else(|| {
-        Failure::bad_input("--input is required for compact and render (`-` for stdin)")
+        Failure::bad_input(
+            "--input is required for compact, render and search-context (`-` for stdin)",
+        )
     })?;
     let input = read_thread(path)?;
     let mut thread = pb::Thread::from(&input.thread);

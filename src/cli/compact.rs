@@ -68,6 +68,7 @@ pub fn run(args: &CompactArgs) -> Result<String, Failure> {
         auto_rehydrate: None,
         recall: None,
         read_artifact_tool: false,
+        search_context_tool: false,
     };
     let out = runtime()?.block_on(app.render(&SecurityContext::dev(), cmd))?;
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::app::{
     CompactCommand, CompactOutcome, ExplainCommand, ExplainOutcome, RehydrateCommand,
-    RehydrateOutcome, RenderCommand, RenderOutcome, RenderedOutput,
+    RehydrateOutcome, RenderCommand, RenderOutcome, RenderedOutput, SearchCommand, SearchOutcome,
 };
 use crate::model::ActionKind;
 use crate::model::{Thread, ToolSchema};
@@ -66,6 +66,7 @@ pub fn render_command(r: pb::RenderRequest, base: &Policy) -> Result<RenderComma
         auto_rehydrate: r.auto_rehydrate,
         recall: r.recall,
         read_artifact_tool: r.read_artifact_tool,
+        search_context_tool: r.search_context_tool,
         request: shared_command!(r, base),
     })
 }
@@ -140,6 +141,36 @@ impl From<ExplainOutcome> for pb::ExplainResponse {
                 .collect(),
             artifacts_not_searched: out.not_searched,
             warnings: out.warnings,
+        }
+    }
+}
+
+/// A SearchContext request as a command (the use case checks the query).
+pub fn search_command(r: pb::SearchContextRequest) -> Result<SearchCommand> {
+    Ok(SearchCommand {
+        thread: Arc::new(required::<_, Thread>(r.thread, "thread")?),
+        query: r.query,
+        max_results: r.max_results,
+    })
+}
+
+impl From<SearchOutcome> for pb::SearchContextResponse {
+    fn from(out: SearchOutcome) -> Self {
+        pb::SearchContextResponse {
+            plan_version: out.plan_version,
+            passages: out
+                .passages
+                .into_iter()
+                .map(|p| pb::ContextPassage {
+                    message_id: p.message_id,
+                    artifact_id: p.artifact_id.unwrap_or_default(),
+                    line: p.line,
+                    text: p.text,
+                    score: p.score,
+                    sensitivity: super::thread::sensitivity_to_pb(p.sensitivity),
+                })
+                .collect(),
+            withheld: out.withheld,
         }
     }
 }

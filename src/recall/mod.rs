@@ -90,6 +90,8 @@ pub struct Passage {
     pub line: u32,
     /// The text, redacted.
     pub text: String,
+    /// The message's classification (who may read the passage).
+    pub sensitivity: Sensitivity,
 }
 
 /// A ranked passage.
@@ -200,6 +202,7 @@ impl RecallIndex {
                     artifact_id: artifact_id.clone(),
                     line,
                     text: window,
+                    sensitivity: m.metadata.sensitivity,
                 }));
             }
             self.indexed.insert(m.id.clone(), (digest, at));
@@ -493,6 +496,7 @@ mod tests {
             artifact_id: Some(format!("art_{id}")),
             line: 1,
             text: text.into(),
+            sensitivity: Sensitivity::Internal,
         }
     }
 

@@ -267,6 +267,7 @@ fn known_method(method: &str) -> &'static str {
         "DeleteThread",
         "ResetPlan",
         "Explain",
+        "SearchContext",
     ];
     METHODS
         .iter()

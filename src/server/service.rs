@@ -10,7 +10,8 @@ use tonic::{Request, Response, Status};
 
 use crate::app::{App, AppError, UseCase};
 use crate::proto::{
-    compact_command, explain_command, pb, rehydrate_command, render_command, ConvertError,
+    compact_command, explain_command, pb, rehydrate_command, render_command, search_command,
+    ConvertError,
 };
 use crate::runtime::blocking;
 use crate::security::SecurityContext;
@@ -97,6 +98,12 @@ impl Messages for pb::RehydrateRequest {
 }
 
 impl Messages for pb::ExplainRequest {
+    fn messages(&self) -> usize {
+        self.thread.as_ref().map_or(0, |t| t.messages.len())
+    }
+}
+
+impl Messages for pb::SearchContextRequest {
     fn messages(&self) -> usize {
         self.thread.as_ref().map_or(0, |t| t.messages.len())
     }
@@ -214,6 +221,30 @@ impl CompactionService for CompactionApi {
                 .admit_and_convert(&ctx, r, |r, _| explain_command(r))
                 .await?;
             let out = self.app.explain(&ctx, cmd).await?;
+            entry.plan(out.plan_version, None, None);
+            Ok(Response::new(out.into()))
+        }
+        .instrument(span)
+        .await;
+        entry.finish(result)
+    }
+
+    async fn search_context(
+        &self,
+        request: Request<pb::SearchContextRequest>,
+    ) -> Result<Response<pb::SearchContextResponse>, Status> {
+        let ctx = context(&request)?;
+        let r = request.into_inner();
+        let mut entry = self
+            .access
+            .entry("SearchContext", &ctx, thread_id(r.thread.as_ref()));
+        let span = entry.span();
+        let result = async {
+            UseCase::SearchContext.authorize(&ctx, r.tenant_id.as_deref())?;
+            let cmd = self
+                .admit_and_convert(&ctx, r, |r, _| search_command(r))
+                .await?;
+            let out = self.app.search_context(&ctx, cmd).await?;
             entry.plan(out.plan_version, None, None);
             Ok(Response::new(out.into()))
         }

@@ -377,3 +377,28 @@ pub fn recall(passages: &[crate::app::RecalledPassage]) {
         "compact.recall"
     );
 }
+
+/// A SearchContext answered: which messages and artifacts it returned, and
+/// how many matches the caller may not read (never the query or passages).
+pub fn search_context(
+    plan_version: u64,
+    query_chars: usize,
+    passages: &[crate::app::FoundPassage],
+    withheld: u32,
+) {
+    let messages: Vec<&str> = passages.iter().map(|p| p.message_id.as_str()).collect();
+    let artifacts: Vec<&str> = passages
+        .iter()
+        .filter_map(|p| p.artifact_id.as_deref())
+        .collect();
+    tracing::info!(
+        target: EVENTS,
+        plan_version = int(plan_version),
+        query_chars = int(query_chars),
+        passages = int(passages.len()),
+        withheld = int(withheld),
+        message_ids = %messages.join(","),
+        artifact_ids = %artifacts.join(","),
+        "compact.search_context"
+    );
+}

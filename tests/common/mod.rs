@@ -183,6 +183,7 @@ impl Harness {
                         omit_pending_calls: self.omit_pending_calls,
                         auto_rehydrate: None,
                         read_artifact_tool: false,
+                        search_context_tool: false,
                         recall,
                     },
                 )
