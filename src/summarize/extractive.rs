@@ -24,7 +24,8 @@ const FACT_MAX_CHARS: usize = 300;
 const DECISION_MAX_CHARS: usize = 240;
 const RATIONALE_MAX_CHARS: usize = 200;
 const OPEN_ITEM_MAX_CHARS: usize = 240;
-const TASK_MAX_CHARS: usize = 240;
+/// The current task at most: a request and the reply that follows it.
+const TASK_MAX_CHARS: usize = 480;
 const PLAN_STEP_MAX_CHARS: usize = 160;
 const PLAN_MAX_STEPS: usize = 20;
 const ERROR_MAX_CHARS: usize = 240;
@@ -207,24 +208,6 @@ const INTERJECTIONS: &[&str] = &[
     "and",
     "oh",
     "actually",
-];
-/// Messages that are acknowledgements, not requests (skipped for current_task).
-const ACKS: &[&str] = &[
-    "thanks",
-    "thank you",
-    "ok",
-    "okay",
-    "great",
-    "cool",
-    "perfect",
-    "yes",
-    "no",
-    "sure",
-    "got it",
-    "sounds good",
-    "lgtm",
-    "ok thanks",
-    "continue",
 ];
 const ABBREVIATIONS: &[&str] = &[
     "e.g", "i.e", "etc", "vs", "mr", "mrs", "ms", "dr", "no", "approx", "fig", "st", "inc",
@@ -1221,9 +1204,127 @@ fn last_list(text: &str) -> Option<Vec<String>> {
     })
 }
 
-fn is_ack(text: &str) -> bool {
-    let w = words(text).join(" ");
-    w.is_empty() || ACKS.contains(&w.as_str())
+/// Longest message that reads as a reply to the assistant rather than a
+/// request of its own, in characters and words ("3", "go for it",
+/// "comtinue", "好的"): judged by size and by naming nothing, in any
+/// language, never by a list of words.
+const REPLY_MAX_CHARS: usize = 24;
+const REPLY_MAX_WORDS: usize = 3;
+/// Characters of CJK text that still read as a short reply (no spaces
+/// between its words, so it is one "word").
+const REPLY_MAX_CJK_CHARS: usize = 4;
+/// Of the request and of the assistant text a reply answers: what is kept.
+const TASK_PART_CHARS: usize = 200;
+
+/// A message too short to be a request on its own: it answers whatever the
+/// assistant said before it.
+fn is_short_reply(text: &str) -> bool {
+    let chars = text.chars().count();
+    if chars > REPLY_MAX_CHARS || words(text).len() > REPLY_MAX_WORDS {
+        return false;
+    }
+    if text.chars().any(crate::recall::tokenize::is_cjk) && chars > REPLY_MAX_CJK_CHARS {
+        return false;
+    }
+    !shapes::scan(text).iter().any(|(sh, _)| sh.is_reference())
+}
+
+/// What the span's work is about: the latest substantive request (its
+/// opening sentences), and when a person's latest message is a short
+/// reply, that reply with what it answers (the numbered option it picks,
+/// else the end of the assistant message before it).
+fn current_task(messages: &[&Message]) -> Option<String> {
+    let typed: Vec<(usize, String)> = messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.role == Role::User && m.tool_result.is_none())
+        .map(|(i, m)| (i, collapse_ws(&m.content.text())))
+        .filter(|(_, t)| !t.is_empty())
+        .collect();
+    let (last_at, last) = typed.last()?;
+    let request = typed
+        .iter()
+        .rev()
+        .find(|(_, t)| !is_short_reply(t))
+        .map(|(_, t)| opening(t, TASK_PART_CHARS));
+    if !is_short_reply(last) {
+        return request;
+    }
+    // The assistant text since the person's previous message: a reply
+    // that follows their own request adds to it, it answers nothing.
+    let since = typed.len().checked_sub(2).map_or(0, |k| typed[k].0 + 1);
+    let answered = messages[since..*last_at]
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::Assistant && m.tool_result.is_none())
+        .map(|m| m.content.text())
+        .find(|t| !t.trim().is_empty())
+        .map(|t| answered_part(&t, last));
+    let reply = match answered {
+        Some(a) => format!("\"{last}\", answering: {a}"),
+        None => format!("\"{last}\""),
+    };
+    let task = match request {
+        Some(r) => format!("{r} (then {reply})"),
+        None => reply,
+    };
+    Some(cap_chars(&task, TASK_MAX_CHARS))
+}
+
+/// The opening sentences of `text`, up to `max` characters.
+fn opening(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for s in sentences(text) {
+        if !out.is_empty() && out.chars().count() + s.text.chars().count() > max {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&s.text);
+    }
+    if out.is_empty() {
+        out = text.to_string();
+    }
+    cap_chars(&out, max)
+}
+
+/// What a short reply answers in the assistant's `text`: the item of a
+/// numbered list it names by number, else the closing sentences.
+fn answered_part(text: &str, reply: &str) -> String {
+    let digits = reply.trim_matches(|c: char| !c.is_ascii_digit());
+    if !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) {
+        for line in text.lines().map(str::trim) {
+            let Some(rest) = line.strip_prefix(digits) else {
+                continue;
+            };
+            if let Some(item) = rest.strip_prefix(['.', ')', ':']) {
+                return cap_chars(
+                    &collapse_ws(&format!("{digits}. {}", item.trim())),
+                    TASK_PART_CHARS,
+                );
+            }
+        }
+    }
+    let all = sentences(text);
+    let mut out: Vec<&str> = Vec::new();
+    let mut chars = 0;
+    for s in all.iter().rev() {
+        let n = s.text.chars().count();
+        if !out.is_empty() && chars + n > TASK_PART_CHARS {
+            break;
+        }
+        chars += n + 1;
+        out.push(&s.text);
+    }
+    out.reverse();
+    let joined = out.join(" ");
+    if joined.chars().count() <= TASK_PART_CHARS {
+        return joined;
+    }
+    // One long closing sentence: its end is what was asked.
+    let skip = joined.chars().count() - TASK_PART_CHARS;
+    format!("… {}", joined.chars().skip(skip).collect::<String>())
 }
 
 fn error_line(env: &ToolResultEnvelope) -> Option<String> {
@@ -1413,14 +1514,7 @@ fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
             }
         }
     }
-    s.current_task = messages
-        .iter()
-        .rev()
-        .filter(|m| m.role == Role::User && m.tool_result.is_none())
-        .map(|m| m.content.text())
-        .find(|t| !is_ack(t))
-        .and_then(|t| sentences(&t).into_iter().next())
-        .map(|first| cap_chars(&first.text, TASK_MAX_CHARS));
+    s.current_task = current_task(messages);
     s.current_plan = messages
         .iter()
         .rev()

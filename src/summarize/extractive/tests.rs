@@ -344,9 +344,10 @@ fn decisions_open_items_task_plan() {
     assert!(s
         .facts
         .contains(&"Deploy it to staging by Friday.".to_string()));
+    // A short message after the person's own request adds to it.
     assert_eq!(
         s.current_task.as_deref(),
-        Some("Deploy it to staging by Friday.")
+        Some("Deploy it to staging by Friday. Then tell me. (then \"thanks!\")")
     );
     assert_eq!(s.current_plan, vec!["first", "second"]);
 }
@@ -671,4 +672,89 @@ proptest! {
         }
         let _ = &refs;
     }
+}
+
+/// The current task is the latest request a person made; a short reply
+/// after it is shown with what it answers. Cases from unrelated kinds of
+/// text: a coding session, a support chat, a CJK exchange.
+#[test]
+fn current_task_is_the_latest_request_and_what_a_short_reply_answers() {
+    let task = |msgs: &[Message]| {
+        run(msgs, &[], BIG)
+            .expect("fits")
+            .current_task
+            .unwrap_or_default()
+    };
+    // A typo'd "continue" after a long assistant turn.
+    let coding = [
+        msg(
+            "u1",
+            Role::User,
+            1,
+            "Port the CSV importer to the streaming parser and keep the old flags working.",
+        ),
+        msg(
+            "a1",
+            Role::Assistant,
+            1,
+            "I ported the reader. The flag --legacy-quotes still needs a shim. Shall I add it now?",
+        ),
+        msg("u2", Role::User, 2, "comtinue"),
+    ];
+    let t = task(&coding);
+    assert!(t.starts_with("Port the CSV importer"), "{t}");
+    assert!(t.contains("\"comtinue\""), "{t}");
+    assert!(t.contains("Shall I add it now?"), "{t}");
+
+    // A number picks an option of a numbered list.
+    let options = [
+        msg("u1", Role::User, 1, "The nightly export keeps timing out, what can we do?"),
+        msg("a1", Role::Assistant, 1, "Three ways out:\n1. Raise the timeout to 20 min\n2. Split the export by region\n3) Move it to the replica at db-ro-2\nWhich one?"),
+        msg("u2", Role::User, 2, "3"),
+    ];
+    let t = task(&options);
+    assert!(t.starts_with("The nightly export keeps timing out"), "{t}");
+    assert!(t.contains("3. Move it to the replica at db-ro-2"), "{t}");
+    assert!(!t.contains("Split the export"), "{t}");
+
+    // A short message that names something is a request of its own.
+    let named = [
+        msg("u1", Role::User, 1, "Review the retry logic please."),
+        msg("a1", Role::Assistant, 1, "Reviewed; two issues found."),
+        msg("u2", Role::User, 2, "fix src/retry.rs"),
+    ];
+    assert_eq!(task(&named), "fix src/retry.rs");
+
+    // CJK text has no spaces: a sentence is long in characters, a reply is not.
+    let cjk = [
+        msg("u1", Role::User, 1, "请修复登录页面在手机上显示错误的问题"),
+        msg(
+            "a1",
+            Role::Assistant,
+            1,
+            "我找到了原因，是样式表的问题。要我现在提交修改吗？",
+        ),
+        msg("u2", Role::User, 2, "好的"),
+    ];
+    let t = task(&cjk);
+    assert!(t.starts_with("请修复登录页面"), "{t}");
+    assert!(
+        t.contains("\"好的\"") && t.contains("要我现在提交修改吗"),
+        "{t}"
+    );
+
+    // Only a reply in the span: it and what it answers.
+    let only_reply = [
+        msg(
+            "a1",
+            Role::Assistant,
+            1,
+            "Want me to open the pull request?",
+        ),
+        msg("u1", Role::User, 2, "go for it"),
+    ];
+    assert_eq!(
+        task(&only_reply),
+        "\"go for it\", answering: Want me to open the pull request?"
+    );
 }
