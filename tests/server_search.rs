@@ -354,3 +354,58 @@ async fn the_search_tool_loop_puts_the_answer_in_the_next_prompt() {
         "{last}"
     );
 }
+
+/// Automatic rehydration also follows the latest request: an identifier it
+/// names that an externalized artifact's hint or summary names brings that
+/// artifact back for the turn (within the usual limits); a request that
+/// names nothing brings nothing back.
+#[tokio::test]
+async fn a_request_naming_what_an_artifact_holds_brings_it_back() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+    let t = thread("t-hint");
+    let artifact = compact(&mut client, &t, &acme).await;
+    let render = |thread: pb::Thread| pb::RenderRequest {
+        thread: Some(thread),
+        compact_first: true,
+        max_input_tokens: 8_000,
+        policy: Some(externalize_policy()),
+        recall: Some(false),
+        ..Default::default()
+    };
+    let turn = t.messages.last().map_or(1, |m| m.turn) + 1;
+
+    let mut asks = t.clone();
+    asks.messages.push(text(
+        "u5",
+        pb::Role::User,
+        turn,
+        "Show me the read_file output from the start again.",
+    ));
+    let r = within(client.render(authed(render(asks), &acme)))
+        .await
+        .expect("render")
+        .into_inner();
+    let report = r
+        .rehydrated
+        .iter()
+        .find(|x| x.artifact_id == artifact)
+        .expect("the artifact the hint names");
+    assert!(report.auto && !report.omitted, "{report:?}");
+    let shown: String = r.messages.iter().map(|m| m.text.as_str()).collect();
+    assert!(shown.contains("max_connections = 250"));
+
+    let mut vague = t.clone();
+    vague.messages.push(text(
+        "u5",
+        pb::Role::User,
+        turn,
+        "Thanks, what should we do next?",
+    ));
+    let r = within(client.render(authed(render(vague), &acme)))
+        .await
+        .expect("render")
+        .into_inner();
+    assert!(r.rehydrated.is_empty(), "{:?}", r.rehydrated);
+}

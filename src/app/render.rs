@@ -17,7 +17,9 @@ use crate::render::{
     fit_rehydrated, render, ProviderOptions, RehydrationReport, RenderInput, Request,
     RequestCounter, RequestTokens, RENDER_FORMAT_VERSION,
 };
-use crate::render::{named_recently, named_this_turn, AutoRehydrate, RehydrationBlocked};
+use crate::render::{
+    hinted, named_recently, named_this_turn, request_identifiers, AutoRehydrate, RehydrationBlocked,
+};
 use crate::runtime::blocking;
 use crate::security::{Permission, SecurityContext};
 use crate::store::StoreError;
@@ -392,9 +394,10 @@ fn blocked(artifact_id: &str, why: RehydrationBlocked) -> RehydrationReport {
 }
 
 impl App {
-    /// Artifacts the agent named in its latest turn that may be injected:
-    /// public or internal, readable by the caller, not named within the
-    /// cooldown, at most `max_per_turn`. Best effort: a store that does not
+    /// Artifacts the agent named in its latest turn, then those whose hint
+    /// or summary names an identifier the latest request names, that may be
+    /// injected: public or internal, readable by the caller, not named
+    /// within the cooldown, at most `max_per_turn`. Best effort: a store that does not
     /// answer blocks the injection, never the turn. Every refusal is
     /// reported and logged as an event (ids and reasons, never content).
     async fn auto_rehydration(
@@ -406,7 +409,25 @@ impl App {
         let thread = &cmd.request.thread;
         let mut out = AutoRehydration::default();
         let recent = named_recently(thread, limits.cooldown_turns);
-        for id in named_this_turn(thread) {
+        let mut candidates = named_this_turn(thread);
+        // Then what the latest request asks for by the identifiers of an
+        // artifact's hint or summary, under the same limits (best effort:
+        // a plan store that does not answer matches nothing).
+        let wanted = request_identifiers(thread);
+        if !wanted.is_empty() && candidates.len() < limits.max_per_turn as usize {
+            if let Ok(Some(plan)) = self.current_plan(&ctx.tenant_id, &thread.id).await {
+                // Only as many as may be injected: a hint is a guess, and
+                // a guess over the limit is not worth a refusal report.
+                let room = limits.max_per_turn as usize - candidates.len();
+                let extra: Vec<String> = hinted(&plan, &wanted)
+                    .into_iter()
+                    .filter(|id| !candidates.contains(id))
+                    .take(room)
+                    .collect();
+                candidates.extend(extra);
+            }
+        }
+        for id in candidates {
             if cmd.rehydrate_artifact_ids.contains(&id) {
                 continue;
             }

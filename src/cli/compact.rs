@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use compactd::app::{App, CompactCommand, RenderCommand, RenderedOutput};
+use compactd::app::{App, CompactCommand, RenderCommand, RenderedOutput, SearchCommand};
 use compactd::config;
 use compactd::security::SecurityContext;
 
@@ -42,6 +42,14 @@ pub struct CompactArgs {
     /// Leave tool calls without a result out of the request instead of failing.
     #[arg(long)]
     omit_pending_calls: bool,
+    /// Render without the recall block (to see what it adds).
+    #[arg(long)]
+    no_recall: bool,
+    /// After compacting, run SearchContext for each line of this file and
+    /// print the passages under `search` (what an agent's `search_context`
+    /// calls would get back).
+    #[arg(long)]
+    search_queries: Option<PathBuf>,
 }
 
 /// Compacts and renders the input; the JSON document to print.
@@ -57,6 +65,16 @@ pub fn run(args: &CompactArgs) -> Result<String, Failure> {
     request.max_input_tokens = args.max_input_tokens;
     request.system = args.system.clone().or(input.system);
     request.tools = std::sync::Arc::new(input.tools);
+    let queries = match &args.search_queries {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| Failure::bad_input(format!("--search-queries {}: {e}", path.display())))?
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect(),
+        None => Vec::new(),
+    };
+    let thread = std::sync::Arc::clone(&request.thread);
     let cmd = RenderCommand {
         request,
         compact_first: true,
@@ -66,11 +84,37 @@ pub fn run(args: &CompactArgs) -> Result<String, Failure> {
         rehydrate_artifact_ids: Vec::new(),
         omit_pending_calls: args.omit_pending_calls,
         auto_rehydrate: None,
-        recall: None,
+        recall: args.no_recall.then_some(false),
         read_artifact_tool: false,
         search_context_tool: false,
     };
-    let out = runtime()?.block_on(app.render(&SecurityContext::dev(), cmd))?;
+    let rt = runtime()?;
+    let ctx = SecurityContext::dev();
+    let out = rt.block_on(app.render(&ctx, cmd))?;
+    let mut searches = Vec::new();
+    for query in queries {
+        let found = rt.block_on(app.search_context(
+            &ctx,
+            SearchCommand {
+                thread: std::sync::Arc::clone(&thread),
+                query: query.clone(),
+                max_results: 0,
+            },
+        ))?;
+        let passages: Vec<Value> = found
+            .passages
+            .iter()
+            .map(|p| {
+                json!({
+                    "message_id": p.message_id,
+                    "artifact_id": p.artifact_id,
+                    "line": p.line,
+                    "text": p.text,
+                })
+            })
+            .collect();
+        searches.push(json!({"query": query, "passages": passages}));
+    }
 
     let request = match out.output {
         RenderedOutput::Neutral(r) => serde_json::to_value(&r).map_err(Failure::other)?,
@@ -113,10 +157,13 @@ pub fn run(args: &CompactArgs) -> Result<String, Failure> {
     if let Value::Object(doc) = &mut report {
         doc.insert("warnings".into(), json!(warnings));
     }
-    let doc = json!({
+    let mut doc = json!({
         "plan": out.plan,
         "request": request,
         "report": report,
     });
+    if let (Some(_), Value::Object(d)) = (&args.search_queries, &mut doc) {
+        d.insert("search".into(), Value::Array(searches));
+    }
     serde_json::to_string_pretty(&doc).map_err(Failure::other)
 }

@@ -459,7 +459,9 @@ fn windows(text: &str) -> Vec<(u32, String)> {
 }
 
 /// A long line in pieces of at most [`PASSAGE_CHARS`] characters, cut after
-/// the last sentence end in each piece when there is one past its middle.
+/// the last sentence end in each piece when there is one past its middle,
+/// else after the last space or separator (`,` `;` `}` `]`: minified JSON,
+/// CSV), so that a path or URL is not cut in two; else where it must.
 fn cut(line: &str) -> Vec<String> {
     let chars: Vec<char> = line.chars().collect();
     let mut out = Vec::new();
@@ -468,12 +470,19 @@ fn cut(line: &str) -> Vec<String> {
         let end = (at + PASSAGE_CHARS).min(chars.len());
         let mut stop = end;
         if end < chars.len() {
-            if let Some(k) = (at + PASSAGE_CHARS / 2..end).rev().find(|&k| {
+            let back = || (at + PASSAGE_CHARS / 2..end).rev();
+            let sentence_end = back().find(|&k| {
                 matches!(chars[k], '.' | '!' | '?' | '。' | '！' | '？' | ';')
                     && chars
                         .get(k + 1)
                         .is_none_or(|c| c.is_whitespace() || !c.is_ascii())
-            }) {
+            });
+            let separator = || {
+                back().find(|&k| {
+                    chars[k].is_whitespace() || matches!(chars[k], ',' | ';' | '}' | ']')
+                })
+            };
+            if let Some(k) = sentence_end.or_else(separator) {
                 stop = k + 1;
             }
         }
@@ -568,5 +577,22 @@ mod tests {
         assert!(windows(&cjk)
             .iter()
             .all(|(_, p)| p.chars().count() <= PASSAGE_CHARS));
+        // Minified JSON: cut between values, so no URL is cut in two.
+        let url = |i: usize| {
+            format!("https://dash.example.net/d/{i:04}/saturation?org=3&from=now-3h&panel={i}")
+        };
+        let json: String = (0..40)
+            .map(|i| format!("{{\"rel\":\"dash\",\"href\":\"{}\"}}", url(i)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let pieces = windows(&json);
+        assert!(pieces.len() >= 4);
+        for i in 0..40 {
+            assert!(
+                pieces.iter().any(|(_, p)| p.contains(&url(i))),
+                "{} is cut in two",
+                url(i)
+            );
+        }
     }
 }

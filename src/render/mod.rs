@@ -14,8 +14,8 @@ pub(crate) mod wire;
 
 pub use count::{RequestCounter, RequestTokens};
 pub use rehydrate::{
-    artifact_ids_in, fit_rehydrated, named_recently, named_this_turn, AutoRehydrate,
-    RehydrationBlocked, RehydrationReport,
+    artifact_ids_in, fit_rehydrated, hinted, named_recently, named_this_turn, request_identifiers,
+    AutoRehydrate, RehydrationBlocked, RehydrationReport,
 };
 pub use renderer::{
     externalization_text, per_turn_position, recall_message, render, render_message, summary_text,

@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{is_artifact_id, Message, Role, Thread};
+use crate::model::{is_artifact_id, CompactionPlan, Message, Role, Thread};
+use crate::recall::tokenize::{is_identifier, terms};
 use crate::tokens::truncate_to_tokens;
 
 use super::renderer::render_rehydrated;
@@ -142,6 +143,60 @@ pub fn named_recently(thread: &Thread, cooldown: u32) -> BTreeSet<String> {
     named_in(thread, turn.saturating_sub(cooldown)..turn)
         .into_iter()
         .collect()
+}
+
+/// The identifiers (paths, ids, names with digits or joiners) that a
+/// person's message in the thread's latest turn names: what a request can
+/// match a rehydrate hint by. Empty when the latest turn has no such
+/// message (the agent is working, nobody asked anything new).
+pub fn request_identifiers(thread: &Thread) -> BTreeSet<String> {
+    let turn = thread.current_turn();
+    thread
+        .messages
+        .iter()
+        .rev()
+        .take_while(|m| m.turn == turn)
+        .find(|m| m.role == Role::User && m.tool_result.is_none())
+        .map(|m| {
+            terms(&m.content.text())
+                .into_iter()
+                .filter(|t| is_identifier(t))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Externalized artifacts the latest request asks for without naming
+/// them: their rehydrate hint or summary names an identifier the request
+/// names (`wanted`, from [`request_identifiers`]). Most shared identifiers
+/// first, then the newest record. Only bound ids (a committed plan's).
+pub fn hinted(plan: &CompactionPlan, wanted: &BTreeSet<String>) -> Vec<String> {
+    if wanted.is_empty() {
+        return Vec::new();
+    }
+    let mut scored: Vec<(usize, usize, &str)> = Vec::new();
+    for (k, r) in plan.externalizations.iter().enumerate() {
+        if !is_artifact_id(&r.artifact_id) {
+            continue;
+        }
+        let text = format!("{}\n{}", r.rehydrate_hint, r.summary.render_as_message());
+        let named: BTreeSet<String> = terms(&text)
+            .into_iter()
+            .filter(|t| is_identifier(t))
+            .collect();
+        let shared = wanted.intersection(&named).count();
+        if shared > 0 {
+            scored.push((shared, k, &r.artifact_id));
+        }
+    }
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+    let mut out: Vec<String> = Vec::new();
+    for (_, _, id) in scored {
+        if !out.iter().any(|o| o == id) {
+            out.push(id.to_string());
+        }
+    }
+    out
 }
 
 /// Fits artifacts into `reserve` tokens, in request order: each is cut so that

@@ -269,7 +269,78 @@ impl Summarizer for ExtractiveSummarizer {
             // fitting's omissions count.
             merged.omitted = 0;
         }
-        Ok(fit_to_size(merged, req.max_chars))
+        let echoes = Echoes::of(req.messages);
+        Ok(fit_to_size_with(merged, req.max_chars, &echoes))
+    }
+}
+
+/// What a span keeps coming back to: per term, the turns whose typed or
+/// written text (user and assistant messages, call arguments; not tool
+/// output) names it. A name reused turns later is one the conversation
+/// depends on; a word every turn uses says nothing. No word lists: any
+/// term, any language.
+#[derive(Debug, Default)]
+pub struct Echoes {
+    turns: std::collections::HashMap<String, (u32, u32)>,
+    total_turns: u32,
+}
+
+/// Shortest term that counts (shorter ones are mostly function words).
+const ECHO_MIN_CHARS: usize = 4;
+/// Points per echoed term of an entry, and the most terms counted.
+const ECHO_POINTS: i32 = 4;
+const ECHO_MAX_TERMS: i32 = 4;
+
+impl Echoes {
+    /// The echoes of `messages`.
+    pub fn of(messages: &[&Message]) -> Echoes {
+        let mut e = Echoes::default();
+        let mut last_turn = None;
+        for m in messages {
+            if last_turn != Some(m.turn) {
+                e.total_turns += 1;
+                last_turn = Some(m.turn);
+            }
+            if m.tool_result.is_some() || !matches!(m.role, Role::User | Role::Assistant) {
+                continue;
+            }
+            let mut text = m.content.text().into_owned();
+            for c in &m.tool_calls {
+                text.push('\n');
+                text.push_str(&c.arguments_json());
+            }
+            let mut seen = HashSet::new();
+            for w in words(&text) {
+                if w.chars().count() >= ECHO_MIN_CHARS && seen.insert(w.clone()) {
+                    let at = e.turns.entry(w).or_insert((0, u32::MAX));
+                    if at.1 != m.turn {
+                        at.0 += 1;
+                        at.1 = m.turn;
+                    }
+                }
+            }
+        }
+        e
+    }
+
+    /// Points for `text`: its terms that at least two turns name, but not
+    /// a quarter of them.
+    fn bonus(&self, text: &str) -> i32 {
+        if self.turns.is_empty() {
+            return 0;
+        }
+        let common = (self.total_turns / 4).max(2);
+        let mut seen = HashSet::new();
+        let echoed = words(text)
+            .into_iter()
+            .filter(|w| seen.insert(w.clone()))
+            .filter(|w| {
+                self.turns
+                    .get(w)
+                    .is_some_and(|&(n, _)| n >= 2 && n <= common)
+            })
+            .count();
+        ECHO_POINTS * (echoed as i32).min(ECHO_MAX_TERMS)
     }
 }
 
@@ -499,6 +570,15 @@ enum Entry {
 /// reader knows the summary is partial. Never fails: when even the most
 /// valuable entries do not fit, fewer of them are kept.
 pub fn fit_to_size(summary: StructuredSummary, max_chars: usize) -> StructuredSummary {
+    fit_to_size_with(summary, max_chars, &Echoes::default())
+}
+
+/// [`fit_to_size`], ranking entries also by what the span came back to.
+pub fn fit_to_size_with(
+    summary: StructuredSummary,
+    max_chars: usize,
+    echoes: &Echoes,
+) -> StructuredSummary {
     let full = summary.render_as_message().len();
     if full <= max_chars {
         return summary;
@@ -507,7 +587,7 @@ pub fn fit_to_size(summary: StructuredSummary, max_chars: usize) -> StructuredSu
     // a subset of this summary (a long thread's holds thousands of both).
     let said_by = summary.facts_said_by_requests();
     let size = |(s, hidden): &(StructuredSummary, Vec<bool>)| s.render_hiding_facts(hidden).len();
-    let order = removal_order(&summary);
+    let order = removal_order(&summary, echoes);
     // Size shrinks with each removal (nearly always: a reference may start
     // rendering once the entry that spelled it out is gone, and the count
     // can gain a digit), so binary-search the fewest removals, then step on
@@ -535,18 +615,18 @@ pub fn fit_to_size(summary: StructuredSummary, max_chars: usize) -> StructuredSu
 
 fn entry_scores(s: &StructuredSummary) -> Vec<(i32, Entry)> {
     let mut out = Vec::new();
-    // What a person typed, quoted. The opening request (usually the task)
-    // ranks with a high open item; a later short message whole with a
-    // decision; the opening of a long one with the references (the facts of
-    // its body are the facts section's, scored as facts). Facts, errors and
-    // decisions stay first: the quotes are what a summary cut to its cap
-    // gives up after them.
+    // What a person typed, quoted: it comes first. The opening request
+    // (usually the task) ranks with a high open item; a later message above
+    // a generic fact or a decision without specifics, a long one's head and
+    // tail a little lower (the facts of its body are the facts section's).
+    // Errors and specific constraints still outrank them; a quote that says
+    // a fact stands for it (the fact is not shown twice).
     for (i, r) in s.requests.iter().enumerate() {
-        let cut = r.ends_with(" more characters)");
+        let cut = r.contains(CUT_MARK);
         let score = match (i, cut) {
             (0, _) => 44,
-            (_, false) => 30,
-            (_, true) => 24,
+            (_, false) => 38,
+            (_, true) => 32,
         };
         out.push((score, Entry::Request(i)));
     }
@@ -589,10 +669,39 @@ fn entry_scores(s: &StructuredSummary) -> Vec<(i32, Entry)> {
     out
 }
 
+/// The text an entry shows, for the echo bonus.
+fn entry_text(s: &StructuredSummary, e: Entry) -> std::borrow::Cow<'_, str> {
+    use std::borrow::Cow;
+    match e {
+        Entry::Request(i) => Cow::Borrowed(&s.requests[i]),
+        Entry::Fact(i) => Cow::Borrowed(&s.facts[i]),
+        Entry::Reference(i) => Cow::Borrowed(&s.references[i]),
+        Entry::Decision(i) => Cow::Owned(format!(
+            "{} {}",
+            s.decisions[i].decision, s.decisions[i].rationale
+        )),
+        Entry::OpenItem(i) => Cow::Borrowed(&s.open_items[i].description),
+        Entry::ToolOutcome(i) => {
+            let t = &s.tool_outcomes[i];
+            let mut out = t.error_message.clone().unwrap_or_default();
+            for v in t.key_fields.values() {
+                out.push(' ');
+                out.push_str(&v.to_string());
+            }
+            Cow::Owned(out)
+        }
+        Entry::Artifact(_) | Entry::Plan | Entry::Task => Cow::Borrowed(""),
+    }
+}
+
 /// Least valuable first; among equals, the later entry first (an early
 /// constraint has held longer and is as binding).
-fn removal_order(s: &StructuredSummary) -> Vec<Entry> {
-    let mut scored: Vec<(usize, (i32, Entry))> = entry_scores(s).into_iter().enumerate().collect();
+fn removal_order(s: &StructuredSummary, echoes: &Echoes) -> Vec<Entry> {
+    let mut scored: Vec<(usize, (i32, Entry))> = entry_scores(s)
+        .into_iter()
+        .map(|(score, e)| (score + echoes.bonus(&entry_text(s, e)), e))
+        .enumerate()
+        .collect();
     scored.sort_by_key(|&(pos, (score, _))| (score, Reverse(pos)));
     scored.into_iter().map(|(_, (_, e))| e).collect()
 }
@@ -1338,11 +1447,15 @@ fn is_artifact_key(k: &str) -> bool {
 }
 
 /// A message quoted whole up to this many characters (whitespace
-/// collapsed); a longer one keeps its opening.
+/// collapsed); a longer one keeps its opening and its end.
 const REQUEST_WHOLE_CHARS: usize = 280;
 /// Of a long message: the opening kept (what the request is; the facts in
-/// its body are the facts section's, and the whole is in the archive).
-const REQUEST_HEAD_CHARS: usize = 200;
+/// its body are the facts section's, and the whole is in the archive) …
+const REQUEST_HEAD_CHARS: usize = 160;
+/// … and its end (where a long message usually puts the actual ask).
+const REQUEST_TAIL_CHARS: usize = 80;
+/// What marks the middle left out of a long quote.
+const CUT_MARK: &str = " characters left out) … ";
 
 /// What a person typed in `messages`, in order, as `(turn N) text`: user
 /// messages that are not tool results, whitespace collapsed, short ones
@@ -1360,18 +1473,20 @@ pub fn quote_requests(messages: &[&Message]) -> Vec<String> {
         .collect()
 }
 
-/// `text` whole when short, else its opening and how much more there was,
-/// cut at a char boundary.
+/// `text` whole when short, else its opening and its end with how much
+/// was left out between them, cut at char boundaries.
 fn excerpt(text: &str) -> std::borrow::Cow<'_, str> {
     let chars = text.chars().count();
     if chars <= REQUEST_WHOLE_CHARS {
         return std::borrow::Cow::Borrowed(text);
     }
     let head: String = text.chars().take(REQUEST_HEAD_CHARS).collect();
+    let tail: String = text.chars().skip(chars - REQUEST_TAIL_CHARS).collect();
     std::borrow::Cow::Owned(format!(
-        "{} … ({} more characters)",
+        "{} … ({}{CUT_MARK}{}",
         head.trim_end(),
-        chars - REQUEST_HEAD_CHARS
+        chars - REQUEST_HEAD_CHARS - REQUEST_TAIL_CHARS,
+        tail.trim_start()
     ))
 }
 

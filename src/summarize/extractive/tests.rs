@@ -658,14 +658,17 @@ proptest! {
                     || s == merged
             );
         }
-        // Facts are left out least valuable first.
+        // Facts are left out least valuable first: by their score and what
+        // the span came back to.
+        let echoes = Echoes::of(&refs);
+        let value = |f: &String| fact_score(f) + echoes.bonus(f);
         let kept: HashSet<&String> = s.facts.iter().collect();
-        let min_kept = s.facts.iter().map(|f| fact_score(f)).min();
+        let min_kept = s.facts.iter().map(value).min();
         let max_lost = merged
             .facts
             .iter()
             .filter(|f| !kept.contains(f))
-            .map(|f| fact_score(f))
+            .map(value)
             .max();
         if let (Some(k), Some(l)) = (min_kept, max_lost) {
             prop_assert!(l <= k, "lost a fact scored {} but kept one scored {}", l, k);
@@ -757,4 +760,101 @@ fn current_task_is_the_latest_request_and_what_a_short_reply_answers() {
         task(&only_reply),
         "\"go for it\", answering: Want me to open the pull request?"
     );
+}
+
+/// What later turns come back to counts: a term two turns name is an
+/// echo, one that nearly every turn names is not, and tool output never
+/// echoes (a log repeating a word is not the conversation depending on it).
+#[test]
+fn echoes_count_turns_that_name_a_term_again() {
+    let log = tool(
+        "t1",
+        2,
+        "tail",
+        Outcome::Success,
+        "kestrel kestrel kestrel replica lag",
+        json!({}),
+    );
+    let msgs = [
+        msg(
+            "u1",
+            Role::User,
+            1,
+            "Move the nightly job to the kestrel cluster.",
+        ),
+        msg(
+            "a1",
+            Role::Assistant,
+            1,
+            "Scheduled on kestrel; the job config is job.yaml.",
+        ),
+        log,
+        msg("u2", Role::User, 2, "Does the job still run?"),
+        msg("u3", Role::User, 3, "And is kestrel fine on disk?"),
+        msg("u4", Role::User, 4, "Check the job once more."),
+        msg("u5", Role::User, 5, "The job is noisy; the pager woke me."),
+        msg("u6", Role::User, 6, "One more job question."),
+        msg("u7", Role::User, 7, "Last job thing, promise."),
+        msg("u8", Role::User, 8, "Thanks."),
+    ];
+    let refs: Vec<&Message> = msgs.iter().collect();
+    let e = Echoes::of(&refs);
+    // "kestrel": turns 1 and 3 (the log in turn 2 does not count).
+    assert_eq!(e.bonus("the kestrel cluster"), ECHO_POINTS);
+    // "job" is too short to count; "replica" only the log names; "pager" once.
+    assert_eq!(e.bonus("job replica pager"), 0);
+    // Every term counted once however often the entry repeats it.
+    assert_eq!(e.bonus("kestrel Kestrel KESTREL"), ECHO_POINTS);
+    assert_eq!(Echoes::default().bonus("kestrel"), 0);
+}
+
+/// Of two facts alike in form, the one the conversation came back to is
+/// left out last. Prose, a code review and a log-reading session: the same
+/// behaviour, whatever the wording. The echoed fact is listed second, where
+/// a tie would drop it first.
+#[test]
+fn a_fact_the_conversation_refers_back_to_outlives_its_twin() {
+    let cases = [
+        (
+            "The spare lives at /srv/spare/bravo.",
+            "The mirror lives at /srv/mirror/alpha.",
+            "Is alpha synced yet?",
+        ),
+        (
+            "encode_body in src/wire/body.rs pads twice.",
+            "parse_header in src/wire/frame.rs drops the flags.",
+            "Let me fix parse_header first.",
+        ),
+        (
+            "The log shows ERR_DISK_FULL on node-22.",
+            "The log shows ERR_LEASE_LOST on node-14.",
+            "Why would ERR_LEASE_LOST happen under load?",
+        ),
+    ];
+    for (twin, echoed, later) in cases {
+        let mut msgs = vec![msg("u1", Role::User, 1, &format!("{twin} {echoed}"))];
+        for turn in 2..9u32 {
+            msgs.push(msg(&format!("u{turn}"), Role::User, turn, "Any news?"));
+        }
+        msgs.push(msg("u9", Role::User, 9, later));
+        let refs: Vec<&Message> = msgs.iter().collect();
+        let mut s = StructuredSummary::empty(span_of(&msgs));
+        s.facts = vec![twin.to_string(), echoed.to_string()];
+        let at = |order: &[Entry], fact: usize| {
+            order
+                .iter()
+                .position(|e| matches!(e, Entry::Fact(i) if *i == fact))
+                .expect("listed")
+        };
+        let plain = removal_order(&s, &Echoes::default());
+        assert!(
+            at(&plain, 1) < at(&plain, 0),
+            "{echoed}: a tie drops the later fact first"
+        );
+        let order = removal_order(&s, &Echoes::of(&refs));
+        assert!(
+            at(&order, 0) < at(&order, 1),
+            "{echoed} left out before {twin}"
+        );
+    }
 }
