@@ -66,6 +66,9 @@ struct Rule {
     /// With `$1` kept in front when the pattern captures a label
     /// (`password=`, `Bearer `).
     replacement: String,
+    /// A match is a secret only when this holds (a card number's Luhn
+    /// digit); `None`: every match is.
+    check: Option<fn(&str) -> bool>,
 }
 
 /// The compiled rules. Cheap to clone (compiled regexes are shared).
@@ -121,8 +124,23 @@ const DEFAULT_RULES: &[(&str, &str, bool)] = &[
         true,
     ),
     (
+        // OpenAI, Anthropic, Stripe; GitHub; GitLab; Slack; Google.
         "api_key",
-        r"(?-u:\b)(?:sk|pk|rk)[-_](?:[a-z]+[-_])?[A-Za-z0-9_-]{16,}|(?-u:\b)gh[pousr]_[A-Za-z0-9]{30,}|(?-u:\b)xox[abprs]-[A-Za-z0-9-]{10,}|(?-u:\b)AIza[0-9A-Za-z_-]{35}",
+        r"(?-u:\b)(?:sk|pk|rk)[-_](?:[a-z]+[-_])?[A-Za-z0-9_-]{16,}|(?-u:\b)gh[pousr]_[A-Za-z0-9]{30,}|(?-u:\b)github_pat_[A-Za-z0-9_]{30,}|(?-u:\b)glpat-[A-Za-z0-9_-]{20,}|(?-u:\b)xox[abprs]-[A-Za-z0-9-]{10,}|(?-u:\b)AIza[0-9A-Za-z_-]{35}",
+        false,
+    ),
+    (
+        // Azure storage and Service Bus connection strings, SAS tokens.
+        "azure_key",
+        r"(?i)((?-u:\b)(?:AccountKey|SharedAccessKey|SharedAccessSignature)\s*=\s*)[^;\s\x22']{8,}",
+        true,
+    ),
+    (
+        // 13 to 19 digits, grouped by spaces or dashes, starting as the card
+        // networks' numbers do (2-6); redacted only when the Luhn digit
+        // holds, so ids and timestamps pass.
+        "card_number",
+        r"(?-u:\b)[2-6](?:[ -]?[0-9]){12,18}(?-u:\b)",
         false,
     ),
     (
@@ -133,9 +151,11 @@ const DEFAULT_RULES: &[(&str, &str, bool)] = &[
     (
         // Also `POSTGRES_PASSWORD=…`, `OPENAI_API_KEY=…` and escaped JSON
         // (`\"password\":\"…\"`): `_` is a word character, so the key's own
-        // start is the boundary.
+        // start is the boundary. A quoted value goes whole, spaces and all,
+        // its quotes kept (groups 2-5); a bare one runs to a space or
+        // separator and must be 4 characters or more ("password: no").
         "secret",
-        r#"(?i)((?:^|[^A-Za-z0-9])(?:[A-Za-z0-9]+[_-])*(?:api[_-]?key|apikey|secret(?:[_-]?key)?|client[_-]?secret|access[_-]?token|auth[_-]?token|token|password|passwd)\\?["']?\s*[:=]\s*\\?["']?)[^\s"'\\,;&]{4,}"#,
+        r#"(?i)((?:^|[^A-Za-z0-9])(?:[A-Za-z0-9]+[_-])*(?:api[_-]?key|apikey|secret(?:[_-]?key)?|client[_-]?secret|access[_-]?token|auth[_-]?token|refresh[_-]?token|token|password|passwd|passphrase|private[_-]?key[_-]?id)\\?["']?\s*[:=]\s*)(?:(\\?")[^"\n\\]{1,256}(\\?")|(')[^'\n]{1,256}(')|[^\s"'\\,;&]{4,})"#,
         true,
     ),
 ];
@@ -160,9 +180,12 @@ impl Redactor {
                     message: e.to_string(),
                 })?;
                 let replacement = if *label {
-                    // The connection-string rule keeps `@` as group 2.
+                    // The connection-string rule keeps `@` as group 2; the
+                    // secret rule a value's quotes.
                     if *name == "connection_string_password" {
                         format!("${{1}}[REDACTED:{name}]${{2}}")
+                    } else if *name == "secret" {
+                        format!("${{1}}${{2}}${{4}}[REDACTED:{name}]${{3}}${{5}}")
                     } else {
                         format!("${{1}}[REDACTED:{name}]")
                     }
@@ -170,7 +193,12 @@ impl Redactor {
                     format!("[REDACTED:{name}]")
                 };
                 id.update(pattern.as_bytes());
-                rules.push(Rule { regex, replacement });
+                let check = (*name == "card_number").then_some(luhn as fn(&str) -> bool);
+                rules.push(Rule {
+                    regex,
+                    replacement,
+                    check,
+                });
             }
         }
         for (i, p) in config.patterns.iter().enumerate() {
@@ -200,6 +228,7 @@ impl Redactor {
             rules.push(Rule {
                 regex,
                 replacement: format!("[REDACTED:{}]", p.name),
+                check: None,
             });
         }
         Ok(Redactor {
@@ -230,11 +259,33 @@ impl Redactor {
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(text);
         for rule in &self.rules {
-            if let Cow::Owned(s) = rule.regex.replace_all(&out, rule.replacement.as_str()) {
-                out = Cow::Owned(s);
+            let replaced = match rule.check {
+                None => rule.regex.replace_all(&out, rule.replacement.as_str()),
+                Some(check) => rule.regex.replace_all(&out, |c: &regex::Captures<'_>| {
+                    if check(&c[0]) {
+                        rule.replacement.clone()
+                    } else {
+                        c[0].to_string()
+                    }
+                }),
+            };
+            if let Cow::Owned(s) = replaced {
+                // A checked rule rebuilds the text even when every match
+                // was put back: borrowed stays borrowed when nothing changed.
+                if s != *out {
+                    out = Cow::Owned(s);
+                }
             }
         }
         out
+    }
+
+    /// Whether a JSON key or a label names a secret: its value is redacted
+    /// whatever it looks like (`"db_password": "x"`, `"client_secret": 42`).
+    pub fn names_secret(key: &str) -> bool {
+        static KEY: std::sync::LazyLock<Option<Regex>> =
+            std::sync::LazyLock::new(|| Regex::new(SECRET_KEY).ok());
+        KEY.as_ref().is_some_and(|r| r.is_match(key))
     }
 
     /// Redacts a compressed tool output (its text and preserved fields).
@@ -246,7 +297,20 @@ impl Redactor {
         if let Cow::Owned(r) = self.redact(text) {
             *text = r;
         }
-        preserved.values_mut().for_each(|v| redact_json(self, v));
+        for (k, v) in preserved.iter_mut() {
+            redact_keyed(self, k, v);
+        }
+    }
+
+    /// Redacts kept fields in place: each value by the rules, and whole
+    /// when its key names a secret.
+    pub fn redact_fields(
+        &self,
+        fields: &mut std::collections::BTreeMap<String, serde_json::Value>,
+    ) {
+        for (k, v) in fields.iter_mut() {
+            redact_keyed(self, k, v);
+        }
     }
 
     /// Redacts a dropped span's keyword index.
@@ -269,7 +333,7 @@ impl Redactor {
         &self,
         m: &'a crate::model::Message,
     ) -> Cow<'a, crate::model::Message> {
-        use crate::model::{Content, ContentPart, JsonText, ToolContent};
+        use crate::model::{Content, ContentPart};
         let mut out: Option<crate::model::Message> = None;
         match &m.content {
             Content::Text(t) => {
@@ -303,36 +367,49 @@ impl Redactor {
             }
         }
         if let Some(env) = &m.tool_result {
-            let content = match &env.content {
-                ToolContent::Text(t) => match self.redact(t) {
-                    Cow::Owned(r) => Some(ToolContent::Text(r)),
-                    Cow::Borrowed(_) => None,
-                },
-                ToolContent::Json(j) => match self.redact(j.as_str()) {
-                    Cow::Borrowed(_) => None,
-                    Cow::Owned(_) => {
-                        let mut v = j.parse();
-                        redact_json(self, &mut v);
-                        Some(ToolContent::Json(JsonText::from_value(&v)))
-                    }
-                },
-            };
-            let mut key_fields = env.key_fields.clone();
-            key_fields.values_mut().for_each(|v| redact_json(self, v));
-            let fields_changed = key_fields != env.key_fields;
-            if content.is_some() || fields_changed {
-                if let Some(r) = out.get_or_insert_with(|| m.clone()).tool_result.as_mut() {
-                    if let Some(c) = content {
-                        r.content = c;
-                    }
-                    r.key_fields = key_fields;
-                }
+            if let Cow::Owned(r) = self.redact_envelope(env) {
+                out.get_or_insert_with(|| m.clone()).tool_result = Some(r);
             }
         }
         match out {
             Some(m) => Cow::Owned(m),
             None => Cow::Borrowed(m),
         }
+    }
+
+    /// A tool result as what compactd keeps may quote it: its output and
+    /// key fields redacted (a JSON output's values under keys that name a
+    /// secret whole). Borrowed when nothing matched.
+    pub fn redact_envelope<'a>(
+        &self,
+        env: &'a crate::model::ToolResultEnvelope,
+    ) -> Cow<'a, crate::model::ToolResultEnvelope> {
+        use crate::model::{JsonText, ToolContent};
+        let content = match &env.content {
+            ToolContent::Text(t) => match self.redact(t) {
+                Cow::Owned(r) => Some(ToolContent::Text(r)),
+                Cow::Borrowed(_) => None,
+            },
+            ToolContent::Json(j) => match self.redact(j.as_str()) {
+                Cow::Borrowed(_) if !names_a_secret_key(j.as_str()) => None,
+                _ => {
+                    let mut v = j.parse();
+                    redact_json(self, &mut v);
+                    Some(ToolContent::Json(JsonText::from_value(&v)))
+                }
+            },
+        };
+        let mut key_fields = env.key_fields.clone();
+        self.redact_fields(&mut key_fields);
+        if content.is_none() && key_fields == env.key_fields {
+            return Cow::Borrowed(env);
+        }
+        let mut out = env.clone();
+        if let Some(c) = content {
+            out.content = c;
+        }
+        out.key_fields = key_fields;
+        Cow::Owned(out)
     }
 
     /// Redacts every text of a summary in place.
@@ -358,8 +435,8 @@ impl Redactor {
             if let Some(e) = &mut t.error_message {
                 fix(e);
             }
-            for v in t.key_fields.values_mut() {
-                redact_json(self, v);
+            for (k, v) in t.key_fields.iter_mut() {
+                redact_keyed(self, k, v);
             }
         }
         if let Some(t) = &mut s.current_task {
@@ -371,17 +448,88 @@ impl Redactor {
     }
 }
 
+/// A key that names a secret: a word of the list, alone or as the last
+/// part of a compound (`db_password`, `stripe.apiKey`, `X-Api-Key`).
+const SECRET_KEY: &str = r"(?i)^(?:[A-Za-z0-9]+[_.-]?)*?(?:api[_-]?key|apikey|secret|secret[_-]?key|client[_-]?secret|access[_-]?token|auth[_-]?token|refresh[_-]?token|id[_-]?token|token|password|passwd|passphrase|private[_-]?key|private[_-]?key[_-]?id|credentials?|authorization|account[_-]?key|shared[_-]?access[_-]?key|connection[_-]?string|cookie|session[_-]?id)$";
+
+/// Whether JSON text has an object key that names a secret (its value
+/// must then be redacted whole, which only the parsed value can tell).
+fn names_a_secret_key(json: &str) -> bool {
+    static KEYS: std::sync::LazyLock<Option<Regex>> = std::sync::LazyLock::new(|| {
+        let inner = SECRET_KEY.trim_start_matches("(?i)^").trim_end_matches('$');
+        Regex::new(&format!(r#"(?i)"{inner}"\s*:"#)).ok()
+    });
+    KEYS.as_ref().is_none_or(|r| r.is_match(json))
+}
+
+/// What a value under a key that names a secret becomes.
+const KEYED_SECRET: &str = "[REDACTED:secret]";
+
+/// Redacts a JSON value in place: strings by the rules, and any scalar
+/// under a key that names a secret whole, whatever it looks like.
 fn redact_json(r: &Redactor, v: &mut serde_json::Value) {
+    use serde_json::Value;
     match v {
-        serde_json::Value::String(s) => {
+        Value::String(s) => {
             if let Cow::Owned(x) = r.redact(s) {
                 *s = x;
             }
         }
-        serde_json::Value::Array(a) => a.iter_mut().for_each(|v| redact_json(r, v)),
-        serde_json::Value::Object(m) => m.values_mut().for_each(|v| redact_json(r, v)),
+        Value::Array(a) => a.iter_mut().for_each(|v| redact_json(r, v)),
+        Value::Object(m) => {
+            for (k, v) in m.iter_mut() {
+                redact_keyed(r, k, v);
+            }
+        }
         _ => {}
     }
+}
+
+/// `v` under `key`: replaced whole when the key names a secret (unless
+/// empty, a flag or null), else redacted as any value.
+fn redact_keyed(r: &Redactor, key: &str, v: &mut serde_json::Value) {
+    use serde_json::Value;
+    if !r.rules.is_empty() && Redactor::names_secret(key) {
+        // Whatever is under it: a string, a number, a whole object.
+        let secret = match v {
+            Value::String(s) => !s.is_empty() && !s.starts_with("[REDACTED:"),
+            Value::Number(_) => true,
+            Value::Object(o) => !o.is_empty(),
+            Value::Array(a) => !a.is_empty(),
+            Value::Bool(_) | Value::Null => false,
+        };
+        if secret {
+            *v = Value::String(KEYED_SECRET.into());
+            return;
+        }
+    }
+    redact_json(r, v);
+}
+
+/// The Luhn check of a card number (digits only, separators skipped).
+fn luhn(candidate: &str) -> bool {
+    let digits: Vec<u32> = candidate.chars().filter_map(|c| c.to_digit(10)).collect();
+    if !(13..=19).contains(&digits.len()) || digits.iter().all(|&d| d == digits[0]) {
+        return false;
+    }
+    let sum: u32 = digits
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(i, &d)| {
+            if i % 2 == 1 {
+                let x = d * 2;
+                if x > 9 {
+                    x - 9
+                } else {
+                    x
+                }
+            } else {
+                d
+            }
+        })
+        .sum();
+    sum % 10 == 0
 }
 
 #[cfg(test)]
@@ -446,6 +594,122 @@ mod tests {
             Redactor::standard().redact(prose),
             Cow::Borrowed(_)
         ));
+    }
+
+    /// The classes a compliance review plants, each in the form it takes in
+    /// logs, env files, configs and tool output.
+    #[test]
+    fn every_detector_class_is_caught() {
+        let cases = [
+            ("AKIAIOSFODNN7EXAMPLE", "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE"),
+            ("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "aws_secret_access_key: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+            ("Pa55w0rd!", "mysql://root:Pa55w0rd!@10.0.0.5:3306/app"),
+            ("ghp_R2x9aQ7wLm4Kz8Vt1Yc6Nb3Hd5Fg0Js2Pe7U", "git clone https://x:ghp_R2x9aQ7wLm4Kz8Vt1Yc6Nb3Hd5Fg0Js2Pe7U@github.com/o/r"),
+            ("glpat-a1B2c3D4e5F6g7H8i9J0", "PRIVATE-TOKEN: glpat-a1B2c3D4e5F6g7H8i9J0"),
+            ("xoxb-2048-1024-AbCdEfGhIjKlMnOp", "slack bot xoxb-2048-1024-AbCdEfGhIjKlMnOp posted"),
+            ("sk_live_51H8zQ2eZvKYlo2C0a1b2c3d4", "stripe key sk_live_51H8zQ2eZvKYlo2C0a1b2c3d4"),
+            ("sk-ant-api03-Zx8Yw7Vu6Ts5Rq4Po3Nm2Lk1", "ANTHROPIC_API_KEY=sk-ant-api03-Zx8Yw7Vu6Ts5Rq4Po3Nm2Lk1"),
+            ("eyJzdWIiOiIxMjM0NTY3ODkwIn0", "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"),
+            ("MIIEvQIBADANBgkqhkiG9w0BAQEFAASC", "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----"),
+            ("4111 1111 1111 1111", "card on file: 4111 1111 1111 1111, exp 12/29"),
+            ("5555-5555-5555-4444", "charged 5555-5555-5555-4444 twice"),
+            ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq", "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq==;EndpointSuffix=core.windows.net"),
+            ("correct horse battery", "DB_PASSWORD=\"correct horse battery\""),
+        ];
+        for (secret, text) in cases {
+            let out = std_redact(text);
+            assert!(!out.contains(secret), "{secret:?} survived in {out:?}");
+            assert!(out.contains("[REDACTED:"), "{out:?}");
+        }
+        // Quotes stay around a redacted quoted value.
+        assert_eq!(
+            std_redact("DB_PASSWORD=\"correct horse battery\" next"),
+            "DB_PASSWORD=\"[REDACTED:secret]\" next"
+        );
+        // Numbers that are not card numbers pass: a bad Luhn digit, an id
+        // or a millisecond timestamp.
+        for text in [
+            "card 4111 1111 1111 1112 declined",
+            "order 1234567890123456",
+            "at 1700000000000 ms",
+        ] {
+            assert_eq!(std_redact(text), text);
+        }
+    }
+
+    /// A value under a key that names a secret goes whole, whatever it
+    /// looks like: in call arguments, JSON tool output and key fields.
+    #[test]
+    fn keys_that_name_a_secret_redact_their_values() {
+        use crate::model::{
+            Content, Message, MessageMetadata, Outcome, Role, ToolCall, ToolContent,
+            ToolResultEnvelope,
+        };
+        let args = serde_json::json!({
+            "db_password": "abc",
+            "client_secret": 12345,
+            "credentials": {"user": "bob", "pin": "0000"},
+            "stripe": {"apiKey": "k1"},
+            "max_tokens": 100,
+            "path": "/home/bob",
+            "verbose": true,
+        });
+        let m = Message {
+            id: "m".into(),
+            role: Role::Assistant,
+            content: Content::default(),
+            tool_calls: vec![ToolCall {
+                id: "c".into(),
+                name: "deploy".into(),
+                arguments: args,
+            }],
+            tool_result: None,
+            turn: 1,
+            metadata: MessageMetadata::default(),
+        };
+        let r = Redactor::standard();
+        let out = r.redact_message(&m);
+        let a = &out.tool_calls[0].arguments;
+        assert_eq!(a["db_password"], "[REDACTED:secret]");
+        assert_eq!(a["client_secret"], "[REDACTED:secret]");
+        assert_eq!(a["credentials"], "[REDACTED:secret]");
+        assert_eq!(a["stripe"]["apiKey"], "[REDACTED:secret]");
+        assert_eq!(a["max_tokens"], 100);
+        assert_eq!(a["path"], "/home/bob");
+        assert_eq!(a["verbose"], true);
+
+        let json = r#"{"service": "billing", "token": "ab1", "nested": [{"password": "x"}]}"#;
+        let mut key_fields = std::collections::BTreeMap::new();
+        key_fields.insert("api_key".to_string(), serde_json::json!("short"));
+        key_fields.insert("order_id".to_string(), serde_json::json!("A-17"));
+        let t = Message {
+            id: "t".into(),
+            role: Role::Tool,
+            content: Content::default(),
+            tool_calls: Vec::new(),
+            tool_result: Some(ToolResultEnvelope {
+                tool_name: "fetch".into(),
+                tool_call_id: "c".into(),
+                outcome: Outcome::Success,
+                content: ToolContent::Json(crate::model::JsonText::from_value(
+                    &serde_json::from_str(json).expect("json"),
+                )),
+                key_fields,
+                durability: None,
+                determinism: None,
+                started_at: None,
+                completed_at: None,
+            }),
+            turn: 1,
+            metadata: MessageMetadata::default(),
+        };
+        let out = r.redact_message(&t);
+        let env = out.tool_result.as_ref().expect("result");
+        let text = env.content.to_text();
+        assert!(!text.contains("ab1") && !text.contains(r#""x""#), "{text}");
+        assert!(text.contains("billing"), "{text}");
+        assert_eq!(env.key_fields["api_key"], "[REDACTED:secret]");
+        assert_eq!(env.key_fields["order_id"], "A-17");
     }
 
     #[test]

@@ -43,6 +43,16 @@ impl Reducer for Clear {
             let durability = env
                 .durability
                 .unwrap_or_else(|| state.policy.durability_for(&env.tool_name));
+            if durability == Durability::NonReplayable {
+                continue;
+            }
+            // The stub quotes the output (key data, refs, a gist): built
+            // from the redacted result, where a value still has the label
+            // that marks it as a secret.
+            let redacted = state.redactor.redact_message(p.message(i));
+            let Some(env) = redacted.tool_result.as_ref() else {
+                continue;
+            };
             let text = match durability {
                 Durability::NonReplayable => continue,
                 Durability::Ephemeral => placeholder(env, state.memo, false),
@@ -78,7 +88,17 @@ impl Reducer for Clear {
 pub(super) fn anchoring_stub(
     env: &ToolResultEnvelope,
     memo: &super::Memo,
+    redactor: &crate::redact::Redactor,
 ) -> (String, std::collections::BTreeMap<String, Value>) {
+    // Built from the redacted output, as every stub is.
+    let redacted;
+    let env = match redactor.redact_envelope(env) {
+        std::borrow::Cow::Borrowed(e) => e,
+        std::borrow::Cow::Owned(e) => {
+            redacted = e;
+            &redacted
+        }
+    };
     let mut preserved = super::retention::stub_preserved(env);
     preserved.insert(
         "durability".into(),

@@ -493,7 +493,15 @@ pub fn compact_with(
     let start = starting_plan(req, &mut warnings);
     let pinned = partition::pinned(thread, policy);
     let fixed = budget.fixed_tokens();
-    let mut p = Projection::new(thread, counter, &policy.render, start, pinned, fixed);
+    let mut p = Projection::new(
+        thread,
+        counter,
+        &policy.render,
+        engine.redactor,
+        start,
+        pinned,
+        fixed,
+    );
     let tokens_before = p.verbatim_total();
     let mut state = PipelineState::new(
         thread,

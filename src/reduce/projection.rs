@@ -105,6 +105,9 @@ pub struct Projection<'a> {
     pub counter: RequestCounter<'a>,
     /// Rendering options that affect cost.
     pub options: &'a RenderOptions,
+    /// Applied to every replacement text and kept field a record stores:
+    /// plans are kept at rest and returned to callers.
+    pub redactor: &'a crate::redact::Redactor,
     /// Records so far. A record a later operation absorbed stays in place
     /// with an empty span until [`Projection::take_plan`] (or
     /// [`Projection::purge`]) removes it; count summaries with
@@ -165,6 +168,7 @@ impl<'a> Projection<'a> {
         thread: &'a Thread,
         counter: RequestCounter<'a>,
         options: &'a RenderOptions,
+        redactor: &'a crate::redact::Redactor,
         plan: CompactionPlan,
         pinned: Vec<bool>,
         fixed: u32,
@@ -185,6 +189,7 @@ impl<'a> Projection<'a> {
             thread,
             counter,
             options,
+            redactor,
             plan,
             pending: Vec::new(),
             units: Units::of(thread),
@@ -431,6 +436,14 @@ impl<'a> Projection<'a> {
         replacement: String,
         preserved_fields: BTreeMap<String, Value>,
     ) {
+        // Stubs, gists, key data and excerpts quote the original: redacted
+        // here, whichever reducer or plugin wrote them.
+        let replacement = match self.redactor.redact(&replacement) {
+            std::borrow::Cow::Owned(r) => r,
+            std::borrow::Cow::Borrowed(_) => replacement,
+        };
+        let mut preserved_fields = preserved_fields;
+        self.redactor.redact_fields(&mut preserved_fields);
         let span = SpanReference::of(self.thread, &[i]);
         self.plan.clearings.push(ClearRecord {
             span,

@@ -110,7 +110,7 @@ impl Form {
                 .filter(|(cost, ..)| *cost < verbatim);
             // A failure's stub keeps its error text: less than the failure,
             // more than the summary it comes back from.
-            let (text, kept) = super::clear::anchoring_stub(env, state.memo);
+            let (text, kept) = super::clear::anchoring_stub(env, state.memo, state.redactor);
             let stub = Some((p.counter.cleared(m, &text), text, kept));
             let compressed_cost = compressed.as_ref().map_or(verbatim, |c| c.0);
             form.cost[1] += compressed_cost;

@@ -74,6 +74,11 @@ impl Reducer for Retention {
             if !(too_old || too_many) {
                 continue;
             }
+            // The stub quotes the output: built from the redacted result.
+            let redacted = state.redactor.redact_message(m);
+            let Some(env) = redacted.tool_result.as_ref() else {
+                continue;
+            };
             let mut preserved = stub_preserved(env);
             let mut text = format!(
                 "[result expired] {}: {}",

@@ -244,6 +244,41 @@ def test_render_anthropic_compact_first(api, stub):
     assert_anthropic_pairing(payload)
 
 
+def test_search_context_answers_the_search_tool(api, stub):
+    """The agent's search_context loop from a plain gRPC client: Render offers
+    the tool, SearchContext answers a query with passages of the compacted
+    log and the artifact that holds it, and a bad query names its field."""
+    pb2, _ = api
+    thread = big_thread(pb2, "py-search")
+    out = call(
+        stub.Render,
+        pb2.RenderRequest(
+            thread=thread,
+            compact_first=True,
+            model=MODEL,
+            max_input_tokens=8000,
+            format=pb2.OUTPUT_FORMAT_OPENAI_CHAT,
+            search_context_tool=True,
+        ),
+    )
+    tools = [t["function"]["name"] for t in json.loads(out.provider_payload_json)["tools"]]
+    assert tools == ["search_context"]
+    found = call(stub.SearchContext, pb2.SearchContextRequest(thread=thread, query="worker-3 batch 311", max_results=3))
+    assert found.plan_version == out.plan_version
+    assert 1 <= len(found.passages) <= 3
+    top = found.passages[0]
+    assert top.message_id == "t1" and top.artifact_id.startswith("art_")
+    assert "worker-3" in top.text
+    with pytest.raises(grpc.RpcError) as info:
+        call(stub.SearchContext, pb2.SearchContextRequest(thread=thread, query=" "))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    status = rpc_status.from_call(info.value)
+    details = [error_details_pb2.ErrorInfo() for d in status.details if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR)]
+    for d, e in zip([d for d in status.details if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR)], details):
+        d.Unpack(e)
+    assert any(e.metadata.get("field") == "query" for e in details)
+
+
 def test_duplicate_message_ids_are_invalid_argument(api, stub):
     pb2, _ = api
     thread = pb2.Thread(
