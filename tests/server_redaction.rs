@@ -1,6 +1,6 @@
 //! Secrets in a thread never reach what compactd keeps: the externalized
-//! artifact (read back through Rehydrate), the plan's summaries and every
-//! file at rest carry `[REDACTED:<kind>]` instead.
+//! artifact (read back through Rehydrate), the plan's summaries, stubs and
+//! kept fields, and every file at rest carry `[REDACTED:<kind>]` instead.
 
 mod server_common;
 
@@ -82,4 +82,148 @@ async fn artifacts_summaries_and_files_at_rest_are_redacted() {
             );
         }
     }
+}
+
+/// One secret of each class a compliance review plants, and values that
+/// only their key marks as secret.
+const CLASSES: &[&str] = &[
+    "AKIAIOSFODNN7EXAMPLE",
+    "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "Pa55w0rd-db9",
+    "ghp_R2x9aQ7wLm4Kz8Vt1Yc6Nb3Hd5Fg0Js2Pe7U",
+    "xoxb-2048-1024-AbCdEfGhIjKlMnOp",
+    "sk_live_51H8zQ2eZvKYlo2C0a1b2c3d4",
+    "eyJzdWIiOiIxMjM0NTY3ODkwIn0",
+    "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
+    "4111 1111 1111 1111",
+    "tiny9",
+    "zq-77-secretish",
+];
+
+/// Small tool results, each holding secrets, that the default policy
+/// clears, stubs and expires rather than externalizes: what stubs, gists,
+/// `Refs:` and kept fields quote must be redacted too.
+fn stub_thread(id: &str) -> pb::Thread {
+    let texts = [
+        "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE\naws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".to_string(),
+        "db: mysql://root:Pa55w0rd-db9@10.0.0.5:3306/app".to_string(),
+        "token ghp_R2x9aQ7wLm4Kz8Vt1Yc6Nb3Hd5Fg0Js2Pe7U and slack xoxb-2048-1024-AbCdEfGhIjKlMnOp".to_string(),
+        "stripe sk_live_51H8zQ2eZvKYlo2C0a1b2c3d4 jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U".to_string(),
+        "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----".to_string(),
+        "card on file 4111 1111 1111 1111".to_string(),
+    ];
+    let mut messages = vec![text(
+        "u0",
+        pb::Role::User,
+        1,
+        "Audit the deploy configs, please.",
+    )];
+    for (i, t) in texts.iter().cycle().take(18).enumerate() {
+        let turn = u32::try_from(i).unwrap_or(0) + 1;
+        let call_id = format!("c{i}");
+        let body = serde_json::json!({
+            "file": format!("/etc/app/{i}.env"),
+            "text": format!("{t}\n{}", "filler line about config values and nothing secret\n".repeat(40)),
+            "password": "tiny9",
+            "client_secret": "zq-77-secretish",
+        });
+        messages.push(pb::Message {
+            id: format!("a{i}"),
+            role: pb::Role::Assistant as i32,
+            turn,
+            tool_calls: vec![pb::ToolCall {
+                id: call_id.clone(),
+                name: "read_config".into(),
+                arguments_json: serde_json::json!({
+                    "path": format!("/etc/app/{i}.env"),
+                    "db_password": "tiny9",
+                })
+                .to_string(),
+            }],
+            ..Default::default()
+        });
+        messages.push(pb::Message {
+            id: format!("t{i}"),
+            role: pb::Role::Tool as i32,
+            turn,
+            tool_result: Some(pb::ToolResultEnvelope {
+                tool_name: "read_config".into(),
+                tool_call_id: call_id,
+                outcome: pb::Outcome::Success as i32,
+                content: Some(pb::tool_result_envelope::Content::ContentJson(
+                    body.to_string(),
+                )),
+                key_fields: [(
+                    "client_secret".to_string(),
+                    "\"zq-77-secretish\"".to_string(),
+                )]
+                .into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        messages.push(text(
+            &format!("r{i}"),
+            pb::Role::Assistant,
+            turn,
+            &format!("Checked file {i}."),
+        ));
+        messages.push(text(
+            &format!("u{}", i + 1),
+            pb::Role::User,
+            turn + 1,
+            &format!("Next one ({i})."),
+        ));
+    }
+    pb::Thread {
+        id: id.into(),
+        messages,
+    }
+}
+
+#[tokio::test]
+async fn stubs_gists_and_kept_fields_at_rest_are_redacted() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+    for (k, budget) in [3_000u32, 4_500, 6_000, 9_000].into_iter().enumerate() {
+        let id = format!("t-stubs-{k}");
+        let out = within(client.compact(authed(compact_req(stub_thread(&id), budget), &acme)))
+            .await
+            .expect("compact")
+            .into_inner();
+        let plan = out.plan.expect("plan");
+        assert!(
+            !plan.clearings.is_empty() || !plan.summarizations.is_empty(),
+            "{budget}: compacted"
+        );
+        let text = format!("{plan:?}");
+        for s in CLASSES {
+            assert!(!text.contains(s), "{budget}: {s} in the plan returned");
+        }
+    }
+    for f in files_under(&server.data_dir) {
+        let bytes = std::fs::read(&f).expect("file");
+        for s in CLASSES {
+            assert!(
+                !bytes.windows(s.len()).any(|w| w == s.as_bytes()),
+                "{s} at rest in {f:?}"
+            );
+        }
+    }
+}
+
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("dir").flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                files.push(e.path());
+            }
+        }
+    }
+    files
 }
