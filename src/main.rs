@@ -41,6 +41,7 @@ enum Command {
 
 /// Exit codes: 2 bad input or config, 3 the budget cannot be met, 1 anything else.
 fn main() -> ExitCode {
+    compactd::runtime::install_panic_hook();
     let result = match Cli::parse().command {
         None => serve::run(&serve::ServeArgs::default()),
         Some(Command::Serve(args)) => serve::run(&args),

@@ -529,7 +529,7 @@ fn luhn(candidate: &str) -> bool {
             }
         })
         .sum();
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 #[cfg(test)]
@@ -615,6 +615,14 @@ mod tests {
             ("5555-5555-5555-4444", "charged 5555-5555-5555-4444 twice"),
             ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq", "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq==;EndpointSuffix=core.windows.net"),
             ("correct horse battery", "DB_PASSWORD=\"correct horse battery\""),
+            (
+                "1f2e3d4c5b6a79880f1e2d3c4b5a69788f7e6d5c",
+                r#"{"type": "service_account", "private_key_id": "1f2e3d4c5b6a79880f1e2d3c4b5a69788f7e6d5c", "client_email": "x@p.iam.gserviceaccount.com"}"#,
+            ),
+            (
+                "MIIEvgIBADANBgkqhkiG9w0BAQ",
+                r#"{"private_key": "-----BEGIN PRIVATE KEY-----\nMIIEvgIBADANBgkqhkiG9w0BAQ\n-----END PRIVATE KEY-----\n"}"#,
+            ),
         ];
         for (secret, text) in cases {
             let out = std_redact(text);

@@ -288,6 +288,30 @@ where
     }
 }
 
+/// Replaces the default panic report, which prints the panic's message:
+/// a message can quote whatever value it was about (a string slice out of
+/// range prints the string), and compactd's values are conversations. The
+/// report keeps where it happened and the thread, never the message.
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        eprintln!("{}", panic_line(info.location(), thread.name()));
+        tracing::error!(
+            location = %info.location().map_or_else(String::new, ToString::to_string),
+            "compactd.panic"
+        );
+    }));
+}
+
+/// The one line a panic leaves on stderr.
+fn panic_line(location: Option<&std::panic::Location<'_>>, thread: Option<&str>) -> String {
+    let at = location.map_or_else(|| "an unknown place".to_string(), ToString::to_string);
+    format!(
+        "compactd: internal error (panic) in thread '{}' at {at}; its message is withheld because it can quote conversation content",
+        thread.unwrap_or("unnamed")
+    )
+}
+
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
 pub fn now_unix_ms() -> u64 {
     std::time::SystemTime::now()
@@ -314,6 +338,18 @@ mod tests {
         assert!(matches!(e, Err(ComputeError::Panicked)), "{e:?}");
         // The pool survives a panicking job.
         assert_eq!(compute("a", || 1).await.expect("still runs"), 1);
+    }
+
+    #[test]
+    fn a_panic_report_names_the_place_never_the_message() {
+        let here = std::panic::Location::caller();
+        let line = panic_line(Some(here), Some("compute-0"));
+        assert!(
+            line.contains(here.file()) && line.contains("compute-0"),
+            "{line}"
+        );
+        assert!(line.contains("withheld"));
+        assert!(panic_line(None, None).contains("unknown place"));
     }
 
     #[test]

@@ -197,6 +197,24 @@ impl Settings {
 }
 
 impl Settings {
+    /// What these settings leave unprotected that a deployment is
+    /// expected to protect: logged as warnings at start-up and printed by
+    /// `config check`, so turning a protection off is never silent.
+    pub fn protection_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.redaction.defaults {
+            out.push(format!(
+                "redaction.defaults is off: secrets in threads (keys, tokens, passwords, card numbers) are kept unredacted in artifacts, summaries, stubs and plans{}",
+                if self.redaction.patterns.is_empty() {
+                    "; no redaction rule applies at all".to_string()
+                } else {
+                    format!("; only the {} configured pattern(s) apply", self.redaction.patterns.len())
+                }
+            ));
+        }
+        out
+    }
+
     /// Refuses configurations that would expose the service: no
     /// authentication without an explicit dev mode, dev mode anywhere but
     /// loopback, bearer secrets on a non-loopback plaintext listener. Also

@@ -177,6 +177,9 @@ async fn serve_with(
         tls,
         redactor,
     } = startup;
+    for warning in settings.protection_warnings() {
+        tracing::warn!(warning = %warning, "protection turned off");
+    }
     if authenticator.is_dev() {
         tracing::warn!(
             listen = %settings.listen,

@@ -230,6 +230,26 @@ fn the_example_config_is_valid() {
     assert!(out.contains("is valid"));
 }
 
+/// Turning redaction off is valid, and never silent.
+#[test]
+fn config_check_warns_when_redaction_is_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("open.yaml");
+    std::fs::write(&path, "auth:\n  dev: true\nredaction:\n  defaults: false\n").unwrap();
+    let (code, out, err) = run(&["config", "check", path.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("# WARNING: redaction.defaults is off"),
+        "{out}"
+    );
+    assert!(err.contains("warning: redaction.defaults is off"), "{err}");
+    let (_, out, err) = run(&["config", "check", "examples/config.yaml"], None);
+    assert!(
+        !out.contains("WARNING") && !err.contains("warning"),
+        "{out}{err}"
+    );
+}
+
 #[test]
 fn a_bad_config_names_the_field() {
     let dir = tempfile::tempdir().unwrap();

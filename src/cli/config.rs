@@ -30,8 +30,13 @@ fn check(files: &[PathBuf]) -> Result<String, Failure> {
     config::check(&settings).map_err(Failure::bad_input)?;
     let yaml = config::to_yaml(&settings).map_err(Failure::other)?;
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let mut warnings = String::new();
+    for w in settings.protection_warnings() {
+        eprintln!("warning: {w}");
+        warnings.push_str(&format!("# WARNING: {w}\n"));
+    }
     Ok(format!(
-        "# {} {} valid; effective configuration:\n{yaml}",
+        "# {} {} valid; effective configuration:\n{warnings}{yaml}",
         names.join(" + "),
         if files.len() == 1 { "is" } else { "are" }
     ))
