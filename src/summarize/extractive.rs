@@ -1451,12 +1451,12 @@ fn is_artifact_key(k: &str) -> bool {
 
 /// A message quoted whole up to this many characters (whitespace
 /// collapsed); a longer one keeps its opening and its end.
-const REQUEST_WHOLE_CHARS: usize = 280;
+const REQUEST_WHOLE_CHARS: usize = 320;
 /// Of a long message: the opening kept (what the request is; the facts in
 /// its body are the facts section's, and the whole is in the archive) …
-const REQUEST_HEAD_CHARS: usize = 160;
+const REQUEST_HEAD_CHARS: usize = 200;
 /// … and its end (where a long message usually puts the actual ask).
-const REQUEST_TAIL_CHARS: usize = 80;
+const REQUEST_TAIL_CHARS: usize = 60;
 /// What marks the middle left out of a long quote.
 const CUT_MARK: &str = " characters left out) … ";
 
