@@ -62,18 +62,7 @@ async fn artifacts_summaries_and_files_at_rest_are_redacted() {
     assert!(back.content.contains("[REDACTED:aws_access_key_id]"));
     assert!(back.content.contains("processed batch"), "the rest is kept");
     // The plan file on disk holds none of them either.
-    let mut files = Vec::new();
-    let mut stack = vec![server.data_dir.clone()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("dir").flatten() {
-            if e.path().is_dir() {
-                stack.push(e.path());
-            } else {
-                files.push(e.path());
-            }
-        }
-    }
-    for f in files {
+    for f in files_under(&server.data_dir) {
         let bytes = std::fs::read(&f).expect("file");
         for s in SECRETS {
             assert!(

@@ -364,16 +364,16 @@ pub fn recall(passages: &[crate::app::RecalledPassage]) {
     if passages.is_empty() {
         return;
     }
-    let messages: Vec<&str> = passages.iter().map(|p| p.message_id.as_str()).collect();
-    let artifacts: Vec<&str> = passages
-        .iter()
-        .filter_map(|p| p.artifact_id.as_deref())
-        .collect();
+    let (messages, artifacts) = id_lists(
+        passages
+            .iter()
+            .map(|p| (p.message_id.as_str(), p.artifact_id.as_deref())),
+    );
     tracing::info!(
         target: EVENTS,
         passages = int(passages.len()),
-        message_ids = %messages.join(","),
-        artifact_ids = %artifacts.join(","),
+        message_ids = %messages,
+        artifact_ids = %artifacts,
         "compact.recall"
     );
 }
@@ -386,19 +386,29 @@ pub fn search_context(
     passages: &[crate::app::FoundPassage],
     withheld: u32,
 ) {
-    let messages: Vec<&str> = passages.iter().map(|p| p.message_id.as_str()).collect();
-    let artifacts: Vec<&str> = passages
-        .iter()
-        .filter_map(|p| p.artifact_id.as_deref())
-        .collect();
+    let (messages, artifacts) = id_lists(
+        passages
+            .iter()
+            .map(|p| (p.message_id.as_str(), p.artifact_id.as_deref())),
+    );
     tracing::info!(
         target: EVENTS,
         plan_version = int(plan_version),
         query_chars = int(query_chars),
         passages = int(passages.len()),
         withheld = int(withheld),
-        message_ids = %messages.join(","),
-        artifact_ids = %artifacts.join(","),
+        message_ids = %messages,
+        artifact_ids = %artifacts,
         "compact.search_context"
     );
+}
+
+/// Comma-joined message ids and artifact ids of passages (ids only).
+fn id_lists<'a>(passages: impl Iterator<Item = (&'a str, Option<&'a str>)>) -> (String, String) {
+    let (mut messages, mut artifacts) = (Vec::new(), Vec::new());
+    for (m, a) in passages {
+        messages.push(m);
+        artifacts.extend(a);
+    }
+    (messages.join(","), artifacts.join(","))
 }
