@@ -87,6 +87,15 @@ impl std::fmt::Debug for Redactor {
     }
 }
 
+/// Labels whose value is a secret in text (`password=…`, `"token": "…"`):
+/// shared by the text rule and the JSON key rule, which adds words only a
+/// key can be.
+macro_rules! secret_labels {
+    () => {
+        "api[_-]?key|apikey|secret(?:[_-]?key)?|client[_-]?secret|access[_-]?token|auth[_-]?token|refresh[_-]?token|token|password|passwd|passphrase|private[_-]?key[_-]?id"
+    };
+}
+
 /// (name, pattern, keeps a label in group 1).
 /// `(?-u:\b)` is an ASCII word boundary: with Unicode boundaries the lazy
 /// DFA gives up at the first non-ASCII byte and matching gets much slower.
@@ -155,7 +164,11 @@ const DEFAULT_RULES: &[(&str, &str, bool)] = &[
         // its quotes kept (groups 2-5); a bare one runs to a space or
         // separator and must be 4 characters or more ("password: no").
         "secret",
-        r#"(?i)((?:^|[^A-Za-z0-9])(?:[A-Za-z0-9]+[_-])*(?:api[_-]?key|apikey|secret(?:[_-]?key)?|client[_-]?secret|access[_-]?token|auth[_-]?token|refresh[_-]?token|token|password|passwd|passphrase|private[_-]?key[_-]?id)\\?["']?\s*[:=]\s*)(?:(\\?")[^"\n\\]{1,256}(\\?")|(')[^'\n]{1,256}(')|[^\s"'\\,;&]{4,})"#,
+        concat!(
+            r#"(?i)((?:^|[^A-Za-z0-9])(?:[A-Za-z0-9]+[_-])*(?:"#,
+            secret_labels!(),
+            r#")\\?["']?\s*[:=]\s*)(?:(\\?")[^"\n\\]{1,256}(\\?")|(')[^'\n]{1,256}(')|[^\s"'\\,;&]{4,})"#
+        ),
         true,
     ),
 ];
@@ -448,17 +461,30 @@ impl Redactor {
     }
 }
 
-/// A key that names a secret: a word of the list, alone or as the last
-/// part of a compound (`db_password`, `stripe.apiKey`, `X-Api-Key`).
-const SECRET_KEY: &str = r"(?i)^(?:[A-Za-z0-9]+[_.-]?)*?(?:api[_-]?key|apikey|secret|secret[_-]?key|client[_-]?secret|access[_-]?token|auth[_-]?token|refresh[_-]?token|id[_-]?token|token|password|passwd|passphrase|private[_-]?key|private[_-]?key[_-]?id|credentials?|authorization|account[_-]?key|shared[_-]?access[_-]?key|connection[_-]?string|cookie|session[_-]?id)$";
+/// A key that names a secret: a label, or a word only a key can be
+/// (`credentials`, `authorization`: as a label in text its value's first
+/// word is a scheme, not the secret), alone or as the last part of a
+/// compound (`db_password`, `stripe.apiKey`, `X-Api-Key`).
+macro_rules! secret_keys {
+    () => {
+        concat!(
+            secret_labels!(),
+            "|id[_-]?token|private[_-]?key|credentials?|authorization|account[_-]?key|shared[_-]?access[_-]?key|connection[_-]?string|cookie|session[_-]?id"
+        )
+    };
+}
+const SECRET_KEY: &str = concat!("(?i)^(?:[A-Za-z0-9]+[_.-]?)*?(?:", secret_keys!(), ")$");
 
 /// Whether JSON text has an object key that names a secret (its value
 /// must then be redacted whole, which only the parsed value can tell).
 fn names_a_secret_key(json: &str) -> bool {
-    static KEYS: std::sync::LazyLock<Option<Regex>> = std::sync::LazyLock::new(|| {
-        let inner = SECRET_KEY.trim_start_matches("(?i)^").trim_end_matches('$');
-        Regex::new(&format!(r#"(?i)"{inner}"\s*:"#)).ok()
-    });
+    const QUOTED_KEY: &str = concat!(
+        r#"(?i)"(?:[A-Za-z0-9]+[_.-]?)*?(?:"#,
+        secret_keys!(),
+        r#")"\s*:"#
+    );
+    static KEYS: std::sync::LazyLock<Option<Regex>> =
+        std::sync::LazyLock::new(|| Regex::new(QUOTED_KEY).ok());
     KEYS.as_ref().is_none_or(|r| r.is_match(json))
 }
 

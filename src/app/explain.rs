@@ -113,15 +113,7 @@ impl App {
         if cmd.thread_id.is_empty() {
             return Err(AppError::invalid("thread_id", "must not be empty"));
         }
-        let chars = cmd.text.chars().count();
-        if cmd.text.trim().is_empty() || chars > MAX_EXPLAIN_TEXT_CHARS {
-            return Err(AppError::invalid(
-                "text",
-                format!(
-                    "must be 1 to {MAX_EXPLAIN_TEXT_CHARS} characters, not blank (got {chars})"
-                ),
-            ));
-        }
+        Self::validate_text("text", &cmd.text, MAX_EXPLAIN_TEXT_CHARS)?;
         if let Some(t) = &cmd.thread {
             if t.id != cmd.thread_id {
                 return Err(AppError::invalid("thread.id", "must equal thread_id"));

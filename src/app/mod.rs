@@ -210,6 +210,19 @@ impl App {
     }
 
     /// Validates a thread against the size limits; errors name `thread.…`.
+    /// `INVALID_ARGUMENT` naming `field` unless `text` is 1 to `max`
+    /// characters and not blank (Explain's text, SearchContext's query).
+    fn validate_text(field: &str, text: &str, max: usize) -> Result<()> {
+        let chars = text.chars().count();
+        if text.trim().is_empty() || chars > max {
+            return Err(AppError::invalid(
+                field,
+                format!("must be 1 to {max} characters, not blank (got {chars})"),
+            ));
+        }
+        Ok(())
+    }
+
     fn validate_thread(&self, thread: &Thread) -> Result<()> {
         thread
             .validate(&self.inner.limits)

@@ -167,23 +167,19 @@ impl App {
         let mut cmd = cmd;
         let warnings = Self::settle_thread(&mut cmd.request.thread);
         cmd.request.policy = self.effective_policy(&cmd.request.policy)?;
-        if cmd.read_artifact_tool
-            && !cmd
-                .request
-                .tools
-                .iter()
-                .any(|t| t.name == READ_ARTIFACT_TOOL)
-        {
-            Arc::make_mut(&mut cmd.request.tools).push(read_artifact_tool());
-        }
-        if cmd.search_context_tool
-            && !cmd
-                .request
-                .tools
-                .iter()
-                .any(|t| t.name == super::SEARCH_CONTEXT_TOOL)
-        {
-            Arc::make_mut(&mut cmd.request.tools).push(super::search_context_tool());
+        for (wanted, tool) in [
+            (
+                cmd.read_artifact_tool,
+                read_artifact_tool as fn() -> ToolSchema,
+            ),
+            (cmd.search_context_tool, super::search_context_tool),
+        ] {
+            if wanted {
+                let tool = tool();
+                if !cmd.request.tools.iter().any(|t| t.name == tool.name) {
+                    Arc::make_mut(&mut cmd.request.tools).push(tool);
+                }
+            }
         }
         Ok((cmd, warnings))
     }

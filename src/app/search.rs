@@ -67,15 +67,7 @@ impl App {
     ) -> Result<SearchOutcome> {
         UseCase::SearchContext.authorize(ctx, None)?;
         self.validate_thread(&cmd.thread)?;
-        let chars = cmd.query.chars().count();
-        if cmd.query.trim().is_empty() || chars > MAX_SEARCH_QUERY_CHARS {
-            return Err(AppError::invalid(
-                "query",
-                format!(
-                    "must be 1 to {MAX_SEARCH_QUERY_CHARS} characters, not blank (got {chars})"
-                ),
-            ));
-        }
+        Self::validate_text("query", &cmd.query, MAX_SEARCH_QUERY_CHARS)?;
         if cmd.max_results > MAX_SEARCH_RESULTS {
             return Err(AppError::invalid(
                 "max_results",
@@ -97,7 +89,7 @@ impl App {
         Self::settle_thread(&mut thread);
         let (app, ctx2) = (self.clone(), ctx.clone());
         let plan_version = plan.version;
-        let query_chars = chars;
+        let query_chars = cmd.query.chars().count();
         let (passages, withheld) = blocking(move || {
             let index = app
                 .inner

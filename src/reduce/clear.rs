@@ -43,31 +43,24 @@ impl Reducer for Clear {
             let durability = env
                 .durability
                 .unwrap_or_else(|| state.policy.durability_for(&env.tool_name));
-            if durability == Durability::NonReplayable {
-                continue;
-            }
+            let gist = match durability {
+                Durability::NonReplayable => continue,
+                Durability::Replayable if !state.replay_verified(p, i) => continue,
+                Durability::Ephemeral | Durability::Replayable => false,
+                Durability::Anchoring => true,
+            };
             // The stub quotes the output (key data, refs, a gist): built
             // from the redacted result, where a value still has the label
             // that marks it as a secret.
-            let redacted = state.redactor.redact_message(p.message(i));
-            let Some(env) = redacted.tool_result.as_ref() else {
-                continue;
-            };
-            let text = match durability {
-                Durability::NonReplayable => continue,
-                Durability::Ephemeral => placeholder(env, state.memo, false),
-                Durability::Anchoring => placeholder(env, state.memo, true),
-                Durability::Replayable => {
-                    if !state.replay_verified(p, i) {
-                        continue;
-                    }
-                    format!(
-                        "{}\n(cleared: the source is unchanged; call {} again with the same arguments to see it)",
-                        placeholder(env, state.memo, false),
-                        env.tool_name
-                    )
-                }
-            };
+            let env = state.redactor.redact_envelope(env);
+            let env = env.as_ref();
+            let mut text = placeholder(env, state.memo, gist);
+            if durability == Durability::Replayable {
+                text.push_str(&format!(
+                    "\n(cleared: the source is unchanged; call {} again with the same arguments to see it)",
+                    env.tool_name
+                ));
+            }
             let mut preserved = super::retention::stub_preserved(env);
             preserved.insert(
                 "durability".into(),

@@ -633,7 +633,7 @@ fn shrink(
         partition::mark_kept(p, tail.turns, tail.pairs, tail.tokens);
         p.tail_tool_results_reducible = tail.at_floor;
         if tail.escalated() {
-            partition::excerpt_last_user(p, tail.user_share(budget.target()), state.redactor);
+            partition::excerpt_last_user(p, tail.user_share(budget.target()));
             if archive {
                 p.archive_evictions(state.redactor);
             }

@@ -107,7 +107,7 @@ pub fn last_user(p: &Projection<'_>) -> Option<usize> {
 /// its head (two thirds of the share) and its tail (a third) and leaves the
 /// middle out: the archive of the clear keeps the whole message, and the
 /// prompt says where. Text parts only; the archive holds any others.
-pub fn excerpt_last_user(p: &mut Projection<'_>, share: u32, redactor: &crate::redact::Redactor) {
+pub fn excerpt_last_user(p: &mut Projection<'_>, share: u32) {
     let Some(i) = last_user(p) else { return };
     if p.is_pinned(i) || !p.is_included(i) || p.cost(i) <= share {
         return;
@@ -122,7 +122,6 @@ pub fn excerpt_last_user(p: &mut Projection<'_>, share: u32, redactor: &crate::r
     let excerpt = format!(
         "{head}\n[… about {left_out} tokens of this message left out here to fit the context …]\n{tail}"
     );
-    let excerpt = redactor.redact(&excerpt).into_owned();
     let before = p.cost(i);
     p.clear(i, ClearReason::Excerpt, excerpt, Default::default());
     if p.cost(i) >= before {

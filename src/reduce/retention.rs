@@ -75,10 +75,8 @@ impl Reducer for Retention {
                 continue;
             }
             // The stub quotes the output: built from the redacted result.
-            let redacted = state.redactor.redact_message(m);
-            let Some(env) = redacted.tool_result.as_ref() else {
-                continue;
-            };
+            let env = state.redactor.redact_envelope(env);
+            let env = env.as_ref();
             let mut preserved = stub_preserved(env);
             let mut text = format!(
                 "[result expired] {}: {}",
