@@ -76,6 +76,8 @@ struct Rule {
 pub struct Redactor {
     rules: Vec<Rule>,
     id: String,
+    /// Whether the built-in detectors are on (`redaction.defaults`).
+    defaults: bool,
 }
 
 impl std::fmt::Debug for Redactor {
@@ -247,6 +249,7 @@ impl Redactor {
         Ok(Redactor {
             rules,
             id: hex::encode(&id.finalize()[..8]),
+            defaults: config.defaults,
         })
     }
 
@@ -257,9 +260,23 @@ impl Redactor {
             Redactor::from_config(&RedactionConfig::default()).unwrap_or(Redactor {
                 rules: Vec::new(),
                 id: "none".into(),
+                defaults: false,
             })
         });
         &STANDARD
+    }
+
+    /// Whether the built-in detectors run. Off is a deployment choice that
+    /// every audit record states (see [`Redactor::off_warning`]).
+    pub fn detects_defaults(&self) -> bool {
+        self.defaults
+    }
+
+    /// The audit warning for a rule set without the built-in detectors.
+    pub fn off_warning(&self) -> Option<&'static str> {
+        (!self.defaults).then_some(
+            "redaction.defaults is off: secrets in this thread were kept and stored as sent",
+        )
     }
 
     /// Identifies the rule set (part of plan fingerprints: other rules,

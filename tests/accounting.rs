@@ -20,7 +20,13 @@ fn verbatim_and_cleared_costs_equal_the_rendered_message_cost() {
         RenderOptions::default(),
         RenderOptions {
             delimit_user_content: true,
+            delimit_tool_output: true,
             tool_result_max_chars: Some(100),
+        },
+        RenderOptions {
+            delimit_user_content: false,
+            delimit_tool_output: false,
+            tool_result_max_chars: None,
         },
     ] {
         for m in &t.messages {

@@ -347,6 +347,18 @@ fn an_anthropic_log_comes_back_to_anthropic_unchanged_where_it_matters() {
     let input = thread_from_json(&body, "ci").expect("imports");
     let mut h = Harness::default();
     h.system = input.system.clone();
+    // By default the result is rendered as delimited data ...
+    let out = h.compact(&input.thread, 100_000, None).expect("renders");
+    let (_, an, _) = all_forms_valid(&out.request);
+    let wrapped = an["messages"][2]["content"][0]["content"]
+        .as_str()
+        .expect("text");
+    assert!(
+        wrapped.starts_with("<tool_output id=") && wrapped.contains("\nlast seen 3h ago\n"),
+        "{wrapped}"
+    );
+    // ... and with that off, the log comes back as it was.
+    h.policy.render.delimit_tool_output = false;
     let out = h.compact(&input.thread, 100_000, None).expect("renders");
     let (_, an, _) = all_forms_valid(&out.request);
     assert_eq!(an["system"], body["system"]);
@@ -381,6 +393,8 @@ fn a_responses_log_comes_back_to_responses() {
     let input = thread_from_json(&body, "alerts").expect("imports");
     let mut h = Harness::default();
     h.system = input.system.clone();
+    // Tool output as it arrived (the default renders it as delimited data).
+    h.policy.render.delimit_tool_output = false;
     let out = h.compact(&input.thread, 100_000, None).expect("renders");
     let (_, _, rs) = all_forms_valid(&out.request);
     assert_eq!(rs["instructions"], body["instructions"]);

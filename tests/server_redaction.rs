@@ -216,3 +216,167 @@ fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     files
 }
+
+/// Ordinary conversation text (no secret in it) from every role and from
+/// tool output: plans are sealed like artifacts, so none of it is readable
+/// in any file the service wrote.
+const CONVERSATION: &[&str] = &[
+    "Never delete production data",
+    "all batches succeeded",
+    "Question number",
+    "everything is fine",
+    "processed batch",
+    "worker-0",
+    "A-17",
+];
+
+#[tokio::test]
+async fn no_conversation_text_is_readable_in_any_file_at_rest() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+    for (k, budget) in [3_000u32, 6_000, 8_000].into_iter().enumerate() {
+        let mut req = compact_req(big_thread(&format!("t-rest-{k}"), 2000), budget);
+        if k == 2 {
+            req.policy = Some(externalize_policy());
+        }
+        let out = within(client.compact(authed(req, &acme)))
+            .await
+            .expect("compact")
+            .into_inner();
+        let plan = format!("{:?}", out.plan.expect("plan"));
+        // The plan returned to the caller does carry the conversation (it is
+        // the caller's own), which is what makes the check below meaningful.
+        if k == 0 {
+            assert!(
+                CONVERSATION.iter().any(|c| plan.contains(c)),
+                "the plan names nothing of the conversation: {plan}"
+            );
+        }
+    }
+    let files = files_under(&server.data_dir);
+    assert!(
+        files
+            .iter()
+            .any(|f| f.file_name().is_some_and(|n| n == "plan.json")),
+        "plans were written: {files:?}"
+    );
+    for f in files {
+        let bytes = std::fs::read(&f).expect("file");
+        for c in CONVERSATION {
+            assert!(
+                !bytes.windows(c.len()).any(|w| w == c.as_bytes()),
+                "{c:?} readable at rest in {f:?}"
+            );
+        }
+    }
+}
+
+/// Crypto-shredding: once a tenant's keys are deleted (`compactd keys
+/// shred`, here while the server runs) its plans and artifacts answer
+/// NOT_FOUND with reason KEY_DELETED, other tenants are served as before,
+/// and the shredded thread can still be deleted.
+#[tokio::test]
+async fn a_shredded_tenant_reads_not_found_and_others_are_served() {
+    use compactd::proto::status::ErrorDescription;
+    use tonic::Code;
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let mut artifacts = Vec::new();
+    for tenant in ["acme", "globex"] {
+        let mut req = compact_req(big_thread("t-shred", 2000), 8000);
+        req.policy = Some(externalize_policy());
+        let out = within(client.compact(authed(req, &token(tenant, ALL))))
+            .await
+            .expect("compact")
+            .into_inner();
+        artifacts.push(out.new_artifact_ids.first().cloned().expect("externalized"));
+    }
+    let render = |tenant: &str| {
+        authed(
+            pb::RenderRequest {
+                thread: Some(big_thread("t-shred", 2000)),
+                model: "gpt-4o".into(),
+                ..Default::default()
+            },
+            &token(tenant, ALL),
+        )
+    };
+    within(client.render(render("acme")))
+        .await
+        .expect("served before the shred");
+
+    let ring = compactd::store::envelope::LocalKeyring::open_or_create(
+        &server.data_dir.join(compactd::store::KEYRING_FILE),
+    )
+    .expect("keyring");
+    assert_eq!(ring.shred("acme").expect("shred"), 1);
+
+    let err = within(client.render(render("acme")))
+        .await
+        .expect_err("acme's plan is gone");
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    assert_eq!(ErrorDescription::of(&err).reason, "KEY_DELETED");
+    assert!(err.message().contains("key"), "{err:?}");
+    let err = within(client.rehydrate(authed(
+        pb::RehydrateRequest {
+            thread_id: "t-shred".into(),
+            artifact_id: artifacts[0].clone(),
+            ..Default::default()
+        },
+        &token("acme", ALL),
+    )))
+    .await
+    .expect_err("acme's artifact is gone");
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+
+    within(client.render(render("globex")))
+        .await
+        .expect("globex is untouched");
+    within(client.rehydrate(authed(
+        pb::RehydrateRequest {
+            thread_id: "t-shred".into(),
+            artifact_id: artifacts[1].clone(),
+            ..Default::default()
+        },
+        &token("globex", ALL),
+    )))
+    .await
+    .expect("globex's artifact reads");
+    within(client.delete_thread(authed(
+        pb::DeleteThreadRequest {
+            thread_id: "t-shred".into(),
+            ..Default::default()
+        },
+        &token("acme", &["delete"]),
+    )))
+    .await
+    .expect("a shredded thread can be deleted");
+}
+
+/// Turning redaction off is never silent: every audit record says so (and
+/// start-up and `config check` warn, see `tests/cli.rs`).
+#[tokio::test]
+async fn every_audit_record_says_when_redaction_is_off() {
+    for defaults in [true, false] {
+        let server = TestServer::start_with(|s| s.redaction.defaults = defaults).await;
+        let mut client = server.client().await;
+        let out = within(client.render(authed(
+            pb::RenderRequest {
+                thread: Some(leaky_thread("t-off")),
+                model: "gpt-4o".into(),
+                compact_first: true,
+                ..Default::default()
+            },
+            &token("acme", ALL),
+        )))
+        .await
+        .expect("render")
+        .into_inner();
+        let warnings = out.audit.expect("audit").warnings;
+        let marked = warnings
+            .iter()
+            .any(|w| w.contains("redaction.defaults is off"));
+        assert_eq!(marked, !defaults, "{warnings:?}");
+    }
+}

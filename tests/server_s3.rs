@@ -291,6 +291,21 @@ async fn externalized_content_is_ciphertext_in_s3_and_comes_back_redacted() {
     );
     let plan_bytes = aws.object(&plan_key).await;
     assert!(!contains(&plan_bytes, b"hunter2-prod"));
+    // ... and sealed by compactd per tenant under the tenant's KMS key like
+    // the artifacts, so nothing of the conversation is readable in it.
+    let sealed = plan_bytes
+        .strip_prefix(b"compactd-plan v2\n".as_slice())
+        .expect("a sealed plan");
+    let line = sealed.split(|&b| b == b'\n').next().expect("header");
+    let h: serde_json::Value = serde_json::from_slice(line).expect("header json");
+    assert_eq!(h["envelope"]["key_id"], aws.default_key.as_str());
+    assert_eq!(h["meta"]["tenant"], "acme");
+    for plain in ["worker-0", "A-17", "read_file", "Never delete"] {
+        assert!(
+            !contains(&plan_bytes, plain.as_bytes()),
+            "{plain} in the plan object"
+        );
+    }
 }
 
 #[tokio::test]

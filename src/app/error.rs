@@ -59,6 +59,10 @@ pub enum AppError {
     /// Nothing visible to this tenant under that name.
     #[error("{0} not found")]
     NotFound(String),
+    /// It exists, but the tenant's encryption key that wrapped it was
+    /// deleted (crypto-shredding): it is gone for good.
+    #[error("{0} can no longer be read: the encryption key that protected it was deleted")]
+    KeyDeleted(String),
     /// A store is down; the detail is logged, not returned.
     #[error("storage is temporarily unavailable")]
     Unavailable(String),
@@ -101,6 +105,7 @@ impl AppError {
             | AppError::PermissionDenied(_)
             | AppError::Unauthenticated(_)
             | AppError::NotFound(_)
+            | AppError::KeyDeleted(_)
             | AppError::Unavailable(_)
             | AppError::Internal(_)
             | AppError::Cancelled => "",
@@ -165,6 +170,10 @@ pub(crate) fn store_error(e: StoreError, what: &str) -> AppError {
             AppError::VersionConflict { expected, current }
         }
         StoreError::NotFound | StoreError::InvalidId(_) => AppError::NotFound(what.to_string()),
+        StoreError::KeyDeleted(m) => {
+            tracing::info!(error = %m, "stored data whose key was deleted");
+            AppError::KeyDeleted(what.to_string())
+        }
         StoreError::Unavailable(m) => AppError::Unavailable(m),
         StoreError::Io(e) => AppError::Unavailable(e.to_string()),
         StoreError::Corrupt(m) => AppError::Internal(format!("corrupt {what}: {m}")),
@@ -183,6 +192,7 @@ pub(crate) fn plan_store_error(e: StoreError) -> AppError {
 pub(crate) fn artifact_read_error(e: StoreError, field: &str) -> AppError {
     match store_error(e, "artifact") {
         AppError::NotFound(_) => AppError::NotFound(format!("artifact ({field})")),
+        AppError::KeyDeleted(_) => AppError::KeyDeleted(format!("artifact ({field})")),
         other => other,
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::cache::{BoundedCache, Weigh};
 use crate::model::{CompactionPlan, Thread};
-use crate::recall::{block, queries_of, Hit, RecallIndex, RecallSettings};
+use crate::recall::{block, delimited_block, queries_of, Hit, RecallIndex, RecallSettings};
 use crate::redact::Redactor;
 use crate::render::{Origin, Request, RequestCounter};
 
@@ -113,6 +113,7 @@ pub(super) fn fit_recall<'a>(
     rc: &RequestCounter<'_>,
     settings: RecallSettings,
     room: u32,
+    delimit: bool,
 ) -> Option<(String, Vec<Hit<'a>>)> {
     if index.is_empty() || room <= MESSAGE_FRAMING {
         return None;
@@ -134,7 +135,11 @@ pub(super) fn fit_recall<'a>(
         .collect();
     hits.truncate(wanted);
     while !hits.is_empty() {
-        let text = block(&hits);
+        let text = if delimit {
+            delimited_block(&hits)
+        } else {
+            block(&hits)
+        };
         let cost = rc.text(&text);
         if cost.saturating_add(MESSAGE_FRAMING) <= room {
             return Some((text, hits));

@@ -229,6 +229,9 @@ impl App {
             let mut audit = audit(&plan, parts.counter.name(), &summarizer_id, &rehydrated);
             audit.warnings = thread_warnings;
             audit.warnings.extend(render_warnings(&request, cmd.format));
+            audit
+                .warnings
+                .extend(app.inner.redactor.off_warning().map(str::to_string));
             audit.requester = requester;
             // What the body may count as sent: the window less the
             // reserves; the safety margin is there for what an estimate of
@@ -537,7 +540,8 @@ fn render_and_count(
         auto_cap,
         recall,
     } = extras;
-    let (injected, report) = fit_read_backs(rc, fetched, auto, auto_cap, room);
+    let options = &cmd.request.policy.render;
+    let (injected, report) = fit_read_backs(rc, fetched, auto, auto_cap, room, options);
     if !injected.is_empty() {
         request = render_with(&injected);
         tokens = rc.request(&request);
@@ -555,7 +559,15 @@ fn render_and_count(
             .lock()
             .map_err(|_| AppError::Internal("recall index poisoned".into()))?;
         let thread = &cmd.request.thread;
-        if let Some((text, hits)) = fit_recall(&index, thread, &request, rc, settings, room) {
+        if let Some((text, hits)) = fit_recall(
+            &index,
+            thread,
+            &request,
+            rc,
+            settings,
+            room,
+            options.delimit_tool_output,
+        ) {
             // Where the renderer puts per-turn content; counted alone, as
             // the request's count is the sum of its messages'.
             let block = crate::render::recall_message(&text);
@@ -612,6 +624,7 @@ fn fit_read_backs(
     auto: AutoRehydration,
     auto_cap: u32,
     room: u32,
+    options: &crate::render::RenderOptions,
 ) -> (Vec<crate::render::Rehydrated>, Vec<RehydrationReport>) {
     let explicit = fetched.len();
     let mut cut = Vec::with_capacity(auto.fetched.len());
@@ -620,7 +633,7 @@ fn fit_read_backs(
         cut.push(truncated);
         fetched.push((id, text));
     }
-    let (injected, mut report) = fit_rehydrated(rc, fetched, room);
+    let (injected, mut report) = fit_rehydrated(rc, fetched, room, options);
     for (r, truncated) in report[explicit..].iter_mut().zip(cut) {
         r.auto = true;
         r.truncated |= truncated;

@@ -10,10 +10,26 @@ use super::Failure;
 /// `compactd keys …`.
 #[derive(clap::Subcommand)]
 pub enum KeysCommand {
-    /// Adds a master key and makes it current; older keys stay to decrypt
-    /// what they encrypted. A running server picks the new key up on restart.
+    /// Adds a master key (a shared one and one per tenant) and makes each
+    /// current; older keys stay to decrypt what they encrypted. A running
+    /// server uses the new keys from its next request.
     Rotate {
         /// The data directory whose keyring (`keys/keyring.json`) to rotate.
+        #[arg(long, default_value = "compactd-data")]
+        data_dir: PathBuf,
+        /// The keyring file, when `keyring_file` is set (overrides --data-dir).
+        #[arg(long)]
+        keyring_file: Option<PathBuf>,
+    },
+    /// Deletes a tenant's master keys (crypto-shredding): its plans and
+    /// artifacts can never be decrypted again, by anyone. A running server
+    /// answers NOT_FOUND (reason KEY_DELETED) for them from its next
+    /// request. There is no undo.
+    Shred {
+        /// The tenant whose keys to delete.
+        #[arg(long)]
+        tenant: String,
+        /// The data directory.
         #[arg(long, default_value = "compactd-data")]
         data_dir: PathBuf,
         /// The keyring file, when `keyring_file` is set (overrides --data-dir).
@@ -40,6 +56,20 @@ pub fn run(cmd: &KeysCommand) -> Result<String, Failure> {
         } => open(data_dir, keyring_file.as_deref())?
             .rotate()
             .map_err(Failure::other),
+        KeysCommand::Shred {
+            tenant,
+            data_dir,
+            keyring_file,
+        } => {
+            let deleted = open(data_dir, keyring_file.as_deref())?
+                .shred(tenant)
+                .map_err(Failure::other)?;
+            Ok(if deleted == 0 {
+                format!("tenant {tenant:?} has no keys in this keyring; nothing deleted")
+            } else {
+                format!("deleted {deleted} key(s) of tenant {tenant:?}: its stored data can no longer be decrypted")
+            })
+        }
         KeysCommand::Current {
             data_dir,
             keyring_file,

@@ -61,6 +61,7 @@ impl From<AppError> for Failure {
             | AppError::PermissionDenied(_)
             | AppError::Unauthenticated(_)
             | AppError::NotFound(_)
+            | AppError::KeyDeleted(_)
             | AppError::Unavailable(_)
             | AppError::Internal(_)
             | AppError::Cancelled

@@ -315,7 +315,10 @@ impl StructuredSummary {
                     let _ = write!(line, " {fields}");
                 }
                 if let Some(e) = &t.error_message {
-                    let _ = write!(line, " error: {e}");
+                    // Tool text, quoted as data: whatever it says, it stays
+                    // inside one string on this line.
+                    let quoted = serde_json::to_string(e).unwrap_or_default();
+                    let _ = write!(line, " error: {quoted}");
                 }
                 match at.get(&line) {
                     Some(&k) => lines[k].1 += 1,

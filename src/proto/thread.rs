@@ -538,8 +538,10 @@ pub fn policy_from_overrides(base: &Policy, o: Option<pb::PolicyOverrides>) -> R
     flag(&mut p.enable.drop, o.enable_drop);
     flag(&mut p.enable.archive, o.enable_archive);
     flag(&mut p.render.delimit_user_content, o.delimit_user_content);
+    flag(&mut p.render.delimit_tool_output, o.delimit_tool_output);
     if let Some(v) = o.tool_result_max_chars {
-        p.render.tool_result_max_chars = Some(v as usize);
+        // 0 turns the cap off.
+        p.render.tool_result_max_chars = (v > 0).then_some(v as usize);
     }
     Ok(p)
 }

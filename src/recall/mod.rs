@@ -70,6 +70,16 @@ pub fn block(hits: &[Hit<'_>]) -> String {
     out
 }
 
+/// [`block`] with the passages as delimited data (the header outside):
+/// recalled text is old tool output and conversation, never instructions.
+pub fn delimited_block(hits: &[Hit<'_>]) -> String {
+    let body: String = hits.iter().map(|h| entry(h.passage)).collect();
+    format!(
+        "{BLOCK_HEADER}\n{}",
+        crate::render::delimit_data(body.trim_start_matches('\n'))
+    )
+}
+
 /// One passage as the block shows it.
 pub fn entry(p: &Passage) -> String {
     let source = match &p.artifact_id {

@@ -200,9 +200,6 @@ impl Policy {
                 });
             }
         }
-        if self.render.tool_result_max_chars == Some(0) {
-            return err("render.tool_result_max_chars", "must be at least 1");
-        }
         Ok(())
     }
 

@@ -151,7 +151,9 @@ impl<'a> RequestCounter<'a> {
     /// Equal to `self.message(&render_message(m, Action::Include, options))`.
     pub fn verbatim(&self, m: &Message, options: &RenderOptions) -> u32 {
         let transformed = (options.delimit_user_content && m.role == Role::User)
-            || (options.tool_result_max_chars.is_some() && m.tool_result.is_some());
+            || (m.tool_result.is_some()
+                && (options.delimit_tool_output
+                    || options.tool_result_max_chars.is_some_and(|c| c > 0)));
         if transformed {
             return render_message(m, Action::Include, options).map_or(0, |rm| self.message(&rm));
         }

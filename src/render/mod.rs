@@ -18,7 +18,8 @@ pub use rehydrate::{
     AutoRehydrate, RehydrationBlocked, RehydrationReport,
 };
 pub use renderer::{
-    externalization_text, per_turn_position, recall_message, render, render_message, summary_text,
-    Rehydrated, RenderInput, RenderOptions, RENDER_FORMAT_VERSION,
+    delimit_data, externalization_text, per_turn_position, recall_message, render, render_message,
+    summary_text, Rehydrated, RenderInput, RenderOptions, DEFAULT_TOOL_RESULT_MAX_CHARS,
+    RENDER_FORMAT_VERSION,
 };
 pub use request::{Origin, ProviderOptions, RenderedMessage, Request};

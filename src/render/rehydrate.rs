@@ -10,7 +10,7 @@ use crate::recall::tokenize::{is_identifier, terms};
 use crate::tokens::truncate_to_tokens;
 
 use super::renderer::render_rehydrated;
-use super::{Rehydrated, RequestCounter};
+use super::{Rehydrated, RenderOptions, RequestCounter};
 
 /// What happened to one artifact asked for (or named by the agent) this turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,8 +207,9 @@ pub fn fit_rehydrated(
     counter: &RequestCounter<'_>,
     fetched: Vec<(String, String)>,
     reserve: u32,
+    options: &RenderOptions,
 ) -> (Vec<Rehydrated>, Vec<RehydrationReport>) {
-    let message_tokens = |r: &Rehydrated| counter.message(&render_rehydrated(r));
+    let message_tokens = |r: &Rehydrated| counter.message(&render_rehydrated(r, options));
     let mut remaining = reserve;
     let mut injected = Vec::new();
     let mut report = Vec::new();
@@ -284,7 +285,7 @@ mod tests {
             ("art_b".to_string(), long),
             ("art_c".to_string(), "never fits".to_string()),
         ];
-        let (injected, report) = fit_rehydrated(&rc, fetched, 300);
+        let (injected, report) = fit_rehydrated(&rc, fetched, 300, &RenderOptions::default());
         assert_eq!(injected.len(), 2);
         assert!(!report[0].truncated && !report[0].omitted);
         assert!(report[1].truncated && !report[1].omitted);

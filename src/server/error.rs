@@ -69,6 +69,7 @@ impl ApiError {
                 AppError::PermissionDenied(_) => (Code::PermissionDenied, "PERMISSION_DENIED"),
                 AppError::Unauthenticated(_) => (Code::Unauthenticated, "UNAUTHENTICATED"),
                 AppError::NotFound(_) => (Code::NotFound, "NOT_FOUND"),
+                AppError::KeyDeleted(_) => (Code::NotFound, "KEY_DELETED"),
                 AppError::Unavailable(_) => (Code::Unavailable, "UNAVAILABLE"),
                 AppError::Internal(_) => (Code::Internal, "INTERNAL"),
                 AppError::Cancelled => (Code::Cancelled, "CANCELLED"),

@@ -54,7 +54,8 @@ impl std::fmt::Debug for FsArtifactStore {
 /// (never served), anything else an outage.
 pub(super) fn crypto_error(e: CryptoError) -> StoreError {
     match e {
-        CryptoError::Invalid(m) => StoreError::Corrupt(format!("artifact does not decrypt: {m}")),
+        CryptoError::Invalid(m) => StoreError::Corrupt(format!("does not decrypt: {m}")),
+        CryptoError::KeyDeleted(m) => StoreError::KeyDeleted(m),
         CryptoError::Unavailable(m) | CryptoError::KeyFile(m) => StoreError::Unavailable(m),
     }
 }
@@ -233,11 +234,7 @@ pub(super) async fn seal_object(
         }
         None => new_artifact_id(),
     };
-    let context = EncryptionContext {
-        tenant: &meta.tenant,
-        thread: &meta.thread_id,
-        artifact: &id,
-    };
+    let context = EncryptionContext::artifact(&meta.tenant, &meta.thread_id, &id);
     let dk = keys
         .generate_data_key(&context)
         .await
@@ -306,11 +303,7 @@ pub(super) async fn open_object(
         verify(&header.meta, &body)?;
         return Ok((header.meta, body));
     };
-    let context = EncryptionContext {
-        tenant,
-        thread: thread_id,
-        artifact: artifact_id,
-    };
+    let context = EncryptionContext::artifact(tenant, thread_id, artifact_id);
     let key = unwrap_key(keys, &envelope, &context)
         .await
         .map_err(crypto_error)?;

@@ -348,24 +348,27 @@ pub async fn open(
 
     let artifact_store: Arc<dyn ArtifactStore> = match (&location, artifacts.backend) {
         (Some(at), Backend::S3) => {
-            let store = S3ArtifactStore::new(at.clone(), keys);
+            let store = S3ArtifactStore::new(at.clone(), Arc::clone(&keys));
             description.push(format!("artifacts=s3://{}", at.bucket()));
             Arc::new(store)
         }
         _ => {
             description.push(format!("artifacts={}", local.data_dir.display()));
-            Arc::new(FsArtifactStore::open_with_keys(local.data_dir, keys)?)
+            Arc::new(FsArtifactStore::open_with_keys(
+                local.data_dir,
+                Arc::clone(&keys),
+            )?)
         }
     };
     let plan_store: Arc<dyn PlanStore> = match (&location, plans_on) {
         (Some(at), Backend::S3) => {
-            let store = S3PlanStore::new(at.clone(), artifacts.kms.key_id.clone());
+            let store = S3PlanStore::new(at.clone(), keys, artifacts.kms.key_id.clone());
             description.push(format!("plans=s3://{}", at.bucket()));
             Arc::new(store)
         }
         _ => {
             description.push(format!("plans={}", local.data_dir.display()));
-            Arc::new(FsPlanStore::open(local.data_dir)?)
+            Arc::new(FsPlanStore::open_with_keys(local.data_dir, keys)?)
         }
     };
     Ok(Stores {

@@ -14,7 +14,9 @@
 //! makes it current, and old keys stay to unwrap what they wrapped. AWS KMS
 //! is the other implementation of [`KeyService`], with the same envelope.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 
 use async_trait::async_trait;
@@ -37,20 +39,51 @@ pub enum CryptoError {
     /// Authentication failed: tampered data, wrong context or wrong key.
     #[error("decryption failed: {0}")]
     Invalid(String),
+    /// The master key that wrapped the data key no longer exists (deleted,
+    /// disabled or pending deletion): the data is gone for good, which is
+    /// what crypto-shredding a tenant means.
+    #[error("key deleted: {0}")]
+    KeyDeleted(String),
     /// The key file could not be read, written or parsed.
     #[error("key file: {0}")]
     KeyFile(String),
 }
 
-/// Who an artifact belongs to; bound into every wrap and unwrap.
+/// Who an object belongs to; bound into every wrap and unwrap.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EncryptionContext<'a> {
     /// The owning tenant.
     pub tenant: &'a str,
     /// The thread.
     pub thread: &'a str,
-    /// The artifact id.
+    /// The object: an artifact id, or `plan/v{version}` for a plan.
     pub artifact: &'a str,
+    /// What the object is; absent for artifacts (so contexts written before
+    /// plans were encrypted stay the same), `plan` for plans.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'a str>,
+}
+
+impl<'a> EncryptionContext<'a> {
+    /// The context of an artifact.
+    pub fn artifact(tenant: &'a str, thread: &'a str, artifact: &'a str) -> Self {
+        EncryptionContext {
+            tenant,
+            thread,
+            artifact,
+            kind: None,
+        }
+    }
+
+    /// The context of a committed plan version (`object` is `plan/v{version}`).
+    pub fn plan(tenant: &'a str, thread: &'a str, object: &'a str) -> Self {
+        EncryptionContext {
+            tenant,
+            thread,
+            artifact: object,
+            kind: Some("plan"),
+        }
+    }
 }
 
 impl EncryptionContext<'_> {
@@ -89,6 +122,13 @@ pub trait KeyService: Send + Sync {
         wrapped: &[u8],
         context: &EncryptionContext<'_>,
     ) -> Result<Zeroizing<[u8; 32]>, CryptoError>;
+
+    /// Changes whenever the set of keys may have changed (a rotation or a
+    /// shred seen on disk), so a cache of decrypted data can drop what it
+    /// holds instead of serving what a deleted key protected.
+    fn generation(&self) -> u64 {
+        0
+    }
 }
 
 /// What is stored next to the ciphertext.
@@ -224,18 +264,109 @@ struct MasterKey {
     created_at_unix_ms: u64,
 }
 
+/// A tenant's own master keys: the newest wraps new data keys, older ones
+/// stay to unwrap what they wrapped.
 #[derive(Clone, Serialize, Deserialize)]
-struct KeyringFile {
-    format: u32,
-    /// The key new data keys are wrapped under.
+struct TenantKeys {
     current: String,
     keys: Vec<MasterKey>,
 }
 
+#[derive(Clone, Serialize, Deserialize)]
+struct KeyringFile {
+    format: u32,
+    /// The shared key: what wrapped data keys before tenants had their own
+    /// (kept to read that data).
+    current: String,
+    keys: Vec<MasterKey>,
+    /// Each tenant's keys, created on the tenant's first write. Deleting a
+    /// tenant's entry (`compactd keys shred`) makes exactly its data
+    /// unreadable.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    tenants: BTreeMap<String, TenantKeys>,
+}
+
+impl KeyringFile {
+    fn new() -> Result<Self, CryptoError> {
+        let key = new_master_key()?;
+        Ok(KeyringFile {
+            format: 1,
+            current: key.id.clone(),
+            keys: vec![key],
+            tenants: BTreeMap::new(),
+        })
+    }
+
+    /// The key `id` and the tenant that owns it (`None`: the shared key).
+    fn find(&self, id: &str) -> Option<(&MasterKey, Option<&str>)> {
+        if let Some(k) = self.keys.iter().find(|k| k.id == id) {
+            return Some((k, None));
+        }
+        self.tenants.iter().find_map(|(tenant, keys)| {
+            keys.keys
+                .iter()
+                .find(|k| k.id == id)
+                .map(|k| (k, Some(tenant.as_str())))
+        })
+    }
+
+    fn check(&self, path: &Path) -> Result<(), CryptoError> {
+        let current_missing = !self.keys.iter().any(|k| k.id == self.current)
+            || self
+                .tenants
+                .values()
+                .any(|t| !t.keys.iter().any(|k| k.id == t.current));
+        if current_missing {
+            return Err(CryptoError::KeyFile(format!(
+                "{}: a current key is not in the file",
+                path.display()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What identifies one version of the keyring file on disk, so a change
+/// made by `compactd keys …` while the server runs is seen on the next use.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    modified: Option<std::time::SystemTime>,
+    len: u64,
+    inode: u64,
+}
+
+fn stamp(path: &Path) -> Result<Stamp, CryptoError> {
+    let m = std::fs::metadata(path)
+        .map_err(|e| CryptoError::KeyFile(format!("{}: {e}", path.display())))?;
+    #[cfg(unix)]
+    let inode = std::os::unix::fs::MetadataExt::ino(&m);
+    #[cfg(not(unix))]
+    let inode = 0;
+    Ok(Stamp {
+        modified: m.modified().ok(),
+        len: m.len(),
+        inode,
+    })
+}
+
+struct Loaded {
+    file: KeyringFile,
+    stamp: Stamp,
+}
+
 /// Master keys on local disk: the embedded [`KeyService`].
+///
+/// Every tenant gets its own master key on its first write, so deleting it
+/// shreds that tenant's plans and artifacts and nobody else's. The file is
+/// re-read when it changes on disk (a rotation or a shred by the CLI takes
+/// effect on the running server's next request), and every change is made
+/// under an exclusive lock on `{file}.lock`, re-reading first, so the CLI
+/// and the server never undo each other's writes.
 pub struct LocalKeyring {
     path: PathBuf,
-    file: RwLock<KeyringFile>,
+    loaded: RwLock<Loaded>,
+    /// Bumped on every reload or write: see [`KeyService::generation`].
+    generation: AtomicU64,
 }
 
 impl std::fmt::Debug for LocalKeyring {
@@ -267,16 +398,13 @@ fn write_keyring(path: &Path, file: &KeyringFile) -> Result<(), CryptoError> {
         .ok_or_else(|| CryptoError::KeyFile("key file has no directory".into()))?;
     std::fs::create_dir_all(dir).map_err(err)?;
     let tmp = dir.join(format!(".keyring.tmp-{}", hex::encode(random::<8>()?)));
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     let result = (|| {
         use std::io::Write as _;
-        let mut f = options.open(&tmp)?;
+        let mut f = private_file(&tmp, true)?;
         f.write_all(&bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -284,105 +412,257 @@ fn write_keyring(path: &Path, file: &KeyringFile) -> Result<(), CryptoError> {
     result.map_err(err)
 }
 
+/// Opens `path` for writing with mode 0600 (`new`: it must not exist).
+fn private_file(path: &Path, new: bool) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true);
+    if new {
+        options.create_new(true);
+    } else {
+        options.create(true).truncate(false);
+    }
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
+}
+
+/// Reads and checks the keyring file: private, parsable, consistent.
+fn read_keyring(path: &Path) -> Result<Option<Loaded>, CryptoError> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => Zeroizing::new(bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(CryptoError::KeyFile(format!("{}: {e}", path.display()))),
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(path)
+            .map_err(|e| CryptoError::KeyFile(e.to_string()))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(CryptoError::KeyFile(format!(
+                "{} is readable by group or others (mode {:o}); chmod 600 it",
+                path.display(),
+                mode & 0o777
+            )));
+        }
+    }
+    let file: KeyringFile = serde_json::from_slice(&bytes)
+        .map_err(|e| CryptoError::KeyFile(format!("{} does not parse: {e}", path.display())))?;
+    file.check(path)?;
+    Ok(Some(Loaded {
+        file,
+        stamp: stamp(path)?,
+    }))
+}
+
+fn key_bytes(key: &MasterKey) -> Result<Zeroizing<[u8; 32]>, CryptoError> {
+    let bytes = Zeroizing::new(
+        b64()
+            .decode(&key.key)
+            .map_err(|_| CryptoError::KeyFile(format!("key {:?} is not base64", key.id)))?,
+    );
+    if bytes.len() != 32 {
+        return Err(CryptoError::KeyFile(format!(
+            "key {:?} is not 32 bytes",
+            key.id
+        )));
+    }
+    let mut out = Zeroizing::new([0u8; 32]);
+    out.copy_from_slice(&bytes);
+    Ok(out)
+}
+
 impl LocalKeyring {
     /// Opens the keyring at `path`, creating it (0600, one key) on first
     /// start. A file readable by others is refused.
     pub fn open_or_create(path: &Path) -> Result<Self, CryptoError> {
-        let file = match std::fs::read(path) {
-            Ok(bytes) => {
-                let bytes = Zeroizing::new(bytes);
-                #[cfg(unix)]
-                {
-                    use std::os::unix::fs::PermissionsExt as _;
-                    let mode = std::fs::metadata(path)
-                        .map_err(|e| CryptoError::KeyFile(e.to_string()))?
-                        .permissions()
-                        .mode();
-                    if mode & 0o077 != 0 {
-                        return Err(CryptoError::KeyFile(format!(
-                            "{} is readable by group or others (mode {:o}); chmod 600 it",
-                            path.display(),
-                            mode & 0o777
-                        )));
+        let loaded = match read_keyring(path)? {
+            Some(l) => l,
+            None => {
+                let _lock = Self::lock_file(path)?;
+                match read_keyring(path)? {
+                    Some(l) => l,
+                    None => {
+                        let file = KeyringFile::new()?;
+                        write_keyring(path, &file)?;
+                        Loaded {
+                            file,
+                            stamp: stamp(path)?,
+                        }
                     }
                 }
-                let file: KeyringFile = serde_json::from_slice(&bytes).map_err(|e| {
-                    CryptoError::KeyFile(format!("{} does not parse: {e}", path.display()))
-                })?;
-                if !file.keys.iter().any(|k| k.id == file.current) {
-                    return Err(CryptoError::KeyFile(format!(
-                        "{}: the current key {:?} is not in the file",
-                        path.display(),
-                        file.current
-                    )));
-                }
-                file
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let key = new_master_key()?;
-                let file = KeyringFile {
-                    format: 1,
-                    current: key.id.clone(),
-                    keys: vec![key],
-                };
-                write_keyring(path, &file)?;
-                file
-            }
-            Err(e) => return Err(CryptoError::KeyFile(format!("{}: {e}", path.display()))),
         };
         Ok(LocalKeyring {
             path: path.to_path_buf(),
-            file: RwLock::new(file),
+            loaded: RwLock::new(loaded),
+            generation: AtomicU64::new(0),
         })
     }
 
-    /// Adds a key and makes it current; older keys stay to unwrap what
-    /// they wrapped. Returns the new key's id.
-    pub fn rotate(&self) -> Result<String, CryptoError> {
-        let mut file = self
-            .file
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let key = new_master_key()?;
-        let id = key.id.clone();
-        let mut next = file.clone();
-        next.keys.push(key);
-        next.current = id.clone();
-        write_keyring(&self.path, &next)?;
-        *file = next;
-        Ok(id)
+    /// Holds the cross-process lock on `{file}.lock` until dropped.
+    fn lock_file(path: &Path) -> Result<std::fs::File, CryptoError> {
+        let err = |e: std::io::Error| CryptoError::KeyFile(format!("{}: {e}", path.display()));
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(err)?;
+        }
+        let mut name = path.as_os_str().to_owned();
+        name.push(".lock");
+        let f = private_file(Path::new(&name), false).map_err(err)?;
+        f.lock().map_err(err)?;
+        Ok(f)
     }
 
-    /// The id new data keys are wrapped under.
-    pub fn current_key_id(&self) -> String {
-        self.file
+    /// Re-reads the file if it changed on disk since it was loaded.
+    fn refresh(&self) -> Result<(), CryptoError> {
+        let now = stamp(&self.path)?;
+        let stale = self
+            .loaded
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .stamp
+            != now;
+        if stale {
+            let fresh = read_keyring(&self.path)?.ok_or_else(|| {
+                CryptoError::KeyFile(format!("{} was removed", self.path.display()))
+            })?;
+            *self
+                .loaded
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
+            self.generation.fetch_add(1, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Applies `change` to the file as it is on disk now, under the lock,
+    /// writes it and makes it the loaded one.
+    fn update<T>(
+        &self,
+        change: impl FnOnce(&mut KeyringFile) -> Result<T, CryptoError>,
+    ) -> Result<T, CryptoError> {
+        let _lock = Self::lock_file(&self.path)?;
+        let mut file = read_keyring(&self.path)?
+            .ok_or_else(|| CryptoError::KeyFile(format!("{} was removed", self.path.display())))?
+            .file;
+        let out = change(&mut file)?;
+        write_keyring(&self.path, &file)?;
+        *self
+            .loaded
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Loaded {
+            file,
+            stamp: stamp(&self.path)?,
+        };
+        self.generation.fetch_add(1, Ordering::Release);
+        Ok(out)
+    }
+
+    /// Adds a key to the shared set and to every tenant's, and makes each
+    /// current; older keys stay to unwrap what they wrapped. Returns the new
+    /// shared key's id.
+    pub fn rotate(&self) -> Result<String, CryptoError> {
+        self.update(|file| {
+            let key = new_master_key()?;
+            let id = key.id.clone();
+            file.keys.push(key);
+            file.current = id.clone();
+            for keys in file.tenants.values_mut() {
+                let key = new_master_key()?;
+                keys.current = key.id.clone();
+                keys.keys.push(key);
+            }
+            Ok(id)
+        })
+    }
+
+    /// Deletes `tenant`'s master keys: every data key they wrapped, hence
+    /// every plan and artifact of the tenant written since tenants had
+    /// their own keys, can never be unwrapped again. Returns how many keys
+    /// were deleted (0: the tenant had none).
+    pub fn shred(&self, tenant: &str) -> Result<usize, CryptoError> {
+        self.update(|file| Ok(file.tenants.remove(tenant).map_or(0, |t| t.keys.len())))
+    }
+
+    /// The id new data keys are wrapped under when no tenant is named (the
+    /// shared key).
+    pub fn current_key_id(&self) -> String {
+        self.loaded
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .file
             .current
             .clone()
     }
 
-    fn master(&self, id: &str) -> Result<Zeroizing<[u8; 32]>, CryptoError> {
-        let file = self
+    /// The id `tenant`'s new data keys are wrapped under, if it has keys.
+    pub fn tenant_key_id(&self, tenant: &str) -> Option<String> {
+        self.loaded
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .file
+            .tenants
+            .get(tenant)
+            .map(|t| t.current.clone())
+    }
+
+    /// `tenant`'s current key (created on first use) and its id.
+    fn tenant_master(&self, tenant: &str) -> Result<(String, Zeroizing<[u8; 32]>), CryptoError> {
+        self.refresh()?;
+        let current = |loaded: &Loaded| -> Option<Result<_, CryptoError>> {
+            let keys = loaded.file.tenants.get(tenant)?;
+            let key = keys.keys.iter().find(|k| k.id == keys.current)?;
+            Some(key_bytes(key).map(|k| (key.id.clone(), k)))
+        };
+        if let Some(found) = current(
+            &self
+                .loaded
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        ) {
+            return found;
+        }
+        self.update(|file| {
+            if !file.tenants.contains_key(tenant) {
+                let key = new_master_key()?;
+                file.tenants.insert(
+                    tenant.to_string(),
+                    TenantKeys {
+                        current: key.id.clone(),
+                        keys: vec![key],
+                    },
+                );
+            }
+            Ok(())
+        })?;
+        current(
+            &self
+                .loaded
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+        .unwrap_or_else(|| Err(CryptoError::KeyFile("a new tenant key was not kept".into())))
+    }
+
+    /// The key `id`, if `tenant` may use it: its own keys or the shared ones.
+    fn master(&self, id: &str, tenant: &str) -> Result<Zeroizing<[u8; 32]>, CryptoError> {
+        self.refresh()?;
+        let loaded = self
+            .loaded
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let key = file
-            .keys
-            .iter()
-            .find(|k| k.id == id)
-            .ok_or_else(|| CryptoError::Invalid(format!("unknown key id {id:?}")))?;
-        let bytes = Zeroizing::new(
-            b64()
-                .decode(&key.key)
-                .map_err(|_| CryptoError::KeyFile(format!("key {id:?} is not base64")))?,
-        );
-        let mut out = Zeroizing::new([0u8; 32]);
-        if bytes.len() != 32 {
-            return Err(CryptoError::KeyFile(format!("key {id:?} is not 32 bytes")));
+        match loaded.file.find(id) {
+            Some((key, None)) => key_bytes(key),
+            Some((key, Some(owner))) if owner == tenant => key_bytes(key),
+            Some(_) => Err(CryptoError::Invalid(format!(
+                "key {id:?} belongs to another tenant"
+            ))),
+            None => Err(CryptoError::KeyDeleted(format!(
+                "key {id:?} is not in the keyring (shredded, or another keyring)"
+            ))),
         }
-        out.copy_from_slice(&bytes);
-        Ok(out)
     }
 }
 
@@ -393,8 +673,7 @@ impl KeyService for LocalKeyring {
         &self,
         context: &EncryptionContext<'_>,
     ) -> Result<DataKey, CryptoError> {
-        let key_id = self.current_key_id();
-        let master = self.master(&key_id)?;
+        let (key_id, master) = self.tenant_master(context.tenant)?;
         let plaintext = Zeroizing::new(random::<32>()?);
         let (nonce, sealed) = seal(&master, &context.canonical(), &plaintext[..])?;
         let mut wrapped = nonce.to_vec();
@@ -412,7 +691,7 @@ impl KeyService for LocalKeyring {
         wrapped: &[u8],
         context: &EncryptionContext<'_>,
     ) -> Result<Zeroizing<[u8; 32]>, CryptoError> {
-        let master = self.master(key_id)?;
+        let master = self.master(key_id, context.tenant)?;
         if wrapped.len() <= NONCE_LEN {
             return Err(CryptoError::Invalid("wrapped key is truncated".into()));
         }
@@ -424,6 +703,13 @@ impl KeyService for LocalKeyring {
         }
         out.copy_from_slice(&plain);
         Ok(out)
+    }
+
+    fn generation(&self) -> u64 {
+        // A keyring that cannot be read now fails the unwrap that follows;
+        // here it only means "nothing new seen".
+        let _ = self.refresh();
+        self.generation.load(Ordering::Acquire)
     }
 }
 
@@ -455,11 +741,7 @@ mod tests {
     }
 
     fn ctx<'a>(tenant: &'a str, artifact: &'a str) -> EncryptionContext<'a> {
-        EncryptionContext {
-            tenant,
-            thread: "t1",
-            artifact,
-        }
+        EncryptionContext::artifact(tenant, "t1", artifact)
     }
 
     #[tokio::test]
@@ -508,16 +790,21 @@ mod tests {
         let (old_env, old_ct) = encrypt(&keys, &ctx("acme", "a1"), b"m", b"old")
             .await
             .unwrap();
+        // The tenant's own key wrapped it, not the shared one.
+        let acme_first = keys.tenant_key_id("acme").unwrap();
+        assert_eq!(old_env.key_id, acme_first);
+        assert_ne!(acme_first, first);
         let second = keys.rotate().unwrap();
         assert_ne!(first, second);
-        // Reopened from disk: the new key is current, the old one still opens.
+        // Reopened from disk: the new keys are current, the old one still opens.
         let keys = LocalKeyring::open_or_create(&path).unwrap();
         assert_eq!(keys.current_key_id(), second);
+        let acme_second = keys.tenant_key_id("acme").unwrap();
+        assert_ne!(acme_second, acme_first);
         let (new_env, _) = encrypt(&keys, &ctx("acme", "a2"), b"m", b"new")
             .await
             .unwrap();
-        assert_eq!(new_env.key_id, second);
-        assert_eq!(old_env.key_id, first);
+        assert_eq!(new_env.key_id, acme_second);
         let back = decrypt(&keys, &old_env, &ctx("acme", "a1"), b"m", &old_ct)
             .await
             .unwrap();
@@ -530,5 +817,51 @@ mod tests {
             let e = LocalKeyring::open_or_create(&path).unwrap_err();
             assert!(e.to_string().contains("chmod 600"), "{e}");
         }
+    }
+
+    #[tokio::test]
+    async fn shredding_a_tenant_makes_its_data_unreadable_and_nobody_elses() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keyring.json");
+        let server = LocalKeyring::open_or_create(&path).unwrap();
+        let (acme, acme_ct) = encrypt(&server, &ctx("acme", "a1"), b"m", b"acme data")
+            .await
+            .unwrap();
+        let (globex, globex_ct) = encrypt(&server, &ctx("globex", "a1"), b"m", b"globex data")
+            .await
+            .unwrap();
+        // Another process (the CLI) shreds acme; the running keyring sees it
+        // on its next use, without a restart.
+        let cli = LocalKeyring::open_or_create(&path).unwrap();
+        assert_eq!(cli.shred("acme").unwrap(), 1);
+        assert_eq!(cli.shred("acme").unwrap(), 0, "idempotent");
+        let e = decrypt(&server, &acme, &ctx("acme", "a1"), b"m", &acme_ct)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, CryptoError::KeyDeleted(_)), "{e}");
+        let back = decrypt(&server, &globex, &ctx("globex", "a1"), b"m", &globex_ct)
+            .await
+            .unwrap();
+        assert_eq!(back, b"globex data");
+        // The key is gone from the file, not only from memory.
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            !text.contains(&acme.key_id),
+            "the shredded key is still on disk"
+        );
+        // A tenant cannot unwrap with another tenant's key even if it names it.
+        let e = server
+            .decrypt_data_key(&globex.key_id, b"x", &ctx("acme", "a1"))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, CryptoError::Invalid(_)), "{e}");
+        // acme starts over with a new key; the server's write does not bring
+        // the shredded key back.
+        let (fresh, _) = encrypt(&server, &ctx("acme", "a2"), b"m", b"new")
+            .await
+            .unwrap();
+        assert_ne!(fresh.key_id, acme.key_id);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains(&acme.key_id));
     }
 }

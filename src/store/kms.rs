@@ -65,11 +65,15 @@ impl std::fmt::Debug for KmsKeys {
 
 /// The context as KMS takes it (a string map; order does not matter to KMS).
 fn kms_context(c: &EncryptionContext<'_>) -> HashMap<String, String> {
-    HashMap::from([
+    let mut map = HashMap::from([
         ("tenant".to_string(), c.tenant.to_string()),
         ("thread".to_string(), c.thread.to_string()),
         ("artifact".to_string(), c.artifact.to_string()),
-    ])
+    ]);
+    if let Some(kind) = c.kind {
+        map.insert("kind".to_string(), kind.to_string());
+    }
+    map
 }
 
 /// KMS errors: a refusal to decrypt (wrong context, tampered blob, wrong
@@ -82,14 +86,27 @@ where
 {
     if let SdkError::ServiceError(se) = &e {
         let code = se.err().code().unwrap_or_default();
-        if matches!(
-            code,
-            "InvalidCiphertextException" | "IncorrectKeyException" | "InvalidKeyUsageException"
-        ) {
-            return CryptoError::Invalid(format!("KMS {op} refused: {code}"));
+        if let Some(e) = classify(op, code) {
+            return e;
         }
     }
     CryptoError::Unavailable(format!("KMS {op}: {}", DisplayErrorContext(&e)))
+}
+
+/// KMS error codes that say something about the data rather than the
+/// service: a refused ciphertext is invalid; a key that was deleted,
+/// disabled or scheduled for deletion means the data is gone
+/// (crypto-shredding), which callers see as NOT_FOUND, not as an outage.
+fn classify(op: &str, code: &str) -> Option<CryptoError> {
+    match code {
+        "InvalidCiphertextException" | "IncorrectKeyException" | "InvalidKeyUsageException" => {
+            Some(CryptoError::Invalid(format!("KMS {op} refused: {code}")))
+        }
+        "NotFoundException" | "DisabledException" | "KMSInvalidStateException" => Some(
+            CryptoError::KeyDeleted(format!("KMS {op}: the key is deleted or disabled ({code})")),
+        ),
+        _ => None,
+    }
 }
 
 impl KmsKeys {
@@ -283,10 +300,28 @@ mod tests {
     }
 
     fn ctx<'a>(tenant: &'a str) -> EncryptionContext<'a> {
-        EncryptionContext {
-            tenant,
-            thread: "t",
-            artifact: "art_00000000000000000000000000000001",
+        EncryptionContext::artifact(tenant, "t", "art_00000000000000000000000000000001")
+    }
+
+    #[test]
+    fn a_deleted_or_disabled_key_is_gone_not_an_outage() {
+        for code in [
+            "NotFoundException",
+            "DisabledException",
+            "KMSInvalidStateException",
+        ] {
+            assert!(
+                matches!(classify("Decrypt", code), Some(CryptoError::KeyDeleted(_))),
+                "{code}"
+            );
+        }
+        assert!(matches!(
+            classify("Decrypt", "InvalidCiphertextException"),
+            Some(CryptoError::Invalid(_))
+        ));
+        // Throttling, access denied and the like stay outages (UNAVAILABLE).
+        for code in ["ThrottlingException", "AccessDeniedException", ""] {
+            assert!(classify("Decrypt", code).is_none(), "{code}");
         }
     }
 

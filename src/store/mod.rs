@@ -87,6 +87,10 @@ pub enum StoreError {
     /// The backend cannot serve requests (data directory gone, not writable).
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The key that wrapped the data was deleted (crypto-shredded): the
+    /// data exists but can never be read again.
+    #[error("the data's key was deleted: {0}")]
+    KeyDeleted(String),
     /// Stored data that does not parse or does not match its hash.
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),

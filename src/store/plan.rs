@@ -1,5 +1,15 @@
 //! The embedded plan store: one `plan.json` per (tenant, thread), replaced
-//! atomically on every commit.
+//! atomically on every commit; and the stored form of a plan, the same on
+//! every backend.
+//!
+//! A plan names what was cut from a conversation and carries summaries,
+//! stubs and key fields drawn from it, so it is sealed like an artifact: a
+//! data key per committed version, wrapped by the tenant's key under the
+//! context `{tenant, thread, artifact: "plan/v{N}", kind: "plan"}`, the plan
+//! JSON sealed with AES-256-GCM and the header (tenant, thread, version,
+//! commit time) bound as associated data. Only the header is readable
+//! without the key, which is all compare-and-swap and counting need.
+//! Plans written before encryption (plain JSON, format 1) are still read.
 
 use std::path::{Path, PathBuf};
 
@@ -7,7 +17,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
+use super::artifact::crypto_error;
+use super::envelope::{
+    open_content, seal_content, unwrap_key, EncryptionContext, Envelope, KeyService, LocalKeyring,
+};
 use super::fs::{self, DataDir, KeyedLocks};
 use super::{plan_history_name, PlanStore, StoreError, StoredPlan, PLAN_HISTORY, PLAN_HISTORY_DIR};
 use crate::cache::{json_weight, strings_weight, BoundedCache, Weigh};
@@ -15,9 +30,14 @@ use crate::model::CompactionPlan;
 
 const PLAN_FILE: &str = "plan.json";
 const PLAN_FILE_FORMAT: u32 = 1;
+/// The first bytes of a sealed plan (format 2); a format 1 plan is JSON.
+const SEALED_MAGIC: &[u8] = b"compactd-plan v2\n";
+/// The longest header line read.
+const MAX_HEADER_BYTES: usize = 64 * 1024;
 
-/// What `plan.json` holds. Tenant and thread are repeated inside so a file
-/// that ends up under the wrong key is detected instead of served.
+/// What a format 1 (plaintext, legacy) `plan.json` holds. Tenant and thread
+/// are repeated inside so a file that ends up under the wrong key is
+/// detected instead of served.
 #[derive(Debug, Serialize, Deserialize)]
 struct PlanFile {
     format: u32,
@@ -26,6 +46,209 @@ struct PlanFile {
     version: u64,
     committed_at_unix_ms: u64,
     plan: CompactionPlan,
+}
+
+/// The readable part of a sealed plan; its exact bytes are the associated
+/// data, so none of it can be changed without failing authentication.
+#[derive(Debug, Serialize, Deserialize)]
+struct SealedMeta {
+    tenant: String,
+    thread_id: String,
+    version: u64,
+    committed_at_unix_ms: u64,
+}
+
+#[derive(Serialize)]
+struct HeaderOut<'a> {
+    meta: &'a RawValue,
+    envelope: &'a Envelope,
+}
+
+#[derive(Deserialize)]
+struct HeaderIn<'a> {
+    #[serde(borrow)]
+    meta: &'a RawValue,
+    envelope: Envelope,
+}
+
+/// The encryption context's object name for a committed version.
+fn plan_object(version: u64) -> String {
+    format!("plan/v{version}")
+}
+
+fn plan_aad(meta_raw: &[u8]) -> Vec<u8> {
+    let mut out = b"compactd-plan-aad v1\0".to_vec();
+    out.extend_from_slice(meta_raw);
+    out
+}
+
+/// A stored plan split at its header: what can be known without the key.
+struct Parsed<'a> {
+    meta: SealedMeta,
+    /// `None` for a format 1 plan (the whole thing is `legacy`).
+    sealed: Option<(Envelope, &'a [u8], &'a [u8])>,
+    legacy: Option<StoredPlan>,
+}
+
+fn parse_stored<'a>(
+    bytes: &'a [u8],
+    tenant: &str,
+    thread_id: &str,
+) -> Result<Parsed<'a>, StoreError> {
+    let Some(rest) = bytes.strip_prefix(SEALED_MAGIC) else {
+        let plan = decode_plan(bytes, tenant, thread_id)?;
+        return Ok(Parsed {
+            meta: SealedMeta {
+                tenant: tenant.to_owned(),
+                thread_id: thread_id.to_owned(),
+                version: plan.version,
+                committed_at_unix_ms: plan.committed_at_unix_ms,
+            },
+            sealed: None,
+            legacy: Some(plan),
+        });
+    };
+    let end = rest
+        .iter()
+        .take(MAX_HEADER_BYTES)
+        .position(|&b| b == b'\n')
+        .ok_or_else(|| StoreError::Corrupt("plan header is truncated or too large".into()))?;
+    let header: HeaderIn<'_> = serde_json::from_slice(&rest[..end])
+        .map_err(|e| StoreError::Corrupt(format!("plan header does not parse: {e}")))?;
+    let raw: &'a [u8] = header.meta.get().as_bytes();
+    let meta: SealedMeta = serde_json::from_slice(raw)
+        .map_err(|e| StoreError::Corrupt(format!("plan header does not parse: {e}")))?;
+    if meta.tenant != tenant || meta.thread_id != thread_id {
+        return Err(StoreError::Corrupt(
+            "plan file belongs to a different tenant or thread".into(),
+        ));
+    }
+    Ok(Parsed {
+        meta,
+        sealed: Some((header.envelope, raw, &rest[end + 1..])),
+        legacy: None,
+    })
+}
+
+/// The committed version a stored plan declares, read from its header
+/// (no key needed): for compare-and-swap.
+pub(super) fn stored_version(
+    bytes: &[u8],
+    tenant: &str,
+    thread_id: &str,
+) -> Result<u64, StoreError> {
+    Ok(parse_stored(bytes, tenant, thread_id)?.meta.version)
+}
+
+/// Seals `plan` committed as `version` now: the bytes to store (the same on
+/// every backend) and the [`StoredPlan`] they open to. Nothing is produced
+/// unless the key service answered.
+pub(super) async fn seal_plan(
+    keys: &dyn KeyService,
+    tenant: &str,
+    thread_id: &str,
+    plan: &CompactionPlan,
+    version: u64,
+) -> Result<(Vec<u8>, StoredPlan), StoreError> {
+    let mut plan = plan.clone();
+    plan.version = version;
+    let meta = SealedMeta {
+        tenant: tenant.to_owned(),
+        thread_id: thread_id.to_owned(),
+        version,
+        committed_at_unix_ms: fs::now_unix_ms(),
+    };
+    let object = plan_object(version);
+    let dk = keys
+        .generate_data_key(&EncryptionContext::plan(tenant, thread_id, &object))
+        .await
+        .map_err(crypto_error)?;
+    let raw = serde_json::value::to_raw_value(&meta)
+        .map_err(|e| StoreError::Corrupt(format!("plan header does not serialize: {e}")))?;
+    let committed_at_unix_ms = meta.committed_at_unix_ms;
+    fs::blocking(move || {
+        let body = serde_json::to_vec(&plan)
+            .map_err(|e| StoreError::Corrupt(format!("plan does not serialize: {e}")))?;
+        let (envelope, ciphertext) =
+            seal_content(&dk, &plan_aad(raw.get().as_bytes()), &body).map_err(crypto_error)?;
+        let header = serde_json::to_vec(&HeaderOut {
+            meta: &raw,
+            envelope: &envelope,
+        })
+        .map_err(|e| StoreError::Corrupt(format!("plan header does not serialize: {e}")))?;
+        let mut bytes =
+            Vec::with_capacity(SEALED_MAGIC.len() + header.len() + 1 + ciphertext.len());
+        bytes.extend_from_slice(SEALED_MAGIC);
+        bytes.extend_from_slice(&header);
+        bytes.push(b'\n');
+        bytes.extend_from_slice(&ciphertext);
+        Ok((
+            bytes,
+            StoredPlan {
+                version,
+                plan,
+                committed_at_unix_ms,
+            },
+        ))
+    })
+    .await
+}
+
+/// Opens a stored plan for `tenant` and `thread_id`: header checked, the
+/// data key unwrapped under the caller's context (so another tenant's
+/// request cannot open it even with the bytes in hand), the plan
+/// authenticated with its header.
+pub(super) async fn open_plan(
+    keys: &dyn KeyService,
+    bytes: Vec<u8>,
+    tenant: &str,
+    thread_id: &str,
+) -> Result<StoredPlan, StoreError> {
+    let (meta, envelope) = {
+        let parsed = parse_stored(&bytes, tenant, thread_id)?;
+        if let Some(plan) = parsed.legacy {
+            return Ok(plan);
+        }
+        let Some((envelope, _, _)) = parsed.sealed else {
+            return Err(StoreError::Corrupt(
+                "plan is neither sealed nor plain".into(),
+            ));
+        };
+        (parsed.meta, envelope)
+    };
+    let object = plan_object(meta.version);
+    let key = unwrap_key(
+        keys,
+        &envelope,
+        &EncryptionContext::plan(tenant, thread_id, &object),
+    )
+    .await
+    .map_err(crypto_error)?;
+    let (tenant, thread_id) = (tenant.to_owned(), thread_id.to_owned());
+    fs::blocking(move || {
+        let parsed = parse_stored(&bytes, &tenant, &thread_id)?;
+        let Some((envelope, raw, ciphertext)) = parsed.sealed else {
+            return Err(StoreError::Corrupt(
+                "plan is neither sealed nor plain".into(),
+            ));
+        };
+        let body =
+            open_content(&key, &envelope, &plan_aad(raw), ciphertext).map_err(crypto_error)?;
+        let mut plan: CompactionPlan = serde_json::from_slice(&body)
+            .map_err(|e| StoreError::Corrupt(format!("plan does not parse: {e}")))?;
+        if plan.thread_id != thread_id {
+            return Err(StoreError::Corrupt(
+                "plan belongs to a different thread".into(),
+            ));
+        }
+        plan.version = parsed.meta.version;
+        Ok(StoredPlan {
+            version: parsed.meta.version,
+            plan,
+            committed_at_unix_ms: parsed.meta.committed_at_unix_ms,
+        })
+    })
+    .await
 }
 
 /// Plans on local disk.
@@ -40,11 +263,23 @@ struct PlanFile {
 /// The cache is only written under the thread's lock — after a successful
 /// commit, or after a read that missed — so it never runs ahead of disk and
 /// a read can never put back a plan older than one just committed.
-#[derive(Debug)]
 pub struct FsPlanStore {
     dir: DataDir,
+    keys: Arc<dyn KeyService>,
+    /// The key service's generation the cache was filled under: when it
+    /// changes (a key shredded or rotated), cached plans are dropped so a
+    /// shredded tenant's plan is not served from memory.
+    key_generation: std::sync::atomic::AtomicU64,
     pub(super) locks: KeyedLocks,
     cache: Arc<BoundedCache<PathBuf, StoredPlan>>,
+}
+
+impl std::fmt::Debug for FsPlanStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsPlanStore")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Bytes of committed plans kept in memory.
@@ -87,10 +322,21 @@ impl Weigh for StoredPlan {
 }
 
 impl FsPlanStore {
-    /// Opens (creating if needed) the store under `data_dir`.
+    /// Opens (creating if needed) the store under `data_dir`, sealing with
+    /// the local keyring `{data_dir}/keys/keyring.json` (created 0600 on
+    /// first use), the same one the artifact store opens by default.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        let keys = LocalKeyring::open_or_create(&data_dir.join(super::KEYRING_FILE))
+            .map_err(crypto_error)?;
+        Self::open_with_keys(data_dir, Arc::new(keys))
+    }
+
+    /// Opens the store under `data_dir`, sealing plans with `keys`.
+    pub fn open_with_keys(data_dir: &Path, keys: Arc<dyn KeyService>) -> Result<Self, StoreError> {
         Ok(FsPlanStore {
             dir: DataDir::open(data_dir)?,
+            key_generation: std::sync::atomic::AtomicU64::new(keys.generation()),
+            keys,
             locks: KeyedLocks::default(),
             cache: Arc::new(BoundedCache::new(PLAN_CACHE_BYTES)),
         })
@@ -130,21 +376,9 @@ fn keep_version(
     Ok(())
 }
 
-/// Reads and checks one plan file; `None` if there is none yet.
-fn read_plan(path: &Path, tenant: &str, thread_id: &str) -> Result<Option<StoredPlan>, StoreError> {
-    let Some(bytes) = fs::read_optional(path)? else {
-        return Ok(None);
-    };
-    decode_plan(&bytes, tenant, thread_id).map(Some)
-}
-
-/// Parses a stored plan (the same format on every backend) and checks it
-/// belongs to `tenant` and `thread_id`.
-pub(super) fn decode_plan(
-    bytes: &[u8],
-    tenant: &str,
-    thread_id: &str,
-) -> Result<StoredPlan, StoreError> {
+/// Parses a format 1 (plaintext) plan and checks it belongs to `tenant`
+/// and `thread_id`.
+fn decode_plan(bytes: &[u8], tenant: &str, thread_id: &str) -> Result<StoredPlan, StoreError> {
     let file: PlanFile = serde_json::from_slice(bytes)
         .map_err(|e| StoreError::Corrupt(format!("plan file does not parse: {e}")))?;
     if file.format != PLAN_FILE_FORMAT {
@@ -167,40 +401,18 @@ pub(super) fn decode_plan(
     })
 }
 
-/// The bytes to store for `plan` committed as `version` now, and the
-/// [`StoredPlan`] they decode to.
-pub(super) fn encode_plan(
-    tenant: &str,
-    thread_id: &str,
-    plan: &CompactionPlan,
-    version: u64,
-) -> Result<(Vec<u8>, StoredPlan), StoreError> {
-    let mut plan = plan.clone();
-    plan.version = version;
-    let file = PlanFile {
-        format: PLAN_FILE_FORMAT,
-        tenant: tenant.to_owned(),
-        thread_id: thread_id.to_owned(),
-        version,
-        committed_at_unix_ms: fs::now_unix_ms(),
-        plan,
-    };
-    let bytes = serde_json::to_vec(&file)
-        .map_err(|e| StoreError::Corrupt(format!("plan does not serialize: {e}")))?;
-    Ok((
-        bytes,
-        StoredPlan {
-            version,
-            plan: file.plan,
-            committed_at_unix_ms: file.committed_at_unix_ms,
-        },
-    ))
-}
-
 #[async_trait]
 impl PlanStore for FsPlanStore {
     async fn get(&self, tenant: &str, thread_id: &str) -> Result<Option<StoredPlan>, StoreError> {
         let path = self.plan_path(tenant, thread_id)?;
+        let generation = self.keys.generation();
+        if self
+            .key_generation
+            .swap(generation, std::sync::atomic::Ordering::AcqRel)
+            != generation
+        {
+            self.cache.retain(|_| false);
+        }
         if let Some(p) = self.cache.get(&path) {
             return Ok(Some(p));
         }
@@ -210,13 +422,13 @@ impl PlanStore for FsPlanStore {
         if let Some(p) = self.cache.get(&path) {
             return Ok(Some(p));
         }
-        let (tenant, thread_id) = (tenant.to_owned(), thread_id.to_owned());
         let key = path.clone();
-        let plan = fs::blocking(move || read_plan(&path, &tenant, &thread_id)).await?;
-        if let Some(p) = &plan {
-            self.cache.insert(key, p.clone());
-        }
-        Ok(plan)
+        let Some(bytes) = fs::blocking(move || Ok(fs::read_optional(&path)?)).await? else {
+            return Ok(None);
+        };
+        let plan = open_plan(&*self.keys, bytes, tenant, thread_id).await?;
+        self.cache.insert(key, plan.clone());
+        Ok(Some(plan))
     }
 
     async fn commit(
@@ -228,7 +440,7 @@ impl PlanStore for FsPlanStore {
     ) -> Result<u64, StoreError> {
         let path = self.plan_path(tenant, thread_id)?;
         let version = super::next_version(plan, thread_id, expected_version)?;
-        let (bytes, cached) = encode_plan(tenant, thread_id, plan, version)?;
+        let (bytes, cached) = seal_plan(&*self.keys, tenant, thread_id, plan, version).await?;
         let (tenant, thread_id) = (tenant.to_owned(), thread_id.to_owned());
 
         let guard = self.locks.get(&path).lock_owned().await;
@@ -239,7 +451,10 @@ impl PlanStore for FsPlanStore {
             // The guard moves in here: if the caller is cancelled mid-commit,
             // the lock is held until the write has finished, not released early.
             let _guard = guard;
-            let current = read_plan(&path, &tenant, &thread_id)?.map_or(0, |p| p.version);
+            let current = match fs::read_optional(&path)? {
+                Some(bytes) => stored_version(&bytes, &tenant, &thread_id)?,
+                None => 0,
+            };
             if current != expected_version {
                 return Err(StoreError::Conflict {
                     expected: expected_version,
@@ -284,9 +499,11 @@ impl PlanStore for FsPlanStore {
             .thread_dir(tenant, thread_id)?
             .join(PLAN_HISTORY_DIR)
             .join(plan_history_name(version));
-        let (tenant, thread_id) = (tenant.to_owned(), thread_id.to_owned());
-        let plan = fs::blocking(move || read_plan(&path, &tenant, &thread_id)).await?;
-        Ok(plan.filter(|p| p.version == version))
+        let Some(bytes) = fs::blocking(move || Ok(fs::read_optional(&path)?)).await? else {
+            return Ok(None);
+        };
+        let plan = open_plan(&*self.keys, bytes, tenant, thread_id).await?;
+        Ok(Some(plan).filter(|p| p.version == version))
     }
 
     async fn delete(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError> {

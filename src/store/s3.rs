@@ -30,7 +30,7 @@ use std::sync::Arc;
 use super::artifact::{object_header_meta, object_meta, open_object, seal_object, MAGIC_V2};
 use super::envelope::KeyService;
 use super::fs::thread_dir_name;
-use super::plan::{decode_plan, encode_plan};
+use super::plan::{open_plan, seal_plan, stored_version};
 use super::{
     validate_artifact_id, validate_path_segment, ArtifactEntry, ArtifactMeta, ArtifactStore,
     PlanStore, Removed, StoreError, StoredPlan,
@@ -489,6 +489,8 @@ impl ArtifactStore for S3ArtifactStore {
 /// Plans on S3 with conditional writes as compare-and-swap.
 pub struct S3PlanStore {
     at: S3Location,
+    /// Seals every plan object (see [`super::plan`]).
+    keys: Arc<dyn KeyService>,
     /// SSE-KMS key for plan objects, if any.
     sse_kms_key: Option<String>,
 }
@@ -503,9 +505,18 @@ impl std::fmt::Debug for S3PlanStore {
 }
 
 impl S3PlanStore {
-    /// Plans in `at`; with `sse_kms_key`, S3 encrypts them under that key.
-    pub fn new(at: S3Location, sse_kms_key: Option<String>) -> S3PlanStore {
-        S3PlanStore { at, sse_kms_key }
+    /// Plans in `at`, sealed with `keys` per tenant; with `sse_kms_key`, S3
+    /// also encrypts the objects under that key.
+    pub fn new(
+        at: S3Location,
+        keys: Arc<dyn KeyService>,
+        sse_kms_key: Option<String>,
+    ) -> S3PlanStore {
+        S3PlanStore {
+            at,
+            keys,
+            sse_kms_key,
+        }
     }
 
     fn plan_key(&self, tenant: &str, thread_id: &str) -> Result<String, StoreError> {
@@ -515,15 +526,16 @@ impl S3PlanStore {
         ))
     }
 
-    /// The stored plan and the ETag a replacement must match.
-    async fn read_plan(
+    /// The stored plan's version (from its header: no key needed) and the
+    /// ETag a replacement must match.
+    async fn read_version(
         &self,
         key: &str,
         tenant: &str,
         thread_id: &str,
-    ) -> Result<Option<(StoredPlan, String)>, StoreError> {
+    ) -> Result<Option<(u64, String)>, StoreError> {
         match self.at.read_tagged(key, None).await? {
-            Some((bytes, etag)) => Ok(Some((decode_plan(&bytes, tenant, thread_id)?, etag))),
+            Some((bytes, etag)) => Ok(Some((stored_version(&bytes, tenant, thread_id)?, etag))),
             None => Ok(None),
         }
     }
@@ -553,7 +565,7 @@ impl S3PlanStore {
             .put_object()
             .bucket(&self.at.bucket)
             .key(format!("{prefix}{}", super::plan_history_name(version)))
-            .content_type("application/json");
+            .content_type("application/octet-stream");
         if let Some(k) = &self.sse_kms_key {
             put = put
                 .server_side_encryption(ServerSideEncryption::AwsKms)
@@ -579,9 +591,9 @@ impl S3PlanStore {
         thread_id: &str,
     ) -> Result<u64, StoreError> {
         Ok(self
-            .read_plan(key, tenant, thread_id)
+            .read_version(key, tenant, thread_id)
             .await?
-            .map_or(0, |(p, _)| p.version))
+            .map_or(0, |(v, _)| v))
     }
 }
 
@@ -589,10 +601,12 @@ impl S3PlanStore {
 impl PlanStore for S3PlanStore {
     async fn get(&self, tenant: &str, thread_id: &str) -> Result<Option<StoredPlan>, StoreError> {
         let key = self.plan_key(tenant, thread_id)?;
-        Ok(self
-            .read_plan(&key, tenant, thread_id)
-            .await?
-            .map(|(p, _)| p))
+        match self.at.read_tagged(&key, None).await? {
+            Some((bytes, _)) => Ok(Some(
+                open_plan(&*self.keys, bytes, tenant, thread_id).await?,
+            )),
+            None => Ok(None),
+        }
     }
 
     async fn commit(
@@ -614,15 +628,15 @@ impl PlanStore for S3PlanStore {
             .put_object()
             .bucket(&self.at.bucket)
             .key(&key)
-            .content_type("application/json");
+            .content_type("application/octet-stream");
         if expected_version == 0 {
             put = put.if_none_match("*");
         } else {
-            let Some((current, etag)) = self.read_plan(&key, tenant, thread_id).await? else {
+            let Some((current, etag)) = self.read_version(&key, tenant, thread_id).await? else {
                 return Err(conflict(0));
             };
-            if current.version != expected_version {
-                return Err(conflict(current.version));
+            if current != expected_version {
+                return Err(conflict(current));
             }
             put = put.if_match(etag);
         }
@@ -631,7 +645,7 @@ impl PlanStore for S3PlanStore {
                 .server_side_encryption(ServerSideEncryption::AwsKms)
                 .ssekms_key_id(k);
         }
-        let (bytes, _) = encode_plan(tenant, thread_id, plan, version)?;
+        let (bytes, _) = seal_plan(&*self.keys, tenant, thread_id, plan, version).await?;
         let body = ByteStream::from(bytes.clone());
         match super::aws_call("S3", "PutObject", put.body(body).send()).await {
             Ok(_) => {
@@ -666,9 +680,10 @@ impl PlanStore for S3PlanStore {
             super::plan_history_name(version)
         );
         match self.at.read(&key, None).await? {
-            Some(bytes) => {
-                Ok(Some(decode_plan(&bytes, tenant, thread_id)?).filter(|p| p.version == version))
-            }
+            Some(bytes) => Ok(
+                Some(open_plan(&*self.keys, bytes, tenant, thread_id).await?)
+                    .filter(|p| p.version == version),
+            ),
             None => Ok(None),
         }
     }

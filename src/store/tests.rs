@@ -317,9 +317,11 @@ async fn torn_writes_never_surface() {
         fresh.get("acme", "t").await,
         Err(StoreError::Corrupt(_))
     ));
+    // The header still names version 1, so a commit on 0 is refused (the
+    // damage itself shows on the next read).
     assert!(matches!(
         store.commit("acme", "t", &plan("t", "x"), 0).await,
-        Err(StoreError::Corrupt(_))
+        Err(StoreError::Conflict { current: 1, .. } | StoreError::Corrupt(_))
     ));
 }
 
@@ -828,4 +830,142 @@ async fn delete_thread_removes_damaged_artifacts_too() {
     let removed = store.delete_thread("acme", "t").await.expect("delete");
     assert_eq!(removed.artifacts, 2, "{a} and the damaged {b}");
     assert!(!artifacts.exists(), "nothing left behind");
+}
+
+#[tokio::test]
+async fn plans_are_sealed_per_tenant_at_rest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FsPlanStore::open(dir.path()).expect("open");
+    for v in 0..2 {
+        store
+            .commit("acme", "t", &plan("t", "SENTINEL-fingerprint"), v)
+            .await
+            .expect("commit");
+    }
+    let tdir = thread_dir(dir.path(), "acme", "t");
+    let current = std::fs::read(tdir.join("plan.json")).expect("plan file");
+    let kept = std::fs::read(tdir.join(PLAN_HISTORY_DIR).join(plan_history_name(1))).expect("kept");
+    for bytes in [&current, &kept] {
+        assert!(bytes.starts_with(b"compactd-plan v2\n"), "sealed format");
+        for plain in ["SENTINEL", "old chatter", "deploy", "window"] {
+            assert!(
+                !bytes.windows(plain.len()).any(|w| w == plain.as_bytes()),
+                "{plain:?} is readable at rest"
+            );
+        }
+    }
+    // A fresh store (no cache) opens both with the keyring.
+    let fresh = FsPlanStore::open(dir.path()).expect("open");
+    let got = fresh.get("acme", "t").await.expect("get").expect("plan");
+    assert_eq!(
+        (got.version, got.plan.fingerprint.as_str()),
+        (2, "SENTINEL-fingerprint")
+    );
+    let v1 = fresh
+        .get_version("acme", "t", 1)
+        .await
+        .expect("v1")
+        .expect("kept");
+    assert_eq!(v1.version, 1);
+
+    // Copied under another tenant it is refused by its header; with the
+    // header edited to match it still does not open: the data key is bound
+    // to the tenant and the header to the content.
+    let gdir = thread_dir(dir.path(), "globex", "t");
+    std::fs::create_dir_all(&gdir).expect("dir");
+    std::fs::write(gdir.join("plan.json"), &current).expect("w");
+    assert!(matches!(
+        fresh.get("globex", "t").await,
+        Err(StoreError::Corrupt(_))
+    ));
+    let mut edited = current.clone();
+    let at = edited
+        .windows(b"\"tenant\":\"acme\"".len())
+        .position(|w| w == b"\"tenant\":\"acme\"")
+        .expect("tenant in header");
+    edited.splice(
+        at..at + b"\"tenant\":\"acme\"".len(),
+        b"\"tenant\":\"glob\"".iter().copied(),
+    );
+    let gdir = thread_dir(dir.path(), "glob", "t");
+    std::fs::create_dir_all(&gdir).expect("dir");
+    std::fs::write(gdir.join("plan.json"), &edited).expect("w");
+    assert!(matches!(
+        fresh.get("glob", "t").await,
+        Err(StoreError::Corrupt(_))
+    ));
+
+    // A plan written before encryption (format 1, plain JSON) still reads.
+    let legacy = serde_json::json!({
+        "format": 1, "tenant": "acme", "thread_id": "old", "version": 3,
+        "committed_at_unix_ms": 5, "plan": plan("old", "legacy"),
+    });
+    let odir = thread_dir(dir.path(), "acme", "old");
+    std::fs::create_dir_all(&odir).expect("dir");
+    std::fs::write(
+        odir.join("plan.json"),
+        serde_json::to_vec(&legacy).expect("json"),
+    )
+    .expect("w");
+    let got = fresh.get("acme", "old").await.expect("get").expect("plan");
+    assert_eq!((got.version, got.plan.fingerprint.as_str()), (3, "legacy"));
+    // ... and the next commit on it is sealed.
+    fresh
+        .commit("acme", "old", &plan("old", "next"), 3)
+        .await
+        .expect("commit");
+    assert!(std::fs::read(odir.join("plan.json"))
+        .expect("r")
+        .starts_with(b"compactd-plan v2\n"));
+}
+
+#[tokio::test]
+async fn a_shredded_tenant_reads_key_deleted_and_others_are_untouched() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plans = FsPlanStore::open(dir.path()).expect("open");
+    let artifacts = FsArtifactStore::open(dir.path()).expect("open");
+    for tenant in ["acme", "globex"] {
+        plans
+            .commit(tenant, "t", &plan("t", "p"), 0)
+            .await
+            .expect("commit");
+    }
+    let id = artifacts
+        .put(&meta("acme", "t"), b"acme's content")
+        .await
+        .expect("put");
+    let other = artifacts
+        .put(&meta("globex", "t"), b"globex's content")
+        .await
+        .expect("put");
+
+    let ring =
+        envelope::LocalKeyring::open_or_create(&dir.path().join(KEYRING_FILE)).expect("ring");
+    assert_eq!(ring.shred("acme").expect("shred"), 1);
+
+    // A fresh store has nothing cached: the plan cannot be opened.
+    let fresh = FsPlanStore::open(dir.path()).expect("open");
+    assert!(matches!(
+        fresh.get("acme", "t").await,
+        Err(StoreError::KeyDeleted(_))
+    ));
+    assert!(matches!(
+        artifacts.get("acme", "t", &id).await,
+        Err(StoreError::KeyDeleted(_))
+    ));
+    assert_eq!(
+        fresh
+            .get("globex", "t")
+            .await
+            .expect("get")
+            .expect("plan")
+            .version,
+        1
+    );
+    assert_eq!(
+        artifacts.get("globex", "t", &other).await.expect("get").1,
+        b"globex's content"
+    );
+    // Deleting what cannot be read still works.
+    assert!(fresh.delete("acme", "t").await.expect("delete"));
 }

@@ -1512,8 +1512,11 @@ fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
                 // A success whose output reports an error (a deploy log
                 // ending in a failure, a test run with one failing test).
                 if let Some(e) = &salient.error {
-                    let fact = format!("{TOOL_TAG}{}: {e}", env.tool_name);
-                    s.facts.push(clean(&fact, FACT_MAX_CHARS));
+                    // Tool text, quoted as data (cut first, so the quote closes).
+                    let room = FACT_MAX_CHARS.saturating_sub(env.tool_name.chars().count() + 8);
+                    let quoted = serde_json::to_string(&clean(e, room)).unwrap_or_default();
+                    s.facts
+                        .push(format!("{TOOL_TAG}{}: {quoted}", env.tool_name));
                 }
                 None
             } else if text.trim_start().starts_with('{') {
