@@ -103,6 +103,9 @@ async fn same_requests(
     let value: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let input = thread_from_json(&value, "thread").expect("thread");
     let mut client = server.client().await;
+    // A data block's id hashes its text, so a block that names an artifact
+    // gets another id when the artifact id differs.
+    let block_id = regex::Regex::new(r"tool_output id=[0-9a-f]{16}").expect("regex");
     for (format, wire) in [
         ("openai", pb::OutputFormat::OpenaiChat),
         ("anthropic", pb::OutputFormat::AnthropicMessages),
@@ -145,9 +148,6 @@ async fn same_requests(
             "{path}: the thread must be compacted for this test to mean anything"
         );
         assert_eq!(!ids.is_empty(), names_artifacts, "{path}: {ids:?}");
-        // A data block's id hashes its text, so a block that names an
-        // artifact gets another id when the artifact id differs.
-        let block_id = regex::Regex::new(r"tool_output id=[0-9a-f]{16}").expect("regex");
         let blocks = |text: &str| block_id.replace_all(text, "tool_output id=N").into_owned();
         let as_offline = |text: &str| {
             blocks(&ids.iter().fold(text.to_string(), |t, (server, offline)| {
