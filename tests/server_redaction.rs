@@ -380,3 +380,211 @@ async fn every_audit_record_says_when_redaction_is_off() {
         assert_eq!(marked, !defaults, "{warnings:?}");
     }
 }
+
+/// `msg` with the API key header.
+fn keyed<T>(key: &str, msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("x-api-key", key.parse().expect("header"));
+    r
+}
+
+/// What the every-byte check found: `(where, what)`.
+fn leaks(place: &str, bytes: &[u8], needles: &[&str], out: &mut Vec<(String, String)>) {
+    for n in needles {
+        if bytes.windows(n.len()).any(|w| w == n.as_bytes()) {
+            out.push((place.to_string(), (*n).to_string()));
+        }
+    }
+}
+
+/// Runs `compactd serve` (the binary, production mode: API keys, the
+/// embedded fs stores, OTLP export with content capture on, debug logs)
+/// and puts the planted thread through Compact, Render, Explain,
+/// SearchContext and Rehydrate. Returns what the API answered, every byte
+/// the service wrote under its data directory (path, bytes), its stderr,
+/// and what the OTLP receiver got.
+async fn run_the_binary(redaction: bool) -> (String, Vec<(String, Vec<u8>)>, String, String) {
+    use std::io::{BufRead, BufReader};
+    let (receiver, endpoint) = compactd_testkit::otlp::Receiver::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let key = "ck-every-byte-test-key-0123456789";
+    let config = dir.path().join("compactd.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen: 127.0.0.1:0\ndata_dir: {}\nredaction:\n  defaults: {redaction}\ntelemetry:\n  otlp_endpoint: {endpoint}\n  capture_content: true\n  export_timeout_ms: 2000\nauth:\n  api_keys:\n    - sha256: {}\n      tenant: acme\n      requester: every-byte\n      permissions: [compact, render, rehydrate, 'artifact:read:public', 'artifact:read:internal']\n",
+            data.display(),
+            compactd::security::hash_api_key(key)
+        ),
+    )
+    .expect("config");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_compactd"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "debug")
+        .env_remove("COMPACTD_DEV")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn compactd");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("first line");
+    let addr = line
+        .trim()
+        .strip_prefix("compactd listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut client =
+        compactd::proto::pb::compaction_service_client::CompactionServiceClient::new(channel)
+            .max_decoding_message_size(64 << 20);
+    let thread = planted_thread("t-every-byte");
+    let mut answers = String::new();
+    let mut req = compact_req(thread.clone(), 8000);
+    req.policy = Some(externalize_policy());
+    let out = within(client.compact(keyed(key, req)))
+        .await
+        .expect("compact")
+        .into_inner();
+    answers.push_str(&format!("{out:?}"));
+    let artifact = out.new_artifact_ids.first().cloned().expect("externalized");
+    let rendered = within(client.render(keyed(
+        key,
+        pb::RenderRequest {
+            thread: Some(thread.clone()),
+            model: "gpt-4o".into(),
+            format: pb::OutputFormat::AnthropicMessages as i32,
+            search_context_tool: true,
+            ..Default::default()
+        },
+    )))
+    .await
+    .expect("render")
+    .into_inner();
+    // The body carries the kept messages as the caller sent them (the
+    // prompt is the caller's own); what compactd made of the rest is in the
+    // plan, the audit and the answers below.
+    answers.push_str(&format!("{:?}", rendered.audit));
+    let explained = within(client.explain(keyed(
+        key,
+        pb::ExplainRequest {
+            thread_id: "t-every-byte".into(),
+            text: "batch".into(),
+            ..Default::default()
+        },
+    )))
+    .await
+    .expect("explain")
+    .into_inner();
+    answers.push_str(&format!("{explained:?}"));
+    for query in [
+        "AWS access key and the stripe key",
+        "the database password",
+        "card on file",
+    ] {
+        let found = within(client.search_context(keyed(
+            key,
+            pb::SearchContextRequest {
+                thread: Some(thread.clone()),
+                query: query.into(),
+                ..Default::default()
+            },
+        )))
+        .await
+        .expect("search")
+        .into_inner();
+        answers.push_str(&format!("{found:?}"));
+    }
+    let back = within(client.rehydrate(keyed(
+        key,
+        pb::RehydrateRequest {
+            thread_id: "t-every-byte".into(),
+            artifact_id: artifact,
+            ..Default::default()
+        },
+    )))
+    .await
+    .expect("rehydrate")
+    .into_inner();
+    answers.push_str(&back.content);
+    drop(client);
+
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success(), "exit {:?}", out.status);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        receiver.spans().len() > 3,
+        "spans were exported: {}",
+        receiver.spans().len()
+    );
+    let files = files_under(&data)
+        .into_iter()
+        .map(|f| {
+            let bytes = std::fs::read(&f).expect("file");
+            (f.display().to_string(), bytes)
+        })
+        .collect();
+    (answers, files, stderr, receiver.everything())
+}
+
+/// The compliance check: with the production defaults, no raw secret of
+/// any class is in any file the service wrote, in its stderr (debug
+/// logging on) or in what the OTLP receiver got (content capture on), and
+/// no conversation text is readable at rest. With redaction off the same
+/// scan finds the secrets in what the service hands back, so the scan can
+/// fail; at rest they stay unreadable even then (plans and artifacts are
+/// sealed), and logs and telemetry never carried them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_byte_the_service_writes_is_free_of_secrets() {
+    let secrets: Vec<&str> = PLANTED
+        .iter()
+        .map(|(s, _)| *s)
+        .chain(KEYED.iter().copied())
+        .collect();
+    let conversation = ["Never delete production data", "processed batch", "billing"];
+    for redaction in [true, false] {
+        let (answers, files, stderr, otlp) = run_the_binary(redaction).await;
+        let mut found = Vec::new();
+        for (path, bytes) in &files {
+            leaks(path, bytes, &secrets, &mut found);
+            leaks(path, bytes, &conversation, &mut found);
+        }
+        leaks("stderr", stderr.as_bytes(), &secrets, &mut found);
+        leaks("stderr", stderr.as_bytes(), &conversation, &mut found);
+        if redaction {
+            leaks("otlp", otlp.as_bytes(), &secrets, &mut found);
+            leaks("answers", answers.as_bytes(), &secrets, &mut found);
+            assert!(found.is_empty(), "leaked: {found:?}");
+            assert!(answers.contains("[REDACTED:"), "redaction markers");
+        } else {
+            assert!(found.is_empty(), "at rest or logged: {found:?}");
+            let mut given_back = Vec::new();
+            leaks("answers", answers.as_bytes(), &secrets, &mut given_back);
+            // Every secret of the compacted tool result comes back as it was.
+            for (secret, _) in &PLANTED[PLANTED.len() / 2..] {
+                assert!(
+                    given_back.iter().any(|(_, s)| s == secret),
+                    "with redaction off the scan finds {secret}: {given_back:?}"
+                );
+            }
+        }
+        assert!(
+            files.len() >= 4,
+            "plans, artifacts and the keyring: {}",
+            files.len()
+        );
+    }
+}

@@ -957,3 +957,75 @@ async fn aws_requests_are_client_spans_under_the_artifact_operation() {
     ));
     server.stop().await.expect("clean stop");
 }
+
+/// The every-byte check on S3 with KMS: after Compact, Render, Explain,
+/// SearchContext and Rehydrate of a thread carrying a secret of every
+/// detector class, no object in the bucket holds a raw secret or readable
+/// conversation text (plans and artifacts are sealed per tenant).
+#[tokio::test]
+async fn every_object_in_the_bucket_is_free_of_secrets_and_conversation_text() {
+    let aws = aws().await;
+    let server = aws.server().await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+    let thread = planted_thread("t-s3-every-byte");
+    let out = compact_externalizing(&mut client, &acme, thread.clone())
+        .await
+        .expect("compact");
+    let artifact = out.new_artifact_ids.first().cloned().expect("externalized");
+    within(client.render(authed(
+        pb::RenderRequest {
+            thread: Some(thread.clone()),
+            model: "gpt-4o".into(),
+            ..Default::default()
+        },
+        &acme,
+    )))
+    .await
+    .expect("render");
+    within(client.explain(authed(
+        pb::ExplainRequest {
+            thread_id: "t-s3-every-byte".into(),
+            text: "batch".into(),
+            ..Default::default()
+        },
+        &acme,
+    )))
+    .await
+    .expect("explain");
+    within(client.search_context(authed(
+        pb::SearchContextRequest {
+            thread: Some(thread.clone()),
+            query: "the stripe key and the card on file".into(),
+            ..Default::default()
+        },
+        &acme,
+    )))
+    .await
+    .expect("search");
+    rehydrate(&mut client, &acme, "t-s3-every-byte", &artifact)
+        .await
+        .expect("rehydrate");
+
+    let needles: Vec<&str> = PLANTED
+        .iter()
+        .map(|(s, _)| *s)
+        .chain(KEYED.iter().copied())
+        .chain(["Never delete production data", "processed batch", "billing"])
+        .collect();
+    let keys = aws.keys().await;
+    assert!(
+        keys.iter().any(|k| k.ends_with("/plan.json"))
+            && keys.iter().any(|k| k.contains("/artifacts/")),
+        "plans and artifacts were written: {keys:?}"
+    );
+    for key in keys {
+        let object = aws.object(&key).await;
+        for n in &needles {
+            assert!(
+                !contains(&object, n.as_bytes()),
+                "{n:?} readable in s3://{key}"
+            );
+        }
+    }
+}

@@ -102,6 +102,7 @@ across turns, and a JSON error result with no stated outcome.
 """
 
 import base64
+import hashlib
 import json
 import os
 import random
@@ -1405,6 +1406,8 @@ def render_options(pb2, rng, policy=None, truncate=True):
     policy = policy or pb2.PolicyOverrides()
     if rng.random() < 0.25:
         policy.delimit_user_content = True
+    if rng.random() < 0.25:
+        policy.delimit_tool_output = False
     cap = rng.choice([None, None, 300, 4000])
     if cap and truncate:
         policy.tool_result_max_chars = cap
@@ -2928,8 +2931,30 @@ def _result_text(content):
     return "\n".join(b.get("text", "") for b in content)
 
 
+TOOL_OUTPUT_BLOCK = re.compile(r"\A<tool_output id=([0-9a-f]{16})>\n(.*)\n</tool_output id=\1>\Z", re.S)
+
+
+def unwrap_tool_output(text):
+    """The text inside a `<tool_output id=N>` data block (what compactd renders
+    tool output as by default), checking that N is the first 64 bits of the
+    text's SHA-256; text without a block comes back as it is."""
+    if not isinstance(text, str):
+        return text
+    m = TOOL_OUTPUT_BLOCK.match(text)
+    if not m:
+        return text
+    inner = m.group(2)
+    assert hashlib.sha256(inner.encode()).hexdigest()[:16] == m.group(1), f"block id does not hash its text: {text[:120]!r}"
+    return inner
+
+
 def _call_result_pairs(payload, fmt):
-    """(id, parsed arguments, result text) of every answered call in the payload."""
+    """(id, parsed arguments, result text) of every answered call in the
+    payload, data blocks unwrapped."""
+    return [(cid, args, unwrap_tool_output(text)) for cid, args, text in _raw_call_result_pairs(payload, fmt)]
+
+
+def _raw_call_result_pairs(payload, fmt):
     pairs = []
     if fmt == "responses":
         open_calls = {}

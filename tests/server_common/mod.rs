@@ -465,3 +465,59 @@ impl ArtifactStore for HookedArtifacts {
         self.inner.delete_thread(tenant, thread_id).await
     }
 }
+
+// ───────────────────────── planted secrets ─────────────────────────
+
+/// One secret of each detector class, and the text it is planted in.
+pub const PLANTED: &[(&str, &str)] = &[
+    ("AKIAIOSFODNN7EXAMPLE", "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE"),
+    ("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "aws_secret_access_key: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+    ("Pa55w0rd-db9", "mysql://root:Pa55w0rd-db9@10.0.0.5:3306/app"),
+    ("ghp_R2x9aQ7wLm4Kz8Vt1Yc6Nb3Hd5Fg0Js2Pe7U", "git clone https://x:ghp_R2x9aQ7wLm4Kz8Vt1Yc6Nb3Hd5Fg0Js2Pe7U@github.com/o/r"),
+    ("glpat-a1B2c3D4e5F6g7H8i9J0", "PRIVATE-TOKEN: glpat-a1B2c3D4e5F6g7H8i9J0"),
+    ("xoxb-2048-1024-AbCdEfGhIjKlMnOp", "slack bot xoxb-2048-1024-AbCdEfGhIjKlMnOp posted"),
+    ("sk_live_51H8zQ2eZvKYlo2C0a1b2c3d4", "stripe key sk_live_51H8zQ2eZvKYlo2C0a1b2c3d4"),
+    ("sk-ant-api03-Zx8Yw7Vu6Ts5Rq4Po3Nm2Lk1", "ANTHROPIC_API_KEY=sk-ant-api03-Zx8Yw7Vu6Ts5Rq4Po3Nm2Lk1"),
+    ("eyJzdWIiOiIxMjM0NTY3ODkwIn0", "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"),
+    ("MIIEvQIBADANBgkqhkiG9w0BAQEFAASC", "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----"),
+    ("4111 1111 1111 1111", "card on file: 4111 1111 1111 1111, exp 12/29"),
+    ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq", "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq==;EndpointSuffix=core.windows.net"),
+    ("1f2e3d4c5b6a79880f1e2d3c4b5a69788f7e6d5c", r#"{"type": "service_account", "private_key_id": "1f2e3d4c5b6a79880f1e2d3c4b5a69788f7e6d5c", "client_email": "x@p.iam.gserviceaccount.com"}"#),
+];
+
+/// Values that only their JSON key marks as secret.
+pub const KEYED: &[&str] = &["tiny9", "zq-77-secretish", "h0rse-staple"];
+
+/// A thread carrying every planted secret in every place a secret turns
+/// up: user text, call arguments (by value and by key), tool results (text
+/// across line breaks, nested JSON under secret-named keys, key fields),
+/// among enough ordinary output that the service compacts it.
+pub fn planted_thread(id: &str) -> pb::Thread {
+    let (half, rest) = PLANTED.split_at(PLANTED.len() / 2);
+    let texts = |p: &[(&str, &str)]| p.iter().map(|(_, t)| *t).collect::<Vec<_>>().join("\n");
+    let mut t = big_thread(id, 1500);
+    t.messages[0].text = format!(
+        "Please read the log. Never delete production data. My notes:\n{}",
+        texts(half)
+    );
+    t.messages[1].tool_calls[0].arguments_json = serde_json::json!({
+        "path": "/srv/app/log.txt",
+        "db_password": KEYED[0],
+        "auth": {"client_secret": KEYED[1]},
+        "note": rest[0].1,
+    })
+    .to_string();
+    let nested = serde_json::json!({"service": {"name": "billing", "credentials": {"token": KEYED[2], "user": "svc"}}});
+    t.messages[2] = result(
+        "t1",
+        1,
+        "c1",
+        "read_file",
+        format!("{}\n{nested}\n{}", texts(rest), big_output(1500)),
+    );
+    if let Some(env) = t.messages[2].tool_result.as_mut() {
+        env.key_fields
+            .insert("api_key".into(), format!("\"{}\"", KEYED[0]));
+    }
+    t
+}
