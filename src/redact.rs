@@ -29,6 +29,10 @@ pub struct RedactionConfig {
     pub defaults: bool,
     /// More rules: each match is replaced by `[REDACTED:<name>]`.
     pub patterns: Vec<RedactionPattern>,
+    /// Personal data to redact as well (off by default: an agent that
+    /// books travel or answers support mail needs the addresses it works
+    /// with, and a compliance team decides what it may keep).
+    pub pii: Vec<PiiClass>,
 }
 
 impl Default for RedactionConfig {
@@ -36,8 +40,77 @@ impl Default for RedactionConfig {
         RedactionConfig {
             defaults: true,
             patterns: Vec::new(),
+            pii: Vec::new(),
         }
     }
+}
+
+/// A class of personal data [`RedactionConfig::pii`] can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PiiClass {
+    /// `name@example.com`.
+    Email,
+    /// Phone numbers with a `+` country code, a `(area)` code or in the
+    /// `555-123-4567` form (bare digit runs are too often ids).
+    Phone,
+    /// IPv4 and IPv6 addresses.
+    IpAddress,
+    /// IBANs, checked with their mod-97 digits.
+    Iban,
+    /// US social security numbers (`123-45-6789`).
+    UsSsn,
+}
+
+impl PiiClass {
+    /// The rule's name in `[REDACTED:<name>]`, its pattern and its check.
+    fn rule(self) -> (&'static str, &'static str, Option<fn(&str) -> bool>) {
+        match self {
+            PiiClass::Email => (
+                "email",
+                r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
+                None,
+            ),
+            PiiClass::Phone => (
+                "phone",
+                r"(?:\+\d{1,3}[\s.-]?(?:\(\d{1,4}\)[\s.-]?)?\d{1,4}(?:[\s.-]?\d{2,4}){1,4}|\(\d{3}\)\s?\d{3}[\s.-]\d{4}|\b\d{3}[.-]\d{3}[.-]\d{4})\b",
+                None,
+            ),
+            PiiClass::IpAddress => (
+                "ip_address",
+                r"\b(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\b|\b(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}\b|\b(?:[0-9A-Fa-f]{1,4}:){1,6}:(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){0,5})?\b",
+                None,
+            ),
+            PiiClass::Iban => (
+                "iban",
+                r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
+                Some(iban_checks),
+            ),
+            PiiClass::UsSsn => ("us_ssn", r"\b\d{3}-\d{2}-\d{4}\b", None),
+        }
+    }
+}
+
+/// An IBAN's check digits hold (ISO 13616 mod 97).
+fn iban_checks(candidate: &str) -> bool {
+    let compact: Vec<char> = candidate.chars().filter(|c| !c.is_whitespace()).collect();
+    if !(15..=34).contains(&compact.len()) {
+        return false;
+    }
+    let rotated = compact[4..].iter().chain(&compact[..4]);
+    let mut rem: u32 = 0;
+    for c in rotated {
+        let v = match c.to_digit(36) {
+            Some(v) => v,
+            None => return false,
+        };
+        rem = if v >= 10 {
+            (rem * 100 + v) % 97
+        } else {
+            (rem * 10 + v) % 97
+        };
+    }
+    rem == 1
 }
 
 /// A configured rule.
@@ -244,6 +317,23 @@ impl Redactor {
                 regex,
                 replacement: format!("[REDACTED:{}]", p.name),
                 check: None,
+            });
+        }
+        let mut pii = config.pii.clone();
+        pii.sort_unstable();
+        pii.dedup();
+        for class in pii {
+            let (name, pattern, check) = class.rule();
+            let regex = Regex::new(pattern).map_err(|e| RedactionError {
+                field: format!("redaction.pii ({name})"),
+                message: e.to_string(),
+            })?;
+            id.update(b"pii\0");
+            id.update(pattern.as_bytes());
+            rules.push(Rule {
+                regex,
+                replacement: format!("[REDACTED:{name}]"),
+                check,
             });
         }
         Ok(Redactor {
@@ -688,6 +778,64 @@ mod tests {
         }
     }
 
+    /// Personal data is redacted only for the classes configured, each
+    /// with its own label; look-alikes (versions, dates, ids, a bad IBAN)
+    /// pass.
+    #[test]
+    fn pii_classes_are_opt_in_and_labelled() {
+        let text = "Mail jane.doe+travel@example.co.uk or call +44 20 7946 0958, (415) 555-0132 or 212-555-0187. Host 10.20.30.40, fe80::1ff:fe23:4567:890a. IBAN GB82 WEST 1234 5698 7654 32. SSN 078-05-1120.";
+        assert_eq!(std_redact(text), text, "off by default");
+        let all = Redactor::from_config(&RedactionConfig {
+            pii: vec![
+                PiiClass::Email,
+                PiiClass::Phone,
+                PiiClass::IpAddress,
+                PiiClass::Iban,
+                PiiClass::UsSsn,
+            ],
+            ..RedactionConfig::default()
+        })
+        .unwrap();
+        let out = all.redact(text);
+        for gone in [
+            "jane.doe",
+            "7946 0958",
+            "555-0132",
+            "555-0187",
+            "10.20.30.40",
+            "fe80::1ff",
+            "WEST 1234",
+            "078-05-1120",
+        ] {
+            assert!(!out.contains(gone), "{gone} survived: {out}");
+        }
+        for label in ["email", "phone", "ip_address", "iban", "us_ssn"] {
+            assert!(
+                out.contains(&format!("[REDACTED:{label}]")),
+                "{label}: {out}"
+            );
+        }
+        assert_ne!(all.id(), Redactor::standard().id(), "other rules, other id");
+        for text in [
+            "version 1.2.3 on 2024-01-15 took 1234 ms",
+            "order 1234567890, build 20240115",
+            "GB82 WEST 1234 5698 7654 33 fails its check",
+        ] {
+            assert_eq!(all.redact(text), text);
+        }
+        // Only what is named.
+        let email = Redactor::from_config(&RedactionConfig {
+            pii: vec![PiiClass::Email],
+            ..RedactionConfig::default()
+        })
+        .unwrap();
+        let out = email.redact(text);
+        assert!(
+            out.contains("[REDACTED:email]") && out.contains("10.20.30.40"),
+            "{out}"
+        );
+    }
+
     /// A value under a key that names a secret goes whole, whatever it
     /// looks like: in call arguments, JSON tool output and key fields.
     #[test]
@@ -771,6 +919,7 @@ mod tests {
                 name: "employee_id".into(),
                 regex: r"\bEMP-\d{6}\b".into(),
             }],
+            pii: Vec::new(),
         })
         .expect("compiles");
         assert_eq!(
@@ -789,6 +938,7 @@ mod tests {
                     name: name.into(),
                     regex: regex.into(),
                 }],
+                pii: Vec::new(),
             })
             .unwrap_err();
             assert_eq!(e.field, field, "{e}");

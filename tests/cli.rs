@@ -368,4 +368,33 @@ fn keys_rotate_and_current() {
     assert_ne!(first.trim(), rotated.trim());
     let (_, now, _) = run(&["keys", "current", "--data-dir", data], None);
     assert_eq!(now.trim(), rotated.trim());
+
+    // With data written, --rewrap moves every data key to the new keys and
+    // says what it did; `keys shred` deletes a tenant's keys.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = compactd::store::FsArtifactStore::open(dir.path()).unwrap();
+    let meta = compactd::store::ArtifactMeta {
+        tenant: "acme".into(),
+        thread_id: "t".into(),
+        created_at_unix_ms: 1,
+        ttl_seconds: None,
+        sensitivity: compactd::model::Sensitivity::Internal,
+        key_id: None,
+        content_hash: String::new(),
+        size_bytes: 0,
+        message_ids: vec![],
+    };
+    use compactd::store::ArtifactStore as _;
+    let id = rt.block_on(store.put(&meta, b"content")).unwrap();
+    let (code, out, err) = run(&["keys", "rotate", "--rewrap", "--data-dir", data], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("re-wrapped 1 object(s)"), "{out}");
+    assert_eq!(rt.block_on(store.get("acme", "t", &id)).unwrap().1, b"content");
+    let (code, out, _) = run(&["keys", "shred", "--tenant", "acme", "--data-dir", data], None);
+    assert_eq!(code, 0);
+    assert!(out.contains("deleted 2 key(s)"), "{out}");
+    assert!(matches!(
+        rt.block_on(store.get("acme", "t", &id)),
+        Err(compactd::store::StoreError::KeyDeleted(_))
+    ));
 }

@@ -20,6 +20,12 @@ pub enum KeysCommand {
         /// The keyring file, when `keyring_file` is set (overrides --data-dir).
         #[arg(long)]
         keyring_file: Option<PathBuf>,
+        /// Then re-wrap the data key of every plan and artifact under
+        /// --data-dir with the new keys (content is not re-encrypted), so
+        /// the old keys wrap nothing any more. Run it with the service
+        /// stopped.
+        #[arg(long)]
+        rewrap: bool,
     },
     /// Deletes a tenant's master keys (crypto-shredding): its plans and
     /// artifacts can never be decrypted again, by anyone. A running server
@@ -53,9 +59,20 @@ pub fn run(cmd: &KeysCommand) -> Result<String, Failure> {
         KeysCommand::Rotate {
             data_dir,
             keyring_file,
-        } => open(data_dir, keyring_file.as_deref())?
-            .rotate()
-            .map_err(Failure::other),
+            rewrap,
+        } => {
+            let ring = open(data_dir, keyring_file.as_deref())?;
+            let id = ring.rotate().map_err(Failure::other)?;
+            if !rewrap {
+                return Ok(id);
+            }
+            let done = compactd::store::rewrap::rewrap_data_dir(data_dir, &ring)
+                .map_err(Failure::other)?;
+            Ok(format!(
+                "{id}\nre-wrapped {} object(s); {} already current; {} left as they were (plaintext, changed meanwhile or shredded)",
+                done.rewrapped, done.current, done.skipped
+            ))
+        }
         KeysCommand::Shred {
             tenant,
             data_dir,

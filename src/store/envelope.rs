@@ -666,6 +666,49 @@ impl LocalKeyring {
     }
 }
 
+impl LocalKeyring {
+    /// `wrapped` (a data key wrapped by `key_id` under `context`) wrapped
+    /// again under the tenant's current key, with the id of that key; `None`
+    /// when it already is. What rotation's re-wrap does to each object: the
+    /// data key stays the same, so the content is not re-encrypted.
+    pub fn rewrap(
+        &self,
+        key_id: &str,
+        wrapped: &[u8],
+        context: &EncryptionContext<'_>,
+    ) -> Result<Option<(String, Vec<u8>)>, CryptoError> {
+        let (current_id, current) = self.tenant_master(context.tenant)?;
+        if current_id == key_id {
+            return Ok(None);
+        }
+        let plain = self.unwrap_with(key_id, wrapped, context)?;
+        let (nonce, sealed) = seal(&current, &context.canonical(), &plain[..])?;
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&sealed);
+        Ok(Some((current_id, out)))
+    }
+
+    fn unwrap_with(
+        &self,
+        key_id: &str,
+        wrapped: &[u8],
+        context: &EncryptionContext<'_>,
+    ) -> Result<Zeroizing<[u8; 32]>, CryptoError> {
+        let master = self.master(key_id, context.tenant)?;
+        if wrapped.len() <= NONCE_LEN {
+            return Err(CryptoError::Invalid("wrapped key is truncated".into()));
+        }
+        let (nonce, sealed) = wrapped.split_at(NONCE_LEN);
+        let plain = Zeroizing::new(open(&master, nonce, &context.canonical(), sealed)?);
+        let mut out = Zeroizing::new([0u8; 32]);
+        if plain.len() != 32 {
+            return Err(CryptoError::Invalid("data key is not 32 bytes".into()));
+        }
+        out.copy_from_slice(&plain);
+        Ok(out)
+    }
+}
+
 /// The wrapped form of a data key: nonce then sealed key.
 #[async_trait]
 impl KeyService for LocalKeyring {
@@ -691,18 +734,7 @@ impl KeyService for LocalKeyring {
         wrapped: &[u8],
         context: &EncryptionContext<'_>,
     ) -> Result<Zeroizing<[u8; 32]>, CryptoError> {
-        let master = self.master(key_id, context.tenant)?;
-        if wrapped.len() <= NONCE_LEN {
-            return Err(CryptoError::Invalid("wrapped key is truncated".into()));
-        }
-        let (nonce, sealed) = wrapped.split_at(NONCE_LEN);
-        let plain = Zeroizing::new(open(&master, nonce, &context.canonical(), sealed)?);
-        let mut out = Zeroizing::new([0u8; 32]);
-        if plain.len() != 32 {
-            return Err(CryptoError::Invalid("data key is not 32 bytes".into()));
-        }
-        out.copy_from_slice(&plain);
-        Ok(out)
+        self.unwrap_with(key_id, wrapped, context)
     }
 
     fn generation(&self) -> u64 {

@@ -26,6 +26,7 @@ pub mod kms;
 pub(crate) use fs::KeyedLocks;
 mod memory;
 mod plan;
+pub mod rewrap;
 pub mod s3;
 
 use async_trait::async_trait;

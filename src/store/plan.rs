@@ -31,7 +31,7 @@ use crate::model::CompactionPlan;
 const PLAN_FILE: &str = "plan.json";
 const PLAN_FILE_FORMAT: u32 = 1;
 /// The first bytes of a sealed plan (format 2); a format 1 plan is JSON.
-const SEALED_MAGIC: &[u8] = b"compactd-plan v2\n";
+pub(super) const SEALED_MAGIC: &[u8] = b"compactd-plan v2\n";
 /// The longest header line read.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
 
@@ -72,7 +72,7 @@ struct HeaderIn<'a> {
 }
 
 /// The encryption context's object name for a committed version.
-fn plan_object(version: u64) -> String {
+pub(super) fn plan_object(version: u64) -> String {
     format!("plan/v{version}")
 }
 

@@ -969,3 +969,77 @@ async fn a_shredded_tenant_reads_key_deleted_and_others_are_untouched() {
     // Deleting what cannot be read still works.
     assert!(fresh.delete("acme", "t").await.expect("delete"));
 }
+
+#[tokio::test]
+async fn rotation_rewraps_data_keys_without_touching_content() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plans = FsPlanStore::open(dir.path()).expect("open");
+    let artifacts = FsArtifactStore::open(dir.path()).expect("open");
+    plans
+        .commit("acme", "t", &plan("t", "p"), 0)
+        .await
+        .expect("commit");
+    plans
+        .commit("acme", "t", &plan("t", "q"), 1)
+        .await
+        .expect("commit");
+    let id = artifacts
+        .put(&meta("acme", "t"), b"the content")
+        .await
+        .expect("put");
+    let ring =
+        envelope::LocalKeyring::open_or_create(&dir.path().join(KEYRING_FILE)).expect("ring");
+    let old_key = ring.tenant_key_id("acme").expect("acme has a key");
+    let tdir = thread_dir(dir.path(), "acme", "t");
+    let art_path = tdir.join("artifacts").join(&id);
+    let body = |bytes: &[u8]| {
+        let first = bytes.iter().position(|&b| b == b'\n').expect("magic") + 1;
+        let second = first
+            + bytes[first..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .expect("header")
+            + 1;
+        bytes[second..].to_vec()
+    };
+    let before = std::fs::read(&art_path).expect("artifact");
+    let plan_before = std::fs::read(tdir.join("plan.json")).expect("plan");
+
+    ring.rotate().expect("rotate");
+    let done = rewrap::rewrap_data_dir(dir.path(), &ring).expect("rewrap");
+    // plan.json, two kept versions, one artifact.
+    assert_eq!(done.rewrapped, 4, "{done:?}");
+    let again = rewrap::rewrap_data_dir(dir.path(), &ring).expect("rewrap");
+    assert_eq!((again.rewrapped, again.current), (0, 4), "idempotent");
+
+    let after = std::fs::read(&art_path).expect("artifact");
+    assert_eq!(body(&after), body(&before), "the ciphertext is the same");
+    assert_ne!(after, before, "the envelope is not");
+    let plan_after = std::fs::read(tdir.join("plan.json")).expect("plan");
+    assert_eq!(body(&plan_after), body(&plan_before));
+    let new_key = ring.tenant_key_id("acme").expect("key");
+    assert!(String::from_utf8_lossy(&plan_after).contains(&new_key));
+    assert!(!String::from_utf8_lossy(&plan_after).contains(&format!("\"key_id\":\"{old_key}\"")));
+
+    // Everything still opens, in fresh stores.
+    let fresh = FsPlanStore::open(dir.path()).expect("open");
+    assert_eq!(
+        fresh
+            .get("acme", "t")
+            .await
+            .expect("get")
+            .expect("plan")
+            .version,
+        2
+    );
+    assert!(fresh
+        .get_version("acme", "t", 1)
+        .await
+        .expect("v1")
+        .is_some());
+    let artifacts = FsArtifactStore::open(dir.path()).expect("open");
+    assert_eq!(
+        artifacts.get("acme", "t", &id).await.expect("get").1,
+        b"the content"
+    );
+}
