@@ -64,7 +64,7 @@ pub enum PiiClass {
 
 impl PiiClass {
     /// The rule's name in `[REDACTED:<name>]`, its pattern and its check.
-    fn rule(self) -> (&'static str, &'static str, Option<fn(&str) -> bool>) {
+    fn rule(self) -> (&'static str, &'static str, Option<Check>) {
         match self {
             PiiClass::Email => (
                 "email",
@@ -90,6 +90,9 @@ impl PiiClass {
         }
     }
 }
+
+/// A test a match must pass to count (a checksum).
+type Check = fn(&str) -> bool;
 
 /// An IBAN's check digits hold (ISO 13616 mod 97).
 fn iban_checks(candidate: &str) -> bool {
