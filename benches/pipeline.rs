@@ -66,7 +66,7 @@ fn compact_render(
         .enumerate()
         .map(|(i, a)| (a.placeholder.clone(), format!("art_{i:032x}")))
         .collect();
-    let options = RenderOptions::default();
+    let options = policy.render.clone();
     // Exact tokens after binding (only pointers and summaries are recounted).
     let tokens = c.bind(&ids, t, &options, engine);
     let request = render(
@@ -126,6 +126,20 @@ fn benches(c: &mut Criterion) {
     eprintln!("rendered request: {tokens} tokens");
     g.bench_function("compact_render_warm", |b| {
         b.iter(|| black_box(compact_render(&t, &engine, &policy, &observations)))
+    });
+    // The same with tool output rendered as it is (no data blocks, no cap):
+    // what the injection defences cost per warm call.
+    let plain = Policy {
+        render: RenderOptions {
+            delimit_tool_output: false,
+            tool_result_max_chars: None,
+            ..RenderOptions::default()
+        },
+        ..Policy::default()
+    };
+    compact_render(&t, &engine, &plain, &observations);
+    g.bench_function("compact_render_warm_undelimited", |b| {
+        b.iter(|| black_box(compact_render(&t, &engine, &plain, &observations)))
     });
     g.finish();
 }

@@ -389,8 +389,14 @@ fn keys_rotate_and_current() {
     let (code, out, err) = run(&["keys", "rotate", "--rewrap", "--data-dir", data], None);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("re-wrapped 1 object(s)"), "{out}");
-    assert_eq!(rt.block_on(store.get("acme", "t", &id)).unwrap().1, b"content");
-    let (code, out, _) = run(&["keys", "shred", "--tenant", "acme", "--data-dir", data], None);
+    assert_eq!(
+        rt.block_on(store.get("acme", "t", &id)).unwrap().1,
+        b"content"
+    );
+    let (code, out, _) = run(
+        &["keys", "shred", "--tenant", "acme", "--data-dir", data],
+        None,
+    );
     assert_eq!(code, 0);
     assert!(out.contains("deleted 2 key(s)"), "{out}");
     assert!(matches!(

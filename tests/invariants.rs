@@ -180,3 +180,108 @@ fn protected_content_beyond_the_budget_is_insufficient_budget() {
         Ok(_) => panic!("a protected message larger than the budget cannot fit"),
     }
 }
+
+/// Secrets of every detector class, each in the text it is planted in.
+const SECRETS: &[(&str, &str)] = &[
+    ("AKIAIOSFODNN7EXAMPLE", "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE"),
+    ("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+    ("Pa55w0rd-db9", "postgres://app:Pa55w0rd-db9@db.internal:5432/main"),
+    ("ghp_R2x9aQ7wLm4Kz8Vt1Yc6Nb3Hd5Fg0Js2Pe7U", "token ghp_R2x9aQ7wLm4Kz8Vt1Yc6Nb3Hd5Fg0Js2Pe7U"),
+    ("glpat-a1B2c3D4e5F6g7H8i9J0", "PRIVATE-TOKEN: glpat-a1B2c3D4e5F6g7H8i9J0"),
+    ("xoxb-2048-1024-AbCdEfGhIjKlMnOp", "SLACK=xoxb-2048-1024-AbCdEfGhIjKlMnOp"),
+    ("sk_live_51H8zQ2eZvKYlo2C0a1b2c3d4", "stripe sk_live_51H8zQ2eZvKYlo2C0a1b2c3d4"),
+    ("sk-proj-abcdefghijklmnop1234", "OPENAI_API_KEY=sk-proj-abcdefghijklmnop1234"),
+    ("eyJzdWIiOiIxMjM0NTY3ODkwIn0", "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"),
+    ("MIIEvQIBADANBgkqhkiG9w0BAQEFAASC", "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----"),
+    ("4111 1111 1111 1111", "card 4111 1111 1111 1111 exp 12/29"),
+];
+
+/// Where a secret is planted.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    UserText,
+    ArgumentValue,
+    ArgumentUnderSecretKey,
+    ResultAcrossLines,
+    NestedJsonUnderSecretKey,
+    KeyField,
+}
+
+fn place() -> impl Strategy<Value = Place> {
+    prop_oneof![
+        Just(Place::UserText),
+        Just(Place::ArgumentValue),
+        Just(Place::ArgumentUnderSecretKey),
+        Just(Place::ResultAcrossLines),
+        Just(Place::NestedJsonUnderSecretKey),
+        Just(Place::KeyField),
+    ]
+}
+
+proptest! {
+    // A fixed count: each case runs the whole pipeline twice, and the long
+    // run's 2,000 cases would add minutes for little (the placements and
+    // classes are few; the detectors have their own unit tests).
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    /// Wherever a secret of any class sits in the compacted part of a
+    /// thread, no plan record and no artifact compactd keeps holds it raw.
+    #[test]
+    fn no_secret_reaches_a_plan_or_an_artifact(
+        class in 0..SECRETS.len(),
+        at in place(),
+        turns in 3u32..8,
+        lines in 20usize..200,
+        ratio in 2u32..8,
+    ) {
+        use compactd::model::{Outcome as ToolOutcomeKind, ToolContent};
+        let (secret, text) = SECRETS[class];
+        let mut b = common::ThreadBuilder::default();
+        b.user(if matches!(at, Place::UserText) { text } else { "Look at the service." });
+        let args = match at {
+            Place::ArgumentValue => serde_json::json!({"path": "/etc/app.env", "note": text}),
+            Place::ArgumentUnderSecretKey => serde_json::json!({"path": "/etc/app.env", "db_password": secret}),
+            _ => serde_json::json!({"path": "/etc/app.env"}),
+        };
+        let logs = common::log_lines(lines);
+        let output = match at {
+            Place::ResultAcrossLines => ToolContent::Text(format!("{logs}\n{text}\n{logs}")),
+            Place::NestedJsonUnderSecretKey => ToolContent::Text(
+                serde_json::json!({"log": logs, "service": {"credentials": {"token": secret}}}).to_string(),
+            ),
+            _ => ToolContent::Text(logs.clone()),
+        };
+        b.tool("read_file", args, output, ToolOutcomeKind::Success, None);
+        if matches!(at, Place::KeyField) {
+            if let Some(env) = b.last().tool_result.as_mut() {
+                env.key_fields.insert("api_key".into(), serde_json::json!(secret));
+            }
+        }
+        b.assistant("I read it.");
+        for t in 0..turns {
+            b.user(&format!("Next question {t}?"));
+            b.tool(
+                "read_file",
+                serde_json::json!({"n": t}),
+                ToolContent::Text(common::log_lines(lines / 2 + 1)),
+                ToolOutcomeKind::Success,
+                None,
+            );
+            b.assistant("Done.");
+        }
+        let thread = b.build("planted");
+        let h = Harness::default();
+        let full = h.compact(&thread, 10_000_000, None).expect("fits").tokens.total;
+        let out = match h.compact(&thread, (full / ratio).max(1200), None) {
+            Ok(out) => out,
+            // A budget the thread cannot be brought under is another test's.
+            Err(AppError::InsufficientBudget { .. }) => return Ok(()),
+            Err(e) => return Err(TestCaseError::fail(format!("{e}"))),
+        };
+        let plan = serde_json::to_string(&out.plan).expect("plan json");
+        prop_assert!(!plan.contains(secret), "{secret} in the plan ({at:?})");
+        for c in &out.contents {
+            prop_assert!(!c.contains(secret), "{secret} in an artifact ({at:?})");
+        }
+    }
+}

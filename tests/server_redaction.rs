@@ -470,8 +470,12 @@ async fn run_the_binary(redaction: bool) -> (String, Vec<(String, Vec<u8>)>, Str
     .expect("render")
     .into_inner();
     // The body carries the kept messages as the caller sent them (the
-    // prompt is the caller's own); what compactd made of the rest is in the
-    // plan, the audit and the answers below.
+    // prompt is the caller's own, never redacted); what compactd made of
+    // the rest is in the plan, the audit and the answers below.
+    assert!(
+        rendered.provider_payload_json.contains(PLANTED[0].0),
+        "the kept first request is rendered as the caller sent it"
+    );
     answers.push_str(&format!("{:?}", rendered.audit));
     let explained = within(client.explain(keyed(
         key,
