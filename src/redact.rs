@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 
-use regex::{Regex, RegexBuilder};
+use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
@@ -151,6 +151,10 @@ struct Rule {
 #[derive(Clone)]
 pub struct Redactor {
     rules: Vec<Rule>,
+    /// Every rule's pattern in one set: a text no rule matches (most tool
+    /// output) is scanned once instead of once per rule. `None` when the
+    /// set would be too large to build; then every rule runs.
+    set: Option<std::sync::Arc<RegexSet>>,
     id: String,
     /// Whether the built-in detectors are on (`redaction.defaults`).
     defaults: bool,
@@ -339,8 +343,14 @@ impl Redactor {
                 check,
             });
         }
+        let set = RegexSetBuilder::new(rules.iter().map(|r| r.regex.as_str()))
+            .size_limit(64 << 20)
+            .build()
+            .ok()
+            .map(std::sync::Arc::new);
         Ok(Redactor {
             rules,
+            set,
             id: hex::encode(&id.finalize()[..8]),
             defaults: config.defaults,
         })
@@ -352,6 +362,7 @@ impl Redactor {
             // The built-in patterns are constants that a unit test compiles.
             Redactor::from_config(&RedactionConfig::default()).unwrap_or(Redactor {
                 rules: Vec::new(),
+                set: None,
                 id: "none".into(),
                 defaults: false,
             })
@@ -381,7 +392,16 @@ impl Redactor {
     /// `text` with every match replaced; borrowed when nothing matched.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(text);
-        for rule in &self.rules {
+        let hits = self.set.as_ref().map(|set| set.matches(text));
+        if hits.as_ref().is_some_and(|h| !h.matched_any()) {
+            return out;
+        }
+        for (i, rule) in self.rules.iter().enumerate() {
+            // A rule that matched nothing in the text cannot match after
+            // another rule's replacement, which only ever inserts a marker.
+            if hits.as_ref().is_some_and(|h| !h.matched(i)) {
+                continue;
+            }
             let replaced = match rule.check {
                 None => rule.regex.replace_all(&out, rule.replacement.as_str()),
                 Some(check) => rule.regex.replace_all(&out, |c: &regex::Captures<'_>| {

@@ -52,7 +52,7 @@ impl Reducer for Clear {
             // The stub quotes the output (key data, refs, a gist): built
             // from the redacted result, where a value still has the label
             // that marks it as a secret.
-            let env = state.redactor.redact_envelope(env);
+            let env = state.memo.redacted(state.redactor, env);
             let env = env.as_ref();
             let mut text = placeholder(env, state.memo, gist);
             if durability == Durability::Replayable {
@@ -85,7 +85,7 @@ pub(super) fn anchoring_stub(
 ) -> (String, std::collections::BTreeMap<String, Value>) {
     // Built from the redacted output, as every stub is.
     let redacted;
-    let env = match redactor.redact_envelope(env) {
+    let env = match memo.redacted(redactor, env) {
         std::borrow::Cow::Borrowed(e) => e,
         std::borrow::Cow::Owned(e) => {
             redacted = e;

@@ -23,6 +23,29 @@ struct Caches {
     summaries: BoundedCache<ScopedKey, StructuredSummary>,
     compressed: BoundedCache<ScopedKey, Option<Compressed>>,
     salient: BoundedCache<ScopedKey, Salient>,
+    redacted: BoundedCache<ScopedKey, Redacted>,
+}
+
+/// What a rule set makes of a tool result's content and key fields: `None`
+/// when no rule changed them (the common case, stored as a few bytes).
+#[derive(Clone)]
+struct Redacted(Option<std::sync::Arc<RedactedParts>>);
+
+struct RedactedParts {
+    content: crate::model::ToolContent,
+    key_fields: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+impl Weigh for Redacted {
+    fn weight(&self) -> u64 {
+        48 + self.0.as_ref().map_or(0, |e| {
+            e.content.to_text().len() as u64
+                + e.key_fields
+                    .iter()
+                    .map(|(k, v)| k.len() as u64 + json_weight(v))
+                    .sum::<u64>()
+        })
+    }
 }
 
 /// Process-wide cache of summaries and compressions, bounded in bytes and
@@ -71,6 +94,7 @@ impl Memo {
                 summaries: BoundedCache::new(bytes_per_kind),
                 compressed: BoundedCache::new(bytes_per_kind),
                 salient: BoundedCache::new(bytes_per_kind / 4),
+                redacted: BoundedCache::new(bytes_per_kind / 4),
             }),
             scope: 0,
         }
@@ -92,6 +116,49 @@ impl Memo {
         self.caches.summaries.retain(|k| k.0 != scope);
         self.caches.compressed.retain(|k| k.0 != scope);
         self.caches.salient.retain(|k| k.0 != scope);
+        self.caches.redacted.retain(|k| k.0 != scope);
+    }
+
+    /// `env` with `redactor`'s rules applied, as
+    /// [`Redactor::redact_envelope`](crate::redact::Redactor::redact_envelope)
+    /// gives it, cached by content and rule set: every stub is built from
+    /// the redacted result, and running every rule over every cleared
+    /// result again on each warm call was most of its cost.
+    pub fn redacted<'a>(
+        &self,
+        redactor: &crate::redact::Redactor,
+        env: &'a crate::model::ToolResultEnvelope,
+    ) -> std::borrow::Cow<'a, crate::model::ToolResultEnvelope> {
+        use std::borrow::Cow;
+        // The rules read only the content and the key fields.
+        let mut k = self.key();
+        k.part(redactor.id().as_bytes())
+            .part(env.content.to_text().as_bytes());
+        for (name, v) in &env.key_fields {
+            k.part(name.as_bytes()).part(v.to_string().as_bytes());
+        }
+        let key = (self.scope, k.finish());
+        if let Some(Redacted(hit)) = self.caches.redacted.get(&key) {
+            return match hit {
+                None => Cow::Borrowed(env),
+                Some(parts) => {
+                    let mut out = env.clone();
+                    out.content = parts.content.clone();
+                    out.key_fields = parts.key_fields.clone();
+                    Cow::Owned(out)
+                }
+            };
+        }
+        let out = redactor.redact_envelope(env);
+        let entry = match &out {
+            Cow::Borrowed(_) => Redacted(None),
+            Cow::Owned(e) => Redacted(Some(std::sync::Arc::new(RedactedParts {
+                content: e.content.clone(),
+                key_fields: e.key_fields.clone(),
+            }))),
+        };
+        self.caches.redacted.insert(key, entry);
+        out
     }
 
     /// A key builder for this memo (seeded per process).

@@ -75,7 +75,7 @@ impl Reducer for Retention {
                 continue;
             }
             // The stub quotes the output: built from the redacted result.
-            let env = state.redactor.redact_envelope(env);
+            let env = state.memo.redacted(state.redactor, env);
             let env = env.as_ref();
             let mut preserved = stub_preserved(env);
             let mut text = format!(
