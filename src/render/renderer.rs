@@ -478,6 +478,21 @@ mod tests {
         }
     }
 
+    /// `t` under an empty plan, no system prompt, tools or read-backs.
+    fn render_plain(t: &Thread, options: &RenderOptions) -> Request {
+        render(
+            t,
+            &CompactionPlan::new("t"),
+            &RenderInput {
+                system: None,
+                tools: &[],
+                rehydrated: &[],
+                options,
+                omit_pending_calls: false,
+            },
+        )
+    }
+
     fn thread() -> Thread {
         Thread {
             id: "t".into(),
@@ -549,17 +564,7 @@ mod tests {
             delimit_user_content: true,
             ..RenderOptions::default()
         };
-        let r = render(
-            &t,
-            &CompactionPlan::new("t"),
-            &RenderInput {
-                system: None,
-                tools: &[],
-                rehydrated: &[],
-                options: &options,
-                omit_pending_calls: false,
-            },
-        );
+        let r = render_plain(&t, &options);
         let text = r.messages[2].content.text().into_owned();
         assert!(text.starts_with("<user_context source=\"user\">\n"));
         assert!(text.ends_with("\n</user_context>"));
@@ -609,17 +614,7 @@ mod tests {
             completed_at: None,
         });
         t.messages.extend([call, result]);
-        let r = render(
-            &t,
-            &CompactionPlan::new("t"),
-            &RenderInput {
-                system: None,
-                tools: &[],
-                rehydrated: &[],
-                options: &RenderOptions::default(),
-                omit_pending_calls: false,
-            },
-        );
+        let r = render_plain(&t, &RenderOptions::default());
         let text = r
             .messages
             .iter()
@@ -650,17 +645,7 @@ mod tests {
             delimit_tool_output: false,
             ..RenderOptions::default()
         };
-        let r = render(
-            &t,
-            &CompactionPlan::new("t"),
-            &RenderInput {
-                system: None,
-                tools: &[],
-                rehydrated: &[],
-                options: &off,
-                omit_pending_calls: false,
-            },
-        );
+        let r = render_plain(&t, &off);
         let m9 = r.messages.iter().find(|m| m.source_id == "m9").expect("m9");
         assert_eq!(m9.content.text(), forged);
     }

@@ -98,20 +98,21 @@ fn new_artifact_id() -> String {
     format!("art_{:032x}", rand::random::<u128>())
 }
 
-/// The header line of a v2 file, as written.
+/// The header line of a sealed object (an artifact, or a plan), as
+/// written.
 #[derive(Serialize)]
-struct HeaderOut<'a> {
-    meta: &'a RawValue,
-    envelope: &'a Envelope,
+pub(super) struct HeaderOut<'a> {
+    pub(super) meta: &'a RawValue,
+    pub(super) envelope: &'a Envelope,
 }
 
-/// The header line of a v2 file, as read: the metadata's exact bytes are
-/// kept, because they are what the content was sealed with.
+/// The header line of a sealed object, as read: the metadata's exact bytes
+/// are kept, because they are what the content was sealed with.
 #[derive(Deserialize)]
-struct HeaderIn<'a> {
+pub(super) struct HeaderIn<'a> {
     #[serde(borrow)]
-    meta: &'a RawValue,
-    envelope: Envelope,
+    pub(super) meta: &'a RawValue,
+    pub(super) envelope: Envelope,
 }
 
 /// A parsed header.

@@ -17,9 +17,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 
-use super::artifact::crypto_error;
+use super::artifact::{crypto_error, HeaderIn, HeaderOut};
 use super::envelope::{
     open_content, seal_content, unwrap_key, EncryptionContext, Envelope, KeyService, LocalKeyring,
 };
@@ -56,19 +55,6 @@ struct SealedMeta {
     thread_id: String,
     version: u64,
     committed_at_unix_ms: u64,
-}
-
-#[derive(Serialize)]
-struct HeaderOut<'a> {
-    meta: &'a RawValue,
-    envelope: &'a Envelope,
-}
-
-#[derive(Deserialize)]
-struct HeaderIn<'a> {
-    #[serde(borrow)]
-    meta: &'a RawValue,
-    envelope: Envelope,
 }
 
 /// The encryption context's object name for a committed version.

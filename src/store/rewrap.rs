@@ -12,10 +12,9 @@
 use std::path::Path;
 
 use base64::Engine as _;
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
+use serde::Deserialize;
 
-use super::artifact::{crypto_error, MAGIC_V2};
+use super::artifact::{crypto_error, HeaderIn, HeaderOut, MAGIC_V2};
 use super::envelope::{EncryptionContext, Envelope, LocalKeyring};
 use super::fs;
 use super::plan::{plan_object, SEALED_MAGIC};
@@ -31,19 +30,6 @@ pub struct Rewrapped {
     /// Objects left as they were: plaintext legacy files, files that
     /// changed meanwhile, keys that are gone (shredded tenants).
     pub skipped: u64,
-}
-
-#[derive(Deserialize)]
-struct HeaderIn<'a> {
-    #[serde(borrow)]
-    meta: &'a RawValue,
-    envelope: Envelope,
-}
-
-#[derive(Serialize)]
-struct HeaderOut<'a> {
-    meta: &'a RawValue,
-    envelope: &'a Envelope,
 }
 
 /// Who an object belongs to, from its header's metadata.
