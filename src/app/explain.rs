@@ -176,7 +176,7 @@ impl App {
             let read = |e| super::error::artifact_read_error(e, "search_artifacts");
             let meta = match store.get_metadata(&ctx.tenant_id, thread_id, &id).await {
                 Ok(m) if ctx.can_read(m.sensitivity) => m,
-                Ok(_) | Err(StoreError::NotFound) => {
+                Ok(_) | Err(StoreError::NotFound | StoreError::KeyDeleted(_)) => {
                     not_searched.push(id);
                     continue;
                 }
@@ -184,7 +184,7 @@ impl App {
             };
             let bytes = match store.get(&ctx.tenant_id, thread_id, &id).await {
                 Ok((_, b)) => b,
-                Err(StoreError::NotFound) => {
+                Err(StoreError::NotFound | StoreError::KeyDeleted(_)) => {
                     not_searched.push(id);
                     continue;
                 }

@@ -374,7 +374,9 @@ struct AutoRehydration {
 /// A store error as a reason not to inject (never a reason to fail the turn).
 fn store_block(artifact_id: &str, e: StoreError) -> RehydrationBlocked {
     match e {
-        StoreError::NotFound | StoreError::InvalidId(_) => RehydrationBlocked::NotFound,
+        StoreError::NotFound | StoreError::InvalidId(_) | StoreError::KeyDeleted(_) => {
+            RehydrationBlocked::NotFound
+        }
         e => {
             tracing::warn!(artifact_id, error = %e, "automatic rehydration: artifact store error");
             RehydrationBlocked::Unavailable

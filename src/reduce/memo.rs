@@ -131,8 +131,13 @@ impl Memo {
     ) -> std::borrow::Cow<'a, crate::model::ToolResultEnvelope> {
         use std::borrow::Cow;
         // The rules read only the content and the key fields.
+        let kind: &[u8] = match env.content {
+            crate::model::ToolContent::Text(_) => b"text",
+            crate::model::ToolContent::Json(_) => b"json",
+        };
         let mut k = self.key();
         k.part(redactor.id().as_bytes())
+            .part(kind)
             .part(env.content.to_text().as_bytes());
         for (name, v) in &env.key_fields {
             k.part(name.as_bytes()).part(v.to_string().as_bytes());

@@ -310,8 +310,13 @@ pub async fn open(
                     "artifacts on S3 are encrypted with the local keyring: every replica needs the same keyring_file; set artifacts.kms.key_id to use KMS"
                 );
             }
-            let ring = LocalKeyring::open_or_create(&path)
+            let mut ring = LocalKeyring::open_or_create(&path)
                 .map_err(|e| invalid("keyring_file", e.to_string()))?;
+            if wants_s3 {
+                // Replicas each hold a copy of the keyring: keys made by one
+                // would be unknown to the others.
+                ring = ring.shared_only();
+            }
             description.push("keys=local-keyring".to_string());
             Arc::new(ring)
         }

@@ -284,6 +284,11 @@ struct KeyringFile {
     /// unreadable.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     tenants: BTreeMap<String, TenantKeys>,
+    /// Ids of shredded keys (ids only): what they wrapped reads as deleted,
+    /// while an id this keyring never had (another keyring, a restored
+    /// copy) stays an error to look into.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    shredded: Vec<String>,
 }
 
 impl KeyringFile {
@@ -294,6 +299,7 @@ impl KeyringFile {
             current: key.id.clone(),
             keys: vec![key],
             tenants: BTreeMap::new(),
+            shredded: Vec::new(),
         })
     }
 
@@ -338,16 +344,23 @@ struct Stamp {
 fn stamp(path: &Path) -> Result<Stamp, CryptoError> {
     let m = std::fs::metadata(path)
         .map_err(|e| CryptoError::KeyFile(format!("{}: {e}", path.display())))?;
+    Ok(stamp_of(&m))
+}
+
+fn stamp_of(m: &std::fs::Metadata) -> Stamp {
     #[cfg(unix)]
-    let inode = std::os::unix::fs::MetadataExt::ino(&m);
+    let inode = std::os::unix::fs::MetadataExt::ino(m);
     #[cfg(not(unix))]
     let inode = 0;
-    Ok(Stamp {
+    Stamp {
         modified: m.modified().ok(),
         len: m.len(),
         inode,
-    })
+    }
 }
+
+/// A master key's id and its bytes.
+type MasterKeyOf = (String, Zeroizing<[u8; 32]>);
 
 struct Loaded {
     file: KeyringFile,
@@ -365,6 +378,8 @@ struct Loaded {
 pub struct LocalKeyring {
     path: PathBuf,
     loaded: RwLock<Loaded>,
+    /// Whether tenants get keys of their own (see [`LocalKeyring::shared_only`]).
+    per_tenant: bool,
     /// Bumped on every reload or write: see [`KeyService::generation`].
     generation: AtomicU64,
 }
@@ -428,18 +443,22 @@ fn private_file(path: &Path, new: bool) -> std::io::Result<std::fs::File> {
 
 /// Reads and checks the keyring file: private, parsable, consistent.
 fn read_keyring(path: &Path) -> Result<Option<Loaded>, CryptoError> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => Zeroizing::new(bytes),
+    use std::io::Read as _;
+    let err = |e: std::io::Error| CryptoError::KeyFile(format!("{}: {e}", path.display()));
+    // The stamp comes from the handle the bytes are read from: a file
+    // renamed into place meanwhile is seen as a change on the next use.
+    let mut handle = match std::fs::File::open(path) {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(CryptoError::KeyFile(format!("{}: {e}", path.display()))),
+        Err(e) => return Err(err(e)),
     };
+    let meta = handle.metadata().map_err(err)?;
+    let mut bytes = Zeroizing::new(Vec::new());
+    handle.read_to_end(&mut bytes).map_err(err)?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt as _;
-        let mode = std::fs::metadata(path)
-            .map_err(|e| CryptoError::KeyFile(e.to_string()))?
-            .permissions()
-            .mode();
+        let mode = meta.permissions().mode();
         if mode & 0o077 != 0 {
             return Err(CryptoError::KeyFile(format!(
                 "{} is readable by group or others (mode {:o}); chmod 600 it",
@@ -453,7 +472,7 @@ fn read_keyring(path: &Path) -> Result<Option<Loaded>, CryptoError> {
     file.check(path)?;
     Ok(Some(Loaded {
         file,
-        stamp: stamp(path)?,
+        stamp: stamp_of(&meta),
     }))
 }
 
@@ -498,8 +517,18 @@ impl LocalKeyring {
         Ok(LocalKeyring {
             path: path.to_path_buf(),
             loaded: RwLock::new(loaded),
+            per_tenant: true,
             generation: AtomicU64::new(0),
         })
+    }
+
+    /// The keyring wrapping every tenant's data keys under the shared key,
+    /// for replicas that each hold a copy of the file (artifacts on S3
+    /// without KMS): a tenant key one replica made would be unknown to the
+    /// others. Tenants cannot be shredded apart then.
+    pub fn shared_only(mut self) -> Self {
+        self.per_tenant = false;
+        self
     }
 
     /// Holds the cross-process lock on `{file}.lock` until dropped.
@@ -556,7 +585,6 @@ impl LocalKeyring {
             file,
             stamp: stamp(&self.path)?,
         };
-        self.generation.fetch_add(1, Ordering::Release);
         Ok(out)
     }
 
@@ -583,7 +611,18 @@ impl LocalKeyring {
     /// their own keys, can never be unwrapped again. Returns how many keys
     /// were deleted (0: the tenant had none).
     pub fn shred(&self, tenant: &str) -> Result<usize, CryptoError> {
-        self.update(|file| Ok(file.tenants.remove(tenant).map_or(0, |t| t.keys.len())))
+        let removed = self.update(|file| {
+            let Some(gone) = file.tenants.remove(tenant) else {
+                return Ok(0);
+            };
+            file.shredded.extend(gone.keys.iter().map(|k| k.id.clone()));
+            Ok(gone.keys.len())
+        })?;
+        if removed > 0 {
+            // Caches of what those keys protected must go.
+            self.generation.fetch_add(1, Ordering::Release);
+        }
+        Ok(removed)
     }
 
     /// The id new data keys are wrapped under when no tenant is named (the
@@ -608,23 +647,33 @@ impl LocalKeyring {
             .map(|t| t.current.clone())
     }
 
-    /// `tenant`'s current key (created on first use) and its id.
-    fn tenant_master(&self, tenant: &str) -> Result<(String, Zeroizing<[u8; 32]>), CryptoError> {
+    /// `tenant`'s current key (created on first use) and its id; the shared
+    /// key when tenants have no keys of their own, or when the keyring
+    /// cannot be written (a read-only mount).
+    fn tenant_master(&self, tenant: &str) -> Result<MasterKeyOf, CryptoError> {
         self.refresh()?;
-        let current = |loaded: &Loaded| -> Option<Result<_, CryptoError>> {
-            let keys = loaded.file.tenants.get(tenant)?;
+        if !self.per_tenant {
+            return self.shared_master();
+        }
+        fn current_of(
+            file: &KeyringFile,
+            tenant: &str,
+        ) -> Option<Result<MasterKeyOf, CryptoError>> {
+            let keys = file.tenants.get(tenant)?;
             let key = keys.keys.iter().find(|k| k.id == keys.current)?;
             Some(key_bytes(key).map(|k| (key.id.clone(), k)))
-        };
-        if let Some(found) = current(
+        }
+        if let Some(found) = current_of(
             &self
                 .loaded
                 .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .file,
+            tenant,
         ) {
             return found;
         }
-        self.update(|file| {
+        let made = self.update(|file| {
             if !file.tenants.contains_key(tenant) {
                 let key = new_master_key()?;
                 file.tenants.insert(
@@ -635,15 +684,39 @@ impl LocalKeyring {
                     },
                 );
             }
-            Ok(())
-        })?;
-        current(
-            &self
-                .loaded
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
-        .unwrap_or_else(|| Err(CryptoError::KeyFile("a new tenant key was not kept".into())))
+            current_of(file, tenant).unwrap_or_else(|| {
+                Err(CryptoError::KeyFile("a new tenant key was not kept".into()))
+            })
+        });
+        match made {
+            Err(CryptoError::KeyFile(e)) => {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    tracing::warn!(
+                        error = %e,
+                        "the keyring cannot be written: new tenants' data keys are wrapped under the shared key (they cannot be shredded apart)"
+                    );
+                });
+                self.shared_master()
+            }
+            other => other,
+        }
+    }
+
+    /// The shared current key and its id.
+    fn shared_master(&self) -> Result<MasterKeyOf, CryptoError> {
+        let loaded = self
+            .loaded
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let id = loaded.file.current.clone();
+        let key = loaded
+            .file
+            .keys
+            .iter()
+            .find(|k| k.id == id)
+            .ok_or_else(|| CryptoError::KeyFile("the current key is not in the file".into()))?;
+        Ok((id, key_bytes(key)?))
     }
 
     /// The key `id`, if `tenant` may use it: its own keys or the shared ones.
@@ -659,8 +732,11 @@ impl LocalKeyring {
             Some(_) => Err(CryptoError::Invalid(format!(
                 "key {id:?} belongs to another tenant"
             ))),
-            None => Err(CryptoError::KeyDeleted(format!(
-                "key {id:?} is not in the keyring (shredded, or another keyring)"
+            None if loaded.file.shredded.iter().any(|s| s == id) => {
+                Err(CryptoError::KeyDeleted(format!("key {id:?} was shredded")))
+            }
+            None => Err(CryptoError::Invalid(format!(
+                "key {id:?} is not in this keyring (another keyring, or an older copy of it?)"
             ))),
         }
     }
@@ -738,9 +814,11 @@ impl KeyService for LocalKeyring {
     }
 
     fn generation(&self) -> u64 {
-        // A keyring that cannot be read now fails the unwrap that follows;
-        // here it only means "nothing new seen".
-        let _ = self.refresh();
+        // A keyring that cannot be read (removed, broken) must not leave
+        // what it protected served from caches: count it as a change.
+        if self.refresh().is_err() {
+            return self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        }
         self.generation.load(Ordering::Acquire)
     }
 }
@@ -862,6 +940,13 @@ mod tests {
         let (globex, globex_ct) = encrypt(&server, &ctx("globex", "a1"), b"m", b"globex data")
             .await
             .unwrap();
+        // acme's key material, as the file holds it before the shred.
+        let before: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let material = before["tenants"]["acme"]["keys"][0]["key"]
+            .as_str()
+            .unwrap()
+            .to_string();
         // Another process (the CLI) shreds acme; the running keyring sees it
         // on its next use, without a restart.
         let cli = LocalKeyring::open_or_create(&path).unwrap();
@@ -875,10 +960,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(back, b"globex data");
-        // The key is gone from the file, not only from memory.
+        // The key is gone from the file, not only from memory (its id stays
+        // as a tombstone, so what it wrapped reads as deleted).
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(
-            !text.contains(&acme.key_id),
+            !text.contains(&material),
             "the shredded key is still on disk"
         );
         // A tenant cannot unwrap with another tenant's key even if it names it.
@@ -894,6 +980,29 @@ mod tests {
             .unwrap();
         assert_ne!(fresh.key_id, acme.key_id);
         let text = std::fs::read_to_string(&path).unwrap();
-        assert!(!text.contains(&acme.key_id));
+        assert!(!text.contains(&material));
+    }
+
+    /// Data from another keyring is an error to look into, not "deleted";
+    /// a keyring for replicas that share one file wraps under the shared key.
+    #[tokio::test]
+    async fn a_foreign_key_is_not_a_shredded_one_and_shared_rings_make_no_tenant_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = LocalKeyring::open_or_create(&dir.path().join("one.json")).unwrap();
+        let two = LocalKeyring::open_or_create(&dir.path().join("two.json")).unwrap();
+        let (env, ct) = encrypt(&one, &ctx("acme", "a1"), b"m", b"x").await.unwrap();
+        let e = decrypt(&two, &env, &ctx("acme", "a1"), b"m", &ct)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, CryptoError::Invalid(_)), "{e}");
+
+        let shared = LocalKeyring::open_or_create(&dir.path().join("shared.json"))
+            .unwrap()
+            .shared_only();
+        let (env, _) = encrypt(&shared, &ctx("acme", "a1"), b"m", b"x")
+            .await
+            .unwrap();
+        assert_eq!(env.key_id, shared.current_key_id());
+        assert_eq!(shared.tenant_key_id("acme"), None);
     }
 }

@@ -102,9 +102,15 @@ fn classify(op: &str, code: &str) -> Option<CryptoError> {
         "InvalidCiphertextException" | "IncorrectKeyException" | "InvalidKeyUsageException" => {
             Some(CryptoError::Invalid(format!("KMS {op} refused: {code}")))
         }
-        "NotFoundException" | "DisabledException" | "KMSInvalidStateException" => Some(
-            CryptoError::KeyDeleted(format!("KMS {op}: the key is deleted or disabled ({code})")),
-        ),
+        // Only a read says the data is gone; a write under such a key is
+        // refused like any other key service failure.
+        "NotFoundException" | "DisabledException" | "KMSInvalidStateException"
+            if op == "Decrypt" =>
+        {
+            Some(CryptoError::KeyDeleted(format!(
+                "KMS {op}: the key is deleted or disabled ({code})"
+            )))
+        }
         _ => None,
     }
 }
@@ -319,10 +325,12 @@ mod tests {
             classify("Decrypt", "InvalidCiphertextException"),
             Some(CryptoError::Invalid(_))
         ));
-        // Throttling, access denied and the like stay outages (UNAVAILABLE).
+        // Throttling, access denied and the like stay outages (UNAVAILABLE),
+        // and so does a write under a deleted key.
         for code in ["ThrottlingException", "AccessDeniedException", ""] {
             assert!(classify("Decrypt", code).is_none(), "{code}");
         }
+        assert!(classify("GenerateDataKey", "DisabledException").is_none());
     }
 
     #[test]

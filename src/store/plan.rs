@@ -413,7 +413,11 @@ impl PlanStore for FsPlanStore {
             return Ok(None);
         };
         let plan = open_plan(&*self.keys, bytes, tenant, thread_id).await?;
-        self.cache.insert(key, plan.clone());
+        // Not cached if a key was shredded while it was being opened: it
+        // would outlive the clear above.
+        if self.keys.generation() == generation {
+            self.cache.insert(key, plan.clone());
+        }
         Ok(Some(plan))
     }
 
@@ -426,6 +430,7 @@ impl PlanStore for FsPlanStore {
     ) -> Result<u64, StoreError> {
         let path = self.plan_path(tenant, thread_id)?;
         let version = super::next_version(plan, thread_id, expected_version)?;
+        let generation = self.keys.generation();
         let (bytes, cached) = seal_plan(&*self.keys, tenant, thread_id, plan, version).await?;
         let (tenant, thread_id) = (tenant.to_owned(), thread_id.to_owned());
 
@@ -433,6 +438,7 @@ impl PlanStore for FsPlanStore {
         let dir = self.dir.clone();
         let key = path.clone();
         let cache = Arc::clone(&self.cache);
+        let keys = Arc::clone(&self.keys);
         fs::blocking(move || {
             // The guard moves in here: if the caller is cancelled mid-commit,
             // the lock is held until the write has finished, not released early.
@@ -458,8 +464,13 @@ impl PlanStore for FsPlanStore {
                 cache.remove(&key);
                 return Err(e.into());
             }
-            // Still under the thread's lock, so caches are updated in commit order.
-            cache.insert(key, cached);
+            // Still under the thread's lock, so caches are updated in commit
+            // order; not at all if a key was shredded meanwhile.
+            if keys.generation() == generation {
+                cache.insert(key, cached);
+            } else {
+                cache.remove(&key);
+            }
             // The version is committed; keeping a copy of it is best effort.
             if let Err(e) = keep_version(&dir, thread_dir, version, &bytes) {
                 tracing::warn!(error = %e, version, "a committed plan version could not be kept for Explain");
