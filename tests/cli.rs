@@ -292,6 +292,8 @@ fn serve_prints_its_address_and_stops_cleanly_on_sigterm() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("DEV MODE"), "{err}");
     assert!(err.contains("draining in-flight calls"), "{err}");
+    // The default keyring sits inside the data directory: said at start-up.
+    assert!(err.contains("keyring is inside data_dir"), "{err}");
 }
 
 /// Without credentials configured and without `--dev`, `serve` does not

@@ -446,3 +446,51 @@ fn lossy_summaries_grow_into_the_room_the_middle_frees() {
     assert_eq!(kept, 40, "{text}");
     assert!(out.tokens.total <= out.report.budget.target);
 }
+
+/// The redaction rules are an input of the plan: a plan made under other
+/// rules (whose stored summaries and stubs were redacted differently) is
+/// never reused as if it were current.
+#[test]
+fn the_redaction_rules_are_part_of_the_plan_fingerprint() {
+    use compactd::redact::{RedactionConfig, RedactionPattern, Redactor};
+    use compactd::reduce::{request_fingerprint, CompactRequest, Policy};
+    let mut b = ThreadBuilder::default();
+    b.user("Read the log.");
+    b.tool(
+        "read_file",
+        json!({"path": "/var/log/app.log"}),
+        ToolContent::Text(log_lines(20)),
+        Outcome::Success,
+        None,
+    );
+    b.assistant("Done.");
+    let t = b.build("fp");
+    let h = Harness::default();
+    let policy = Policy::default();
+    let observations = std::collections::BTreeMap::new();
+    let req = CompactRequest {
+        thread: &t,
+        policy: &policy,
+        max_input_tokens: 96_000,
+        system: None,
+        tools: &[],
+        previous: None,
+        observations: &observations,
+        skip_aggressive: false,
+        limits: Default::default(),
+        target: compactd::provider::Format::openai_chat_target(),
+    };
+    let custom = Redactor::from_config(&RedactionConfig {
+        patterns: vec![RedactionPattern {
+            name: "employee_id".into(),
+            regex: r"\bEMP-\d{6}\b".into(),
+        }],
+        ..RedactionConfig::default()
+    })
+    .expect("rules");
+    let standard = request_fingerprint(&req, &h.engine());
+    assert_eq!(standard, request_fingerprint(&req, &h.engine()), "stable");
+    let mut other = h.engine();
+    other.redactor = &custom;
+    assert_ne!(standard, request_fingerprint(&req, &other));
+}

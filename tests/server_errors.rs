@@ -313,6 +313,16 @@ async fn credentials_are_checked() {
             assert!(!err.message().contains(&t), "{name}: token echoed");
         }
     }
+    // Authentication comes before any request field is read: a request
+    // that would fail validation is still UNAUTHENTICATED without a
+    // credential (the caller learns nothing about what it sent).
+    let mut bad = compact_req(small_thread("t-auth"), 128_000);
+    bad.thread = None;
+    let err = client
+        .compact(tonic::Request::new(bad))
+        .await
+        .expect_err("no credential");
+    assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
 }
 
 #[tokio::test]

@@ -1043,3 +1043,38 @@ async fn rotation_rewraps_data_keys_without_touching_content() {
         b"the content"
     );
 }
+
+/// An artifact written before encryption (format v1: magic, metadata line,
+/// plaintext) is still read, checked against its tenant and its hash.
+#[tokio::test]
+async fn plaintext_v1_artifacts_are_still_read_and_checked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FsArtifactStore::open(dir.path()).expect("open");
+    let content = b"written before encryption";
+    let meta = meta("acme", "t").for_content(content).expect("meta");
+    let id = "art_0123456789abcdef0123456789abcdef";
+    let adir = thread_dir(dir.path(), "acme", "t").join("artifacts");
+    std::fs::create_dir_all(&adir).expect("dir");
+    let mut bytes = b"compactd-artifact v1\n".to_vec();
+    bytes.extend_from_slice(&serde_json::to_vec(&meta).expect("json"));
+    bytes.push(b'\n');
+    bytes.extend_from_slice(content);
+    std::fs::write(adir.join(id), &bytes).expect("w");
+    let (got, back) = store.get("acme", "t", id).await.expect("reads");
+    assert_eq!(back, content);
+    assert_eq!(got.tenant, "acme");
+    // Another tenant's path with the same file is refused by its metadata.
+    let gdir = thread_dir(dir.path(), "globex", "t").join("artifacts");
+    std::fs::create_dir_all(&gdir).expect("dir");
+    std::fs::write(gdir.join(id), &bytes).expect("w");
+    assert!(store.get("globex", "t", id).await.is_err());
+    // A changed byte of content fails its hash.
+    let mut bad = bytes.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    std::fs::write(adir.join(id), &bad).expect("w");
+    assert!(matches!(
+        store.get("acme", "t", id).await,
+        Err(StoreError::Corrupt(_))
+    ));
+}
