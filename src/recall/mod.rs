@@ -63,21 +63,21 @@ pub const BLOCK_HEADER: &str = "[Recalled context: passages from earlier in this
 /// The recall block of `hits` (best first): the header, then one entry per
 /// passage naming its message, line and artifact.
 pub fn block(hits: &[Hit<'_>]) -> String {
-    let mut out = String::from(BLOCK_HEADER);
-    for h in hits {
-        out.push_str(&entry(h.passage));
-    }
-    out
+    format!("{BLOCK_HEADER}{}", entries(hits))
 }
 
 /// [`block`] with the passages as delimited data (the header outside):
 /// recalled text is old tool output and conversation, never instructions.
 pub fn delimited_block(hits: &[Hit<'_>]) -> String {
-    let body: String = hits.iter().map(|h| entry(h.passage)).collect();
     format!(
         "{BLOCK_HEADER}\n{}",
-        crate::render::delimit_data(body.trim_start_matches('\n'))
+        crate::render::delimit_data(entries(hits).trim_start_matches('\n'))
     )
+}
+
+/// The passages, each on lines of its own after a `---` line naming it.
+fn entries(hits: &[Hit<'_>]) -> String {
+    hits.iter().map(|h| entry(h.passage)).collect()
 }
 
 /// One passage as the block shows it.

@@ -101,9 +101,9 @@ fn new_artifact_id() -> String {
 /// The header line of a sealed object (an artifact, or a plan), as
 /// written.
 #[derive(Serialize)]
-pub(super) struct HeaderOut<'a> {
-    pub(super) meta: &'a RawValue,
-    pub(super) envelope: &'a Envelope,
+struct HeaderOut<'a> {
+    meta: &'a RawValue,
+    envelope: &'a Envelope,
 }
 
 /// The header line of a sealed object, as read: the metadata's exact bytes
@@ -113,6 +113,44 @@ pub(super) struct HeaderIn<'a> {
     #[serde(borrow)]
     pub(super) meta: &'a RawValue,
     pub(super) envelope: Envelope,
+}
+
+/// A sealed object's bytes: `magic`, the header line (`meta` exactly as
+/// given, it is the associated data), then the ciphertext. Artifacts and
+/// plans share the layout.
+pub(super) fn sealed_bytes(
+    magic: &[u8],
+    meta: &RawValue,
+    envelope: &Envelope,
+    ciphertext: &[u8],
+) -> Result<Vec<u8>, StoreError> {
+    let header = serde_json::to_vec(&HeaderOut { meta, envelope })
+        .map_err(|e| StoreError::Corrupt(format!("header does not serialize: {e}")))?;
+    let mut bytes = Vec::with_capacity(magic.len() + header.len() + 1 + ciphertext.len());
+    bytes.extend_from_slice(magic);
+    bytes.extend_from_slice(&header);
+    bytes.push(b'\n');
+    bytes.extend_from_slice(ciphertext);
+    Ok(bytes)
+}
+
+/// The header of a sealed object that starts with `magic` and where its
+/// ciphertext starts; `None` when the bytes do not start with `magic`.
+pub(super) fn split_sealed<'a>(
+    bytes: &'a [u8],
+    magic: &[u8],
+) -> Result<Option<(HeaderIn<'a>, usize)>, StoreError> {
+    let Some(rest) = bytes.strip_prefix(magic) else {
+        return Ok(None);
+    };
+    let end = rest
+        .iter()
+        .take(MAX_META_BYTES as usize)
+        .position(|&b| b == b'\n')
+        .ok_or_else(|| StoreError::Corrupt("header is truncated or too large".into()))?;
+    let header: HeaderIn<'_> = serde_json::from_slice(&rest[..end])
+        .map_err(|e| StoreError::Corrupt(format!("header does not parse: {e}")))?;
+    Ok(Some((header, magic.len() + end + 1)))
 }
 
 /// A parsed header.
@@ -249,16 +287,7 @@ pub(super) async fn seal_object(
     fs::blocking(move || {
         let (envelope, ciphertext) =
             seal_content(&dk, &aad(&id, raw.get().as_bytes()), &content).map_err(crypto_error)?;
-        let header = serde_json::to_vec(&HeaderOut {
-            meta: &raw,
-            envelope: &envelope,
-        })
-        .map_err(|e| StoreError::Corrupt(format!("header does not serialize: {e}")))?;
-        let mut bytes = Vec::with_capacity(MAGIC_V2.len() + header.len() + 1 + ciphertext.len());
-        bytes.extend_from_slice(MAGIC_V2);
-        bytes.extend_from_slice(&header);
-        bytes.push(b'\n');
-        bytes.extend_from_slice(&ciphertext);
+        let bytes = sealed_bytes(MAGIC_V2, &raw, &envelope, &ciphertext)?;
         Ok(SealedObject { id, bytes })
     })
     .await

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::artifact::{crypto_error, HeaderIn, HeaderOut};
+use super::artifact::{crypto_error, sealed_bytes, split_sealed};
 use super::envelope::{
     open_content, seal_content, unwrap_key, EncryptionContext, Envelope, KeyService, LocalKeyring,
 };
@@ -31,8 +31,6 @@ const PLAN_FILE: &str = "plan.json";
 const PLAN_FILE_FORMAT: u32 = 1;
 /// The first bytes of a sealed plan (format 2); a format 1 plan is JSON.
 pub(super) const SEALED_MAGIC: &[u8] = b"compactd-plan v2\n";
-/// The longest header line read.
-const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// What a format 1 (plaintext, legacy) `plan.json` holds. Tenant and thread
 /// are repeated inside so a file that ends up under the wrong key is
@@ -69,11 +67,17 @@ fn plan_aad(meta_raw: &[u8]) -> Vec<u8> {
 }
 
 /// A stored plan split at its header: what can be known without the key.
-struct Parsed<'a> {
-    meta: SealedMeta,
-    /// `None` for a format 1 plan (the whole thing is `legacy`).
-    sealed: Option<(Envelope, &'a [u8], &'a [u8])>,
-    legacy: Option<StoredPlan>,
+enum Parsed<'a> {
+    /// A format 1 plan, whole.
+    Legacy(StoredPlan),
+    /// A sealed plan: its header, the exact metadata bytes (the associated
+    /// data) and where the ciphertext starts.
+    Sealed {
+        meta: SealedMeta,
+        envelope: Envelope,
+        raw: &'a [u8],
+        body_at: usize,
+    },
 }
 
 fn parse_stored<'a>(
@@ -81,26 +85,9 @@ fn parse_stored<'a>(
     tenant: &str,
     thread_id: &str,
 ) -> Result<Parsed<'a>, StoreError> {
-    let Some(rest) = bytes.strip_prefix(SEALED_MAGIC) else {
-        let plan = decode_plan(bytes, tenant, thread_id)?;
-        return Ok(Parsed {
-            meta: SealedMeta {
-                tenant: tenant.to_owned(),
-                thread_id: thread_id.to_owned(),
-                version: plan.version,
-                committed_at_unix_ms: plan.committed_at_unix_ms,
-            },
-            sealed: None,
-            legacy: Some(plan),
-        });
+    let Some((header, body_at)) = split_sealed(bytes, SEALED_MAGIC)? else {
+        return decode_plan(bytes, tenant, thread_id).map(Parsed::Legacy);
     };
-    let end = rest
-        .iter()
-        .take(MAX_HEADER_BYTES)
-        .position(|&b| b == b'\n')
-        .ok_or_else(|| StoreError::Corrupt("plan header is truncated or too large".into()))?;
-    let header: HeaderIn<'_> = serde_json::from_slice(&rest[..end])
-        .map_err(|e| StoreError::Corrupt(format!("plan header does not parse: {e}")))?;
     let raw: &'a [u8] = header.meta.get().as_bytes();
     let meta: SealedMeta = serde_json::from_slice(raw)
         .map_err(|e| StoreError::Corrupt(format!("plan header does not parse: {e}")))?;
@@ -109,10 +96,11 @@ fn parse_stored<'a>(
             "plan file belongs to a different tenant or thread".into(),
         ));
     }
-    Ok(Parsed {
+    Ok(Parsed::Sealed {
         meta,
-        sealed: Some((header.envelope, raw, &rest[end + 1..])),
-        legacy: None,
+        envelope: header.envelope,
+        raw,
+        body_at,
     })
 }
 
@@ -123,7 +111,10 @@ pub(super) fn stored_version(
     tenant: &str,
     thread_id: &str,
 ) -> Result<u64, StoreError> {
-    Ok(parse_stored(bytes, tenant, thread_id)?.meta.version)
+    Ok(match parse_stored(bytes, tenant, thread_id)? {
+        Parsed::Legacy(plan) => plan.version,
+        Parsed::Sealed { meta, .. } => meta.version,
+    })
 }
 
 /// Seals `plan` committed as `version` now: the bytes to store (the same on
@@ -157,17 +148,7 @@ pub(super) async fn seal_plan(
             .map_err(|e| StoreError::Corrupt(format!("plan does not serialize: {e}")))?;
         let (envelope, ciphertext) =
             seal_content(&dk, &plan_aad(raw.get().as_bytes()), &body).map_err(crypto_error)?;
-        let header = serde_json::to_vec(&HeaderOut {
-            meta: &raw,
-            envelope: &envelope,
-        })
-        .map_err(|e| StoreError::Corrupt(format!("plan header does not serialize: {e}")))?;
-        let mut bytes =
-            Vec::with_capacity(SEALED_MAGIC.len() + header.len() + 1 + ciphertext.len());
-        bytes.extend_from_slice(SEALED_MAGIC);
-        bytes.extend_from_slice(&header);
-        bytes.push(b'\n');
-        bytes.extend_from_slice(&ciphertext);
+        let bytes = sealed_bytes(SEALED_MAGIC, &raw, &envelope, &ciphertext)?;
         Ok((
             bytes,
             StoredPlan {
@@ -190,17 +171,15 @@ pub(super) async fn open_plan(
     tenant: &str,
     thread_id: &str,
 ) -> Result<StoredPlan, StoreError> {
-    let (meta, envelope) = {
-        let parsed = parse_stored(&bytes, tenant, thread_id)?;
-        if let Some(plan) = parsed.legacy {
-            return Ok(plan);
-        }
-        let Some((envelope, _, _)) = parsed.sealed else {
-            return Err(StoreError::Corrupt(
-                "plan is neither sealed nor plain".into(),
-            ));
-        };
-        (parsed.meta, envelope)
+    // The header is parsed once; the closure below gets what it needs.
+    let (meta, envelope, aad, body_at) = match parse_stored(&bytes, tenant, thread_id)? {
+        Parsed::Legacy(plan) => return Ok(plan),
+        Parsed::Sealed {
+            meta,
+            envelope,
+            raw,
+            body_at,
+        } => (meta, envelope, plan_aad(raw), body_at),
     };
     let object = plan_object(meta.version);
     let key = unwrap_key(
@@ -210,16 +189,9 @@ pub(super) async fn open_plan(
     )
     .await
     .map_err(crypto_error)?;
-    let (tenant, thread_id) = (tenant.to_owned(), thread_id.to_owned());
+    let thread_id = thread_id.to_owned();
     fs::blocking(move || {
-        let parsed = parse_stored(&bytes, &tenant, &thread_id)?;
-        let Some((envelope, raw, ciphertext)) = parsed.sealed else {
-            return Err(StoreError::Corrupt(
-                "plan is neither sealed nor plain".into(),
-            ));
-        };
-        let body =
-            open_content(&key, &envelope, &plan_aad(raw), ciphertext).map_err(crypto_error)?;
+        let body = open_content(&key, &envelope, &aad, &bytes[body_at..]).map_err(crypto_error)?;
         let mut plan: CompactionPlan = serde_json::from_slice(&body)
             .map_err(|e| StoreError::Corrupt(format!("plan does not parse: {e}")))?;
         if plan.thread_id != thread_id {
@@ -227,11 +199,11 @@ pub(super) async fn open_plan(
                 "plan belongs to a different thread".into(),
             ));
         }
-        plan.version = parsed.meta.version;
+        plan.version = meta.version;
         Ok(StoredPlan {
-            version: parsed.meta.version,
+            version: meta.version,
             plan,
-            committed_at_unix_ms: parsed.meta.committed_at_unix_ms,
+            committed_at_unix_ms: meta.committed_at_unix_ms,
         })
     })
     .await

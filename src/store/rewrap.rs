@@ -14,7 +14,7 @@ use std::path::Path;
 use base64::Engine as _;
 use serde::Deserialize;
 
-use super::artifact::{crypto_error, HeaderIn, HeaderOut, MAGIC_V2};
+use super::artifact::{crypto_error, sealed_bytes, split_sealed, MAGIC_V2};
 use super::envelope::{EncryptionContext, Envelope, LocalKeyring};
 use super::fs;
 use super::plan::{plan_object, SEALED_MAGIC};
@@ -91,14 +91,11 @@ pub fn rewrap_data_dir(data_dir: &Path, keys: &LocalKeyring) -> Result<Rewrapped
 /// alone.
 fn rewrap_file(path: &Path, magic: &[u8], keys: &LocalKeyring) -> Result<Option<bool>, StoreError> {
     let bytes = std::fs::read(path)?;
-    let Some(rest) = bytes.strip_prefix(magic) else {
+    let Some((header, body_at)) = split_sealed(&bytes, magic)
+        .map_err(|e| StoreError::Corrupt(format!("{}: {e}", path.display())))?
+    else {
         return Ok(None);
     };
-    let Some(end) = rest.iter().position(|&b| b == b'\n') else {
-        return Ok(None);
-    };
-    let header: HeaderIn<'_> = serde_json::from_slice(&rest[..end])
-        .map_err(|e| StoreError::Corrupt(format!("{}: header: {e}", path.display())))?;
     let owner: Owner = serde_json::from_str(header.meta.get())
         .map_err(|e| StoreError::Corrupt(format!("{}: header: {e}", path.display())))?;
     let name = path
@@ -130,16 +127,7 @@ fn rewrap_file(path: &Path, magic: &[u8], keys: &LocalKeyring) -> Result<Option<
         wrapped_key: b64.encode(rewrapped),
         ..header.envelope.clone()
     };
-    let line = serde_json::to_vec(&HeaderOut {
-        meta: header.meta,
-        envelope: &envelope,
-    })
-    .map_err(|e| StoreError::Corrupt(format!("header does not serialize: {e}")))?;
-    let mut out = Vec::with_capacity(bytes.len() + 64);
-    out.extend_from_slice(magic);
-    out.extend_from_slice(&line);
-    out.push(b'\n');
-    out.extend_from_slice(&rest[end + 1..]);
+    let out = sealed_bytes(magic, header.meta, &envelope, &bytes[body_at..])?;
     let dir = path
         .parent()
         .ok_or_else(|| StoreError::InvalidId("object path has no parent".into()))?;
