@@ -244,6 +244,7 @@ mod tests {
             reason: "INVALID_ARGUMENT".into(),
             field: "thread.messages[1].id".into(),
             retry_after: None,
+            current_version: None,
         }
         .into_status(Code::InvalidArgument, "duplicate id \"m0\"".into());
         let e = ClientError::from(status);

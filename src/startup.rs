@@ -145,6 +145,7 @@ pub async fn serve_opened(
         startup,
         stores.plans,
         stores.artifacts,
+        Some(stores.threads),
         listener,
         shutdown,
     )
@@ -160,7 +161,23 @@ pub async fn serve_with_stores(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let startup = settings.validate()?;
-    serve_with(settings, startup, plans, artifacts, listener, shutdown).await
+    // Append sessions in memory: these stores are the caller's.
+    serve_with(
+        settings, startup, plans, artifacts, None, listener, shutdown,
+    )
+    .await
+}
+
+/// [`serve`] over opened stores, sessions included (replicas sharing one
+/// backend in tests).
+pub async fn serve_stores(
+    settings: Settings,
+    stores: Stores,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let startup = settings.validate()?;
+    serve_opened(settings, startup, stores, listener, shutdown).await
 }
 
 /// Wires the use cases over the stores and serves them until `shutdown`.
@@ -169,6 +186,7 @@ async fn serve_with(
     startup: Startup,
     plans: Arc<dyn PlanStore>,
     artifacts: Arc<dyn ArtifactStore>,
+    threads: Option<Arc<crate::store::ThreadStore>>,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
@@ -196,7 +214,7 @@ async fn serve_with(
         threads: settings.compute_threads,
         nice: settings.compute_nice,
     });
-    let app = assemble(&settings, redactor, Arc::clone(&plans), artifacts)?;
+    let app = assemble(&settings, redactor, Arc::clone(&plans), artifacts, threads)?;
     let sweeper = tokio::spawn(app.clone().run_sweeper());
     let edge = crate::server::Edge {
         authenticator: Arc::new(authenticator),
@@ -224,6 +242,7 @@ fn assemble(
     redactor: crate::redact::Redactor,
     plans: Arc<dyn PlanStore>,
     artifacts: Arc<dyn ArtifactStore>,
+    threads: Option<Arc<crate::store::ThreadStore>>,
 ) -> Result<App, ServeError> {
     let llm = match settings.summarizer.kind {
         crate::llm::SummarizerKind::Extractive => None,
@@ -241,6 +260,10 @@ fn assemble(
         settings.ledger_max_entries,
         settings.lifecycle.clone(),
         Arc::new(redactor),
-        crate::app::Extensions { llm, plugins },
+        crate::app::Extensions {
+            llm,
+            plugins,
+            threads,
+        },
     ))
 }

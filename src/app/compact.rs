@@ -53,6 +53,9 @@ pub struct CompactCommand {
     /// The form the request will be rendered in, which decides how it is
     /// counted; `None` (Compact) or neutral: the provider the model implies.
     pub format: Option<Format>,
+    /// Whether `thread` is the whole thread, kept or not, or what was
+    /// appended to an append session.
+    pub session: super::SessionInput,
 }
 
 impl CompactCommand {
@@ -69,6 +72,7 @@ impl CompactCommand {
             observations: Observations::new(),
             rehydrated_this_turn: false,
             format: None,
+            session: super::SessionInput::Off,
         }
     }
 }
@@ -104,6 +108,8 @@ pub struct CompactOutcome {
     /// What the thread as sent holds that the request leaves out (calls the
     /// conversation moved past); the report adds the pipeline's own.
     pub warnings: Vec<String>,
+    /// The append session after the call, when the request used one.
+    pub session: Option<super::SessionState>,
 }
 
 impl CompactOutcome {
@@ -127,6 +133,7 @@ impl CompactOutcome {
             artifacts: Vec::new(),
             tokenizer,
             warnings: Vec::new(),
+            session: None,
         }
     }
 
@@ -215,6 +222,30 @@ impl App {
         cmd: CompactCommand,
     ) -> Result<CompactOutcome> {
         UseCase::Compact.authorize(ctx, None)?;
+        let mut cmd = cmd;
+        let (thread, ticket) = self
+            .inner
+            .sessions
+            .open(&ctx.tenant_id, Arc::clone(&cmd.thread), cmd.session)
+            .await?;
+        cmd.thread = Arc::clone(&thread);
+        let Some(ticket) = ticket else {
+            return self.compact_thread(ctx, cmd).await;
+        };
+        let mut out = self
+            .compact_thread(ctx, cmd)
+            .await
+            .map_err(|e| ticket.rename(e))?;
+        out.session = Some(self.inner.sessions.commit(ticket, thread, None).await?);
+        Ok(out)
+    }
+
+    /// [`App::compact`] of the whole thread.
+    async fn compact_thread(
+        &self,
+        ctx: &SecurityContext,
+        cmd: CompactCommand,
+    ) -> Result<CompactOutcome> {
         self.validate_thread(&cmd.thread)?;
         let mut cmd = cmd;
         let warnings = Self::settle_thread(&mut cmd.thread);
@@ -475,6 +506,7 @@ impl App {
             artifacts: written,
             tokenizer: resolved.parts.counter.name().to_string(),
             warnings: Vec::new(),
+            session: None,
         })
     }
 

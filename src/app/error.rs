@@ -75,6 +75,15 @@ pub enum AppError {
     /// A strategy plugin the configuration requires is out of rotation.
     #[error("{0}")]
     StrategyUnavailable(String),
+    /// An append names a session version that is not the current one (or
+    /// a session that does not exist): the client sends the thread in full.
+    #[error("{message}")]
+    SessionStale {
+        /// What happened and what to do.
+        message: String,
+        /// The session's current version (0: there is none).
+        current: u64,
+    },
     /// A tenant quota would be exceeded; `quota` names it.
     #[error("quota {quota} exceeded: {message}")]
     QuotaExceeded {
@@ -110,6 +119,7 @@ impl AppError {
             | AppError::Internal(_)
             | AppError::Cancelled => "",
             AppError::StrategyUnavailable(_) => "plugins",
+            AppError::SessionStale { .. } => "append.base_version",
             AppError::QuotaExceeded { quota, .. } => quota,
         }
     }

@@ -2,6 +2,8 @@
 //! a summary, an artifact, a dropped span), for operators answering "was X
 //! compacted out, or did the model ignore it?".
 
+use std::sync::Arc;
+
 use crate::model::{CompactionPlan, Sensitivity, Thread};
 use crate::reduce::referenced_artifacts;
 use crate::render::explain::{contains, explain, Explanation, Verdict};
@@ -29,6 +31,9 @@ pub struct ExplainCommand {
     pub thread: Option<Thread>,
     /// Decrypt and search the plan's artifacts too.
     pub search_artifacts: bool,
+    /// Whether `thread` is the whole thread or what was appended to an
+    /// append session.
+    pub session: super::SessionInput,
 }
 
 /// An artifact whose content holds the text.
@@ -57,6 +62,8 @@ pub struct ExplainOutcome {
     pub not_searched: Vec<String>,
     /// What the thread sent holds that no request carries (abandoned calls).
     pub warnings: Vec<String>,
+    /// The append session after the call, when the request used one.
+    pub session: Option<super::SessionState>,
 }
 
 impl App {
@@ -70,6 +77,42 @@ impl App {
             search_artifacts: cmd.search_artifacts,
         }
         .authorize(ctx, None)?;
+        let mut cmd = cmd;
+        let (Some(sent), true) = (cmd.thread.take(), cmd.session != super::SessionInput::Off)
+        else {
+            return self.explain_thread(ctx, cmd).await;
+        };
+        if sent.id != cmd.thread_id {
+            return Err(AppError::invalid(
+                "append.thread_id",
+                "must equal thread_id",
+            ));
+        }
+        let (thread, ticket) = self
+            .inner
+            .sessions
+            .open(&ctx.tenant_id, Arc::new(sent), cmd.session)
+            .await?;
+        let Some(ticket) = ticket else {
+            return Err(AppError::Internal(
+                "a session request opened no session".into(),
+            ));
+        };
+        cmd.thread = Some((*thread).clone());
+        let mut out = self
+            .explain_thread(ctx, cmd)
+            .await
+            .map_err(|e| ticket.rename(e))?;
+        out.session = Some(self.inner.sessions.commit(ticket, thread, None).await?);
+        Ok(out)
+    }
+
+    /// [`App::explain`] with the whole thread, or none.
+    async fn explain_thread(
+        &self,
+        ctx: &SecurityContext,
+        cmd: ExplainCommand,
+    ) -> Result<ExplainOutcome> {
         self.validate_explain(&cmd)?;
         let plan = self.plan_to_explain(ctx, &cmd).await?;
         let ids: Vec<String> = if cmd.search_artifacts {
@@ -106,6 +149,7 @@ impl App {
             artifacts,
             not_searched,
             warnings,
+            session: None,
         })
     }
 

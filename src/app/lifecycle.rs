@@ -40,6 +40,9 @@ pub struct Lifecycle {
     pub sweep_interval_seconds: u64,
     /// Per-tenant limits on what is stored.
     pub quotas: Quotas,
+    /// Append sessions: how long an idle one is kept, and memory for the
+    /// threads in use.
+    pub sessions: super::SessionSettings,
 }
 
 impl Default for Lifecycle {
@@ -49,6 +52,7 @@ impl Default for Lifecycle {
             unreferenced_grace_seconds: 3600,
             sweep_interval_seconds: 600,
             quotas: Quotas::default(),
+            sessions: super::SessionSettings::default(),
         }
     }
 }
@@ -116,6 +120,8 @@ pub struct DeleteOutcome {
     pub had_plan: bool,
     /// Artifacts and bytes removed.
     pub removed: Removed,
+    /// An append session was kept for the thread.
+    pub had_session: bool,
 }
 
 /// What ResetPlan did.
@@ -136,6 +142,8 @@ pub struct SweepReport {
     pub unreferenced: u64,
     /// Content bytes freed.
     pub bytes: u64,
+    /// Append sessions idle past their TTL.
+    pub sessions: u64,
 }
 
 fn thread_id_field(thread_id: &str) -> Result<()> {
@@ -172,12 +180,17 @@ impl App {
             .delete_thread(tenant, thread_id)
             .await
             .map_err(|e| store_error(e, "artifact"))?;
+        let had_session = self.inner.sessions.delete(tenant, thread_id).await?;
         self.forget_thread(tenant, thread_id);
         self.inner.usage.adjust(tenant, |u| {
             u.bytes = u.bytes.saturating_sub(removed.bytes);
             u.threads = u.threads.saturating_sub(u64::from(had_plan));
         });
-        Ok(DeleteOutcome { had_plan, removed })
+        Ok(DeleteOutcome {
+            had_plan,
+            removed,
+            had_session,
+        })
     }
 
     /// Replaces the thread's committed plan with an empty one (the thread
@@ -334,6 +347,10 @@ impl App {
                 .push(e);
         }
         let mut report = SweepReport::default();
+        match self.inner.sessions.sweep().await {
+            Ok(n) => report.sessions = n,
+            Err(e) => tracing::warn!(error = %e, "sweep: idle append sessions were not removed"),
+        }
         let mut bytes_by_tenant: HashMap<String, u64> = HashMap::new();
         for ((tenant, thread_id), entries) in by_thread {
             // A Compact between its writes and its commit holds this lock:

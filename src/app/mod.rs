@@ -16,6 +16,7 @@ mod recall;
 mod rehydrate;
 mod render;
 mod search;
+mod session;
 mod summaries;
 
 use std::collections::BTreeMap;
@@ -30,6 +31,7 @@ pub use render::{RecalledPassage, RenderCommand, RenderOutcome, RenderedOutput};
 pub use search::{
     search_context_tool, FoundPassage, SearchCommand, SearchOutcome, SEARCH_CONTEXT_TOOL,
 };
+pub use session::{SessionInput, SessionSettings, SessionState};
 pub use summaries::LlmSummaries;
 
 use crate::model::{DeterminismMetadata, Thread, ThreadLimits, ToolSchema};
@@ -37,7 +39,7 @@ use crate::redact::Redactor;
 use crate::reduce::{Cancel, Engine, Memo, Policy};
 use crate::runtime::Call;
 use crate::security::{Permission, SecurityContext};
-use crate::store::{ArtifactStore, MemoryArtifactStore, MemoryPlanStore, PlanStore};
+use crate::store::{ArtifactStore, MemoryArtifactStore, MemoryPlanStore, PlanStore, ThreadStore};
 use crate::summarize::{ExtractiveSummarizer, Summarizer};
 use crate::tokens::{counter_for, Target, TokenCounter, TokenLedger, DEFAULT_MAX_ENTRIES};
 
@@ -101,6 +103,8 @@ struct Inner {
     llm: Option<Arc<LlmSummaries>>,
     /// Strategy plugins, run as pipeline steps.
     plugins: Vec<Arc<crate::plugin::LoadedPlugin>>,
+    /// Append sessions.
+    sessions: session::Sessions,
     /// Render's recall indexes, per thread and plan.
     recall: recall::RecallIndexes,
     /// What the plugins are and how they are set up, as the fingerprint
@@ -115,6 +119,8 @@ pub struct Extensions {
     pub llm: Option<LlmSummaries>,
     /// Loaded strategy plugins.
     pub plugins: Vec<Arc<crate::plugin::LoadedPlugin>>,
+    /// Where append sessions are kept; `None`: in memory.
+    pub threads: Option<Arc<ThreadStore>>,
 }
 
 impl std::fmt::Debug for App {
@@ -139,8 +145,13 @@ impl App {
         redactor: Arc<Redactor>,
         extensions: Extensions,
     ) -> Self {
+        let threads = extensions
+            .threads
+            .unwrap_or_else(|| Arc::new(ThreadStore::memory()));
+        let sessions = session::Sessions::new(threads, lifecycle.sessions);
         App {
             inner: Arc::new(Inner {
+                sessions,
                 plans,
                 artifacts,
                 ledger: Arc::new(TokenLedger::new(ledger_max_entries)),

@@ -87,6 +87,14 @@ pub struct RenderOutcome {
     pub rehydrated: Vec<RehydrationReport>,
     /// The passages of the recall block, best first.
     pub recalled: Vec<RecalledPassage>,
+    /// The body unit by unit, for the next render's unchanged prefix
+    /// (provider formats only).
+    pub trace: Option<crate::render::prefix::PrefixTrace>,
+    /// Tokens of the leading part of the body the previous render of this
+    /// thread sent byte for byte; `None` when no previous render is known.
+    pub unchanged_prefix_tokens: Option<u32>,
+    /// The append session after the call, when the request used one.
+    pub session: Option<super::SessionState>,
 }
 
 impl App {
@@ -100,6 +108,43 @@ impl App {
             rehydrates: !cmd.rehydrate_artifact_ids.is_empty(),
         }
         .authorize(ctx, None)?;
+        let mut cmd = cmd;
+        let (thread, ticket) = self
+            .inner
+            .sessions
+            .open(
+                &ctx.tenant_id,
+                Arc::clone(&cmd.request.thread),
+                cmd.request.session,
+            )
+            .await?;
+        cmd.request.thread = Arc::clone(&thread);
+        let thread_id = thread.id.clone();
+        let Some(ticket) = ticket else {
+            let mut out = self.render_thread(ctx, cmd).await?;
+            let previous =
+                self.inner
+                    .sessions
+                    .swap_trace(&ctx.tenant_id, &thread_id, out.trace.clone());
+            out.unchanged_prefix_tokens = unchanged(out.trace.as_ref(), previous.as_ref());
+            return Ok(out);
+        };
+        let mut out = self
+            .render_thread(ctx, cmd)
+            .await
+            .map_err(|e| ticket.rename(e))?;
+        out.unchanged_prefix_tokens = unchanged(out.trace.as_ref(), ticket.prefix());
+        let trace = out.trace.clone();
+        out.session = Some(self.inner.sessions.commit(ticket, thread, trace).await?);
+        Ok(out)
+    }
+
+    /// [`App::render`] of the whole thread.
+    async fn render_thread(
+        &self,
+        ctx: &SecurityContext,
+        cmd: RenderCommand,
+    ) -> Result<RenderOutcome> {
         let (mut cmd, thread_warnings) = self.admit(cmd)?;
         let limits = self.inner.defaults.auto_rehydrate;
         let auto = if cmd.auto_rehydrate.unwrap_or(limits.enabled) {
@@ -251,6 +296,15 @@ impl App {
                 &rc,
                 (&mut tokens, window),
             )?;
+            // Counted through the ledger: units sent last turn are hits.
+            let trace = match &output {
+                RenderedOutput::Payload(json) => {
+                    crate::render::prefix::PrefixTrace::of_body(json, |t| {
+                        parts.ledger.count(parts.counter.as_ref(), t)
+                    })
+                }
+                RenderedOutput::Neutral(_) => None,
+            };
             let out = RenderOutcome {
                 plan,
                 compaction: None,
@@ -259,6 +313,9 @@ impl App {
                 audit,
                 rehydrated,
                 recalled,
+                trace,
+                unchanged_prefix_tokens: None,
+                session: None,
             };
             Ok::<_, AppError>((out, quality))
         })
@@ -329,6 +386,14 @@ impl App {
         }
         Ok(out)
     }
+}
+
+/// Tokens of `now`'s prefix unchanged since `previous`, when both are known.
+fn unchanged(
+    now: Option<&crate::render::prefix::PrefixTrace>,
+    previous: Option<&crate::render::prefix::PrefixTrace>,
+) -> Option<u32> {
+    Some(now?.unchanged_since(previous?).0)
 }
 
 /// The name of the tool [`read_artifact_tool`] defines.

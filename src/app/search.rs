@@ -27,6 +27,9 @@ pub struct SearchCommand {
     pub query: String,
     /// Passages wanted (0: the default).
     pub max_results: u32,
+    /// Whether `thread` is the whole thread or what was appended to an
+    /// append session.
+    pub session: super::SessionInput,
 }
 
 /// One passage found.
@@ -55,6 +58,8 @@ pub struct SearchOutcome {
     pub passages: Vec<FoundPassage>,
     /// Matches left out: the caller may not read their sensitivity.
     pub withheld: u32,
+    /// The append session after the call, when the request used one.
+    pub session: Option<super::SessionState>,
 }
 
 impl App {
@@ -66,6 +71,30 @@ impl App {
         cmd: SearchCommand,
     ) -> Result<SearchOutcome> {
         UseCase::SearchContext.authorize(ctx, None)?;
+        let mut cmd = cmd;
+        let (thread, ticket) = self
+            .inner
+            .sessions
+            .open(&ctx.tenant_id, Arc::clone(&cmd.thread), cmd.session)
+            .await?;
+        cmd.thread = Arc::clone(&thread);
+        let Some(ticket) = ticket else {
+            return self.search_thread(ctx, cmd).await;
+        };
+        let mut out = self
+            .search_thread(ctx, cmd)
+            .await
+            .map_err(|e| ticket.rename(e))?;
+        out.session = Some(self.inner.sessions.commit(ticket, thread, None).await?);
+        Ok(out)
+    }
+
+    /// [`App::search_context`] of the whole thread.
+    async fn search_thread(
+        &self,
+        ctx: &SecurityContext,
+        cmd: SearchCommand,
+    ) -> Result<SearchOutcome> {
         self.validate_thread(&cmd.thread)?;
         Self::validate_text("query", &cmd.query, MAX_SEARCH_QUERY_CHARS)?;
         if cmd.max_results > MAX_SEARCH_RESULTS {
@@ -125,6 +154,7 @@ impl App {
             plan_version,
             passages,
             withheld,
+            session: None,
         })
     }
 }

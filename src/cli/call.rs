@@ -300,6 +300,7 @@ fn build(args: &CallArgs) -> Result<Built, Failure> {
                 thread,
                 search_artifacts: args.search_artifacts,
                 tenant_id: None,
+                append: None,
             })
         }
         Method::SearchContext => {
@@ -313,6 +314,7 @@ fn build(args: &CallArgs) -> Result<Built, Failure> {
                 query,
                 max_results: args.max_results,
                 tenant_id: None,
+                append: None,
             })
         }
     })

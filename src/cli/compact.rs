@@ -99,6 +99,7 @@ pub fn run(args: &CompactArgs) -> Result<String, Failure> {
                 thread: std::sync::Arc::clone(&thread),
                 query: query.clone(),
                 max_results: 0,
+                session: Default::default(),
             },
         ))?;
         let passages: Vec<Value> = found

@@ -66,7 +66,8 @@ impl From<AppError> for Failure {
             | AppError::Internal(_)
             | AppError::Cancelled
             | AppError::StrategyUnavailable(_)
-            | AppError::QuotaExceeded { .. } => Failure::other(e),
+            | AppError::QuotaExceeded { .. }
+            | AppError::SessionStale { .. } => Failure::other(e),
         }
     }
 }

@@ -13,7 +13,8 @@ use crate::render::explain::Verdict;
 
 use super::render::output_format;
 use super::thread::{observations_from_pb, policy_from_overrides};
-use super::{each, optional, pb, required, Result};
+use super::{each, pb, required, ConvertError, Result};
+use crate::app::{SessionInput, SessionState};
 
 /// The command for what Compact and Render requests both carry (under the
 /// same names; the two messages share no type), with the request's
@@ -21,7 +22,8 @@ use super::{each, optional, pb, required, Result};
 macro_rules! shared_command {
     ($r:ident, $base:expr) => {
         CompactCommand {
-            thread: Arc::new(required::<_, Thread>($r.thread, "thread")?),
+            session: thread_input_kind(&$r.append, $r.start_session),
+            thread: Arc::new(thread_input($r.thread, $r.append, $r.start_session)?.0),
             policy: Arc::new(policy_from_overrides($base, $r.policy)?),
             model: unset_if_empty($r.model),
             max_input_tokens: unset_if_zero($r.max_input_tokens),
@@ -33,6 +35,53 @@ macro_rules! shared_command {
             format: None,
         }
     };
+}
+
+/// The thread a request gives: in full (`thread`), or what was appended to
+/// an append session (`append`, as a thread of those messages).
+fn thread_input(
+    thread: Option<pb::Thread>,
+    append: Option<pb::ThreadAppend>,
+    start_session: bool,
+) -> Result<(Thread, SessionInput)> {
+    let kind = thread_input_kind(&append, start_session);
+    match (thread, append) {
+        (Some(_), Some(_)) => Err(ConvertError::new(
+            "append",
+            "set either thread (the whole thread) or append (what was appended), not both",
+        )),
+        (None, Some(_)) if start_session => Err(ConvertError::new(
+            "start_session",
+            "starts a session from the whole thread: send `thread`, not `append`",
+        )),
+        (None, Some(a)) => {
+            let t = pb::Thread {
+                id: a.thread_id,
+                messages: a.messages,
+            };
+            let thread = Thread::try_from(t).map_err(|e| {
+                let e = e.within("append");
+                if e.field == "append.id" {
+                    ConvertError::new("append.thread_id", e.message)
+                } else {
+                    e
+                }
+            })?;
+            Ok((thread, kind))
+        }
+        (thread, None) => Ok((required::<_, Thread>(thread, "thread")?, kind)),
+    }
+}
+
+/// How [`thread_input`] reads a request (computed before its fields move).
+fn thread_input_kind(append: &Option<pb::ThreadAppend>, start_session: bool) -> SessionInput {
+    match (append, start_session) {
+        (Some(a), _) => SessionInput::Append {
+            base_version: a.base_version,
+        },
+        (None, true) => SessionInput::Start,
+        (None, false) => SessionInput::Off,
+    }
 }
 
 /// proto3 scalars cannot be absent: the zero value means "the server's default".
@@ -73,12 +122,18 @@ pub fn render_command(r: pb::RenderRequest, base: &Policy) -> Result<RenderComma
 
 /// An Explain request as a command (the use case checks the text and ids).
 pub fn explain_command(r: pb::ExplainRequest) -> Result<ExplainCommand> {
+    let session = thread_input_kind(&r.append, false);
+    let thread = match (r.thread, r.append) {
+        (None, None) => None,
+        (thread, append) => Some(thread_input(thread, append, false)?.0),
+    };
     Ok(ExplainCommand {
         thread_id: r.thread_id,
         plan_version: r.plan_version,
         text: r.text,
-        thread: optional::<_, Thread>(r.thread, "thread")?,
+        thread,
         search_artifacts: r.search_artifacts,
+        session,
     })
 }
 
@@ -141,6 +196,7 @@ impl From<ExplainOutcome> for pb::ExplainResponse {
                 .collect(),
             artifacts_not_searched: out.not_searched,
             warnings: out.warnings,
+            session: out.session.map(Into::into),
         }
     }
 }
@@ -148,7 +204,8 @@ impl From<ExplainOutcome> for pb::ExplainResponse {
 /// A SearchContext request as a command (the use case checks the query).
 pub fn search_command(r: pb::SearchContextRequest) -> Result<SearchCommand> {
     Ok(SearchCommand {
-        thread: Arc::new(required::<_, Thread>(r.thread, "thread")?),
+        session: thread_input_kind(&r.append, false),
+        thread: Arc::new(thread_input(r.thread, r.append, false)?.0),
         query: r.query,
         max_results: r.max_results,
     })
@@ -171,6 +228,7 @@ impl From<SearchOutcome> for pb::SearchContextResponse {
                 })
                 .collect(),
             withheld: out.withheld,
+            session: out.session.map(Into::into),
         }
     }
 }
@@ -205,6 +263,7 @@ impl From<&CompactOutcome> for pb::CompactResponse {
                 .map(|a| a.artifact_id.clone())
                 .collect(),
             target_use: report.map_or(0.0, Report::target_use),
+            session: out.session.clone().map(Into::into),
         }
     }
 }
@@ -229,6 +288,18 @@ impl From<RenderOutcome> for pb::RenderResponse {
             audit: Some((&out.audit).into()),
             compaction: out.compaction.as_ref().map(Into::into),
             rehydrated: out.rehydrated.iter().map(Into::into).collect(),
+            session: out.session.map(Into::into),
+            unchanged_prefix_tokens: out.unchanged_prefix_tokens,
+        }
+    }
+}
+
+impl From<SessionState> for pb::SessionState {
+    fn from(s: SessionState) -> Self {
+        pb::SessionState {
+            version: s.version,
+            digest: s.digest,
+            messages: u32::try_from(s.messages).unwrap_or(u32::MAX),
         }
     }
 }

@@ -22,6 +22,8 @@ pub const ERROR_DOMAIN: &str = "compactd.v1";
 pub const RETRY_AFTER_MS: &str = "retry-after-ms";
 /// `ErrorInfo.metadata` key naming the request field at fault.
 pub const FIELD_KEY: &str = "field";
+/// `ErrorInfo.metadata` key of a stale append session's current version.
+pub const CURRENT_VERSION_KEY: &str = "current_version";
 
 /// Everything a compactd error carries besides its code and message.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -32,6 +34,9 @@ pub struct ErrorDescription {
     pub field: String,
     /// When a retry may succeed.
     pub retry_after: Option<Duration>,
+    /// The current version of what the request was based on (a stale
+    /// append session's), when that is what failed.
+    pub current_version: Option<u64>,
 }
 
 impl ErrorDescription {
@@ -44,6 +49,9 @@ impl ErrorDescription {
             if code == Code::InvalidArgument {
                 details.add_bad_request_violation(self.field.clone(), message.clone());
             }
+        }
+        if let Some(v) = self.current_version {
+            metadata.insert(CURRENT_VERSION_KEY.to_string(), v.to_string());
         }
         details.set_error_info(self.reason, ERROR_DOMAIN, metadata);
         if let Some(after) = self.retry_after {
@@ -75,6 +83,9 @@ impl ErrorDescription {
             reason: info.map(|i| i.reason.clone()).unwrap_or_default(),
             field,
             retry_after: details.retry_info().and_then(|r| r.retry_delay),
+            current_version: info
+                .and_then(|i| i.metadata.get(CURRENT_VERSION_KEY))
+                .and_then(|v| v.parse().ok()),
         }
     }
 }
@@ -89,6 +100,7 @@ mod tests {
             reason: "INVALID_ARGUMENT".into(),
             field: "thread.messages[3].role".into(),
             retry_after: None,
+            current_version: None,
         };
         let s = d
             .clone()

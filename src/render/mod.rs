@@ -5,6 +5,7 @@ mod count;
 pub mod images;
 
 pub mod explain;
+pub mod prefix;
 pub mod quality;
 mod rehydrate;
 mod renderer;

@@ -77,6 +77,7 @@ impl ApiError {
                     (Code::FailedPrecondition, "STRATEGY_UNAVAILABLE")
                 }
                 AppError::QuotaExceeded { .. } => (Code::ResourceExhausted, "QUOTA_EXCEEDED"),
+                AppError::SessionStale { .. } => (Code::FailedPrecondition, "SESSION_STALE"),
             },
             ApiError::RateLimited { .. } => (Code::ResourceExhausted, "RATE_LIMITED"),
             ApiError::Overloaded(_) => (Code::ResourceExhausted, "OVERLOADED"),
@@ -111,6 +112,10 @@ impl From<ApiError> for Status {
             field: e.field().to_string(),
             retry_after: match &e {
                 ApiError::RateLimited { retry_after, .. } => Some(*retry_after),
+                _ => None,
+            },
+            current_version: match &e {
+                ApiError::App(AppError::SessionStale { current, .. }) => Some(*current),
                 _ => None,
             },
         }

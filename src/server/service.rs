@@ -81,13 +81,13 @@ trait Messages {
 
 impl Messages for pb::CompactRequest {
     fn messages(&self) -> usize {
-        self.thread.as_ref().map_or(0, |t| t.messages.len())
+        carried(self.thread.as_ref(), self.append.as_ref())
     }
 }
 
 impl Messages for pb::RenderRequest {
     fn messages(&self) -> usize {
-        self.thread.as_ref().map_or(0, |t| t.messages.len())
+        carried(self.thread.as_ref(), self.append.as_ref())
     }
 }
 
@@ -99,13 +99,13 @@ impl Messages for pb::RehydrateRequest {
 
 impl Messages for pb::ExplainRequest {
     fn messages(&self) -> usize {
-        self.thread.as_ref().map_or(0, |t| t.messages.len())
+        carried(self.thread.as_ref(), self.append.as_ref())
     }
 }
 
 impl Messages for pb::SearchContextRequest {
     fn messages(&self) -> usize {
-        self.thread.as_ref().map_or(0, |t| t.messages.len())
+        carried(self.thread.as_ref(), self.append.as_ref())
     }
 }
 
@@ -117,8 +117,17 @@ fn context<T>(req: &Request<T>) -> Result<SecurityContext, AppError> {
         .ok_or_else(|| AppError::Unauthenticated("no authenticated caller".into()))
 }
 
-fn thread_id(thread: Option<&pb::Thread>) -> &str {
-    thread.map_or("", |t| t.id.as_str())
+/// The thread a request names: in `thread`, or in `append`.
+fn thread_id<'a>(thread: Option<&'a pb::Thread>, append: Option<&'a pb::ThreadAppend>) -> &'a str {
+    thread
+        .map(|t| t.id.as_str())
+        .or(append.map(|a| a.thread_id.as_str()))
+        .unwrap_or("")
+}
+
+/// Messages a request carries in `thread` and `append`.
+fn carried(thread: Option<&pb::Thread>, append: Option<&pb::ThreadAppend>) -> usize {
+    thread.map_or(0, |t| t.messages.len()) + append.map_or(0, |a| a.messages.len())
 }
 
 #[tonic::async_trait]
@@ -129,9 +138,11 @@ impl CompactionService for CompactionApi {
     ) -> Result<Response<pb::CompactResponse>, Status> {
         let ctx = context(&request)?;
         let r = request.into_inner();
-        let mut entry = self
-            .access
-            .entry("Compact", &ctx, thread_id(r.thread.as_ref()));
+        let mut entry = self.access.entry(
+            "Compact",
+            &ctx,
+            thread_id(r.thread.as_ref(), r.append.as_ref()),
+        );
         let span = entry.span();
         let result = async {
             UseCase::Compact.authorize(&ctx, r.tenant_id.as_deref())?;
@@ -157,9 +168,11 @@ impl CompactionService for CompactionApi {
     ) -> Result<Response<pb::RenderResponse>, Status> {
         let ctx = context(&request)?;
         let r = request.into_inner();
-        let mut entry = self
-            .access
-            .entry("Render", &ctx, thread_id(r.thread.as_ref()));
+        let mut entry = self.access.entry(
+            "Render",
+            &ctx,
+            thread_id(r.thread.as_ref(), r.append.as_ref()),
+        );
         let span = entry.span();
         let result = async {
             UseCase::Render {
@@ -235,9 +248,11 @@ impl CompactionService for CompactionApi {
     ) -> Result<Response<pb::SearchContextResponse>, Status> {
         let ctx = context(&request)?;
         let r = request.into_inner();
-        let mut entry = self
-            .access
-            .entry("SearchContext", &ctx, thread_id(r.thread.as_ref()));
+        let mut entry = self.access.entry(
+            "SearchContext",
+            &ctx,
+            thread_id(r.thread.as_ref(), r.append.as_ref()),
+        );
         let span = entry.span();
         let result = async {
             UseCase::SearchContext.authorize(&ctx, r.tenant_id.as_deref())?;
@@ -268,6 +283,7 @@ impl CompactionService for CompactionApi {
                 had_plan: out.had_plan,
                 artifacts_deleted: out.removed.artifacts,
                 bytes_freed: out.removed.bytes,
+                had_session: out.had_session,
             }))
         }
         .instrument(span)

@@ -168,6 +168,8 @@ pub struct Stores {
     pub plans: Arc<dyn PlanStore>,
     /// Artifacts.
     pub artifacts: Arc<dyn ArtifactStore>,
+    /// Append sessions, next to the plans.
+    pub threads: Arc<super::ThreadStore>,
     /// One line for the start-up log: which backends and key service.
     pub description: String,
 }
@@ -365,19 +367,29 @@ pub async fn open(
             )?)
         }
     };
-    let plan_store: Arc<dyn PlanStore> = match (&location, plans_on) {
+    let (plan_store, threads): (Arc<dyn PlanStore>, _) = match (&location, plans_on) {
         (Some(at), Backend::S3) => {
-            let store = S3PlanStore::new(at.clone(), keys, artifacts.kms.key_id.clone());
+            let sse = artifacts.kms.key_id.clone();
+            let threads = super::ThreadStore::new(
+                Arc::new(super::s3::S3SessionBlobs::new(at.clone(), sse.clone())),
+                Arc::clone(&keys),
+            );
+            let store = S3PlanStore::new(at.clone(), keys, sse);
             description.push(format!("plans=s3://{}", at.bucket()));
-            Arc::new(store)
+            (Arc::new(store), threads)
         }
         _ => {
             description.push(format!("plans={}", local.data_dir.display()));
-            Arc::new(FsPlanStore::open_with_keys(local.data_dir, keys)?)
+            let threads = super::ThreadStore::fs(local.data_dir, Arc::clone(&keys))?;
+            (
+                Arc::new(FsPlanStore::open_with_keys(local.data_dir, keys)?),
+                threads,
+            )
         }
     };
     Ok(Stores {
         plans: plan_store,
+        threads: Arc::new(threads),
         artifacts: artifact_store,
         description: description.join(" "),
     })

@@ -84,6 +84,17 @@ impl<'a> EncryptionContext<'a> {
             kind: Some("plan"),
         }
     }
+
+    /// The context of an append session's head and segments written as
+    /// version `object` (`session/v{N}`).
+    pub fn session(tenant: &'a str, thread: &'a str, object: &'a str) -> Self {
+        EncryptionContext {
+            tenant,
+            thread,
+            artifact: object,
+            kind: Some("session"),
+        }
+    }
 }
 
 impl EncryptionContext<'_> {
@@ -820,6 +831,71 @@ impl KeyService for LocalKeyring {
             return self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         }
         self.generation.load(Ordering::Acquire)
+    }
+}
+
+/// A master key held in memory only, for the in-memory stores (the offline
+/// CLI, tests): sealing works the same way, nothing outlives the process.
+pub struct EphemeralKeys {
+    master: Zeroizing<[u8; 32]>,
+    id: String,
+}
+
+impl std::fmt::Debug for EphemeralKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EphemeralKeys")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EphemeralKeys {
+    /// A fresh random master key (from the thread-local CSPRNG, which
+    /// cannot fail once seeded).
+    pub fn new() -> Self {
+        EphemeralKeys {
+            master: Zeroizing::new(rand::random::<[u8; 32]>()),
+            id: format!("ephemeral-{}", hex::encode(rand::random::<[u8; 8]>())),
+        }
+    }
+}
+
+#[async_trait]
+impl KeyService for EphemeralKeys {
+    async fn generate_data_key(
+        &self,
+        context: &EncryptionContext<'_>,
+    ) -> Result<DataKey, CryptoError> {
+        let plaintext = Zeroizing::new(random::<32>()?);
+        let (nonce, sealed) = seal(&self.master, &context.canonical(), &plaintext[..])?;
+        let mut wrapped = nonce.to_vec();
+        wrapped.extend_from_slice(&sealed);
+        Ok(DataKey {
+            plaintext,
+            key_id: self.id.clone(),
+            wrapped,
+        })
+    }
+
+    async fn decrypt_data_key(
+        &self,
+        key_id: &str,
+        wrapped: &[u8],
+        context: &EncryptionContext<'_>,
+    ) -> Result<Zeroizing<[u8; 32]>, CryptoError> {
+        if key_id != self.id || wrapped.len() <= NONCE_LEN {
+            return Err(CryptoError::Invalid(
+                "unknown key or malformed wrapped key".into(),
+            ));
+        }
+        let (nonce, sealed) = wrapped.split_at(NONCE_LEN);
+        let plain = Zeroizing::new(open(&self.master, nonce, &context.canonical(), sealed)?);
+        let mut out = Zeroizing::new([0u8; 32]);
+        if plain.len() != 32 {
+            return Err(CryptoError::Invalid("data key is not 32 bytes".into()));
+        }
+        out.copy_from_slice(&plain);
+        Ok(out)
     }
 }
 

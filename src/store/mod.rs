@@ -28,6 +28,7 @@ mod memory;
 mod plan;
 pub mod rewrap;
 pub mod s3;
+mod session;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -39,6 +40,7 @@ use crate::model::{CompactionPlan, Sensitivity};
 pub use artifact::{FsArtifactStore, KEYRING_FILE};
 pub use memory::{MemoryArtifactStore, MemoryPlanStore};
 pub use plan::FsPlanStore;
+pub use session::{PrefixTrace, SegmentRef, SessionHead, SessionWrite, ThreadStore, MAX_SEGMENTS};
 
 /// One AWS API request in a client span of its own (`S3.PutObject`,
 /// `KMS.Decrypt`, …): which calls a compaction made and how long each took.

@@ -710,3 +710,108 @@ impl PlanStore for S3PlanStore {
             .count() as u64)
     }
 }
+
+/// Sessions on S3 (`{thread}/session/…`): conditional writes (If-Match on
+/// the head's ETag, If-None-Match for a new one) give the compare-and-swap
+/// that replicas sharing the bucket need.
+pub(crate) struct S3SessionBlobs {
+    at: S3Location,
+    sse_kms_key: Option<String>,
+}
+
+impl S3SessionBlobs {
+    /// Sessions in `at`; with `sse_kms_key`, S3 also encrypts the objects
+    /// under that key.
+    pub(crate) fn new(at: S3Location, sse_kms_key: Option<String>) -> Self {
+        S3SessionBlobs { at, sse_kms_key }
+    }
+
+    fn folder(&self, tenant: &str, thread_id: &str) -> Result<String, StoreError> {
+        Ok(format!(
+            "{}{}/",
+            self.at.thread_prefix(tenant, thread_id)?,
+            super::session::SESSION_DIR
+        ))
+    }
+}
+
+#[async_trait]
+impl super::session::Blobs for S3SessionBlobs {
+    async fn get(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        name: &str,
+    ) -> Result<Option<(Vec<u8>, String)>, StoreError> {
+        let key = format!("{}{name}", self.folder(tenant, thread_id)?);
+        self.at.read_tagged(&key, None).await
+    }
+
+    async fn put(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        name: &str,
+        bytes: Vec<u8>,
+        expect: super::session::Expect,
+    ) -> Result<(), StoreError> {
+        use super::session::Expect;
+        let key = format!("{}{name}", self.folder(tenant, thread_id)?);
+        let mut put = self
+            .at
+            .client
+            .put_object()
+            .bucket(&self.at.bucket)
+            .key(&key)
+            .content_type("application/octet-stream");
+        put = match expect {
+            Expect::Absent => put.if_none_match("*"),
+            Expect::Tag(etag) => put.if_match(etag),
+            Expect::Any => put,
+        };
+        if let Some(k) = &self.sse_kms_key {
+            put = put
+                .server_side_encryption(ServerSideEncryption::AwsKms)
+                .ssekms_key_id(k);
+        }
+        match super::aws_call("S3", "PutObject", put.body(ByteStream::from(bytes)).send()).await {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(status(&e), Some(412 | 409)) => Err(StoreError::Conflict {
+                expected: 0,
+                current: 0,
+            }),
+            Err(e) => Err(s3_error("PutObject", e)),
+        }
+    }
+
+    async fn remove(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        names: &[String],
+    ) -> Result<(), StoreError> {
+        let folder = self.folder(tenant, thread_id)?;
+        let keys: Vec<String> = names.iter().map(|n| format!("{folder}{n}")).collect();
+        self.at.delete_keys(&keys).await
+    }
+
+    async fn remove_all(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError> {
+        let folder = self.folder(tenant, thread_id)?;
+        let keys = self.at.list(&folder).await?;
+        let had_head = keys.iter().any(|k| k.ends_with("/head"));
+        self.at.delete_keys(&keys).await?;
+        Ok(had_head)
+    }
+
+    async fn heads(&self) -> Result<Vec<Vec<u8>>, StoreError> {
+        let suffix = format!("/{}/head", super::session::SESSION_DIR);
+        let keys = self.at.list(&format!("{}tenants/", self.at.prefix)).await?;
+        let mut out = Vec::new();
+        for key in keys.iter().filter(|k| k.ends_with(&suffix)) {
+            if let Some(bytes) = self.at.read(key, None).await? {
+                out.push(bytes);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -138,6 +138,31 @@ impl TestServer {
         }
     }
 
+    /// Starts a server over opened stores (append sessions included).
+    pub async fn start_on(stores: compactd::store::backend::Stores) -> TestServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = settings(dir.path());
+        let listener = tokio::net::TcpListener::bind(s.listen).await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let data_dir = s.data_dir.clone();
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(compactd::startup::serve_stores(
+            s,
+            stores,
+            listener,
+            async {
+                let _ = rx.await;
+            },
+        ));
+        TestServer {
+            addr,
+            data_dir,
+            _dir: dir,
+            shutdown: Some(tx),
+            handle: Some(handle),
+        }
+    }
+
     pub async fn channel(&self) -> Channel {
         Channel::from_shared(format!("http://{}", self.addr))
             .expect("uri")

@@ -1,0 +1,486 @@
+//! Append sessions: a client sends the messages appended since its last
+//! call, with the session version that call returned; the server adds them
+//! to its copy of the thread.
+//!
+//! The copy lives in the thread store (sealed per tenant, shared by every
+//! replica on S3) and, for threads in use, in memory: a turn reads the
+//! session's header (to learn whether another replica appended), reads the
+//! segments it has not seen — usually none — and writes one segment with
+//! what was appended. A stale or unknown base is refused with the current
+//! version, so the client resends the thread in full (which restarts the
+//! session). The append is kept only when the call succeeds.
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use crate::cache::{BoundedCache, Weigh};
+use crate::model::{Message, Thread};
+use crate::store::{PrefixTrace, SegmentRef, SessionWrite, StoreError, ThreadStore, MAX_SEGMENTS};
+
+use super::error::store_error;
+use super::{AppError, Result};
+
+/// How a request gives its thread.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SessionInput {
+    /// In full; nothing is kept.
+    #[default]
+    Off,
+    /// In full, kept: starts (or restarts) an append session.
+    Start,
+    /// Only the messages appended to session version `base_version`.
+    Append {
+        /// The version the previous call returned.
+        base_version: u64,
+    },
+}
+
+/// A session after a call, for the response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionState {
+    /// What the next call appends to.
+    pub version: u64,
+    /// SHA-256 (hex) over the thread's messages, in order.
+    pub digest: String,
+    /// Messages in the thread.
+    pub messages: u64,
+}
+
+/// Settings of append sessions (`lifecycle.sessions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionSettings {
+    /// A session not written to for this long reads as unknown, and the
+    /// sweeper removes it (0: kept until DeleteThread).
+    pub idle_ttl_seconds: u64,
+    /// Memory for the copies of threads in use, in bytes.
+    pub cache_bytes: u64,
+}
+
+impl Default for SessionSettings {
+    fn default() -> Self {
+        SessionSettings {
+            idle_ttl_seconds: 7 * 24 * 3600,
+            cache_bytes: 512 * 1024 * 1024,
+        }
+    }
+}
+
+/// The server's copy of a session's thread, as of one version.
+struct Copy {
+    session: String,
+    version: u64,
+    digest: [u8; 32],
+    thread: Arc<Thread>,
+    segments: Vec<SegmentRef>,
+    prefix: Option<PrefixTrace>,
+    bytes: u64,
+}
+
+impl Weigh for Arc<Copy> {
+    fn weight(&self) -> u64 {
+        self.bytes
+    }
+}
+
+/// What a call took from its session, to write back when it succeeds.
+pub(crate) struct Ticket {
+    tenant: String,
+    thread_id: String,
+    base: Option<Arc<Copy>>,
+    start: bool,
+    /// Messages of the base: the appended ones follow.
+    pub(crate) base_messages: usize,
+    digest: [u8; 32],
+    /// The appended messages, encoded (all of them for a start).
+    segment: Option<(Vec<u8>, u64)>,
+}
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ticket")
+            .field("thread_id", &self.thread_id)
+            .field("base_messages", &self.base_messages)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ticket {
+    /// The render trace of the base, if the previous call left one.
+    pub(crate) fn prefix(&self) -> Option<&PrefixTrace> {
+        self.base.as_ref().and_then(|c| c.prefix.as_ref())
+    }
+
+    /// An error about `thread.messages[i]` of the combined thread, renamed
+    /// to what the request sent: `append.messages[i - base]`.
+    pub(crate) fn rename(&self, e: AppError) -> AppError {
+        if self.start || self.base.is_none() {
+            return e;
+        }
+        let rename = |field: String| -> String {
+            let Some(rest) = field.strip_prefix("thread.messages[") else {
+                return field;
+            };
+            let Some((index, tail)) = rest.split_once(']') else {
+                return field;
+            };
+            match index.parse::<usize>() {
+                Ok(i) if i >= self.base_messages => {
+                    format!("append.messages[{}]{tail}", i - self.base_messages)
+                }
+                _ => format!("thread.messages[{index}]{tail}"),
+            }
+        };
+        match e {
+            AppError::InvalidArgument { field, message } => AppError::InvalidArgument {
+                field: rename(field),
+                message,
+            },
+            AppError::PendingToolCall {
+                field,
+                call_id,
+                tool_name,
+            } => AppError::PendingToolCall {
+                field: rename(field),
+                call_id,
+                tool_name,
+            },
+            other => other,
+        }
+    }
+}
+
+/// Sessions: the store and the copies in memory.
+pub(crate) struct Sessions {
+    store: Arc<ThreadStore>,
+    copies: BoundedCache<(String, String), Arc<Copy>>,
+    /// The last render's trace of threads sent in full (a session keeps
+    /// its own in its head, for every replica).
+    traces: BoundedCache<(String, String), Arc<PrefixTrace>>,
+    settings: SessionSettings,
+}
+
+impl Weigh for Arc<PrefixTrace> {
+    fn weight(&self) -> u64 {
+        64 + 12 * self.units.len() as u64
+    }
+}
+
+/// Memory for the render traces of threads sent in full.
+const TRACE_CACHE_BYTES: u64 = 16 * 1024 * 1024;
+
+const DIGEST_SEED: &[u8] = b"compactd-thread-digest v1";
+
+/// The digest after `messages` (each already encoded) are appended.
+fn extend_digest(mut digest: [u8; 32], encoded: &[Vec<u8>]) -> [u8; 32] {
+    for m in encoded {
+        let mut h = Sha256::new();
+        h.update(digest);
+        h.update((m.len() as u64).to_le_bytes());
+        h.update(m);
+        digest = h.finalize().into();
+    }
+    digest
+}
+
+fn seed() -> [u8; 32] {
+    Sha256::digest(DIGEST_SEED).into()
+}
+
+fn encode(messages: &[Message]) -> Result<Vec<Vec<u8>>> {
+    messages
+        .iter()
+        .map(|m| {
+            serde_json::to_vec(m)
+                .map_err(|e| AppError::Internal(format!("message does not serialize: {e}")))
+        })
+        .collect()
+}
+
+/// A segment's content: one JSON message per line.
+fn segment_bytes(encoded: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(encoded.iter().map(|m| m.len() + 1).sum());
+    for m in encoded {
+        out.extend_from_slice(m);
+        out.push(b'\n');
+    }
+    out
+}
+
+fn parse_segment(bytes: &[u8]) -> Result<Vec<Message>> {
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            serde_json::from_slice(l)
+                .map_err(|e| AppError::Internal(format!("session segment does not parse: {e}")))
+        })
+        .collect()
+}
+
+fn stale(thread_id: &str, base: u64, current: u64) -> AppError {
+    AppError::SessionStale {
+        message: if current == 0 {
+            format!("append.base_version {base}: thread {thread_id:?} has no append session (it expired, was deleted, or never started); send the thread in full with start_session")
+        } else {
+            format!("append.base_version {base} is stale: the append session of thread {thread_id:?} is at version {current}; send the thread in full with start_session")
+        },
+        current,
+    }
+}
+
+fn session_error(e: StoreError, thread_id: &str, base: u64) -> AppError {
+    match e {
+        StoreError::Conflict { current, .. } => stale(thread_id, base, current),
+        StoreError::NotFound => stale(thread_id, base, 0),
+        other => store_error(other, "append session"),
+    }
+}
+
+impl Sessions {
+    pub(crate) fn new(store: Arc<ThreadStore>, settings: SessionSettings) -> Self {
+        Sessions {
+            store,
+            copies: BoundedCache::new(settings.cache_bytes),
+            traces: BoundedCache::new(TRACE_CACHE_BYTES),
+            settings,
+        }
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.settings.idle_ttl_seconds.saturating_mul(1000)
+    }
+
+    /// The thread the call works on, and what to write back when it
+    /// succeeds. `sent` is the thread as the request gave it: in full, or
+    /// only the appended messages.
+    pub(crate) async fn open(
+        &self,
+        tenant: &str,
+        sent: Arc<Thread>,
+        input: SessionInput,
+    ) -> Result<(Arc<Thread>, Option<Ticket>)> {
+        match input {
+            SessionInput::Off => Ok((sent, None)),
+            SessionInput::Start => {
+                let encoded = encode(&sent.messages)?;
+                let ticket = Ticket {
+                    tenant: tenant.to_owned(),
+                    thread_id: sent.id.clone(),
+                    base: None,
+                    start: true,
+                    base_messages: 0,
+                    digest: extend_digest(seed(), &encoded),
+                    segment: Some((segment_bytes(&encoded), encoded.len() as u64)),
+                };
+                Ok((sent, Some(ticket)))
+            }
+            SessionInput::Append { base_version } => {
+                let base = self.base(tenant, &sent.id, base_version).await?;
+                let encoded = encode(&sent.messages)?;
+                let mut messages = Vec::with_capacity(base.thread.messages.len() + encoded.len());
+                messages.extend(base.thread.messages.iter().cloned());
+                let sent = Arc::try_unwrap(sent).unwrap_or_else(|a| (*a).clone());
+                messages.extend(sent.messages);
+                let ticket = Ticket {
+                    tenant: tenant.to_owned(),
+                    thread_id: sent.id.clone(),
+                    start: false,
+                    base_messages: base.thread.messages.len(),
+                    digest: extend_digest(base.digest, &encoded),
+                    segment: (!encoded.is_empty())
+                        .then(|| (segment_bytes(&encoded), encoded.len() as u64)),
+                    base: Some(base),
+                };
+                Ok((
+                    Arc::new(Thread {
+                        id: sent.id,
+                        messages,
+                    }),
+                    Some(ticket),
+                ))
+            }
+        }
+    }
+
+    /// The copy of the session at `version`: from memory when it is
+    /// current, else completed (or read) from the store.
+    async fn base(&self, tenant: &str, thread_id: &str, version: u64) -> Result<Arc<Copy>> {
+        let key = (tenant.to_owned(), thread_id.to_owned());
+        let current = self
+            .store
+            .version(tenant, thread_id)
+            .await
+            .map_err(|e| session_error(e, thread_id, version))?;
+        let Some((session, at)) = current else {
+            return Err(stale(thread_id, version, 0));
+        };
+        if at != version {
+            return Err(stale(thread_id, version, at));
+        }
+        let cached = self.copies.get(&key).filter(|c| c.session == session);
+        if let Some(c) = cached.as_ref().filter(|c| c.version == version) {
+            return Ok(Arc::clone(c));
+        }
+        // Another replica (or a restart) moved the session on: read what
+        // this copy lacks; a segment removed meanwhile means the head moved
+        // again, which makes the client's base stale anyway.
+        let head = self
+            .store
+            .head(tenant, thread_id, self.ttl_ms())
+            .await
+            .map_err(|e| store_error(e, "append session"))?
+            .filter(|h| h.session == session)
+            .ok_or_else(|| stale(thread_id, version, 0))?;
+        if head.version != version {
+            return Err(stale(thread_id, version, head.version));
+        }
+        let (mut messages, mut digest, have) = match cached
+            .as_ref()
+            .filter(|c| head.segments.starts_with(&c.segments))
+        {
+            Some(c) => (c.thread.messages.clone(), c.digest, c.segments.len()),
+            None => (Vec::new(), seed(), 0),
+        };
+        for segment in &head.segments[have..] {
+            let bytes = self
+                .store
+                .segment(tenant, thread_id, segment)
+                .await
+                .map_err(|e| session_error(e, thread_id, version))?;
+            let read = parse_segment(&bytes)?;
+            digest = extend_digest(digest, &encode(&read)?);
+            messages.extend(read);
+        }
+        if hex::encode(digest) != head.digest || messages.len() as u64 != head.messages {
+            return Err(AppError::Internal(
+                "an append session's segments do not match its head".into(),
+            ));
+        }
+        let copy = Arc::new(Copy {
+            bytes: weight(&messages),
+            session,
+            version,
+            digest,
+            thread: Arc::new(Thread {
+                id: thread_id.to_owned(),
+                messages,
+            }),
+            segments: head.segments,
+            prefix: head.prefix,
+        });
+        self.copies.insert(key, Arc::clone(&copy));
+        Ok(copy)
+    }
+
+    /// Writes the call's append (and the render's trace) once the call
+    /// succeeded. A session another call moved on meanwhile is refused
+    /// like a stale base.
+    pub(crate) async fn commit(
+        &self,
+        ticket: Ticket,
+        thread: Arc<Thread>,
+        prefix: Option<PrefixTrace>,
+    ) -> Result<SessionState> {
+        let base_version = ticket.base.as_ref().map_or(0, |b| b.version);
+        // A call that renders nothing leaves the last render's trace.
+        let prefix = prefix.or_else(|| ticket.prefix().cloned());
+        let unchanged = ticket.segment.is_none()
+            && ticket
+                .base
+                .as_ref()
+                .is_some_and(|b| prefix.is_none() || b.prefix == prefix);
+        if let (true, Some(base)) = (unchanged, &ticket.base) {
+            return Ok(SessionState {
+                version: base.version,
+                digest: hex::encode(base.digest),
+                messages: base.thread.messages.len() as u64,
+            });
+        }
+        let mut keep = ticket
+            .base
+            .as_ref()
+            .map_or_else(Vec::new, |b| b.segments.clone());
+        let mut retire = Vec::new();
+        let mut segment = ticket.segment;
+        if keep.len() >= MAX_SEGMENTS {
+            // Rewrite the whole thread as one segment.
+            let encoded = encode(&thread.messages)?;
+            segment = Some((segment_bytes(&encoded), encoded.len() as u64));
+            retire = std::mem::take(&mut keep);
+        }
+        let write = SessionWrite {
+            base: ticket.base.as_ref().map(|b| (b.session.clone(), b.version)),
+            digest: hex::encode(ticket.digest),
+            messages: thread.messages.len() as u64,
+            keep,
+            segment,
+            prefix: prefix.clone(),
+            retire,
+        };
+        let head = self
+            .store
+            .write(&ticket.tenant, &ticket.thread_id, write)
+            .await
+            .map_err(|e| session_error(e, &ticket.thread_id, base_version))?;
+        let copy = Arc::new(Copy {
+            bytes: weight(&thread.messages),
+            session: head.session.clone(),
+            version: head.version,
+            digest: ticket.digest,
+            thread,
+            segments: head.segments,
+            prefix,
+        });
+        self.copies.insert(
+            (ticket.tenant.clone(), ticket.thread_id.clone()),
+            Arc::clone(&copy),
+        );
+        Ok(SessionState {
+            version: head.version,
+            digest: head.digest,
+            messages: head.messages,
+        })
+    }
+
+    /// Keeps `trace` as the thread's last render and returns the one before.
+    pub(crate) fn swap_trace(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        trace: Option<PrefixTrace>,
+    ) -> Option<PrefixTrace> {
+        let key = (tenant.to_owned(), thread_id.to_owned());
+        let previous = self.traces.get(&key).map(|t| (*t).clone());
+        match trace {
+            Some(t) => self.traces.insert(key, Arc::new(t)),
+            None => self.traces.remove(&key),
+        }
+        previous
+    }
+
+    /// Forgets the thread's session (DeleteThread).
+    pub(crate) async fn delete(&self, tenant: &str, thread_id: &str) -> Result<bool> {
+        let key = (tenant.to_owned(), thread_id.to_owned());
+        self.copies.remove(&key);
+        self.traces.remove(&key);
+        self.store
+            .delete(tenant, thread_id)
+            .await
+            .map_err(|e| store_error(e, "append session"))
+    }
+
+    /// Removes sessions idle past the TTL; how many.
+    pub(crate) async fn sweep(&self) -> Result<u64> {
+        self.store
+            .sweep(self.ttl_ms())
+            .await
+            .map_err(|e| store_error(e, "append session"))
+    }
+}
+
+/// Rough bytes of a thread in memory: its text plus a fixed cost per message.
+fn weight(messages: &[Message]) -> u64 {
+    messages.iter().map(|m| 256 + m.byte_len() as u64).sum()
+}

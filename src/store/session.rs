@@ -1,0 +1,710 @@
+//! Append sessions at rest: the server's copy of a thread, so a client can
+//! send only what it appended since its last call.
+//!
+//! A session is a small **head** and a list of immutable **segments**:
+//!
+//! ```text
+//! {thread}/session/head                      version, digest, segment list
+//! {thread}/session/seg-{version}-{random}    the messages one append added
+//! ```
+//!
+//! An append writes one new segment (the appended messages only) and
+//! replaces the head with a compare-and-swap on the version the client
+//! based its append on, so the bytes written per turn follow what was
+//! appended, not the thread. Segment names carry a random part: two
+//! replicas racing on one base never overwrite each other's segment, and
+//! the loser's is removed. Past [`MAX_SEGMENTS`] the next append writes
+//! the whole thread as one segment instead.
+//!
+//! Both are sealed like plans: a data key per head version, wrapped by the
+//! tenant's key under `{tenant, thread, artifact: "session/v{N}", kind:
+//! "session"}`, shared by the head and the segment written with it (one
+//! key-service call per append). Only the header (tenant, thread, session
+//! id, version, update time) is readable without the key: enough for
+//! compare-and-swap and for the sweeper.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::artifact::{crypto_error, sealed_bytes, split_sealed};
+use super::envelope::{
+    open_content, seal_content, unwrap_key, DataKey, EncryptionContext, Envelope, KeyService,
+};
+use super::fs::{self, DataDir, KeyedLocks};
+use super::{validate_path_segment, StoreError};
+use crate::runtime::lock;
+
+/// The folder (or key prefix) of a thread's session.
+pub(crate) const SESSION_DIR: &str = "session";
+const HEAD: &str = "head";
+const HEAD_MAGIC: &[u8] = b"compactd-session v1\n";
+const SEGMENT_MAGIC: &[u8] = b"compactd-segment v1\n";
+
+/// Segments a session holds before the next append rewrites the thread as
+/// one (bounds the head's size and a cold read's object count).
+pub const MAX_SEGMENTS: usize = 64;
+
+/// One segment of a session, as the head lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentRef {
+    /// Object name inside the session folder.
+    pub name: String,
+    /// The head version that wrote it (its key's context).
+    pub version: u64,
+    /// Messages it holds.
+    pub messages: u64,
+}
+
+pub use crate::render::prefix::PrefixTrace;
+
+/// A session's head, opened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionHead {
+    /// Random id of this session; a restart (the thread sent in full again)
+    /// makes a new one, so copies of the old one are never taken for it.
+    pub session: String,
+    /// Bumped by every write; what a client appends to.
+    pub version: u64,
+    /// Last write.
+    pub updated_at_unix_ms: u64,
+    /// The thread digest the caller computed (hex).
+    pub digest: String,
+    /// Messages in the thread.
+    pub messages: u64,
+    /// The segments, in thread order.
+    pub segments: Vec<SegmentRef>,
+    /// The last render's trace, when there was one.
+    pub prefix: Option<PrefixTrace>,
+}
+
+/// The readable part of a sealed head or segment; its exact bytes are
+/// authenticated with the content.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Meta {
+    tenant: String,
+    thread_id: String,
+    session: String,
+    version: u64,
+    updated_at_unix_ms: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct HeadBody {
+    digest: String,
+    messages: u64,
+    segments: Vec<SegmentRef>,
+    #[serde(default)]
+    prefix: Option<PrefixTrace>,
+}
+
+/// What to write: the new head's content and, when messages were
+/// appended, the segment holding them.
+#[derive(Debug, Clone)]
+pub struct SessionWrite {
+    /// Compare-and-swap: `(session, version)` the write is based on; `None`
+    /// starts a new session over whatever is there.
+    pub base: Option<(String, u64)>,
+    /// Digest of the whole thread after the write.
+    pub digest: String,
+    /// Messages of the whole thread after the write.
+    pub messages: u64,
+    /// Segments of the base kept, in order (all of them for an append; none
+    /// for a start or a consolidation).
+    pub keep: Vec<SegmentRef>,
+    /// The new segment's content and message count, if any.
+    pub segment: Option<(Vec<u8>, u64)>,
+    /// The render trace to keep.
+    pub prefix: Option<PrefixTrace>,
+    /// Segments of the base the new head no longer lists (rewritten into
+    /// the new segment): removed once the head is written.
+    pub retire: Vec<SegmentRef>,
+}
+
+/// Where a write must find the object it replaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Expect {
+    /// Nothing there.
+    Absent,
+    /// The object with this tag (an ETag, or a hash of the bytes).
+    Tag(String),
+    /// Whatever is there (unique names).
+    Any,
+}
+
+/// Raw objects of sessions, per (tenant, thread): what each backend
+/// provides. Sealing, versions and the segment list are [`ThreadStore`]'s.
+#[async_trait]
+pub(crate) trait Blobs: Send + Sync {
+    /// The object's bytes and tag; `None` if absent.
+    async fn get(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        name: &str,
+    ) -> Result<Option<(Vec<u8>, String)>, StoreError>;
+    /// Writes `name`; `Conflict` when `expect` does not hold.
+    async fn put(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        name: &str,
+        bytes: Vec<u8>,
+        expect: Expect,
+    ) -> Result<(), StoreError>;
+    /// Removes the named objects (missing ones are fine).
+    async fn remove(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        names: &[String],
+    ) -> Result<(), StoreError>;
+    /// Removes the thread's whole session; `false` when there was none.
+    async fn remove_all(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError>;
+    /// The bytes of every head (for the sweeper).
+    async fn heads(&self) -> Result<Vec<Vec<u8>>, StoreError>;
+}
+
+/// Sessions over a backend, sealed with the tenant's keys.
+#[derive(Clone)]
+pub struct ThreadStore {
+    blobs: Arc<dyn Blobs>,
+    keys: Arc<dyn KeyService>,
+}
+
+impl std::fmt::Debug for ThreadStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadStore").finish_non_exhaustive()
+    }
+}
+
+fn object(version: u64) -> String {
+    format!("session/v{version}")
+}
+
+fn aad(kind: &[u8], meta_raw: &[u8]) -> Vec<u8> {
+    let mut out = b"compactd-session-aad v1\0".to_vec();
+    out.extend_from_slice(kind);
+    out.push(0);
+    out.extend_from_slice(meta_raw);
+    out
+}
+
+fn header_tag(bytes: &[u8]) -> String {
+    hex::encode(&Sha256::digest(bytes)[..16])
+}
+
+/// A sealed object split at its header, checked to belong to `tenant` and
+/// `thread_id`.
+fn parse<'a>(
+    bytes: &'a [u8],
+    magic: &[u8],
+    tenant: &str,
+    thread_id: &str,
+) -> Result<(Meta, Envelope, &'a [u8], usize), StoreError> {
+    let (header, body_at) = split_sealed(bytes, magic)?
+        .ok_or_else(|| StoreError::Corrupt("session object has no header".into()))?;
+    let raw: &'a [u8] = header.meta.get().as_bytes();
+    let meta: Meta = serde_json::from_slice(raw)
+        .map_err(|e| StoreError::Corrupt(format!("session header does not parse: {e}")))?;
+    if meta.tenant != tenant || meta.thread_id != thread_id {
+        return Err(StoreError::Corrupt(
+            "session object belongs to a different tenant or thread".into(),
+        ));
+    }
+    Ok((meta, header.envelope, raw, body_at))
+}
+
+impl ThreadStore {
+    /// Sessions in `blobs`, sealed with `keys`.
+    pub(crate) fn new(blobs: Arc<dyn Blobs>, keys: Arc<dyn KeyService>) -> Self {
+        ThreadStore { blobs, keys }
+    }
+
+    /// Sessions under the data directory, next to the plans.
+    pub fn fs(data_dir: &std::path::Path, keys: Arc<dyn KeyService>) -> Result<Self, StoreError> {
+        Ok(ThreadStore::new(
+            Arc::new(FsBlobs {
+                dir: DataDir::open(data_dir)?,
+                locks: KeyedLocks::default(),
+            }),
+            keys,
+        ))
+    }
+
+    /// Sessions in memory, sealed under a key that lives as long as the
+    /// process (the offline CLI, tests).
+    pub fn memory() -> Self {
+        ThreadStore::new(
+            Arc::new(MemoryBlobs::default()),
+            Arc::new(super::envelope::EphemeralKeys::new()),
+        )
+    }
+
+    /// The session's header (tenant-checked, no key needed) and the tag a
+    /// replacement must match; `None` when there is no session.
+    async fn current(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+    ) -> Result<Option<(Meta, Vec<u8>, String)>, StoreError> {
+        let Some((bytes, tag)) = self.blobs.get(tenant, thread_id, HEAD).await? else {
+            return Ok(None);
+        };
+        let (meta, ..) = parse(&bytes, HEAD_MAGIC, tenant, thread_id)?;
+        Ok(Some((meta, bytes, tag)))
+    }
+
+    /// The session's id and version, from the header alone (no key): what
+    /// a caller holding a copy checks it against.
+    pub async fn version(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+    ) -> Result<Option<(String, u64)>, StoreError> {
+        Ok(self
+            .current(tenant, thread_id)
+            .await?
+            .map(|(m, ..)| (m.session, m.version)))
+    }
+
+    /// The session's head, opened; `None` when there is none, or it has
+    /// not been written to for `idle_ttl_ms` (0: never expires).
+    pub async fn head(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        idle_ttl_ms: u64,
+    ) -> Result<Option<SessionHead>, StoreError> {
+        let Some((meta, bytes, _)) = self.current(tenant, thread_id).await? else {
+            return Ok(None);
+        };
+        if expired(&meta, idle_ttl_ms) {
+            return Ok(None);
+        }
+        let body = self
+            .open(&bytes, HEAD_MAGIC, b"head", tenant, thread_id)
+            .await?;
+        let body: HeadBody = serde_json::from_slice(&body)
+            .map_err(|e| StoreError::Corrupt(format!("session head does not parse: {e}")))?;
+        Ok(Some(SessionHead {
+            session: meta.session,
+            version: meta.version,
+            updated_at_unix_ms: meta.updated_at_unix_ms,
+            digest: body.digest,
+            messages: body.messages,
+            segments: body.segments,
+            prefix: body.prefix,
+        }))
+    }
+
+    /// A segment's content. `NotFound` when it is gone (a newer head
+    /// consolidated the session meanwhile: read the head again).
+    pub async fn segment(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        segment: &SegmentRef,
+    ) -> Result<Vec<u8>, StoreError> {
+        let Some((bytes, _)) = self.blobs.get(tenant, thread_id, &segment.name).await? else {
+            return Err(StoreError::NotFound);
+        };
+        self.open(
+            &bytes,
+            SEGMENT_MAGIC,
+            segment.name.as_bytes(),
+            tenant,
+            thread_id,
+        )
+        .await
+    }
+
+    async fn open(
+        &self,
+        bytes: &[u8],
+        magic: &[u8],
+        kind: &[u8],
+        tenant: &str,
+        thread_id: &str,
+    ) -> Result<Vec<u8>, StoreError> {
+        let (meta, envelope, raw, body_at) = parse(bytes, magic, tenant, thread_id)?;
+        let key = unwrap_key(
+            &*self.keys,
+            &envelope,
+            &EncryptionContext::session(tenant, thread_id, &object(meta.version)),
+        )
+        .await
+        .map_err(crypto_error)?;
+        open_content(&key, &envelope, &aad(kind, raw), &bytes[body_at..]).map_err(crypto_error)
+    }
+
+    fn seal(
+        dk: &DataKey,
+        magic: &[u8],
+        kind: &[u8],
+        meta: &Meta,
+        body: &[u8],
+    ) -> Result<Vec<u8>, StoreError> {
+        let raw = serde_json::value::to_raw_value(meta)
+            .map_err(|e| StoreError::Corrupt(format!("session header does not serialize: {e}")))?;
+        let (envelope, ciphertext) =
+            seal_content(dk, &aad(kind, raw.get().as_bytes()), body).map_err(crypto_error)?;
+        sealed_bytes(magic, &raw, &envelope, &ciphertext)
+    }
+
+    /// Writes a new head (and segment) if the session is still at
+    /// `write.base`; `Conflict` (with the current version) otherwise, with
+    /// nothing left behind. Returns the head written.
+    pub async fn write(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        write: SessionWrite,
+    ) -> Result<SessionHead, StoreError> {
+        let current = self.current(tenant, thread_id).await?;
+        let (expect, version, dropped) = match (&write.base, &current) {
+            (Some((session, version)), Some((meta, _, tag)))
+                if &meta.session == session && meta.version == *version =>
+            {
+                (Expect::Tag(tag.clone()), version + 1, None)
+            }
+            (Some((_, expected)), current) => {
+                return Err(StoreError::Conflict {
+                    expected: *expected,
+                    current: current.as_ref().map_or(0, |(m, ..)| m.version),
+                })
+            }
+            // A start replaces whatever is there; its segments go after.
+            (None, Some((meta, bytes, tag))) => {
+                let old = self
+                    .open(bytes, HEAD_MAGIC, b"head", tenant, thread_id)
+                    .await
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<HeadBody>(&b).ok())
+                    .map(|b| b.segments);
+                (Expect::Tag(tag.clone()), meta.version + 1, old)
+            }
+            (None, None) => (Expect::Absent, 1, None),
+        };
+        let session = match &write.base {
+            Some((s, _)) => s.clone(),
+            None => hex::encode(rand::random::<[u8; 12]>()),
+        };
+        let meta = Meta {
+            tenant: tenant.to_owned(),
+            thread_id: thread_id.to_owned(),
+            session: session.clone(),
+            version,
+            updated_at_unix_ms: fs::now_unix_ms(),
+        };
+        let dk = self
+            .keys
+            .generate_data_key(&EncryptionContext::session(
+                tenant,
+                thread_id,
+                &object(version),
+            ))
+            .await
+            .map_err(crypto_error)?;
+        let mut segments = write.keep.clone();
+        let mut written = None;
+        if let Some((content, messages)) = &write.segment {
+            let name = format!("seg-{version:020}-{:016x}", rand::random::<u64>());
+            let bytes = Self::seal(&dk, SEGMENT_MAGIC, name.as_bytes(), &meta, content)?;
+            self.blobs
+                .put(tenant, thread_id, &name, bytes, Expect::Any)
+                .await?;
+            segments.push(SegmentRef {
+                name: name.clone(),
+                version,
+                messages: *messages,
+            });
+            written = Some(name);
+        }
+        let body = HeadBody {
+            digest: write.digest.clone(),
+            messages: write.messages,
+            segments: segments.clone(),
+            prefix: write.prefix.clone(),
+        };
+        let body = serde_json::to_vec(&body)
+            .map_err(|e| StoreError::Corrupt(format!("session head does not serialize: {e}")))?;
+        let head = Self::seal(&dk, HEAD_MAGIC, b"head", &meta, &body)?;
+        if let Err(e) = self.blobs.put(tenant, thread_id, HEAD, head, expect).await {
+            if let Some(name) = written {
+                // Never referenced: remove it (best effort; DeleteThread
+                // removes the whole session folder anyway).
+                let _ = self.blobs.remove(tenant, thread_id, &[name]).await;
+            }
+            return Err(match e {
+                StoreError::Conflict { .. } => StoreError::Conflict {
+                    expected: write.base.as_ref().map_or(0, |b| b.1),
+                    current: self.version(tenant, thread_id).await?.map_or(0, |v| v.1),
+                },
+                other => other,
+            });
+        }
+        // Segments the new head no longer lists (a restart's, or those a
+        // consolidation rewrote): best effort, a reader that still needs
+        // one reads the head again.
+        let mut unused: Vec<String> = dropped
+            .unwrap_or_default()
+            .into_iter()
+            .chain(write.retire.iter().cloned())
+            .map(|s| s.name)
+            .collect();
+        unused.retain(|n| !segments.iter().any(|s| &s.name == n));
+        if !unused.is_empty() {
+            if let Err(e) = self.blobs.remove(tenant, thread_id, &unused).await {
+                tracing::warn!(error = %e, "session segments no longer used could not be removed");
+            }
+        }
+        Ok(SessionHead {
+            session,
+            version,
+            updated_at_unix_ms: meta.updated_at_unix_ms,
+            digest: write.digest,
+            messages: write.messages,
+            segments,
+            prefix: write.prefix,
+        })
+    }
+
+    /// Removes the thread's session; `false` when there was none.
+    pub async fn delete(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError> {
+        self.blobs.remove_all(tenant, thread_id).await
+    }
+
+    /// Removes every session not written to for `idle_ttl_ms`; returns how
+    /// many.
+    pub async fn sweep(&self, idle_ttl_ms: u64) -> Result<u64, StoreError> {
+        if idle_ttl_ms == 0 {
+            return Ok(0);
+        }
+        let mut removed = 0;
+        for bytes in self.blobs.heads().await? {
+            let Ok(Some((header, _))) = split_sealed(&bytes, HEAD_MAGIC) else {
+                continue;
+            };
+            let Ok(meta) = serde_json::from_slice::<Meta>(header.meta.get().as_bytes()) else {
+                continue;
+            };
+            if expired(&meta, idle_ttl_ms)
+                && self.blobs.remove_all(&meta.tenant, &meta.thread_id).await?
+            {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+fn expired(meta: &Meta, idle_ttl_ms: u64) -> bool {
+    idle_ttl_ms != 0 && fs::now_unix_ms() >= meta.updated_at_unix_ms.saturating_add(idle_ttl_ms)
+}
+
+/// Sessions in the data directory: `{thread_dir}/session/`. Compare-and-swap
+/// is serialized per thread within the process (like the fs plan store).
+struct FsBlobs {
+    dir: DataDir,
+    locks: KeyedLocks<PathBuf>,
+}
+
+impl FsBlobs {
+    fn folder(&self, tenant: &str, thread_id: &str) -> Result<PathBuf, StoreError> {
+        Ok(self.dir.thread_dir(tenant, thread_id)?.join(SESSION_DIR))
+    }
+}
+
+fn not_found_ok(r: std::io::Result<()>) -> std::io::Result<bool> {
+    match r {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+#[async_trait]
+impl Blobs for FsBlobs {
+    async fn get(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        name: &str,
+    ) -> Result<Option<(Vec<u8>, String)>, StoreError> {
+        let path = self.folder(tenant, thread_id)?.join(name);
+        fs::blocking(move || {
+            Ok(fs::read_optional(&path)?.map(|b| {
+                let tag = header_tag(&b);
+                (b, tag)
+            }))
+        })
+        .await
+    }
+
+    async fn put(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        name: &str,
+        bytes: Vec<u8>,
+        expect: Expect,
+    ) -> Result<(), StoreError> {
+        let folder = self.folder(tenant, thread_id)?;
+        let guard = self.locks.get(&folder).lock_owned().await;
+        let dir = self.dir.clone();
+        let name = name.to_owned();
+        fs::blocking(move || {
+            let _guard = guard;
+            let found = fs::read_optional(&folder.join(&name))?.map(|b| header_tag(&b));
+            let holds = match (&expect, &found) {
+                (Expect::Any, _) | (Expect::Absent, None) => true,
+                (Expect::Tag(t), Some(f)) => t == f,
+                _ => false,
+            };
+            if !holds {
+                return Err(StoreError::Conflict {
+                    expected: 0,
+                    current: 0,
+                });
+            }
+            dir.ensure_dir(&folder)?;
+            fs::write_atomic(&folder, &name, &bytes)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn remove(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        names: &[String],
+    ) -> Result<(), StoreError> {
+        let folder = self.folder(tenant, thread_id)?;
+        let names = names.to_vec();
+        fs::blocking(move || {
+            for name in names {
+                not_found_ok(std::fs::remove_file(folder.join(name)))?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn remove_all(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError> {
+        let folder = self.folder(tenant, thread_id)?;
+        let guard = self.locks.get(&folder).lock_owned().await;
+        fs::blocking(move || {
+            let _guard = guard;
+            Ok(not_found_ok(std::fs::remove_dir_all(&folder))?)
+        })
+        .await
+    }
+
+    async fn heads(&self) -> Result<Vec<Vec<u8>>, StoreError> {
+        let tenants = self.dir.tenants();
+        fs::blocking(move || {
+            let mut out = Vec::new();
+            for tenant in fs::subdirs(&tenants)? {
+                for thread in fs::subdirs(&tenant.join("threads"))? {
+                    if let Some(b) = fs::read_optional(&thread.join(SESSION_DIR).join(HEAD))? {
+                        out.push(b);
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+type Objects = HashMap<String, (Vec<u8>, String)>;
+
+/// Sessions in memory.
+#[derive(Default)]
+struct MemoryBlobs {
+    threads: Mutex<HashMap<(String, String), Objects>>,
+}
+
+fn memory_key(tenant: &str, thread_id: &str) -> Result<(String, String), StoreError> {
+    validate_path_segment("tenant", tenant)?;
+    validate_path_segment("thread_id", thread_id)?;
+    Ok((tenant.to_owned(), thread_id.to_owned()))
+}
+
+#[async_trait]
+impl Blobs for MemoryBlobs {
+    async fn get(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        name: &str,
+    ) -> Result<Option<(Vec<u8>, String)>, StoreError> {
+        let k = memory_key(tenant, thread_id)?;
+        Ok(lock(&self.threads)
+            .get(&k)
+            .and_then(|o| o.get(name))
+            .cloned())
+    }
+
+    async fn put(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        name: &str,
+        bytes: Vec<u8>,
+        expect: Expect,
+    ) -> Result<(), StoreError> {
+        let k = memory_key(tenant, thread_id)?;
+        let mut threads = lock(&self.threads);
+        let objects = threads.entry(k).or_default();
+        let holds = match (&expect, objects.get(name)) {
+            (Expect::Any, _) | (Expect::Absent, None) => true,
+            (Expect::Tag(t), Some((_, f))) => t == f,
+            _ => false,
+        };
+        if !holds {
+            return Err(StoreError::Conflict {
+                expected: 0,
+                current: 0,
+            });
+        }
+        let tag = header_tag(&bytes);
+        objects.insert(name.to_owned(), (bytes, tag));
+        Ok(())
+    }
+
+    async fn remove(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        names: &[String],
+    ) -> Result<(), StoreError> {
+        let k = memory_key(tenant, thread_id)?;
+        if let Some(objects) = lock(&self.threads).get_mut(&k) {
+            for n in names {
+                objects.remove(n);
+            }
+        }
+        Ok(())
+    }
+
+    async fn remove_all(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError> {
+        let k = memory_key(tenant, thread_id)?;
+        Ok(lock(&self.threads)
+            .remove(&k)
+            .is_some_and(|o| o.contains_key(HEAD)))
+    }
+
+    async fn heads(&self) -> Result<Vec<Vec<u8>>, StoreError> {
+        Ok(lock(&self.threads)
+            .values()
+            .filter_map(|o| o.get(HEAD).map(|(b, _)| b.clone()))
+            .collect())
+    }
+}

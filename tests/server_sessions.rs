@@ -1,0 +1,460 @@
+//! Append sessions through gRPC: a client sends only what it appended since
+//! its last call; the server's copy of the thread (sealed in the data
+//! directory) makes up the rest. Stale bases, errors about appended
+//! messages, DeleteThread, and the unchanged prefix each render reports.
+
+mod server_common;
+
+use compactd::proto::pb;
+use compactd::proto::status::ErrorDescription;
+use serde_json::value::RawValue;
+use server_common::*;
+use tonic::Code;
+
+type Client = pb::compaction_service_client::CompactionServiceClient<tonic::transport::Channel>;
+
+const TOKEN_PERMS: &[&str] = &[
+    "compact",
+    "render",
+    "rehydrate",
+    "delete",
+    "explain",
+    "artifact:read:public",
+    "artifact:read:internal",
+];
+
+/// A long agent session: turns of a question, a call, a sizeable result and
+/// an answer.
+fn turn(n: u32) -> Vec<pb::Message> {
+    let body: String = (0..40)
+        .map(|i| {
+            format!(
+                "turn {n} line {i}: worker-{} processed batch {} ok\n",
+                i % 5,
+                n * 100 + i
+            )
+        })
+        .collect();
+    vec![
+        text(
+            &format!("u{n}"),
+            pb::Role::User,
+            n,
+            &format!("Step {n}: check the batches of shard {n}."),
+        ),
+        call(&format!("a{n}"), n, &format!("c{n}"), "read_file"),
+        result(&format!("t{n}"), n, &format!("c{n}"), "read_file", body),
+        text(
+            &format!("b{n}"),
+            pb::Role::Assistant,
+            n,
+            &format!("Shard {n} is fine."),
+        ),
+    ]
+}
+
+fn render_req(max_input_tokens: u32) -> pb::RenderRequest {
+    pb::RenderRequest {
+        compact_first: true,
+        format: pb::OutputFormat::OpenaiChat as i32,
+        max_input_tokens,
+        system_prompt: Some("You are a careful operator.".into()),
+        ..Default::default()
+    }
+}
+
+async fn start(client: &mut Client, token: &str, thread: pb::Thread) -> pb::RenderResponse {
+    let mut req = render_req(6_000);
+    req.thread = Some(thread);
+    req.start_session = true;
+    within(client.render(authed(req, token)))
+        .await
+        .expect("start the session")
+        .into_inner()
+}
+
+async fn append(
+    client: &mut Client,
+    token: &str,
+    thread_id: &str,
+    base_version: u64,
+    messages: Vec<pb::Message>,
+) -> Result<pb::RenderResponse, tonic::Status> {
+    let mut req = render_req(6_000);
+    req.append = Some(pb::ThreadAppend {
+        thread_id: thread_id.into(),
+        base_version,
+        messages,
+    });
+    within(client.render(authed(req, token)))
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// The leading units two bodies share byte for byte, counted independently
+/// of the server: head fields, then message elements.
+fn shared_prefix_tokens(previous: &str, now: &str) -> u32 {
+    #[derive(serde::Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow)]
+        model: &'a RawValue,
+        #[serde(borrow, default)]
+        tools: Option<&'a RawValue>,
+        #[serde(borrow)]
+        messages: Vec<&'a RawValue>,
+    }
+    let counter = compactd::tokens::counter_for_model("gpt-4o");
+    let (a, b): (Body<'_>, Body<'_>) = (
+        serde_json::from_str(previous).expect("body"),
+        serde_json::from_str(now).expect("body"),
+    );
+    let head = |x: &Body<'_>| {
+        (
+            x.model.get().to_string(),
+            x.tools.map(|t| t.get().to_string()),
+        )
+    };
+    if head(&a) != head(&b) {
+        return 0;
+    }
+    let mut tokens: usize =
+        counter.count(b.model.get()) + b.tools.map_or(0, |t| counter.count(t.get()));
+    for (x, y) in a.messages.iter().zip(&b.messages) {
+        if x.get() != y.get() {
+            break;
+        }
+        tokens += counter.count(y.get());
+    }
+    u32::try_from(tokens).expect("fits")
+}
+
+#[tokio::test]
+async fn an_append_session_renders_exactly_what_the_whole_thread_renders() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let token = token("acme", TOKEN_PERMS);
+    let mut whole = pb::Thread {
+        id: "sess-1".into(),
+        messages: (1..=3).flat_map(turn).collect(),
+    };
+    let first = start(&mut client, &token, whole.clone()).await;
+    let mut state = first.session.expect("a session was started");
+    assert_eq!(state.messages as usize, whole.messages.len());
+    assert_eq!(
+        first.unchanged_prefix_tokens, None,
+        "no render before the first"
+    );
+    let mut previous_body = first.provider_payload_json;
+    let mut reused = 0;
+    for n in 4..=30 {
+        let new = turn(n);
+        whole.messages.extend(new.clone());
+        let out = append(&mut client, &token, &whole.id, state.version, new)
+            .await
+            .unwrap_or_else(|s| panic!("append of turn {n}: {s:?}"));
+        let next = out.session.expect("session state");
+        assert_eq!(next.version, state.version + 1);
+        assert_eq!(next.messages as usize, whole.messages.len());
+        // The same thread sent in full renders the same committed plan to
+        // the same bytes.
+        let mut full = render_req(6_000);
+        full.compact_first = false;
+        full.thread = Some(whole.clone());
+        let full = within(client.render(authed(full, &token)))
+            .await
+            .expect("full render")
+            .into_inner();
+        assert_eq!(
+            full.provider_payload_json, out.provider_payload_json,
+            "turn {n}"
+        );
+        // What is reported unchanged is what a byte comparison finds.
+        let measured = shared_prefix_tokens(&previous_body, &out.provider_payload_json);
+        assert_eq!(out.unchanged_prefix_tokens, Some(measured), "turn {n}");
+        if out.compaction.as_ref().is_some_and(|c| !c.triggered) {
+            reused += 1;
+            assert!(
+                measured > 0,
+                "turn {n}: nothing compacted, yet no prefix kept"
+            );
+        }
+        previous_body = out.provider_payload_json;
+        state = next;
+    }
+    assert!(
+        reused > 0,
+        "every turn compacted: the test shows nothing about prefixes"
+    );
+    // Both requests ended on the same thread: the digests agree.
+    let mut digest_check = render_req(6_000);
+    digest_check.append = Some(pb::ThreadAppend {
+        thread_id: whole.id.clone(),
+        base_version: state.version,
+        messages: Vec::new(),
+    });
+    let same = within(client.render(authed(digest_check, &token)))
+        .await
+        .expect("empty append")
+        .into_inner();
+    let same = same.session.expect("state");
+    assert_eq!(
+        same.version, state.version,
+        "an empty append writes nothing"
+    );
+    assert_eq!(same.digest, state.digest);
+    server.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn a_stale_or_unknown_base_is_refused_with_the_current_version() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let token = token("acme", TOKEN_PERMS);
+    let thread = pb::Thread {
+        id: "sess-2".into(),
+        messages: turn(1),
+    };
+    let v1 = start(&mut client, &token, thread)
+        .await
+        .session
+        .expect("state")
+        .version;
+    let v2 = append(&mut client, &token, "sess-2", v1, turn(2))
+        .await
+        .expect("append")
+        .session
+        .expect("state")
+        .version;
+    // A second client still at v1.
+    let stale = append(&mut client, &token, "sess-2", v1, turn(3))
+        .await
+        .expect_err("stale base");
+    assert_status(
+        &stale,
+        Code::FailedPrecondition,
+        Some("append.base_version"),
+    );
+    let d = ErrorDescription::of(&stale);
+    assert_eq!(d.reason, "SESSION_STALE");
+    assert_eq!(d.current_version, Some(v2));
+    // No session for that thread (or another tenant's): current version 0.
+    for (thread, tok) in [
+        ("never-started", token.clone()),
+        ("sess-2", token_for_globex()),
+    ] {
+        let unknown = append(&mut client, &tok, thread, 1, turn(1))
+            .await
+            .expect_err("unknown session");
+        assert_eq!(unknown.code(), Code::FailedPrecondition, "{unknown:?}");
+        assert_eq!(ErrorDescription::of(&unknown).current_version, Some(0));
+    }
+    server.stop().await.expect("clean stop");
+}
+
+fn token_for_globex() -> String {
+    token("globex", TOKEN_PERMS)
+}
+
+#[tokio::test]
+async fn errors_name_the_appended_message_and_keep_nothing() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let token = token("acme", TOKEN_PERMS);
+    let thread = pb::Thread {
+        id: "sess-3".into(),
+        messages: turn(1),
+    };
+    let v1 = start(&mut client, &token, thread)
+        .await
+        .session
+        .expect("state")
+        .version;
+    let mut bad = turn(2);
+    bad[1].role = pb::Role::Unspecified as i32;
+    let e = append(&mut client, &token, "sess-3", v1, bad)
+        .await
+        .expect_err("bad role");
+    assert_status(&e, Code::InvalidArgument, Some("append.messages[1].role"));
+    // A duplicate of a message already in the session.
+    let dup = vec![text("u1", pb::Role::User, 2, "again")];
+    let e = append(&mut client, &token, "sess-3", v1, dup)
+        .await
+        .expect_err("duplicate id");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(
+        ErrorDescription::of(&e)
+            .field
+            .starts_with("append.messages[0]"),
+        "{e:?}"
+    );
+    // A result whose call is in the base is fine; one without a call is not.
+    let orphan = vec![result("t9", 2, "c-none", "read_file", "x".into())];
+    let e = append(&mut client, &token, "sess-3", v1, orphan)
+        .await
+        .expect_err("orphaned result");
+    assert!(
+        ErrorDescription::of(&e)
+            .field
+            .starts_with("append.messages[0]"),
+        "{e:?}"
+    );
+    // Nothing of the failed calls was kept: the base still takes a good append.
+    let ok = append(&mut client, &token, "sess-3", v1, turn(2))
+        .await
+        .expect("good append");
+    assert_eq!(ok.session.expect("state").version, v1 + 1);
+    // Both forms at once, or a start from an append, are refused by name.
+    let mut both = render_req(6_000);
+    both.thread = Some(pb::Thread {
+        id: "sess-3".into(),
+        messages: turn(1),
+    });
+    both.append = Some(pb::ThreadAppend {
+        thread_id: "sess-3".into(),
+        base_version: v1,
+        messages: vec![],
+    });
+    let e = within(client.render(authed(both.clone(), &token)))
+        .await
+        .expect_err("both");
+    assert_status(&e, Code::InvalidArgument, Some("append"));
+    both.thread = None;
+    both.start_session = true;
+    let e = within(client.render(authed(both, &token)))
+        .await
+        .expect_err("start from append");
+    assert_status(&e, Code::InvalidArgument, Some("start_session"));
+    server.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn delete_thread_removes_the_session_and_its_files() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let token = token("acme", TOKEN_PERMS);
+    let thread = pb::Thread {
+        id: "sess-4".into(),
+        messages: turn(1),
+    };
+    let v1 = start(&mut client, &token, thread)
+        .await
+        .session
+        .expect("state")
+        .version;
+    append(&mut client, &token, "sess-4", v1, turn(2))
+        .await
+        .expect("append");
+    let folder = server
+        .data_dir
+        .join("tenants/acme/threads")
+        .join(hex_of("sess-4"))
+        .join("session");
+    let files: Vec<_> = std::fs::read_dir(&folder)
+        .expect("session folder")
+        .collect();
+    assert_eq!(files.len(), 3, "a head and two segments");
+    // Sealed: no conversation text in any of them.
+    for f in &files {
+        let bytes = std::fs::read(f.as_ref().expect("entry").path()).expect("read");
+        assert!(!String::from_utf8_lossy(&bytes).contains("processed batch"));
+    }
+    let out = within(client.delete_thread(authed(
+        pb::DeleteThreadRequest {
+            thread_id: "sess-4".into(),
+            tenant_id: None,
+        },
+        &token,
+    )))
+    .await
+    .expect("delete")
+    .into_inner();
+    assert!(out.had_session);
+    assert!(!folder.exists());
+    let e = append(&mut client, &token, "sess-4", v1 + 1, turn(3))
+        .await
+        .expect_err("deleted");
+    assert_eq!(ErrorDescription::of(&e).current_version, Some(0));
+    server.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn compact_explain_and_search_context_take_appends_too() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let token = token("acme", TOKEN_PERMS);
+    let mut req = compact_req(
+        pb::Thread {
+            id: "sess-5".into(),
+            messages: (1..=2).flat_map(turn).collect(),
+        },
+        6_000,
+    );
+    req.start_session = true;
+    let out = within(client.compact(authed(req, &token)))
+        .await
+        .expect("compact")
+        .into_inner();
+    let v = out.session.expect("state").version;
+    let mut req = compact_req(pb::Thread::default(), 3_000);
+    req.thread = None;
+    req.append = Some(pb::ThreadAppend {
+        thread_id: "sess-5".into(),
+        base_version: v,
+        messages: (3..=12).flat_map(turn).collect(),
+    });
+    let out = within(client.compact(authed(req, &token)))
+        .await
+        .expect("compact by append")
+        .into_inner();
+    let state = out.session.expect("state");
+    assert_eq!(state.messages, 48);
+    let explain = within(client.explain(authed(
+        pb::ExplainRequest {
+            thread_id: "sess-5".into(),
+            text: "shard 12".into(),
+            append: Some(pb::ThreadAppend {
+                thread_id: "sess-5".into(),
+                base_version: state.version,
+                messages: vec![],
+            }),
+            ..Default::default()
+        },
+        &token,
+    )))
+    .await
+    .expect("explain")
+    .into_inner();
+    assert!(
+        explain.messages.iter().any(|m| m.message_id == "u12"),
+        "the session's messages were searched: {explain:?}"
+    );
+    let found = within(client.search_context(authed(
+        pb::SearchContextRequest {
+            query: "turn 2 line 7".into(),
+            append: Some(pb::ThreadAppend {
+                thread_id: "sess-5".into(),
+                base_version: state.version,
+                messages: vec![],
+            }),
+            ..Default::default()
+        },
+        &token,
+    )))
+    .await
+    .expect("search")
+    .into_inner();
+    assert_eq!(
+        found.session.as_ref().expect("state").version,
+        state.version
+    );
+    assert!(
+        !found.passages.is_empty(),
+        "early turns were compacted and are found: {found:?} {:?}",
+        out.plan
+    );
+    server.stop().await.expect("clean stop");
+}
+
+fn hex_of(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
