@@ -1029,3 +1029,164 @@ async fn every_object_in_the_bucket_is_free_of_secrets_and_conversation_text() {
         }
     }
 }
+
+/// One turn of an agent session: a question, a call, its result, an answer.
+fn session_turn(n: u32) -> Vec<pb::Message> {
+    let body: String = (0..30)
+        .map(|i| format!("turn {n} line {i}: shard {} replicated ok\n", n * 100 + i))
+        .collect();
+    vec![
+        text(
+            &format!("u{n}"),
+            pb::Role::User,
+            n,
+            &format!("Check shard {n}."),
+        ),
+        call(&format!("a{n}"), n, &format!("c{n}"), "read_file"),
+        result(&format!("t{n}"), n, &format!("c{n}"), "read_file", body),
+        text(
+            &format!("b{n}"),
+            pb::Role::Assistant,
+            n,
+            &format!("Shard {n} is fine."),
+        ),
+    ]
+}
+
+fn session_render(
+    thread: Option<pb::Thread>,
+    append: Option<pb::ThreadAppend>,
+) -> pb::RenderRequest {
+    pb::RenderRequest {
+        compact_first: true,
+        format: pb::OutputFormat::AnthropicMessages as i32,
+        max_input_tokens: 8_000,
+        start_session: thread.is_some(),
+        thread,
+        append,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn two_replicas_on_one_bucket_serve_one_append_session_alternately() {
+    let aws = aws().await;
+    let replicas = [
+        TestServer::start_on(aws.stores().await).await,
+        TestServer::start_on(aws.stores().await).await,
+    ];
+    let mut clients = [replicas[0].client().await, replicas[1].client().await];
+    let token = token("acme", &["compact", "render"]);
+    let mut whole = pb::Thread {
+        id: "shared-session".into(),
+        messages: session_turn(1),
+    };
+    let first =
+        within(clients[0].render(authed(session_render(Some(whole.clone()), None), &token)))
+            .await
+            .expect("start on replica 0")
+            .into_inner();
+    let mut state = first.session.expect("session");
+    let mut stale_seen = 0;
+    for n in 2..=16u32 {
+        let new = session_turn(n);
+        let append = |base: u64| pb::ThreadAppend {
+            thread_id: whole.id.clone(),
+            base_version: base,
+            messages: new.clone(),
+        };
+        let i = (n % 2) as usize;
+        if n % 5 == 0 {
+            // Both replicas get the same append on the same base at once:
+            // exactly one keeps it, the other says where the session is.
+            let (x, y) = clients.split_at_mut(1);
+            let (ra, rb) = tokio::join!(
+                x[0].render(authed(
+                    session_render(None, Some(append(state.version))),
+                    &token
+                )),
+                y[0].render(authed(
+                    session_render(None, Some(append(state.version))),
+                    &token
+                )),
+            );
+            let (won, lost): (Vec<_>, Vec<_>) = [ra, rb].into_iter().partition(Result::is_ok);
+            assert_eq!(won.len(), 1, "one winner per version: {won:?} {lost:?}");
+            for l in lost {
+                // The loser learns it lost from whichever compare-and-swap
+                // it met: the session's (SESSION_STALE) or, while the
+                // winner is between its two commits, the plan's (ABORTED).
+                // Retrying the same base then says where the session is.
+                let status = l.expect_err("lost");
+                let status = if status.code() == Code::Aborted {
+                    let j = 1 - i;
+                    within(clients[j].render(authed(
+                        session_render(None, Some(append(state.version))),
+                        &token,
+                    )))
+                    .await
+                    .expect_err("the same base again")
+                } else {
+                    status
+                };
+                assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+                let d = compactd::proto::status::ErrorDescription::of(&status);
+                assert_eq!(d.reason, "SESSION_STALE");
+                assert_eq!(d.current_version, Some(state.version + 1));
+                stale_seen += 1;
+            }
+            let out = won
+                .into_iter()
+                .next()
+                .expect("winner")
+                .expect("ok")
+                .into_inner();
+            whole.messages.extend(new);
+            state = out.session.expect("session");
+        } else {
+            let out = within(clients[i].render(authed(
+                session_render(None, Some(append(state.version))),
+                &token,
+            )))
+            .await
+            .unwrap_or_else(|s| panic!("turn {n} on replica {i}: {s:?}"))
+            .into_inner();
+            whole.messages.extend(new);
+            let next = out.session.expect("session");
+            assert_eq!(next.version, state.version + 1, "turn {n}");
+            state = next;
+        }
+        assert_eq!(
+            state.messages as usize,
+            whole.messages.len(),
+            "turn {n}: a message was lost or duplicated"
+        );
+        // Each replica's view is the whole thread: the other replica's
+        // full render of the committed plan is byte-identical.
+        let mut full = session_render(None, None);
+        full.compact_first = false;
+        full.thread = Some(whole.clone());
+        full.start_session = false;
+        let a = within(clients[0].render(authed(full.clone(), &token)))
+            .await
+            .expect("full on 0")
+            .into_inner();
+        let b = within(clients[1].render(authed(full, &token)))
+            .await
+            .expect("full on 1")
+            .into_inner();
+        assert_eq!(a.provider_payload_json, b.provider_payload_json, "turn {n}");
+    }
+    assert!(stale_seen >= 3, "the races were run");
+    // The session is sealed in the bucket: no conversation text in it.
+    let keys = aws.keys().await;
+    let session_keys: Vec<_> = keys.iter().filter(|k| k.contains("/session/")).collect();
+    assert!(session_keys.len() >= 2, "{keys:?}");
+    for k in session_keys {
+        let bytes = aws.object(k).await;
+        assert!(!contains(&bytes, b"replicated ok"), "{k} holds plaintext");
+    }
+    for r in replicas {
+        r.stop().await.expect("clean stop");
+    }
+}

@@ -232,10 +232,10 @@ impl App {
         let Some(ticket) = ticket else {
             return self.compact_thread(ctx, cmd).await;
         };
-        let mut out = self
-            .compact_thread(ctx, cmd)
-            .await
-            .map_err(|e| ticket.rename(e))?;
+        let mut out = match self.compact_thread(ctx, cmd).await {
+            Ok(out) => out,
+            Err(e) => return Err(self.inner.sessions.failed(&ticket, e).await),
+        };
         out.session = Some(self.inner.sessions.commit(ticket, thread, None).await?);
         Ok(out)
     }

@@ -129,10 +129,10 @@ impl App {
             out.unchanged_prefix_tokens = unchanged(out.trace.as_ref(), previous.as_ref());
             return Ok(out);
         };
-        let mut out = self
-            .render_thread(ctx, cmd)
-            .await
-            .map_err(|e| ticket.rename(e))?;
+        let mut out = match self.render_thread(ctx, cmd).await {
+            Ok(out) => out,
+            Err(e) => return Err(self.inner.sessions.failed(&ticket, e).await),
+        };
         out.unchanged_prefix_tokens = unchanged(out.trace.as_ref(), ticket.prefix());
         let trace = out.trace.clone();
         out.session = Some(self.inner.sessions.commit(ticket, thread, trace).await?);

@@ -444,6 +444,26 @@ impl Sessions {
         })
     }
 
+    /// The error a session call failed with, as the client should see it:
+    /// errors about messages name the appended ones, and a plan conflict
+    /// caused by another append to the same base (two replicas, two
+    /// clients) is that base going stale.
+    pub(crate) async fn failed(&self, ticket: &Ticket, e: AppError) -> AppError {
+        let e = ticket.rename(e);
+        let (AppError::VersionConflict { .. }, Some(base)) = (&e, &ticket.base) else {
+            return e;
+        };
+        match self.store.version(&ticket.tenant, &ticket.thread_id).await {
+            Ok(Some((session, at))) if session != base.session || at != base.version => stale(
+                &ticket.thread_id,
+                base.version,
+                if session == base.session { at } else { 0 },
+            ),
+            Ok(None) => stale(&ticket.thread_id, base.version, 0),
+            _ => e,
+        }
+    }
+
     /// Keeps `trace` as the thread's last render and returns the one before.
     pub(crate) fn swap_trace(
         &self,
