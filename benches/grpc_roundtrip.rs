@@ -441,6 +441,8 @@ async fn bench(full: bool) {
     println!();
     println!("render = Render(compact_first=true, OpenAI format) on the real server; echo = bare tonic echo of the same RenderRequest.");
     println!("reused = calls answered from the committed plan (fingerprint match). Reproduce: cargo bench --bench grpc_roundtrip");
+    session_section(&client, &echo_client, full).await;
+    println!();
     if !full {
         println!("(smoke mode: a few calls per level; run with `cargo bench` for the numbers)");
     }
@@ -449,4 +451,249 @@ async fn bench(full: bool) {
     let _ = stop_echo.send(());
     api.await.expect("server task").expect("server");
     echo.await.expect("echo task").expect("echo server");
+}
+
+/// A thread of about `bytes` encoded: the synthetic agent session, longer.
+fn session_thread(bytes: usize) -> pb::Thread {
+    let mut turns = 200;
+    loop {
+        let t = pb::Thread::from(&thread(&SynthParams {
+            seed: 9,
+            turns,
+            tool_density: 0.6,
+            max_output_lines: 120,
+            protected: 2,
+        }));
+        if prost::Message::encoded_len(&t) >= bytes || turns > 20_000 {
+            let mut t = t;
+            t.id = "session".into();
+            // End on a user message, the state right before a model call.
+            while t
+                .messages
+                .last()
+                .is_some_and(|m| m.role != pb::Role::User as i32)
+            {
+                t.messages.pop();
+            }
+            return t;
+        }
+        turns = turns * 3 / 2;
+    }
+}
+
+/// One agent turn after turn `n`: the answer to the pending request, a tool
+/// call and its result, and the next request.
+fn session_turn(n: usize, turn: u32) -> Vec<pb::Message> {
+    let output: String = (0..24)
+        .map(|i| {
+            format!(
+                "{n:04}-{i:02} GET /api/orders/{} 200 {} ms cache=hit\n",
+                n * 31 + i,
+                (n + i) % 97
+            )
+        })
+        .collect();
+    vec![
+        pb::Message {
+            id: format!("s{n}-a"),
+            role: pb::Role::Assistant as i32,
+            turn,
+            tool_calls: vec![pb::ToolCall {
+                id: format!("s{n}-c"),
+                name: "http_log".into(),
+                arguments_json: format!(r#"{{"since":"T{n}"}}"#),
+            }],
+            ..Default::default()
+        },
+        pb::Message {
+            id: format!("s{n}-r"),
+            role: pb::Role::Tool as i32,
+            turn,
+            tool_result: Some(pb::ToolResultEnvelope {
+                tool_name: "http_log".into(),
+                tool_call_id: format!("s{n}-c"),
+                outcome: pb::Outcome::Success as i32,
+                content: Some(pb::tool_result_envelope::Content::ContentText(output)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        pb::Message {
+            id: format!("s{n}-b"),
+            role: pb::Role::Assistant as i32,
+            turn,
+            text: format!("Batch {n} of the log is clean."),
+            ..Default::default()
+        },
+        pb::Message {
+            id: format!("s{n}-u"),
+            role: pb::Role::User as i32,
+            turn: turn + 1,
+            text: format!("Now check batch {}.", n + 1),
+            ..Default::default()
+        },
+    ]
+}
+
+/// Tokens of the leading message elements two OpenAI bodies share byte for
+/// byte (model and tools first), found by comparing the bodies.
+fn byte_shared_prefix(previous: &str, now: &str) -> (u32, usize, usize) {
+    #[derive(serde::Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow)]
+        model: &'a serde_json::value::RawValue,
+        #[serde(borrow, default)]
+        tools: Option<&'a serde_json::value::RawValue>,
+        #[serde(borrow)]
+        messages: Vec<&'a serde_json::value::RawValue>,
+    }
+    let counter = compactd::tokens::counter_for_model(MODEL);
+    let (Ok(a), Ok(b)) = (
+        serde_json::from_str::<Body<'_>>(previous),
+        serde_json::from_str::<Body<'_>>(now),
+    ) else {
+        return (0, 0, 0);
+    };
+    if a.model.get() != b.model.get() || a.tools.map(|t| t.get()) != b.tools.map(|t| t.get()) {
+        return (0, 0, a.messages.len());
+    }
+    let mut tokens = counter.count(b.model.get()) + b.tools.map_or(0, |t| counter.count(t.get()));
+    let mut n = 0;
+    for (x, y) in a.messages.iter().zip(&b.messages) {
+        if x.get() != y.get() {
+            break;
+        }
+        tokens += counter.count(y.get());
+        n += 1;
+    }
+    (
+        u32::try_from(tokens).unwrap_or(u32::MAX),
+        n,
+        a.messages.len(),
+    )
+}
+
+/// Append sessions on a ~2 MB thread: the per-turn call against echoes of
+/// the same bytes, a 200-turn session's per-turn time and prefix reuse.
+async fn session_section(
+    client: &CompactionServiceClient<Channel>,
+    echo: &EchoClient<Channel>,
+    full: bool,
+) {
+    let thread = session_thread(2 * 1024 * 1024);
+    let mut base = render_request(thread.clone());
+    base.max_input_tokens = 128_000;
+    let bytes = prost::Message::encoded_len(&base);
+    let mut start = base.clone();
+    start.start_session = true;
+    let out = client
+        .clone()
+        .render(start)
+        .await
+        .expect("start session")
+        .into_inner();
+    let mut version = out.session.expect("session").version;
+    let mut body = out.provider_payload_json;
+    // Full-thread renders, warm, against echoing the full request.
+    let reps = if full { 30 } else { 2 };
+    let mut full_times = Vec::new();
+    let mut echo_full = Vec::new();
+    for _ in 0..reps {
+        let t = Instant::now();
+        let _ = client
+            .clone()
+            .render(base.clone())
+            .await
+            .expect("full render");
+        full_times.push(t.elapsed());
+        let t = Instant::now();
+        let _ = echo.clone().echo(base.clone()).await.expect("echo");
+        echo_full.push(t.elapsed());
+    }
+    // The session: each turn appends four messages.
+    let turns = if full { 200 } else { 6 };
+    let first_turn = thread.messages.last().map_or(1, |m| m.turn);
+    let (mut per_turn, mut echo_turn) = (Vec::new(), Vec::new());
+    let (mut reuse, mut matches, mut in_bytes) = (0usize, 0usize, 0usize);
+    let mut compactions = 0;
+    for (n, turn) in (0..turns).zip(first_turn..) {
+        let mut req = render_request(pb::Thread::default());
+        req.thread = None;
+        req.max_input_tokens = 128_000;
+        req.append = Some(pb::ThreadAppend {
+            thread_id: thread.id.clone(),
+            base_version: version,
+            messages: session_turn(n, turn),
+        });
+        in_bytes += prost::Message::encoded_len(&req);
+        // The transport floor for this turn: the request and a body the
+        // size of the one returned, each echoed.
+        let mut floor = req.clone();
+        floor.system_prompt = Some("x".repeat(body.len()));
+        let t = Instant::now();
+        let out = client
+            .clone()
+            .render(req)
+            .await
+            .expect("append render")
+            .into_inner();
+        per_turn.push(t.elapsed());
+        let t = Instant::now();
+        let _ = echo.clone().echo(floor).await.expect("echo");
+        echo_turn.push(t.elapsed());
+        version = out.session.expect("session").version;
+        if out.compaction.as_ref().is_some_and(|c| c.triggered) {
+            compactions += 1;
+        }
+        let (tokens, shared, previous) = byte_shared_prefix(&body, &out.provider_payload_json);
+        if out.unchanged_prefix_tokens == Some(tokens) {
+            matches += 1;
+        }
+        // Reused: everything the previous render sent, but for the turn's
+        // own tail (the recall block and the latest request), is still there.
+        if shared + 2 >= previous {
+            reuse += 1;
+        }
+        body = out.provider_payload_json;
+    }
+    let median = |v: &[Duration]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v[v.len() / 2]
+    };
+    let mean_ms =
+        |v: &[Duration]| v.iter().map(Duration::as_secs_f64).sum::<f64>() * 1e3 / v.len() as f64;
+    let k = (turns / 10).max(1);
+    println!();
+    println!(
+        "append sessions: thread {:.2} MB ({} messages), max_input_tokens 128000, {turns} turns of 4 messages each",
+        bytes as f64 / 1048576.0,
+        thread.messages.len()
+    );
+    println!("| call | p50 ms | vs its echo |");
+    println!("|---|---:|---:|");
+    println!(
+        "| full-thread Render, warm | {} | {:.2}x (echo of the {:.1} MB request {} ms) |",
+        ms(median(&full_times)),
+        median(&full_times).as_secs_f64() / median(&echo_full).as_secs_f64(),
+        bytes as f64 / 1048576.0,
+        ms(median(&echo_full)),
+    );
+    println!(
+        "| append-session Render of one turn | {} | {:.2}x (echo of request + body {} ms) |",
+        ms(median(&per_turn)),
+        median(&per_turn).as_secs_f64() / median(&echo_turn).as_secs_f64(),
+        ms(median(&echo_turn)),
+    );
+    println!(
+        "bytes in per turn: {:.1} KB (the thread: {:.0} KB); per-turn time, first {k} turns {:.2} ms, last {k} {:.2} ms ({:.2}x); compactions {compactions}",
+        in_bytes as f64 / turns as f64 / 1024.0,
+        bytes as f64 / 1024.0,
+        mean_ms(&per_turn[..k]),
+        mean_ms(&per_turn[turns - k..]),
+        mean_ms(&per_turn[turns - k..]) / mean_ms(&per_turn[..k]),
+    );
+    println!(
+        "prefix: {reuse}/{turns} turns kept the previous render but its last two messages byte for byte; reported unchanged-prefix tokens equal the byte comparison on {matches}/{turns}"
+    );
 }

@@ -113,6 +113,7 @@ mod tests {
             reason: "RATE_LIMITED".into(),
             field: String::new(),
             retry_after: Some(Duration::from_millis(250)),
+            current_version: Some(7),
         };
         let s = d
             .clone()

@@ -11,7 +11,6 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use sha2::{Digest, Sha256};
 
 /// A render, unit by unit (see the module documentation).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,14 +36,15 @@ struct Body<'a> {
     input: Option<Vec<&'a RawValue>>,
 }
 
+/// xxh3: fast over a whole body every turn, and stable across releases and
+/// replicas (traces are persisted in session heads).
 fn hash64(parts: &[&str]) -> u64 {
-    let mut h = Sha256::new();
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
     for p in parts {
-        h.update((p.len() as u64).to_le_bytes());
+        h.update(&(p.len() as u64).to_le_bytes());
         h.update(p.as_bytes());
     }
-    let d = h.finalize();
-    u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+    h.digest()
 }
 
 impl PrefixTrace {

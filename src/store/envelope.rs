@@ -849,10 +849,10 @@ impl std::fmt::Debug for EphemeralKeys {
     }
 }
 
-impl EphemeralKeys {
+impl Default for EphemeralKeys {
     /// A fresh random master key (from the thread-local CSPRNG, which
     /// cannot fail once seeded).
-    pub fn new() -> Self {
+    fn default() -> Self {
         EphemeralKeys {
             master: Zeroizing::new(rand::random::<[u8; 32]>()),
             id: format!("ephemeral-{}", hex::encode(rand::random::<[u8; 8]>())),

@@ -241,7 +241,7 @@ impl ThreadStore {
     pub fn memory() -> Self {
         ThreadStore::new(
             Arc::new(MemoryBlobs::default()),
-            Arc::new(super::envelope::EphemeralKeys::new()),
+            Arc::new(super::envelope::EphemeralKeys::default()),
         )
     }
 

@@ -1078,3 +1078,141 @@ async fn plaintext_v1_artifacts_are_still_read_and_checked() {
         Err(StoreError::Corrupt(_))
     ));
 }
+
+fn session_write(
+    base: Option<(String, u64)>,
+    keep: Vec<SegmentRef>,
+    content: &str,
+) -> SessionWrite {
+    SessionWrite {
+        base,
+        digest: "d".into(),
+        messages: keep.iter().map(|s| s.messages).sum::<u64>() + 1,
+        keep,
+        segment: Some((content.as_bytes().to_vec(), 1)),
+        prefix: None,
+        retire: Vec::new(),
+    }
+}
+
+fn session_store(dir: &Path) -> ThreadStore {
+    let keys: Arc<dyn envelope::KeyService> = Arc::new(
+        envelope::LocalKeyring::open_or_create(&dir.join("keyring.json")).expect("keyring"),
+    );
+    ThreadStore::fs(dir, keys).expect("store")
+}
+
+#[tokio::test]
+async fn sessions_append_by_compare_and_swap_and_are_sealed_per_tenant() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = session_store(dir.path());
+    let h1 = store
+        .write("acme", "t", session_write(None, vec![], "first message"))
+        .await
+        .expect("start");
+    assert_eq!(h1.version, 1);
+    let base = Some((h1.session.clone(), 1));
+    let h2 = store
+        .write(
+            "acme",
+            "t",
+            session_write(base.clone(), h1.segments.clone(), "second"),
+        )
+        .await
+        .expect("append");
+    assert_eq!((h2.version, h2.segments.len()), (2, 2));
+    // The same base again loses, and names where the session is.
+    let e = store
+        .write(
+            "acme",
+            "t",
+            session_write(base, h1.segments.clone(), "lost"),
+        )
+        .await
+        .expect_err("stale");
+    assert!(
+        matches!(
+            e,
+            StoreError::Conflict {
+                expected: 1,
+                current: 2
+            }
+        ),
+        "{e:?}"
+    );
+    let head = store
+        .head("acme", "t", 0)
+        .await
+        .expect("head")
+        .expect("some");
+    assert_eq!(
+        head.segments, h2.segments,
+        "the loser's segment is not listed"
+    );
+    let folder = thread_dir(dir.path(), "acme", "t").join("session");
+    assert_eq!(
+        std::fs::read_dir(&folder).expect("dir").count(),
+        3,
+        "head + 2 segments: the loser's was removed"
+    );
+    assert_eq!(
+        store
+            .segment("acme", "t", &head.segments[1])
+            .await
+            .expect("read"),
+        b"second"
+    );
+    // Sealed: no content on disk; another tenant's path does not open it.
+    for f in std::fs::read_dir(&folder).expect("dir") {
+        let bytes = std::fs::read(f.expect("entry").path()).expect("read");
+        assert!(!String::from_utf8_lossy(&bytes).contains("second"));
+    }
+    let other = thread_dir(dir.path(), "globex", "t").join("session");
+    std::fs::create_dir_all(&other).expect("mkdir");
+    for f in std::fs::read_dir(&folder).expect("dir") {
+        let f = f.expect("entry");
+        std::fs::copy(f.path(), other.join(f.file_name())).expect("copy");
+    }
+    assert!(store.head("globex", "t", 0).await.is_err());
+    assert!(store
+        .segment("globex", "t", &head.segments[0])
+        .await
+        .is_err());
+    // A restart replaces the session and removes the old segments.
+    let h3 = store
+        .write("acme", "t", session_write(None, vec![], "again"))
+        .await
+        .expect("restart");
+    assert_ne!(h3.session, h1.session);
+    assert_eq!(h3.version, 3);
+    assert_eq!(std::fs::read_dir(&folder).expect("dir").count(), 2);
+}
+
+#[tokio::test]
+async fn idle_sessions_expire_and_are_swept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = session_store(dir.path());
+    store
+        .write("acme", "idle", session_write(None, vec![], "x"))
+        .await
+        .expect("start");
+    assert!(store.head("acme", "idle", 0).await.expect("head").is_some());
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    assert!(
+        store.head("acme", "idle", 1).await.expect("head").is_none(),
+        "idle past the TTL reads as none"
+    );
+    assert_eq!(
+        store.sweep(60_000).await.expect("sweep"),
+        0,
+        "not idle for a minute"
+    );
+    assert_eq!(store.sweep(1).await.expect("sweep"), 1);
+    assert!(!thread_dir(dir.path(), "acme", "idle")
+        .join("session")
+        .exists());
+    assert!(
+        !store.delete("acme", "idle").await.expect("delete"),
+        "already gone"
+    );
+}
