@@ -78,9 +78,14 @@ impl App {
         }
         .authorize(ctx, None)?;
         let mut cmd = cmd;
-        let (Some(sent), true) = (cmd.thread.take(), cmd.session != super::SessionInput::Off)
-        else {
+        if cmd.session == super::SessionInput::Off {
             return self.explain_thread(ctx, cmd).await;
+        }
+        let Some(sent) = cmd.thread.take() else {
+            return Err(AppError::invalid(
+                "append",
+                "is required for an append session",
+            ));
         };
         if sent.id != cmd.thread_id {
             return Err(AppError::invalid(
