@@ -1032,25 +1032,7 @@ async fn every_object_in_the_bucket_is_free_of_secrets_and_conversation_text() {
 
 /// One turn of an agent session: a question, a call, its result, an answer.
 fn session_turn(n: u32) -> Vec<pb::Message> {
-    let body: String = (0..30)
-        .map(|i| format!("turn {n} line {i}: shard {} replicated ok\n", n * 100 + i))
-        .collect();
-    vec![
-        text(
-            &format!("u{n}"),
-            pb::Role::User,
-            n,
-            &format!("Check shard {n}."),
-        ),
-        call(&format!("a{n}"), n, &format!("c{n}"), "read_file"),
-        result(&format!("t{n}"), n, &format!("c{n}"), "read_file", body),
-        text(
-            &format!("b{n}"),
-            pb::Role::Assistant,
-            n,
-            &format!("Shard {n} is fine."),
-        ),
-    ]
+    agent_turn(n, 30, "shard replicated ok")
 }
 
 fn session_render(

@@ -26,31 +26,7 @@ const TOKEN_PERMS: &[&str] = &[
 /// A long agent session: turns of a question, a call, a sizeable result and
 /// an answer.
 fn turn(n: u32) -> Vec<pb::Message> {
-    let body: String = (0..40)
-        .map(|i| {
-            format!(
-                "turn {n} line {i}: worker-{} processed batch {} ok\n",
-                i % 5,
-                n * 100 + i
-            )
-        })
-        .collect();
-    vec![
-        text(
-            &format!("u{n}"),
-            pb::Role::User,
-            n,
-            &format!("Step {n}: check the batches of shard {n}."),
-        ),
-        call(&format!("a{n}"), n, &format!("c{n}"), "read_file"),
-        result(&format!("t{n}"), n, &format!("c{n}"), "read_file", body),
-        text(
-            &format!("b{n}"),
-            pb::Role::Assistant,
-            n,
-            &format!("Shard {n} is fine."),
-        ),
-    ]
+    agent_turn(n, 40, "worker processed batch")
 }
 
 fn render_req(max_input_tokens: u32) -> pb::RenderRequest {
@@ -71,6 +47,19 @@ async fn start(client: &mut Client, token: &str, thread: pb::Thread) -> pb::Rend
         .await
         .expect("start the session")
         .into_inner()
+}
+
+/// Starts session `id` with turn 1; its version.
+async fn start_turn_one(client: &mut Client, token: &str, id: &str) -> u64 {
+    let thread = pb::Thread {
+        id: id.into(),
+        messages: turn(1),
+    };
+    start(client, token, thread)
+        .await
+        .session
+        .expect("state")
+        .version
 }
 
 async fn append(
@@ -210,15 +199,7 @@ async fn a_stale_or_unknown_base_is_refused_with_the_current_version() {
     let server = TestServer::start().await;
     let mut client = server.client().await;
     let token = token("acme", TOKEN_PERMS);
-    let thread = pb::Thread {
-        id: "sess-2".into(),
-        messages: turn(1),
-    };
-    let v1 = start(&mut client, &token, thread)
-        .await
-        .session
-        .expect("state")
-        .version;
+    let v1 = start_turn_one(&mut client, &token, "sess-2").await;
     let v2 = append(&mut client, &token, "sess-2", v1, turn(2))
         .await
         .expect("append")
@@ -260,15 +241,7 @@ async fn errors_name_the_appended_message_and_keep_nothing() {
     let server = TestServer::start().await;
     let mut client = server.client().await;
     let token = token("acme", TOKEN_PERMS);
-    let thread = pb::Thread {
-        id: "sess-3".into(),
-        messages: turn(1),
-    };
-    let v1 = start(&mut client, &token, thread)
-        .await
-        .session
-        .expect("state")
-        .version;
+    let v1 = start_turn_one(&mut client, &token, "sess-3").await;
     let mut bad = turn(2);
     bad[1].role = pb::Role::Unspecified as i32;
     let e = append(&mut client, &token, "sess-3", v1, bad)
@@ -332,15 +305,7 @@ async fn delete_thread_removes_the_session_and_its_files() {
     let server = TestServer::start().await;
     let mut client = server.client().await;
     let token = token("acme", TOKEN_PERMS);
-    let thread = pb::Thread {
-        id: "sess-4".into(),
-        messages: turn(1),
-    };
-    let v1 = start(&mut client, &token, thread)
-        .await
-        .session
-        .expect("state")
-        .version;
+    let v1 = start_turn_one(&mut client, &token, "sess-4").await;
     append(&mut client, &token, "sess-4", v1, turn(2))
         .await
         .expect("append");

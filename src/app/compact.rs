@@ -222,22 +222,15 @@ impl App {
         cmd: CompactCommand,
     ) -> Result<CompactOutcome> {
         UseCase::Compact.authorize(ctx, None)?;
-        let mut cmd = cmd;
-        let (thread, ticket) = self
-            .inner
-            .sessions
-            .open(&ctx.tenant_id, Arc::clone(&cmd.thread), cmd.session)
+        let (sent, input) = (Arc::clone(&cmd.thread), cmd.session);
+        let run = |thread| self.compact_thread(ctx, CompactCommand { thread, ..cmd });
+        let done = self
+            .in_session(&ctx.tenant_id, sent, input, run, |_| None)
             .await?;
-        cmd.thread = Arc::clone(&thread);
-        let Some(ticket) = ticket else {
-            return self.compact_thread(ctx, cmd).await;
-        };
-        let mut out = match self.compact_thread(ctx, cmd).await {
-            Ok(out) => out,
-            Err(e) => return Err(self.inner.sessions.failed(&ticket, e).await),
-        };
-        out.session = Some(self.inner.sessions.commit(ticket, thread, None).await?);
-        Ok(out)
+        Ok(CompactOutcome {
+            session: done.session,
+            ..done.out
+        })
     }
 
     /// [`App::compact`] of the whole thread.

@@ -78,38 +78,27 @@ impl App {
         }
         .authorize(ctx, None)?;
         let mut cmd = cmd;
-        if cmd.session == super::SessionInput::Off {
-            return self.explain_thread(ctx, cmd).await;
-        }
         let Some(sent) = cmd.thread.take() else {
-            return Err(AppError::invalid(
-                "append",
-                "is required for an append session",
-            ));
+            return self.explain_thread(ctx, cmd).await;
         };
-        if sent.id != cmd.thread_id {
-            return Err(AppError::invalid(
-                "append.thread_id",
-                "must equal thread_id",
-            ));
-        }
-        let (thread, ticket) = self
-            .inner
-            .sessions
-            .open(&ctx.tenant_id, Arc::new(sent), cmd.session)
+        let input = cmd.session;
+        let run = |thread: Arc<Thread>| {
+            let thread = Arc::try_unwrap(thread).unwrap_or_else(|t| (*t).clone());
+            self.explain_thread(
+                ctx,
+                ExplainCommand {
+                    thread: Some(thread),
+                    ..cmd
+                },
+            )
+        };
+        let done = self
+            .in_session(&ctx.tenant_id, Arc::new(sent), input, run, |_| None)
             .await?;
-        let Some(ticket) = ticket else {
-            return Err(AppError::Internal(
-                "a session request opened no session".into(),
-            ));
-        };
-        cmd.thread = Some((*thread).clone());
-        let mut out = self
-            .explain_thread(ctx, cmd)
-            .await
-            .map_err(|e| ticket.rename(e))?;
-        out.session = Some(self.inner.sessions.commit(ticket, thread, None).await?);
-        Ok(out)
+        Ok(ExplainOutcome {
+            session: done.session,
+            ..done.out
+        })
     }
 
     /// [`App::explain`] with the whole thread, or none.

@@ -108,35 +108,24 @@ impl App {
             rehydrates: !cmd.rehydrate_artifact_ids.is_empty(),
         }
         .authorize(ctx, None)?;
-        let mut cmd = cmd;
-        let (thread, ticket) = self
-            .inner
-            .sessions
-            .open(
-                &ctx.tenant_id,
-                Arc::clone(&cmd.request.thread),
-                cmd.request.session,
-            )
+        let (sent, input) = (Arc::clone(&cmd.request.thread), cmd.request.session);
+        let run = |thread| {
+            let mut cmd = cmd;
+            cmd.request.thread = thread;
+            self.render_thread(ctx, cmd)
+        };
+        let done = self
+            .in_session(&ctx.tenant_id, sent, input, run, |out| out.trace.as_ref())
             .await?;
-        cmd.request.thread = Arc::clone(&thread);
-        let thread_id = thread.id.clone();
-        let Some(ticket) = ticket else {
-            let mut out = self.render_thread(ctx, cmd).await?;
-            let previous =
-                self.inner
-                    .sessions
-                    .swap_trace(&ctx.tenant_id, &thread_id, out.trace.clone());
-            out.unchanged_prefix_tokens = unchanged(out.trace.as_ref(), previous.as_ref());
-            return Ok(out);
+        let unchanged_prefix_tokens = match (&done.out.trace, &done.previous) {
+            (Some(now), Some(previous)) => Some(now.unchanged_since(previous).0),
+            _ => None,
         };
-        let mut out = match self.render_thread(ctx, cmd).await {
-            Ok(out) => out,
-            Err(e) => return Err(self.inner.sessions.failed(&ticket, e).await),
-        };
-        out.unchanged_prefix_tokens = unchanged(out.trace.as_ref(), ticket.prefix());
-        let trace = out.trace.clone();
-        out.session = Some(self.inner.sessions.commit(ticket, thread, trace).await?);
-        Ok(out)
+        Ok(RenderOutcome {
+            unchanged_prefix_tokens,
+            session: done.session,
+            ..done.out
+        })
     }
 
     /// [`App::render`] of the whole thread.
@@ -386,14 +375,6 @@ impl App {
         }
         Ok(out)
     }
-}
-
-/// Tokens of `now`'s prefix unchanged since `previous`, when both are known.
-fn unchanged(
-    now: Option<&crate::render::prefix::PrefixTrace>,
-    previous: Option<&crate::render::prefix::PrefixTrace>,
-) -> Option<u32> {
-    Some(now?.unchanged_since(previous?).0)
 }
 
 /// The name of the tool [`read_artifact_tool`] defines.

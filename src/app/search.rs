@@ -71,22 +71,15 @@ impl App {
         cmd: SearchCommand,
     ) -> Result<SearchOutcome> {
         UseCase::SearchContext.authorize(ctx, None)?;
-        let mut cmd = cmd;
-        let (thread, ticket) = self
-            .inner
-            .sessions
-            .open(&ctx.tenant_id, Arc::clone(&cmd.thread), cmd.session)
+        let (sent, input) = (Arc::clone(&cmd.thread), cmd.session);
+        let run = |thread| self.search_thread(ctx, SearchCommand { thread, ..cmd });
+        let done = self
+            .in_session(&ctx.tenant_id, sent, input, run, |_| None)
             .await?;
-        cmd.thread = Arc::clone(&thread);
-        let Some(ticket) = ticket else {
-            return self.search_thread(ctx, cmd).await;
-        };
-        let mut out = self
-            .search_thread(ctx, cmd)
-            .await
-            .map_err(|e| ticket.rename(e))?;
-        out.session = Some(self.inner.sessions.commit(ticket, thread, None).await?);
-        Ok(out)
+        Ok(SearchOutcome {
+            session: done.session,
+            ..done.out
+        })
     }
 
     /// [`App::search_context`] of the whole thread.

@@ -16,10 +16,12 @@ use sha2::{Digest, Sha256};
 
 use crate::cache::{BoundedCache, Weigh};
 use crate::model::{Message, Thread};
-use crate::store::{PrefixTrace, SegmentRef, SessionWrite, StoreError, ThreadStore, MAX_SEGMENTS};
+use crate::store::{
+    Peek, PrefixTrace, SegmentRef, SessionWrite, StoreError, ThreadStore, MAX_SEGMENTS,
+};
 
 use super::error::store_error;
-use super::{AppError, Result};
+use super::{App, AppError, Result};
 
 /// How a request gives its thread.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -88,36 +90,27 @@ impl Weigh for Arc<Copy> {
 pub(crate) struct Ticket {
     tenant: String,
     thread_id: String,
-    base: Option<Arc<Copy>>,
-    start: bool,
-    /// Messages of the base: the appended ones follow.
-    pub(crate) base_messages: usize,
+    /// The copy appended to and the head it was checked against; `None`
+    /// for a start.
+    base: Option<(Arc<Copy>, Peek)>,
     digest: [u8; 32],
     /// The appended messages, encoded (all of them for a start).
     segment: Option<(Vec<u8>, u64)>,
 }
 
-impl std::fmt::Debug for Ticket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ticket")
-            .field("thread_id", &self.thread_id)
-            .field("base_messages", &self.base_messages)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Ticket {
     /// The render trace of the base, if the previous call left one.
-    pub(crate) fn prefix(&self) -> Option<&PrefixTrace> {
-        self.base.as_ref().and_then(|c| c.prefix.as_ref())
+    fn prefix(&self) -> Option<&PrefixTrace> {
+        self.base.as_ref().and_then(|(c, _)| c.prefix.as_ref())
     }
 
     /// An error about `thread.messages[i]` of the combined thread, renamed
     /// to what the request sent: `append.messages[i - base]`.
-    pub(crate) fn rename(&self, e: AppError) -> AppError {
-        if self.start || self.base.is_none() {
+    fn rename(&self, e: AppError) -> AppError {
+        let Some((base, _)) = &self.base else {
             return e;
-        }
+        };
+        let base_messages = base.thread.messages.len();
         let rename = |field: String| -> String {
             let Some(rest) = field.strip_prefix("thread.messages[") else {
                 return field;
@@ -126,8 +119,8 @@ impl Ticket {
                 return field;
             };
             match index.parse::<usize>() {
-                Ok(i) if i >= self.base_messages => {
-                    format!("append.messages[{}]{tail}", i - self.base_messages)
+                Ok(i) if i >= base_messages => {
+                    format!("append.messages[{}]{tail}", i - base_messages)
                 }
                 _ => format!("thread.messages[{index}]{tail}"),
             }
@@ -148,6 +141,62 @@ impl Ticket {
             },
             other => other,
         }
+    }
+}
+
+/// A use case's outcome with what its session adds.
+pub(super) struct InSession<T> {
+    /// The use case's own outcome.
+    pub(super) out: T,
+    /// The session after the call, when the request used one.
+    pub(super) session: Option<SessionState>,
+    /// The thread's previous render trace, when the call rendered and one
+    /// is known.
+    pub(super) previous: Option<Arc<PrefixTrace>>,
+}
+
+impl App {
+    /// Runs a use case on the thread a request gives (`sent`, in full or
+    /// appended to a session), then keeps the append (and the render trace
+    /// `trace` finds in the outcome) once it succeeded. Every session-aware
+    /// use case goes through here.
+    pub(super) async fn in_session<T, Fut>(
+        &self,
+        tenant: &str,
+        sent: Arc<Thread>,
+        input: SessionInput,
+        run: impl FnOnce(Arc<Thread>) -> Fut,
+        trace: impl Fn(&T) -> Option<&PrefixTrace>,
+    ) -> Result<InSession<T>>
+    where
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let sessions = &self.inner.sessions;
+        let (thread, ticket) = sessions.open(tenant, sent, input).await?;
+        let Some(ticket) = ticket else {
+            let thread_id = thread.id.clone();
+            let out = run(thread).await?;
+            let previous = trace(&out)
+                .and_then(|t| sessions.swap_trace(tenant, &thread_id, Arc::new(t.clone())));
+            return Ok(InSession {
+                out,
+                session: None,
+                previous,
+            });
+        };
+        let out = match run(Arc::clone(&thread)).await {
+            Ok(out) => out,
+            Err(e) => return Err(sessions.failed(&ticket, e).await),
+        };
+        let previous = ticket.prefix().cloned().map(Arc::new);
+        let session = sessions
+            .commit(ticket, thread, trace(&out).cloned())
+            .await?;
+        Ok(InSession {
+            out,
+            session: Some(session),
+            previous,
+        })
     }
 }
 
@@ -173,7 +222,10 @@ const TRACE_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 const DIGEST_SEED: &[u8] = b"compactd-thread-digest v1";
 
 /// The digest after `messages` (each already encoded) are appended.
-fn extend_digest(mut digest: [u8; 32], encoded: &[Vec<u8>]) -> [u8; 32] {
+fn extend_digest<'a>(
+    mut digest: [u8; 32],
+    encoded: impl IntoIterator<Item = &'a [u8]>,
+) -> [u8; 32] {
     for m in encoded {
         let mut h = Sha256::new();
         h.update(digest);
@@ -208,10 +260,13 @@ fn segment_bytes(encoded: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
+/// A segment's lines: its messages, encoded.
+fn segment_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty())
+}
+
 fn parse_segment(bytes: &[u8]) -> Result<Vec<Message>> {
-    bytes
-        .split(|&b| b == b'\n')
-        .filter(|l| !l.is_empty())
+    segment_lines(bytes)
         .map(|l| {
             serde_json::from_slice(l)
                 .map_err(|e| AppError::Internal(format!("session segment does not parse: {e}")))
@@ -255,7 +310,7 @@ impl Sessions {
     /// The thread the call works on, and what to write back when it
     /// succeeds. `sent` is the thread as the request gave it: in full, or
     /// only the appended messages.
-    pub(crate) async fn open(
+    async fn open(
         &self,
         tenant: &str,
         sent: Arc<Thread>,
@@ -269,15 +324,13 @@ impl Sessions {
                     tenant: tenant.to_owned(),
                     thread_id: sent.id.clone(),
                     base: None,
-                    start: true,
-                    base_messages: 0,
-                    digest: extend_digest(seed(), &encoded),
+                    digest: extend_digest(seed(), encoded.iter().map(Vec::as_slice)),
                     segment: Some((segment_bytes(&encoded), encoded.len() as u64)),
                 };
                 Ok((sent, Some(ticket)))
             }
             SessionInput::Append { base_version } => {
-                let base = self.base(tenant, &sent.id, base_version).await?;
+                let (base, peek) = self.base(tenant, &sent.id, base_version).await?;
                 let encoded = encode(&sent.messages)?;
                 let mut messages = Vec::with_capacity(base.thread.messages.len() + encoded.len());
                 messages.extend(base.thread.messages.iter().cloned());
@@ -286,12 +339,10 @@ impl Sessions {
                 let ticket = Ticket {
                     tenant: tenant.to_owned(),
                     thread_id: sent.id.clone(),
-                    start: false,
-                    base_messages: base.thread.messages.len(),
-                    digest: extend_digest(base.digest, &encoded),
+                    digest: extend_digest(base.digest, encoded.iter().map(Vec::as_slice)),
                     segment: (!encoded.is_empty())
                         .then(|| (segment_bytes(&encoded), encoded.len() as u64)),
-                    base: Some(base),
+                    base: Some((base, peek)),
                 };
                 Ok((
                     Arc::new(Thread {
@@ -304,38 +355,31 @@ impl Sessions {
         }
     }
 
-    /// The copy of the session at `version`: from memory when it is
-    /// current, else completed (or read) from the store.
-    async fn base(&self, tenant: &str, thread_id: &str, version: u64) -> Result<Arc<Copy>> {
+    /// The copy of the session at `version` and the head it matches: from
+    /// memory when it is current, else completed (or read) from the store.
+    async fn base(&self, tenant: &str, thread_id: &str, version: u64) -> Result<(Arc<Copy>, Peek)> {
         let key = (tenant.to_owned(), thread_id.to_owned());
-        let current = self
+        let peek = self
             .store
-            .version(tenant, thread_id)
+            .peek(tenant, thread_id, self.ttl_ms())
             .await
-            .map_err(|e| session_error(e, thread_id, version))?;
-        let Some((session, at)) = current else {
-            return Err(stale(thread_id, version, 0));
-        };
-        if at != version {
-            return Err(stale(thread_id, version, at));
+            .map_err(|e| session_error(e, thread_id, version))?
+            .ok_or_else(|| stale(thread_id, version, 0))?;
+        if peek.version != version {
+            return Err(stale(thread_id, version, peek.version));
         }
-        let cached = self.copies.get(&key).filter(|c| c.session == session);
+        let cached = self.copies.get(&key).filter(|c| c.session == peek.session);
         if let Some(c) = cached.as_ref().filter(|c| c.version == version) {
-            return Ok(Arc::clone(c));
+            return Ok((Arc::clone(c), peek));
         }
         // Another replica (or a restart) moved the session on: read what
         // this copy lacks; a segment removed meanwhile means the head moved
         // again, which makes the client's base stale anyway.
         let head = self
             .store
-            .head(tenant, thread_id, self.ttl_ms())
+            .open_head(tenant, thread_id, &peek)
             .await
-            .map_err(|e| store_error(e, "append session"))?
-            .filter(|h| h.session == session)
-            .ok_or_else(|| stale(thread_id, version, 0))?;
-        if head.version != version {
-            return Err(stale(thread_id, version, head.version));
-        }
+            .map_err(|e| store_error(e, "append session"))?;
         let (mut messages, mut digest, have) = match cached
             .as_ref()
             .filter(|c| head.segments.starts_with(&c.segments))
@@ -349,9 +393,8 @@ impl Sessions {
                 .segment(tenant, thread_id, segment)
                 .await
                 .map_err(|e| session_error(e, thread_id, version))?;
-            let read = parse_segment(&bytes)?;
-            digest = extend_digest(digest, &encode(&read)?);
-            messages.extend(read);
+            digest = extend_digest(digest, segment_lines(&bytes));
+            messages.extend(parse_segment(&bytes)?);
         }
         if hex::encode(digest) != head.digest || messages.len() as u64 != head.messages {
             return Err(AppError::Internal(
@@ -360,7 +403,7 @@ impl Sessions {
         }
         let copy = Arc::new(Copy {
             bytes: weight(&messages),
-            session,
+            session: head.session,
             version,
             digest,
             thread: Arc::new(Thread {
@@ -371,37 +414,34 @@ impl Sessions {
             prefix: head.prefix,
         });
         self.copies.insert(key, Arc::clone(&copy));
-        Ok(copy)
+        Ok((copy, peek))
     }
 
     /// Writes the call's append (and the render's trace) once the call
     /// succeeded. A session another call moved on meanwhile is refused
     /// like a stale base.
-    pub(crate) async fn commit(
+    async fn commit(
         &self,
         ticket: Ticket,
         thread: Arc<Thread>,
         prefix: Option<PrefixTrace>,
     ) -> Result<SessionState> {
-        let base_version = ticket.base.as_ref().map_or(0, |b| b.version);
         // A call that renders nothing leaves the last render's trace.
         let prefix = prefix.or_else(|| ticket.prefix().cloned());
-        let unchanged = ticket.segment.is_none()
-            && ticket
-                .base
-                .as_ref()
-                .is_some_and(|b| prefix.is_none() || b.prefix == prefix);
-        if let (true, Some(base)) = (unchanged, &ticket.base) {
+        let base = ticket.base.as_ref().map(|(copy, _)| copy);
+        if let Some(base) = base.filter(|b| ticket.segment.is_none() && b.prefix == prefix) {
             return Ok(SessionState {
                 version: base.version,
                 digest: hex::encode(base.digest),
                 messages: base.thread.messages.len() as u64,
             });
         }
-        let mut keep = ticket
-            .base
-            .as_ref()
-            .map_or_else(Vec::new, |b| b.segments.clone());
+        // What the copy weighs: the base's, plus what was appended.
+        let bytes = base.map_or_else(
+            || weight(&thread.messages),
+            |b| b.bytes + weight(&thread.messages[b.thread.messages.len()..]),
+        );
+        let mut keep = base.map_or_else(Vec::new, |b| b.segments.clone());
         let mut retire = Vec::new();
         let mut segment = ticket.segment;
         if keep.len() >= MAX_SEGMENTS {
@@ -410,8 +450,9 @@ impl Sessions {
             segment = Some((segment_bytes(&encoded), encoded.len() as u64));
             retire = std::mem::take(&mut keep);
         }
+        let base_version = ticket.base.as_ref().map_or(0, |(_, p)| p.version);
         let write = SessionWrite {
-            base: ticket.base.as_ref().map(|b| (b.session.clone(), b.version)),
+            base: ticket.base.map(|(_, peek)| peek),
             digest: hex::encode(ticket.digest),
             messages: thread.messages.len() as u64,
             keep,
@@ -425,7 +466,7 @@ impl Sessions {
             .await
             .map_err(|e| session_error(e, &ticket.thread_id, base_version))?;
         let copy = Arc::new(Copy {
-            bytes: weight(&thread.messages),
+            bytes,
             session: head.session.clone(),
             version: head.version,
             digest: ticket.digest,
@@ -433,10 +474,7 @@ impl Sessions {
             segments: head.segments,
             prefix,
         });
-        self.copies.insert(
-            (ticket.tenant.clone(), ticket.thread_id.clone()),
-            Arc::clone(&copy),
-        );
+        self.copies.insert((ticket.tenant, ticket.thread_id), copy);
         Ok(SessionState {
             version: head.version,
             digest: head.digest,
@@ -448,35 +486,37 @@ impl Sessions {
     /// errors about messages name the appended ones, and a plan conflict
     /// caused by another append to the same base (two replicas, two
     /// clients) is that base going stale.
-    pub(crate) async fn failed(&self, ticket: &Ticket, e: AppError) -> AppError {
+    async fn failed(&self, ticket: &Ticket, e: AppError) -> AppError {
         let e = ticket.rename(e);
-        let (AppError::VersionConflict { .. }, Some(base)) = (&e, &ticket.base) else {
+        let (AppError::VersionConflict { .. }, Some((_, base))) = (&e, &ticket.base) else {
             return e;
         };
-        match self.store.version(&ticket.tenant, &ticket.thread_id).await {
-            Ok(Some((session, at))) if session != base.session || at != base.version => stale(
+        match self.store.peek(&ticket.tenant, &ticket.thread_id, 0).await {
+            Ok(Some(now)) if now.tag != base.tag => stale(
                 &ticket.thread_id,
                 base.version,
-                if session == base.session { at } else { 0 },
+                if now.session == base.session {
+                    now.version
+                } else {
+                    0
+                },
             ),
             Ok(None) => stale(&ticket.thread_id, base.version, 0),
             _ => e,
         }
     }
 
-    /// Keeps `trace` as the thread's last render and returns the one before.
-    pub(crate) fn swap_trace(
+    /// Keeps `trace` as the last render of a thread sent in full and
+    /// returns the one before.
+    fn swap_trace(
         &self,
         tenant: &str,
         thread_id: &str,
-        trace: Option<PrefixTrace>,
-    ) -> Option<PrefixTrace> {
+        trace: Arc<PrefixTrace>,
+    ) -> Option<Arc<PrefixTrace>> {
         let key = (tenant.to_owned(), thread_id.to_owned());
-        let previous = self.traces.get(&key).map(|t| (*t).clone());
-        match trace {
-            Some(t) => self.traces.insert(key, Arc::new(t)),
-            None => self.traces.remove(&key),
-        }
+        let previous = self.traces.get(&key);
+        self.traces.insert(key, trace);
         previous
     }
 

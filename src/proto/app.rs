@@ -20,10 +20,11 @@ use crate::app::{SessionInput, SessionState};
 /// same names; the two messages share no type), with the request's
 /// overrides applied to `base`. Expands to an expression that uses `?`.
 macro_rules! shared_command {
-    ($r:ident, $base:expr) => {
+    ($r:ident, $base:expr) => {{
+        let (thread, session) = thread_input($r.thread, $r.append, $r.start_session)?;
         CompactCommand {
-            session: thread_input_kind(&$r.append, $r.start_session),
-            thread: Arc::new(thread_input($r.thread, $r.append, $r.start_session)?.0),
+            session,
+            thread: Arc::new(thread),
             policy: Arc::new(policy_from_overrides($base, $r.policy)?),
             model: unset_if_empty($r.model),
             max_input_tokens: unset_if_zero($r.max_input_tokens),
@@ -34,7 +35,7 @@ macro_rules! shared_command {
             rehydrated_this_turn: false,
             format: None,
         }
-    };
+    }};
 }
 
 /// The thread a request gives: in full (`thread`), or what was appended to
@@ -44,7 +45,6 @@ fn thread_input(
     append: Option<pb::ThreadAppend>,
     start_session: bool,
 ) -> Result<(Thread, SessionInput)> {
-    let kind = thread_input_kind(&append, start_session);
     match (thread, append) {
         (Some(_), Some(_)) => Err(ConvertError::new(
             "append",
@@ -55,6 +55,9 @@ fn thread_input(
             "starts a session from the whole thread: send `thread`, not `append`",
         )),
         (None, Some(a)) => {
+            let input = SessionInput::Append {
+                base_version: a.base_version,
+            };
             let t = pb::Thread {
                 id: a.thread_id,
                 messages: a.messages,
@@ -67,20 +70,16 @@ fn thread_input(
                     e
                 }
             })?;
-            Ok((thread, kind))
+            Ok((thread, input))
         }
-        (thread, None) => Ok((required::<_, Thread>(thread, "thread")?, kind)),
-    }
-}
-
-/// How [`thread_input`] reads a request (computed before its fields move).
-fn thread_input_kind(append: &Option<pb::ThreadAppend>, start_session: bool) -> SessionInput {
-    match (append, start_session) {
-        (Some(a), _) => SessionInput::Append {
-            base_version: a.base_version,
-        },
-        (None, true) => SessionInput::Start,
-        (None, false) => SessionInput::Off,
+        (thread, None) => {
+            let input = if start_session {
+                SessionInput::Start
+            } else {
+                SessionInput::Off
+            };
+            Ok((required::<_, Thread>(thread, "thread")?, input))
+        }
     }
 }
 
@@ -122,10 +121,21 @@ pub fn render_command(r: pb::RenderRequest, base: &Policy) -> Result<RenderComma
 
 /// An Explain request as a command (the use case checks the text and ids).
 pub fn explain_command(r: pb::ExplainRequest) -> Result<ExplainCommand> {
-    let session = thread_input_kind(&r.append, false);
-    let thread = match (r.thread, r.append) {
-        (None, None) => None,
-        (thread, append) => Some(thread_input(thread, append, false)?.0),
+    if r.append
+        .as_ref()
+        .is_some_and(|a| a.thread_id != r.thread_id)
+    {
+        return Err(ConvertError::new(
+            "append.thread_id",
+            "must equal thread_id",
+        ));
+    }
+    let (thread, session) = match (r.thread, r.append) {
+        (None, None) => (None, SessionInput::Off),
+        (thread, append) => {
+            let (thread, session) = thread_input(thread, append, false)?;
+            (Some(thread), session)
+        }
     };
     Ok(ExplainCommand {
         thread_id: r.thread_id,
@@ -203,9 +213,10 @@ impl From<ExplainOutcome> for pb::ExplainResponse {
 
 /// A SearchContext request as a command (the use case checks the query).
 pub fn search_command(r: pb::SearchContextRequest) -> Result<SearchCommand> {
+    let (thread, session) = thread_input(r.thread, r.append, false)?;
     Ok(SearchCommand {
-        session: thread_input_kind(&r.append, false),
-        thread: Arc::new(thread_input(r.thread, r.append, false)?.0),
+        session,
+        thread: Arc::new(thread),
         query: r.query,
         max_results: r.max_results,
     })

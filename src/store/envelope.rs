@@ -782,21 +782,48 @@ impl LocalKeyring {
         context: &EncryptionContext<'_>,
     ) -> Result<Zeroizing<[u8; 32]>, CryptoError> {
         let master = self.master(key_id, context.tenant)?;
-        if wrapped.len() <= NONCE_LEN {
-            return Err(CryptoError::Invalid("wrapped key is truncated".into()));
-        }
-        let (nonce, sealed) = wrapped.split_at(NONCE_LEN);
-        let plain = Zeroizing::new(open(&master, nonce, &context.canonical(), sealed)?);
-        let mut out = Zeroizing::new([0u8; 32]);
-        if plain.len() != 32 {
-            return Err(CryptoError::Invalid("data key is not 32 bytes".into()));
-        }
-        out.copy_from_slice(&plain);
-        Ok(out)
+        unwrap_under(&master, wrapped, context)
     }
 }
 
-/// The wrapped form of a data key: nonce then sealed key.
+/// A new data key wrapped under a master key held here (the local keyring,
+/// the in-memory key): nonce then sealed key, bound to `context`.
+fn wrap_new_under(
+    master: &[u8; 32],
+    key_id: String,
+    context: &EncryptionContext<'_>,
+) -> Result<DataKey, CryptoError> {
+    let plaintext = Zeroizing::new(random::<32>()?);
+    let (nonce, sealed) = seal(master, &context.canonical(), &plaintext[..])?;
+    let mut wrapped = nonce.to_vec();
+    wrapped.extend_from_slice(&sealed);
+    Ok(DataKey {
+        plaintext,
+        key_id,
+        wrapped,
+    })
+}
+
+/// What [`wrap_new_under`] wrapped, unwrapped; `Invalid` under another
+/// context or key.
+fn unwrap_under(
+    master: &[u8; 32],
+    wrapped: &[u8],
+    context: &EncryptionContext<'_>,
+) -> Result<Zeroizing<[u8; 32]>, CryptoError> {
+    if wrapped.len() <= NONCE_LEN {
+        return Err(CryptoError::Invalid("wrapped key is truncated".into()));
+    }
+    let (nonce, sealed) = wrapped.split_at(NONCE_LEN);
+    let plain = Zeroizing::new(open(master, nonce, &context.canonical(), sealed)?);
+    let mut out = Zeroizing::new([0u8; 32]);
+    if plain.len() != 32 {
+        return Err(CryptoError::Invalid("data key is not 32 bytes".into()));
+    }
+    out.copy_from_slice(&plain);
+    Ok(out)
+}
+
 #[async_trait]
 impl KeyService for LocalKeyring {
     async fn generate_data_key(
@@ -804,15 +831,7 @@ impl KeyService for LocalKeyring {
         context: &EncryptionContext<'_>,
     ) -> Result<DataKey, CryptoError> {
         let (key_id, master) = self.tenant_master(context.tenant)?;
-        let plaintext = Zeroizing::new(random::<32>()?);
-        let (nonce, sealed) = seal(&master, &context.canonical(), &plaintext[..])?;
-        let mut wrapped = nonce.to_vec();
-        wrapped.extend_from_slice(&sealed);
-        Ok(DataKey {
-            plaintext,
-            key_id,
-            wrapped,
-        })
+        wrap_new_under(&master, key_id, context)
     }
 
     async fn decrypt_data_key(
@@ -866,15 +885,7 @@ impl KeyService for EphemeralKeys {
         &self,
         context: &EncryptionContext<'_>,
     ) -> Result<DataKey, CryptoError> {
-        let plaintext = Zeroizing::new(random::<32>()?);
-        let (nonce, sealed) = seal(&self.master, &context.canonical(), &plaintext[..])?;
-        let mut wrapped = nonce.to_vec();
-        wrapped.extend_from_slice(&sealed);
-        Ok(DataKey {
-            plaintext,
-            key_id: self.id.clone(),
-            wrapped,
-        })
+        wrap_new_under(&self.master, self.id.clone(), context)
     }
 
     async fn decrypt_data_key(
@@ -883,19 +894,10 @@ impl KeyService for EphemeralKeys {
         wrapped: &[u8],
         context: &EncryptionContext<'_>,
     ) -> Result<Zeroizing<[u8; 32]>, CryptoError> {
-        if key_id != self.id || wrapped.len() <= NONCE_LEN {
-            return Err(CryptoError::Invalid(
-                "unknown key or malformed wrapped key".into(),
-            ));
+        if key_id != self.id {
+            return Err(CryptoError::Invalid("unknown key".into()));
         }
-        let (nonce, sealed) = wrapped.split_at(NONCE_LEN);
-        let plain = Zeroizing::new(open(&self.master, nonce, &context.canonical(), sealed)?);
-        let mut out = Zeroizing::new([0u8; 32]);
-        if plain.len() != 32 {
-            return Err(CryptoError::Invalid("data key is not 32 bytes".into()));
-        }
-        out.copy_from_slice(&plain);
-        Ok(out)
+        unwrap_under(&self.master, wrapped, context)
     }
 }
 

@@ -40,7 +40,9 @@ use crate::model::{CompactionPlan, Sensitivity};
 pub use artifact::{FsArtifactStore, KEYRING_FILE};
 pub use memory::{MemoryArtifactStore, MemoryPlanStore};
 pub use plan::FsPlanStore;
-pub use session::{PrefixTrace, SegmentRef, SessionHead, SessionWrite, ThreadStore, MAX_SEGMENTS};
+pub use session::{
+    Peek, PrefixTrace, SegmentRef, SessionHead, SessionWrite, ThreadStore, MAX_SEGMENTS,
+};
 
 /// One AWS API request in a client span of its own (`S3.PutObject`,
 /// `KMS.Decrypt`, …): which calls a compaction made and how long each took.

@@ -776,10 +776,7 @@ impl super::session::Blobs for S3SessionBlobs {
         }
         match super::aws_call("S3", "PutObject", put.body(ByteStream::from(bytes)).send()).await {
             Ok(_) => Ok(()),
-            Err(e) if matches!(status(&e), Some(412 | 409)) => Err(StoreError::Conflict {
-                expected: 0,
-                current: 0,
-            }),
+            Err(e) if matches!(status(&e), Some(412 | 409)) => Err(super::session::lost_race()),
             Err(e) => Err(s3_error("PutObject", e)),
         }
     }

@@ -102,13 +102,26 @@ struct HeadBody {
     prefix: Option<PrefixTrace>,
 }
 
+/// A session's head as read, not yet opened: what compare-and-swap and a
+/// copy held in memory are checked against (no key needed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peek {
+    /// The session's random id.
+    pub session: String,
+    /// Its version.
+    pub version: u64,
+    /// What a write replacing this head must find (ETag or bytes hash).
+    pub tag: String,
+    bytes: Vec<u8>,
+}
+
 /// What to write: the new head's content and, when messages were
 /// appended, the segment holding them.
 #[derive(Debug, Clone)]
 pub struct SessionWrite {
-    /// Compare-and-swap: `(session, version)` the write is based on; `None`
-    /// starts a new session over whatever is there.
-    pub base: Option<(String, u64)>,
+    /// Compare-and-swap: the head the write is based on; `None` starts a new
+    /// session over whatever is there.
+    pub base: Option<Peek>,
     /// Digest of the whole thread after the write.
     pub digest: String,
     /// Messages of the whole thread after the write.
@@ -134,6 +147,26 @@ pub(crate) enum Expect {
     Tag(String),
     /// Whatever is there (unique names).
     Any,
+}
+
+/// What [`Blobs::put`] answers when `expect` does not hold; the store
+/// fills in the versions.
+pub(crate) fn lost_race() -> StoreError {
+    StoreError::Conflict {
+        expected: 0,
+        current: 0,
+    }
+}
+
+impl Expect {
+    /// Whether the object found (its tag, if any) is what the write expects.
+    fn holds(&self, found: Option<&str>) -> bool {
+        match (self, found) {
+            (Expect::Any, _) | (Expect::Absent, None) => true,
+            (Expect::Tag(t), Some(f)) => t == f,
+            _ => false,
+        }
+    }
 }
 
 /// Raw objects of sessions, per (tenant, thread): what each backend
@@ -245,53 +278,43 @@ impl ThreadStore {
         )
     }
 
-    /// The session's header (tenant-checked, no key needed) and the tag a
-    /// replacement must match; `None` when there is no session.
-    async fn current(
-        &self,
-        tenant: &str,
-        thread_id: &str,
-    ) -> Result<Option<(Meta, Vec<u8>, String)>, StoreError> {
-        let Some((bytes, tag)) = self.blobs.get(tenant, thread_id, HEAD).await? else {
-            return Ok(None);
-        };
-        let (meta, ..) = parse(&bytes, HEAD_MAGIC, tenant, thread_id)?;
-        Ok(Some((meta, bytes, tag)))
-    }
-
-    /// The session's id and version, from the header alone (no key): what
-    /// a caller holding a copy checks it against.
-    pub async fn version(
-        &self,
-        tenant: &str,
-        thread_id: &str,
-    ) -> Result<Option<(String, u64)>, StoreError> {
-        Ok(self
-            .current(tenant, thread_id)
-            .await?
-            .map(|(m, ..)| (m.session, m.version)))
-    }
-
-    /// The session's head, opened; `None` when there is none, or it has
+    /// The session's head, unopened; `None` when there is none, or it has
     /// not been written to for `idle_ttl_ms` (0: never expires).
-    pub async fn head(
+    pub async fn peek(
         &self,
         tenant: &str,
         thread_id: &str,
         idle_ttl_ms: u64,
-    ) -> Result<Option<SessionHead>, StoreError> {
-        let Some((meta, bytes, _)) = self.current(tenant, thread_id).await? else {
+    ) -> Result<Option<Peek>, StoreError> {
+        let Some((bytes, tag)) = self.blobs.get(tenant, thread_id, HEAD).await? else {
             return Ok(None);
         };
+        let (meta, ..) = parse(&bytes, HEAD_MAGIC, tenant, thread_id)?;
         if expired(&meta, idle_ttl_ms) {
             return Ok(None);
         }
+        Ok(Some(Peek {
+            session: meta.session,
+            version: meta.version,
+            tag,
+            bytes,
+        }))
+    }
+
+    /// A peeked head, opened.
+    pub async fn open_head(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        peek: &Peek,
+    ) -> Result<SessionHead, StoreError> {
+        let (meta, ..) = parse(&peek.bytes, HEAD_MAGIC, tenant, thread_id)?;
         let body = self
-            .open(&bytes, HEAD_MAGIC, b"head", tenant, thread_id)
+            .open(&peek.bytes, HEAD_MAGIC, b"head", tenant, thread_id)
             .await?;
         let body: HeadBody = serde_json::from_slice(&body)
             .map_err(|e| StoreError::Corrupt(format!("session head does not parse: {e}")))?;
-        Ok(Some(SessionHead {
+        Ok(SessionHead {
             session: meta.session,
             version: meta.version,
             updated_at_unix_ms: meta.updated_at_unix_ms,
@@ -299,7 +322,28 @@ impl ThreadStore {
             messages: body.messages,
             segments: body.segments,
             prefix: body.prefix,
-        }))
+        })
+    }
+
+    /// The session's head, opened; `None` as for [`ThreadStore::peek`].
+    pub async fn head(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        idle_ttl_ms: u64,
+    ) -> Result<Option<SessionHead>, StoreError> {
+        match self.peek(tenant, thread_id, idle_ttl_ms).await? {
+            Some(p) => Ok(Some(self.open_head(tenant, thread_id, &p).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The current version, for a conflict's answer (0: no session).
+    async fn current_version(&self, tenant: &str, thread_id: &str) -> Result<u64, StoreError> {
+        Ok(self
+            .peek(tenant, thread_id, 0)
+            .await?
+            .map_or(0, |p| p.version))
     }
 
     /// A segment's content. `NotFound` when it is gone (a newer head
@@ -365,33 +409,25 @@ impl ThreadStore {
         thread_id: &str,
         write: SessionWrite,
     ) -> Result<SessionHead, StoreError> {
-        let current = self.current(tenant, thread_id).await?;
-        let (expect, version, dropped) = match (&write.base, &current) {
-            (Some((session, version)), Some((meta, _, tag)))
-                if &meta.session == session && meta.version == *version =>
-            {
-                (Expect::Tag(tag.clone()), version + 1, None)
-            }
-            (Some((_, expected)), current) => {
-                return Err(StoreError::Conflict {
-                    expected: *expected,
-                    current: current.as_ref().map_or(0, |(m, ..)| m.version),
-                })
-            }
+        let (expect, version, dropped) = match &write.base {
+            // The head read when the append began: the write holds only if
+            // it is still there.
+            Some(base) => (Expect::Tag(base.tag.clone()), base.version + 1, Vec::new()),
             // A start replaces whatever is there; its segments go after.
-            (None, Some((meta, bytes, tag))) => {
-                let old = self
-                    .open(bytes, HEAD_MAGIC, b"head", tenant, thread_id)
-                    .await
-                    .ok()
-                    .and_then(|b| serde_json::from_slice::<HeadBody>(&b).ok())
-                    .map(|b| b.segments);
-                (Expect::Tag(tag.clone()), meta.version + 1, old)
-            }
-            (None, None) => (Expect::Absent, 1, None),
+            None => match self.peek(tenant, thread_id, 0).await? {
+                Some(old) => {
+                    let segments = self
+                        .open_head(tenant, thread_id, &old)
+                        .await
+                        .map(|h| h.segments)
+                        .unwrap_or_default();
+                    (Expect::Tag(old.tag), old.version + 1, segments)
+                }
+                None => (Expect::Absent, 1, Vec::new()),
+            },
         };
         let session = match &write.base {
-            Some((s, _)) => s.clone(),
+            Some(base) => base.session.clone(),
             None => hex::encode(rand::random::<[u8; 12]>()),
         };
         let meta = Meta {
@@ -442,8 +478,8 @@ impl ThreadStore {
             }
             return Err(match e {
                 StoreError::Conflict { .. } => StoreError::Conflict {
-                    expected: write.base.as_ref().map_or(0, |b| b.1),
-                    current: self.version(tenant, thread_id).await?.map_or(0, |v| v.1),
+                    expected: write.base.as_ref().map_or(0, |b| b.version),
+                    current: self.current_version(tenant, thread_id).await?,
                 },
                 other => other,
             });
@@ -452,7 +488,6 @@ impl ThreadStore {
         // consolidation rewrote): best effort, a reader that still needs
         // one reads the head again.
         let mut unused: Vec<String> = dropped
-            .unwrap_or_default()
             .into_iter()
             .chain(write.retire.iter().cloned())
             .map(|s| s.name)
@@ -561,16 +596,8 @@ impl Blobs for FsBlobs {
         fs::blocking(move || {
             let _guard = guard;
             let found = fs::read_optional(&folder.join(&name))?.map(|b| header_tag(&b));
-            let holds = match (&expect, &found) {
-                (Expect::Any, _) | (Expect::Absent, None) => true,
-                (Expect::Tag(t), Some(f)) => t == f,
-                _ => false,
-            };
-            if !holds {
-                return Err(StoreError::Conflict {
-                    expected: 0,
-                    current: 0,
-                });
+            if !expect.holds(found.as_deref()) {
+                return Err(lost_race());
             }
             dir.ensure_dir(&folder)?;
             fs::write_atomic(&folder, &name, &bytes)?;
@@ -663,16 +690,8 @@ impl Blobs for MemoryBlobs {
         let k = memory_key(tenant, thread_id)?;
         let mut threads = lock(&self.threads);
         let objects = threads.entry(k).or_default();
-        let holds = match (&expect, objects.get(name)) {
-            (Expect::Any, _) | (Expect::Absent, None) => true,
-            (Expect::Tag(t), Some((_, f))) => t == f,
-            _ => false,
-        };
-        if !holds {
-            return Err(StoreError::Conflict {
-                expected: 0,
-                current: 0,
-            });
+        if !expect.holds(objects.get(name).map(|(_, tag)| tag.as_str())) {
+            return Err(lost_race());
         }
         let tag = header_tag(&bytes);
         objects.insert(name.to_owned(), (bytes, tag));

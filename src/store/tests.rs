@@ -1079,11 +1079,7 @@ async fn plaintext_v1_artifacts_are_still_read_and_checked() {
     ));
 }
 
-fn session_write(
-    base: Option<(String, u64)>,
-    keep: Vec<SegmentRef>,
-    content: &str,
-) -> SessionWrite {
+fn session_write(base: Option<Peek>, keep: Vec<SegmentRef>, content: &str) -> SessionWrite {
     SessionWrite {
         base,
         digest: "d".into(),
@@ -1111,7 +1107,8 @@ async fn sessions_append_by_compare_and_swap_and_are_sealed_per_tenant() {
         .await
         .expect("start");
     assert_eq!(h1.version, 1);
-    let base = Some((h1.session.clone(), 1));
+    let base = store.peek("acme", "t", 0).await.expect("peek");
+    assert_eq!(base.as_ref().map(|p| p.version), Some(1));
     let h2 = store
         .write(
             "acme",

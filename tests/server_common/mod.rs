@@ -78,25 +78,10 @@ impl TestServer {
 
     /// Starts a server after `tweak` adjusted the settings.
     pub async fn start_with(tweak: impl FnOnce(&mut Settings)) -> TestServer {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut s = settings(dir.path());
-        tweak(&mut s);
-        // Bind first: the port accepts connections before `serve` runs, so
-        // clients need no readiness wait.
-        let listener = tokio::net::TcpListener::bind(s.listen).await.expect("bind");
-        let addr = listener.local_addr().expect("local addr");
-        let data_dir = s.data_dir.clone();
-        let (tx, rx) = oneshot::channel::<()>();
-        let handle = tokio::spawn(compactd::startup::serve(s, listener, async {
-            let _ = rx.await;
-        }));
-        TestServer {
-            addr,
-            data_dir,
-            _dir: dir,
-            shutdown: Some(tx),
-            handle: Some(handle),
-        }
+        TestServer::launch(tweak, |s, listener, stop| {
+            tokio::spawn(compactd::startup::serve(s, listener, stop))
+        })
+        .await
     }
 
     /// Starts a server over the given stores.
@@ -113,6 +98,36 @@ impl TestServer {
         artifacts: Arc<dyn ArtifactStore>,
         tweak: impl FnOnce(&mut Settings),
     ) -> TestServer {
+        TestServer::launch(tweak, |s, listener, stop| {
+            tokio::spawn(compactd::startup::serve_with_stores(
+                s, plans, artifacts, listener, stop,
+            ))
+        })
+        .await
+    }
+
+    /// Starts a server over opened stores (append sessions included).
+    pub async fn start_on(stores: compactd::store::backend::Stores) -> TestServer {
+        TestServer::launch(
+            |_| {},
+            |s, listener, stop| {
+                tokio::spawn(compactd::startup::serve_stores(s, stores, listener, stop))
+            },
+        )
+        .await
+    }
+
+    /// Binds first (the port accepts connections before `serve` runs, so
+    /// clients need no readiness wait), then spawns `serve` with the test
+    /// settings `tweak` adjusted and a shutdown signal.
+    async fn launch(
+        tweak: impl FnOnce(&mut Settings),
+        serve: impl FnOnce(
+            Settings,
+            tokio::net::TcpListener,
+            std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+        ) -> JoinHandle<Result<(), ServeError>>,
+    ) -> TestServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut s = settings(dir.path());
         tweak(&mut s);
@@ -120,40 +135,13 @@ impl TestServer {
         let addr = listener.local_addr().expect("local addr");
         let data_dir = s.data_dir.clone();
         let (tx, rx) = oneshot::channel::<()>();
-        let handle = tokio::spawn(compactd::startup::serve_with_stores(
+        let handle = serve(
             s,
-            plans,
-            artifacts,
             listener,
-            async {
+            Box::pin(async {
                 let _ = rx.await;
-            },
-        ));
-        TestServer {
-            addr,
-            data_dir,
-            _dir: dir,
-            shutdown: Some(tx),
-            handle: Some(handle),
-        }
-    }
-
-    /// Starts a server over opened stores (append sessions included).
-    pub async fn start_on(stores: compactd::store::backend::Stores) -> TestServer {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let s = settings(dir.path());
-        let listener = tokio::net::TcpListener::bind(s.listen).await.expect("bind");
-        let addr = listener.local_addr().expect("local addr");
-        let data_dir = s.data_dir.clone();
-        let (tx, rx) = oneshot::channel::<()>();
-        let handle = tokio::spawn(compactd::startup::serve_stores(
-            s,
-            stores,
-            listener,
-            async {
-                let _ = rx.await;
-            },
-        ));
+            }),
+        );
         TestServer {
             addr,
             data_dir,
@@ -323,6 +311,30 @@ pub fn small_thread(id: &str) -> pb::Thread {
             text("m4", pb::Role::User, 2, "Great, now summarize it."),
         ],
     }
+}
+
+/// Agent turn `n`: a request, a call, its result (`lines` log lines, each
+/// with `phrase`) and an answer.
+pub fn agent_turn(n: u32, lines: u32, phrase: &str) -> Vec<pb::Message> {
+    let body: String = (0..lines)
+        .map(|i| format!("turn {n} line {i}: {phrase} {}\n", n * 100 + i))
+        .collect();
+    vec![
+        text(
+            &format!("u{n}"),
+            pb::Role::User,
+            n,
+            &format!("Step {n}: check the batches of shard {n}."),
+        ),
+        call(&format!("a{n}"), n, &format!("c{n}"), "read_file"),
+        result(&format!("t{n}"), n, &format!("c{n}"), "read_file", body),
+        text(
+            &format!("b{n}"),
+            pb::Role::Assistant,
+            n,
+            &format!("Shard {n} is fine."),
+        ),
+    ]
 }
 
 /// Varied text of roughly `lines` lines (~12 tokens each).
