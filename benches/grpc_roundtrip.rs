@@ -419,7 +419,13 @@ async fn bench(full: bool) {
         "|-------------------|-----|-------|---------|---------|---------|---------|-----------|----------|";
     let mut lines = vec![header.to_string(), rule.to_string()];
     let started = Instant::now();
-    for &(c, n) in if full { LEVELS } else { SMOKE_LEVELS } {
+    // `GRPC_ROUNDTRIP_SESSION_ONLY=1`: only the append-session section.
+    let levels = match std::env::var_os("GRPC_ROUNDTRIP_SESSION_ONLY") {
+        Some(_) => &[][..],
+        None if full => LEVELS,
+        None => SMOKE_LEVELS,
+    };
+    for &(c, n) in levels {
         warm_up(&client, &base, &format!("same-c{c}"), c).await;
         warm_up(&client, &base, &format!("append-c{c}"), c).await;
         let e = echo_level(&echo_client, &base, c, n).await;
