@@ -21,6 +21,7 @@ pub mod client;
 pub mod config;
 pub mod llm;
 pub mod model;
+mod par;
 pub mod plugin;
 pub mod proto;
 pub mod provider;

@@ -209,7 +209,12 @@ impl StructuredSummary {
         if distinct.is_empty() {
             return said;
         }
-        let Ok(automaton) = aho_corasick::AhoCorasick::new(&distinct) else {
+        // A contiguous NFA: built in time linear in the facts (a DFA's
+        // build is what a long thread's summary paid for on every render).
+        let Ok(automaton) = aho_corasick::AhoCorasick::builder()
+            .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
+            .build(&distinct)
+        else {
             // Too large for the automaton: compare one by one.
             for (k, f) in distinct.iter().enumerate() {
                 let by: Vec<usize> = (0..self.requests.len())

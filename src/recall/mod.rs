@@ -4,9 +4,9 @@
 //! dropped) as passages, windows of a few lines (long lines cut at
 //! sentence ends), each with the artifact that holds its whole message.
 //!
-//! Ranking is BM25 (the `bm25` crate's scorer, over term weights computed
-//! here from [`tokenize::terms`]: small, pure Rust, no default features)
-//! times an exact-identifier boost: a passage that
+//! Ranking is BM25 (the `bm25` crate's scoring, over an inverted index of
+//! term weights computed here from [`tokenize::terms`], so a query touches
+//! only the passages that hold its terms) times an exact-identifier boost: a passage that
 //! names a path, id or error code the query names ranks above one that only
 //! shares words. Ties break on passage order, so the same thread, plan and
 //! query give the same passages. Passages are redacted as they are indexed;
@@ -16,8 +16,6 @@
 pub mod tokenize;
 
 use std::collections::{HashMap, HashSet};
-
-use bm25::{Embedding, Scorer, TokenEmbedding};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -129,7 +127,10 @@ pub struct RecallIndex {
     passages: Vec<Passage>,
     /// Per passage, the hashes of the identifiers it names, sorted.
     identifiers: Vec<Vec<u64>>,
-    scorer: Scorer<usize, u64>,
+    postings: Postings,
+    /// Per passage, whether the latest plan evicts its message (what a
+    /// search may return).
+    searchable: Vec<bool>,
     /// Per indexed message: its digest and its passages.
     indexed: HashMap<String, (u128, Vec<usize>)>,
     /// Messages the latest plan evicts.
@@ -151,7 +152,8 @@ impl Default for RecallIndex {
         RecallIndex {
             passages: Vec::new(),
             identifiers: Vec::new(),
-            scorer: Scorer::new(),
+            postings: Postings::default(),
+            searchable: Vec::new(),
             indexed: HashMap::new(),
             evicted: HashSet::new(),
             bytes: 0,
@@ -173,6 +175,9 @@ impl RecallIndex {
     pub fn update(&mut self, thread: &Thread, plan: &CompactionPlan, redactor: &Redactor) {
         let actions = plan.actions();
         self.evicted.clear();
+        self.searchable.iter_mut().for_each(|s| *s = false);
+        // Messages to index: (message, its artifact, its digest).
+        let mut fresh: Vec<(&Message, Option<String>, u128)> = Vec::new();
         for m in &thread.messages {
             // Confidential and restricted content comes back only on an
             // explicit read, as with automatic rehydration.
@@ -193,27 +198,52 @@ impl RecallIndex {
                     // The same message, perhaps in another artifact now.
                     for &i in at {
                         self.passages[i].artifact_id.clone_from(&artifact_id);
+                        self.searchable[i] = true;
                     }
                     continue;
                 }
                 Some((_, at)) => {
                     for &i in at {
-                        self.scorer.remove(&i);
+                        let terms = tokenize::terms(&self.passages[i].text);
+                        self.postings.remove(i, &terms);
                     }
                 }
                 None => {}
             }
-            let text = readable_text(m);
-            let text = redactor.redact(&text);
-            let mut at = Vec::new();
-            for (line, window) in windows(&text) {
-                at.push(self.add(Passage {
-                    message_id: m.id.clone(),
-                    artifact_id: artifact_id.clone(),
-                    line,
-                    text: window,
-                    sensitivity: m.metadata.sensitivity,
-                }));
+            fresh.push((m, artifact_id, digest));
+        }
+        // Redacting, cutting and weighing a message's passages depends on
+        // nothing else: on every core; the index takes them in order.
+        let prepared = crate::par::map(
+            &fresh,
+            |(m, ..)| m.byte_len(),
+            |(m, ..)| {
+                let text = readable_text(m);
+                let text = redactor.redact(&text);
+                windows(&text)
+                    .into_iter()
+                    .map(|(line, window)| {
+                        let weights = Weights::of(&window);
+                        (line, window, weights)
+                    })
+                    .collect::<Vec<_>>()
+            },
+        );
+        for ((m, artifact_id, digest), passages) in fresh.into_iter().zip(prepared) {
+            let mut at = Vec::with_capacity(passages.len());
+            for (line, text, weights) in passages {
+                let i = self.insert(
+                    Passage {
+                        message_id: m.id.clone(),
+                        artifact_id: artifact_id.clone(),
+                        line,
+                        text,
+                        sensitivity: m.metadata.sensitivity,
+                    },
+                    weights,
+                );
+                self.searchable[i] = true;
+                at.push(i);
             }
             self.indexed.insert(m.id.clone(), (digest, at));
         }
@@ -224,35 +254,28 @@ impl RecallIndex {
         let mut index = RecallIndex::default();
         for p in passages {
             index.evicted.insert(p.message_id.clone());
-            index.add(p);
+            let i = index.add(p);
+            index.searchable[i] = true;
         }
         index
     }
 
-    /// Adds one passage: its terms weighed as BM25 weighs a document's
-    /// (term frequency, saturated and normalized by length), once.
+    /// Adds one passage.
     fn add(&mut self, p: Passage) -> usize {
-        let terms = tokenize::terms(&p.text);
-        let mut counts: HashMap<u64, u32> = HashMap::new();
-        for t in &terms {
-            *counts.entry(term_hash(t)).or_default() += 1;
-        }
-        let norm = K1 * (1.0 - B + B * terms.len() as f32 / AVERAGE_PASSAGE_TERMS);
-        let mut weights: Vec<TokenEmbedding<u64>> = counts
-            .into_iter()
-            .map(|(index, n)| {
-                let tf = n as f32;
-                TokenEmbedding {
-                    index,
-                    value: tf * (K1 + 1.0) / (tf + norm),
-                }
-            })
-            .collect();
-        weights.sort_unstable_by_key(|w| w.index);
-        let ids = identifier_hashes(&terms);
+        let weights = Weights::of(&p.text);
+        self.insert(p, weights)
+    }
+
+    /// Adds one passage with its weights (not searchable until a plan
+    /// evicts its message).
+    fn insert(&mut self, p: Passage, w: Weights) -> usize {
         let i = self.passages.len();
-        self.scorer.upsert(&i, Embedding(weights));
-        self.identifiers.push(ids);
+        for (term, weight) in w.terms {
+            self.postings.insert(term, i, weight);
+        }
+        self.postings.docs += 1;
+        self.identifiers.push(w.identifiers);
+        self.searchable.push(false);
         self.bytes += p.text.len() + 96;
         self.passages.push(p);
         i
@@ -278,30 +301,21 @@ impl RecallIndex {
         if self.passages.is_empty() || k == 0 {
             return Vec::new();
         }
-        // Tokenized once: the scorer reads only a query's terms (each
-        // occurrence counts), not their weights.
+        // Each occurrence of a term counts (as the `bm25` crate scores a
+        // query), in query order, so the sums are the crate's to the bit.
         let terms = tokenize::terms(query);
         let wanted = identifier_hashes(&terms);
-        let query = Embedding(
-            terms
-                .iter()
-                .map(|t| TokenEmbedding {
-                    index: term_hash(t),
-                    value: 1.0,
-                })
-                .collect(),
-        );
+        let hashes: Vec<u64> = terms.iter().map(|t| term_hash(t)).collect();
         let mut hits: Vec<(usize, f32)> = self
-            .scorer
-            .matches(&query)
+            .postings
+            .scores(&hashes, &self.searchable)
             .into_iter()
-            .filter(|d| self.evicted.contains(&self.passages[d.id].message_id))
-            .map(|d| {
+            .map(|(d, score)| {
                 let named = wanted
                     .iter()
-                    .filter(|h| self.identifiers[d.id].binary_search(h).is_ok())
+                    .filter(|h| self.identifiers[d].binary_search(h).is_ok())
                     .count();
-                (d.id, d.score * (1.0 + IDENTIFIER_BOOST * named as f32))
+                (d, score * (1.0 + IDENTIFIER_BOOST * named as f32))
             })
             .filter(|(_, s)| *s > 0.0)
             .collect();
@@ -401,6 +415,117 @@ fn readable_text(m: &Message) -> String {
     out
 }
 
+/// A passage's terms weighed as BM25 weighs a document's (term frequency,
+/// saturated and normalized by length), and its identifiers.
+struct Weights {
+    terms: Vec<(u64, f32)>,
+    identifiers: Vec<u64>,
+}
+
+impl Weights {
+    fn of(text: &str) -> Weights {
+        let terms = tokenize::terms(text);
+        let mut hashes: Vec<u64> = terms.iter().map(|t| term_hash(t)).collect();
+        hashes.sort_unstable();
+        let norm = K1 * (1.0 - B + B * terms.len() as f32 / AVERAGE_PASSAGE_TERMS);
+        // Runs of one hash are its occurrences; in hash order.
+        let weighed: Vec<(u64, f32)> = hashes
+            .chunk_by(|a, b| a == b)
+            .map(|run| {
+                let tf = run.len() as f32;
+                (run[0], tf * (K1 + 1.0) / (tf + norm))
+            })
+            .collect();
+        Weights {
+            terms: weighed,
+            identifiers: identifier_hashes(&terms),
+        }
+    }
+}
+
+/// BM25's inverted index: per term, the passages that hold it with their
+/// saturated, length-normalized weight, and how many live passages hold
+/// it (its document frequency). Scores equal the `bm25` crate's `Scorer`,
+/// which walks every candidate passage's whole term list per query term;
+/// here a query term walks only its own postings.
+#[derive(Default)]
+struct Postings {
+    by_term: ByTerm<Term>,
+    /// Passages indexed and not removed.
+    docs: usize,
+    /// Removed passages (their postings stay, skipped).
+    removed: HashSet<usize>,
+}
+
+#[derive(Default)]
+struct Term {
+    live: u32,
+    postings: Vec<(u32, f32)>,
+}
+
+impl Postings {
+    fn insert(&mut self, term: u64, passage: usize, weight: f32) {
+        let t = self.by_term.entry(term).or_default();
+        t.live += 1;
+        t.postings
+            .push((u32::try_from(passage).unwrap_or(u32::MAX), weight));
+    }
+
+    /// Takes a passage out of every count; `terms` are its terms.
+    fn remove(&mut self, passage: usize, terms: &[String]) {
+        if !self.removed.insert(passage) {
+            return;
+        }
+        self.docs = self.docs.saturating_sub(1);
+        let distinct: HashSet<u64> = terms.iter().map(|t| term_hash(t)).collect();
+        for h in distinct {
+            if let Some(t) = self.by_term.get_mut(&h) {
+                t.live = t.live.saturating_sub(1);
+            }
+        }
+    }
+
+    /// The `bm25` crate's inverse document frequency, in f32 as it computes it.
+    fn idf(&self, live: u32) -> f32 {
+        let df = live as f32;
+        (1f32 + (self.docs as f32 - df + 0.5) / (df + 0.5)).ln()
+    }
+
+    /// Every searchable passage holding a query term, with its BM25 score
+    /// (the terms' idf times weight, summed in query order).
+    fn scores(&self, query: &[u64], searchable: &[bool]) -> Vec<(usize, f32)> {
+        let mut sum: Vec<f32> = Vec::new();
+        let mut order: Vec<u32> = Vec::new();
+        for h in query {
+            let Some(t) = self.by_term.get(h) else {
+                continue;
+            };
+            if sum.is_empty() {
+                sum = vec![f32::NAN; searchable.len()];
+            }
+            let idf = self.idf(t.live);
+            for &(d, w) in &t.postings {
+                let i = d as usize;
+                if !searchable.get(i).copied().unwrap_or(false)
+                    || (!self.removed.is_empty() && self.removed.contains(&i))
+                {
+                    continue;
+                }
+                let acc = &mut sum[i];
+                if acc.is_nan() {
+                    order.push(d);
+                    *acc = 0.0;
+                }
+                *acc += idf * w;
+            }
+        }
+        order
+            .into_iter()
+            .map(|d| (d as usize, sum[d as usize]))
+            .collect()
+    }
+}
+
 /// The hashes of the identifiers among `terms`, sorted, each once.
 fn identifier_hashes(terms: &[String]) -> Vec<u64> {
     let mut ids: Vec<u64> = terms
@@ -413,11 +538,32 @@ fn identifier_hashes(terms: &[String]) -> Vec<u64> {
     ids
 }
 
-/// The same 64-bit hash the `bm25` crate gives a term.
+/// A term's 64-bit id in the index (xxh3: the index hashes every term of
+/// every evicted passage, so the hash is on the cold path).
 fn term_hash(term: &str) -> u64 {
-    use bm25::TokenEmbedder as _;
-    u64::embed(term)
+    xxhash_rust::xxh3::xxh3_64(term.as_bytes())
 }
+
+/// Keys that are already hashes need no hashing again.
+#[derive(Default, Clone, Copy)]
+struct Prehashed(u64);
+
+impl std::hash::Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed here; fold anything else in.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type ByTerm<V> = HashMap<u64, V, std::hash::BuildHasherDefault<Prehashed>>;
 
 /// `text` as passages: up to [`PASSAGE_LINES`] lines and
 /// [`PASSAGE_CHARS`] characters each, with the line each starts on; blank
@@ -551,6 +697,72 @@ mod tests {
         assert_eq!(top("为什么缓存服务器重启"), "m5");
         // Words alone rank by BM25: "refund policy" is m4's.
         assert_eq!(top("refund policy"), "m4");
+    }
+
+    #[test]
+    fn scores_equal_the_bm25_crates_to_the_bit() {
+        use bm25::{Embedding, Scorer, TokenEmbedding};
+        let mut index = corpus();
+        let six = index.add(passage(
+            "m6",
+            "refund refund refund of the deploy token acct-4471",
+        ));
+        index.searchable[six] = true;
+        // A removed passage leaves every count, as in the crate.
+        let gone = index.add(passage("m7", "refund the staging deploy"));
+        index
+            .postings
+            .remove(gone, &tokenize::terms("refund the staging deploy"));
+        index.searchable[gone] = false;
+        let mut oracle: Scorer<usize, u64> = Scorer::new();
+        for (i, p) in index
+            .passages
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != gone)
+        {
+            let terms = tokenize::terms(&p.text);
+            let mut counts: HashMap<u64, u32> = HashMap::new();
+            for t in &terms {
+                *counts.entry(term_hash(t)).or_default() += 1;
+            }
+            let norm = K1 * (1.0 - B + B * terms.len() as f32 / AVERAGE_PASSAGE_TERMS);
+            let weights = counts
+                .into_iter()
+                .map(|(index, n)| TokenEmbedding {
+                    index,
+                    value: n as f32 * (K1 + 1.0) / (n as f32 + norm),
+                })
+                .collect();
+            oracle.upsert(&i, Embedding(weights));
+        }
+        for q in [
+            "refund customer refund",
+            "deploy token",
+            "缓存 重启",
+            "zebra",
+            "the the a",
+        ] {
+            let hashes: Vec<u64> = tokenize::terms(q).iter().map(|t| term_hash(t)).collect();
+            let mut ours = index.postings.scores(&hashes, &index.searchable);
+            ours.sort_by_key(|&(d, _)| d);
+            let query = Embedding(
+                hashes
+                    .iter()
+                    .map(|&index| TokenEmbedding { index, value: 1.0 })
+                    .collect(),
+            );
+            let mut theirs: Vec<(usize, f32)> = oracle
+                .matches(&query)
+                .into_iter()
+                .map(|d| (d.id, d.score))
+                .collect();
+            theirs.sort_by_key(|&(d, _)| d);
+            assert_eq!(ours.len(), theirs.len(), "{q}");
+            for ((a, x), (b, y)) in ours.iter().zip(&theirs) {
+                assert_eq!((a, x.to_bits()), (b, y.to_bits()), "{q}");
+            }
+        }
     }
 
     #[test]

@@ -87,6 +87,7 @@ fn pointer_summary(
         prior: &[],
         max_chars: state.summary_max_chars() / 2,
         rereads_prior: false,
+        scans: None,
     };
     match state.summarize(&req) {
         Ok(s) => s,

@@ -260,6 +260,20 @@ impl Weigh for StructuredSummary {
     }
 }
 
+/// Scans kept per text and reference count: the stubs of a compaction and
+/// every summary that reads an output share one scan of it.
+impl crate::summarize::Scans for Memo {
+    fn salient(&self, text: &str, max_refs: usize) -> Salient {
+        let mut k = self.key();
+        k.part(b"salient")
+            .part(&(max_refs as u64).to_le_bytes())
+            .part(text.as_bytes());
+        Memo::salient(self, k.finish(), || {
+            crate::summarize::salient::salient(text, max_refs)
+        })
+    }
+}
+
 impl Weigh for Salient {
     fn weight(&self) -> u64 {
         64 + self.error.as_ref().map_or(0, |e| e.len() as u64) + strings_weight(&self.references)

@@ -151,15 +151,16 @@ impl<'a> PipelineState<'a> {
         // sentence has lost the context that marked it secret), and what it
         // returns is redacted again, for what prior summaries carried.
         let mut summary = self.memo.summary(k.finish(), || {
-            let redacted: Vec<std::borrow::Cow<'_, crate::model::Message>> = req
-                .messages
-                .iter()
-                .map(|m| self.redactor.redact_message(m))
-                .collect();
+            let redacted: Vec<std::borrow::Cow<'_, crate::model::Message>> = crate::par::map(
+                req.messages,
+                |m| m.byte_len(),
+                |m| self.redactor.redact_message(m),
+            );
             let messages: Vec<&crate::model::Message> =
                 redacted.iter().map(std::convert::AsRef::as_ref).collect();
             self.summarizer.summarize(&SummaryRequest {
                 messages: &messages,
+                scans: Some(self.memo),
                 ..req.clone()
             })
         })?;

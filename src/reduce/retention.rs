@@ -111,11 +111,7 @@ pub(super) fn push_stub_details(
     out: &mut String,
 ) -> Option<String> {
     let text = env.content.to_text();
-    let mut k = memo.key();
-    k.part(b"salient").part(text.as_bytes());
-    let salient = memo.salient(k.finish(), || {
-        crate::summarize::salient::salient(&text, STUB_REFERENCES)
-    });
+    let salient = crate::summarize::Scans::salient(memo, &text, STUB_REFERENCES);
     let error = if env.outcome == Outcome::Success {
         salient.error
     } else {

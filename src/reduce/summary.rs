@@ -214,6 +214,7 @@ fn apply(
         prior: &prior,
         max_chars,
         rereads_prior: reread,
+        scans: None,
     };
     let mut summary = match state.summarize(&req) {
         Ok(s) => s,

@@ -261,7 +261,7 @@ impl Summarizer for ExtractiveSummarizer {
     }
 
     fn summarize(&self, req: &SummaryRequest<'_>) -> Result<StructuredSummary, SummarizeError> {
-        let fresh = extract(req.span.clone(), req.messages);
+        let fresh = extract(req.span.clone(), req.messages, req.scans);
         let mut merged = merge_summaries(req.span.clone(), req.prior, &fresh);
         if req.rereads_prior {
             // The span's messages were all read again: what the prior
@@ -1494,20 +1494,41 @@ fn excerpt(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// Builds the summary of `messages` alone (no prior, no size cap).
-fn extract(span: SpanReference, messages: &[&Message]) -> StructuredSummary {
+fn extract(
+    span: SpanReference,
+    messages: &[&Message],
+    scans: Option<&dyn super::Scans>,
+) -> StructuredSummary {
     let mut s = StructuredSummary::empty(span);
     s.requests = quote_requests(messages);
     let mut refs = References::default();
     let last_assistant_text = messages.iter().rposition(|m| {
         m.role == Role::Assistant && m.tool_result.is_none() && !m.content.text().trim().is_empty()
     });
+    // The outputs' scans are independent of each other and most of the
+    // work on a long span: on every core.
+    let mut scans = crate::par::map(
+        messages,
+        |m| {
+            m.tool_result
+                .as_ref()
+                .map_or(0, |e| e.content.to_text().len())
+        },
+        |m| {
+            m.tool_result.as_ref().map(|env| match scans {
+                Some(kept) => kept.salient(&env.content.to_text(), TOOL_REFERENCES),
+                None => super::salient::salient(&env.content.to_text(), TOOL_REFERENCES),
+            })
+        },
+    )
+    .into_iter();
     for (idx, m) in messages.iter().enumerate() {
+        let scan = scans.next().flatten();
         for call in &m.tool_calls {
             refs.calls.extend(argument_references(&call.arguments));
         }
-        if let Some(env) = &m.tool_result {
+        if let (Some(env), Some(salient)) = (&m.tool_result, scan) {
             let text = env.content.to_text();
-            let salient = super::salient::salient(&text, TOOL_REFERENCES);
             let error = if env.outcome == Outcome::Success {
                 // A success whose output reports an error (a deploy log
                 // ending in a failure, a test run with one failing test).

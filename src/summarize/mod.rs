@@ -37,6 +37,17 @@ pub struct SummaryRequest<'a> {
     /// into more room). Otherwise `messages` are only what the priors do
     /// not cover, and their omissions stand.
     pub rereads_prior: bool,
+    /// Where scans of tool outputs are kept across the summaries of one
+    /// compaction (a roll-up re-reads what the first summaries read), when
+    /// the caller keeps them.
+    pub scans: Option<&'a dyn Scans>,
+}
+
+/// A keeper of tool-output scans: [`salient::salient`] of a text, computed
+/// once. Implementations return exactly what the function returns.
+pub trait Scans: Sync + std::fmt::Debug {
+    /// `salient::salient(text, max_refs)`, perhaps kept from an earlier call.
+    fn salient(&self, text: &str, max_refs: usize) -> salient::Salient;
 }
 
 /// Why no summary was produced. The reducer falls back to cheaper strategies.

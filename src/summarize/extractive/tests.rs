@@ -65,6 +65,7 @@ fn run(
         prior,
         max_chars,
         rereads_prior: false,
+        scans: None,
     })
 }
 
@@ -416,6 +417,7 @@ fn empty_input() {
         prior: &[],
         max_chars: 100,
         rereads_prior: false,
+        scans: None,
     };
     let s = ExtractiveSummarizer.summarize(&req).expect("empty fits");
     assert_eq!(s, StructuredSummary::empty(span.clone()));
@@ -641,7 +643,7 @@ proptest! {
         let again = run(&msgs, &prior, max_chars);
         prop_assert_eq!(&result, &again);
 
-        let merged = merge_summaries(span.clone(), &prior, &extract(span.clone(), &refs));
+        let merged = merge_summaries(span.clone(), &prior, &extract(span.clone(), &refs, None));
         let s = result.expect("the extractive summarizer never fails");
         if max_chars >= FLOOR_CHARS {
             prop_assert!(s.render_as_message().len() <= max_chars);

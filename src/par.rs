@@ -1,0 +1,76 @@
+//! Independent per-message work on every core: the scans of a long
+//! thread's outputs do not depend on each other, and a cold call on a
+//! 36 MB thread should not run on one core of several. Pure CPU, scoped
+//! threads (no pool, no runtime); small inputs stay on the caller's thread,
+//! where spawning would cost more than it saves.
+
+/// Bytes of input below which the work stays on the calling thread.
+pub const PARALLEL_FROM_BYTES: usize = 64 * 1024;
+
+/// `f` over `items` in order, split into contiguous chunks of about equal
+/// `weight` run on scoped threads when the total weight reaches
+/// [`PARALLEL_FROM_BYTES`] and the machine has more than one core.
+pub fn map<T, R, F, W>(items: &[T], weight: W, f: F) -> Vec<R>
+where
+    T: Sync,
+    R: Send,
+    F: Fn(&T) -> R + Sync,
+    W: Fn(&T) -> usize,
+{
+    let total: usize = items.iter().map(&weight).sum();
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    if cores < 2 || items.len() < 2 || total < PARALLEL_FROM_BYTES {
+        return items.iter().map(f).collect();
+    }
+    // Contiguous chunks of about total / cores weight each.
+    let share = total.div_ceil(cores).max(1);
+    let mut bounds = vec![0];
+    let mut acc = 0;
+    for (i, item) in items.iter().enumerate() {
+        acc += weight(item);
+        if acc >= share && i + 1 < items.len() && bounds.len() < cores {
+            bounds.push(i + 1);
+            acc = 0;
+        }
+    }
+    bounds.push(items.len());
+    let f = &f;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = bounds
+            .windows(2)
+            .skip(1)
+            .map(|w| {
+                let chunk = &items[w[0]..w[1]];
+                scope.spawn(move || chunk.iter().map(f).collect::<Vec<R>>())
+            })
+            .collect();
+        // The first chunk runs here while the others run on their threads.
+        let mut out: Vec<R> = items[bounds[0]..bounds[1]].iter().map(f).collect();
+        for h in handles {
+            match h.join() {
+                Ok(part) => out.extend(part),
+                // A panic in `f` is the caller's panic, as if run inline.
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        out
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_order_whether_split_or_not() {
+        let small: Vec<usize> = (0..100).collect();
+        assert_eq!(
+            map(&small, |_| 1, |x| x * 2),
+            (0..100).map(|x| x * 2).collect::<Vec<_>>()
+        );
+        // Weighted so the split happens on any machine with two cores.
+        let big: Vec<usize> = (0..10_000).collect();
+        let out = map(&big, |&x| if x % 7 == 0 { 4096 } else { 1 }, |x| x + 1);
+        assert_eq!(out, (1..=10_000).collect::<Vec<_>>());
+    }
+}
