@@ -424,10 +424,19 @@ struct Weights {
 
 impl Weights {
     fn of(text: &str) -> Weights {
-        let terms = tokenize::terms(text);
-        let mut hashes: Vec<u64> = terms.iter().map(|t| term_hash(t)).collect();
+        let mut hashes: Vec<u64> = Vec::new();
+        let mut identifiers: Vec<u64> = Vec::new();
+        tokenize::for_each_term(text, |t| {
+            let h = term_hash(t);
+            hashes.push(h);
+            if tokenize::is_identifier(t) {
+                identifiers.push(h);
+            }
+        });
+        identifiers.sort_unstable();
+        identifiers.dedup();
+        let norm = K1 * (1.0 - B + B * hashes.len() as f32 / AVERAGE_PASSAGE_TERMS);
         hashes.sort_unstable();
-        let norm = K1 * (1.0 - B + B * terms.len() as f32 / AVERAGE_PASSAGE_TERMS);
         // Runs of one hash are its occurrences; in hash order.
         let weighed: Vec<(u64, f32)> = hashes
             .chunk_by(|a, b| a == b)
@@ -438,7 +447,7 @@ impl Weights {
             .collect();
         Weights {
             terms: weighed,
-            identifiers: identifier_hashes(&terms),
+            identifiers,
         }
     }
 }

@@ -42,55 +42,103 @@ pub fn is_identifier(term: &str) -> bool {
 /// counts them).
 pub fn terms(text: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut word = String::new();
-    let mut cjk = String::new();
-    for c in text.chars() {
-        if is_cjk(c) {
-            flush_word(&mut word, &mut out);
-            cjk.push(c);
-        } else if c.is_alphanumeric() || is_joiner(c) {
-            flush_cjk(&mut cjk, &mut out);
-            word.push(c);
-        } else {
-            flush_word(&mut word, &mut out);
-            flush_cjk(&mut cjk, &mut out);
-        }
-    }
-    flush_word(&mut word, &mut out);
-    flush_cjk(&mut cjk, &mut out);
+    for_each_term(text, |t| out.push(t.to_string()));
     out
 }
 
-fn flush_cjk(run: &mut String, out: &mut Vec<String>) {
-    let chars: Vec<char> = run.chars().collect();
-    for (i, c) in chars.iter().enumerate() {
-        out.push(c.to_string());
-        if let Some(next) = chars.get(i + 1) {
-            out.push([*c, *next].iter().collect());
+/// [`terms`] one at a time, without a string per term: the recall index
+/// weighs every evicted passage of a thread, so this is on the cold path.
+pub fn for_each_term(text: &str, mut f: impl FnMut(&str)) {
+    let mut word = String::new();
+    let mut cjk: Vec<char> = Vec::new();
+    let mut buf = String::new();
+    for c in text.chars() {
+        if is_cjk(c) {
+            flush_word(&mut word, &mut buf, &mut f);
+            cjk.push(c);
+        } else if c.is_alphanumeric() || is_joiner(c) {
+            flush_cjk(&mut cjk, &mut buf, &mut f);
+            word.push(c);
+        } else {
+            flush_word(&mut word, &mut buf, &mut f);
+            flush_cjk(&mut cjk, &mut buf, &mut f);
+        }
+    }
+    flush_word(&mut word, &mut buf, &mut f);
+    flush_cjk(&mut cjk, &mut buf, &mut f);
+}
+
+fn flush_cjk(run: &mut Vec<char>, buf: &mut String, f: &mut impl FnMut(&str)) {
+    for (i, &c) in run.iter().enumerate() {
+        buf.clear();
+        buf.push(c);
+        f(buf);
+        if let Some(&next) = run.get(i + 1) {
+            buf.push(next);
+            f(buf);
         }
     }
     run.clear();
 }
 
-fn flush_word(run: &mut String, out: &mut Vec<String>) {
+fn flush_word(run: &mut String, lower: &mut String, f: &mut impl FnMut(&str)) {
     let word = run.trim_matches(is_joiner);
     if !word.is_empty() {
-        let parts = parts(word);
-        let whole = word.to_lowercase();
-        if parts.len() > 1 || whole.chars().count() > MAX_TERM_CHARS {
-            if whole.chars().count() <= MAX_TERM_CHARS {
-                out.push(whole);
-            }
-            out.extend(
-                parts
-                    .into_iter()
-                    .filter(|p| p.chars().count() <= MAX_TERM_CHARS),
-            );
+        lower.clear();
+        if word.is_ascii() {
+            lower.push_str(word);
+            lower.make_ascii_lowercase();
         } else {
-            out.push(whole);
+            lower.push_str(&word.to_lowercase());
+        }
+        let long = lower.chars().count() > MAX_TERM_CHARS;
+        if !long && single_part(word) {
+            // Most words: the word itself, no parts to find.
+            f(lower);
+        } else {
+            let parts = parts(word);
+            if parts.len() > 1 || long {
+                if !long {
+                    f(lower);
+                }
+                for p in parts.iter().filter(|p| p.chars().count() <= MAX_TERM_CHARS) {
+                    f(p);
+                }
+            } else {
+                f(lower);
+            }
         }
     }
     run.clear();
+}
+
+/// Whether [`parts`] would give `word` back whole: no joiner inside it and
+/// no case or letter-digit change.
+fn single_part(word: &str) -> bool {
+    if word.contains(is_joiner) {
+        return false;
+    }
+    let mut chars = word.chars().peekable();
+    let mut prev: Option<char> = None;
+    while let Some(b) = chars.next() {
+        if let Some(a) = prev {
+            let next_lower = chars.peek().is_some_and(|c| c.is_lowercase());
+            if boundary(a, b, next_lower) {
+                return false;
+            }
+        }
+        prev = Some(b);
+    }
+    true
+}
+
+/// Whether an identifier's parts split between `a` and `b` (`next_lower`:
+/// the character after `b` is lowercase).
+fn boundary(a: char, b: char, next_lower: bool) -> bool {
+    (a.is_lowercase() && b.is_uppercase())
+        || (a.is_uppercase() && b.is_uppercase() && next_lower)
+        || (a.is_alphabetic() && b.is_numeric())
+        || (a.is_numeric() && b.is_alphabetic())
 }
 
 /// An identifier's parts, lowercased: split at joiners, at a lower-to-upper
@@ -104,11 +152,7 @@ fn parts(word: &str) -> Vec<String> {
         for i in 1..chars.len() {
             let (a, b) = (chars[i - 1], chars[i]);
             let next_lower = chars.get(i + 1).is_some_and(|c| c.is_lowercase());
-            let boundary = (a.is_lowercase() && b.is_uppercase())
-                || (a.is_uppercase() && b.is_uppercase() && next_lower)
-                || (a.is_alphabetic() && b.is_numeric())
-                || (a.is_numeric() && b.is_alphabetic());
-            if boundary {
+            if boundary(a, b, next_lower) {
                 out.push(chars[start..i].iter().collect::<String>().to_lowercase());
                 start = i;
             }
@@ -165,6 +209,53 @@ mod tests {
         // Mixed scripts split where the script changes.
         assert_eq!(terms("错误E42"), ["错", "错误", "误", "e42", "e", "42"]);
         assert_eq!(terms("서버 오류"), ["서", "서버", "버", "오", "오류", "류"]);
+    }
+
+    proptest::proptest! {
+        /// The streaming path gives what splitting every word into its
+        /// parts gives (the rule `terms` had before it streamed).
+        #[test]
+        fn streaming_terms_equal_the_parts_rule(text in "[a-zA-Z0-9_./:@ éÉß数据İ-]{0,40}") {
+            let mut expected = Vec::new();
+            let mut word = String::new();
+            let mut cjk: Vec<char> = Vec::new();
+            let mut words: Vec<(bool, String)> = Vec::new();
+            for c in text.chars() {
+                if is_cjk(c) {
+                    if !word.is_empty() { words.push((false, std::mem::take(&mut word))); }
+                    cjk.push(c);
+                } else if c.is_alphanumeric() || is_joiner(c) {
+                    if !cjk.is_empty() { words.push((true, cjk.drain(..).collect())); }
+                    word.push(c);
+                } else {
+                    if !word.is_empty() { words.push((false, std::mem::take(&mut word))); }
+                    if !cjk.is_empty() { words.push((true, cjk.drain(..).collect())); }
+                }
+            }
+            if !word.is_empty() { words.push((false, word)); }
+            if !cjk.is_empty() { words.push((true, cjk.into_iter().collect())); }
+            for (is_cjk_run, w) in words {
+                if is_cjk_run {
+                    let chars: Vec<char> = w.chars().collect();
+                    for (i, c) in chars.iter().enumerate() {
+                        expected.push(c.to_string());
+                        if let Some(n) = chars.get(i + 1) { expected.push([*c, *n].iter().collect()); }
+                    }
+                    continue;
+                }
+                let w = w.trim_matches(is_joiner);
+                if w.is_empty() { continue; }
+                let parts = parts(w);
+                let whole = w.to_lowercase();
+                if parts.len() > 1 || whole.chars().count() > MAX_TERM_CHARS {
+                    if whole.chars().count() <= MAX_TERM_CHARS { expected.push(whole); }
+                    expected.extend(parts.into_iter().filter(|p| p.chars().count() <= MAX_TERM_CHARS));
+                } else {
+                    expected.push(whole);
+                }
+            }
+            proptest::prop_assert_eq!(terms(&text), expected);
+        }
     }
 
     #[test]

@@ -501,15 +501,20 @@ fn merge_pairs(
 /// The message indices of the two neighbouring summaries (nothing that
 /// renders between them) that cover the fewest messages together.
 fn smallest_pair(p: &Projection<'_>) -> Option<Vec<usize>> {
+    // Each record's first and last position, from one pass over the slots
+    // (a message's slot names the record that holds it): looking every id
+    // up again for each merge made merging a long thread quadratic.
+    let mut bounds: Vec<Option<(usize, usize)>> = vec![None; p.plan.summarizations.len()];
+    for i in 0..p.len() {
+        if let Some(b) = p.summary_of(i).and_then(|r| bounds.get_mut(r)) {
+            *b = Some(b.map_or((i, i), |(a, z)| (a.min(i), z.max(i))));
+        }
+    }
     // (first position, last position, record, messages)
     let mut recs: Vec<(usize, usize, usize, usize)> = live_summaries(p)
         .filter_map(|(k, r)| {
-            let ids = &r.span.message_ids;
-            let positions = ids.iter().filter_map(|id| p.position(id));
-            let (first, last) = positions.fold(None, |acc: Option<(usize, usize)>, i| {
-                Some(acc.map_or((i, i), |(a, b)| (a.min(i), b.max(i))))
-            })?;
-            Some((first, last, k, ids.len()))
+            let (first, last) = bounds.get(k).copied().flatten()?;
+            Some((first, last, k, r.span.message_ids.len()))
         })
         .collect();
     recs.sort_unstable();

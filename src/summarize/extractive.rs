@@ -1505,28 +1505,28 @@ fn extract(
     let last_assistant_text = messages.iter().rposition(|m| {
         m.role == Role::Assistant && m.tool_result.is_none() && !m.content.text().trim().is_empty()
     });
-    // The outputs' scans are independent of each other and most of the
-    // work on a long span: on every core.
+    // The outputs' scans and the calls' argument values are independent
+    // of each other and most of the work on a long span: on every core.
     let mut scans = crate::par::map(
         messages,
+        |m| m.byte_len(),
         |m| {
-            m.tool_result
-                .as_ref()
-                .map_or(0, |e| e.content.to_text().len())
-        },
-        |m| {
-            m.tool_result.as_ref().map(|env| match scans {
+            let calls: Vec<String> = m
+                .tool_calls
+                .iter()
+                .flat_map(|call| argument_references(&call.arguments))
+                .collect();
+            let scan = m.tool_result.as_ref().map(|env| match scans {
                 Some(kept) => kept.salient(&env.content.to_text(), TOOL_REFERENCES),
                 None => super::salient::salient(&env.content.to_text(), TOOL_REFERENCES),
-            })
+            });
+            (calls, scan)
         },
     )
     .into_iter();
     for (idx, m) in messages.iter().enumerate() {
-        let scan = scans.next().flatten();
-        for call in &m.tool_calls {
-            refs.calls.extend(argument_references(&call.arguments));
-        }
+        let (calls, scan) = scans.next().unwrap_or_default();
+        refs.calls.extend(calls);
         if let (Some(env), Some(salient)) = (&m.tool_result, scan) {
             let text = env.content.to_text();
             let error = if env.outcome == Outcome::Success {

@@ -30,13 +30,41 @@ impl Projection<'_> {
     /// from a previous plan keep theirs) and recosts what now names an
     /// artifact. Content is redacted before it becomes an artifact.
     pub fn archive_evictions(&mut self, redactor: &Redactor) {
+        let first_new = self.pending.len();
+        self.collect_evictions();
+        // Redacting and hashing the new artifacts depend on nothing else:
+        // on every core (a long thread's evictions are most of its bytes).
+        let fresh = &mut self.pending[first_new..];
+        let sealed = crate::par::map(
+            fresh,
+            |a| a.content.len(),
+            |a| {
+                let redacted = match redactor.redact(&a.content) {
+                    std::borrow::Cow::Borrowed(_) => None,
+                    std::borrow::Cow::Owned(r) => Some(r),
+                };
+                let hash = Sha256::digest(redacted.as_deref().unwrap_or(&a.content).as_bytes());
+                (redacted, hex::encode(hash))
+            },
+        );
+        for (a, (redacted, hash)) in fresh.iter_mut().zip(sealed) {
+            if let Some(r) = redacted {
+                a.content = r;
+            }
+            a.content_hash = hash;
+        }
+    }
+
+    /// Gives every eviction without an archive a pending artifact holding
+    /// its originals (redacted and hashed by the caller).
+    fn collect_evictions(&mut self) {
         for r in 0..self.plan.summarizations.len() {
             let rec = &self.plan.summarizations[r];
             if rec.archive_artifact_id.is_some() || rec.span.message_ids.is_empty() {
                 continue;
             }
             let idx = self.positions(&rec.span.message_ids);
-            let id = self.archive(&idx, redactor);
+            let id = self.archive(&idx);
             self.plan.summarizations[r].archive_artifact_id = Some(id);
             if let Some(&first) = idx.first() {
                 self.recost(first);
@@ -49,7 +77,7 @@ impl Projection<'_> {
                 continue;
             }
             let idx = self.positions(&rec.span.message_ids);
-            let id = self.archive(&idx, redactor);
+            let id = self.archive(&idx);
             self.plan.drops[r].archive_artifact_id = Some(id);
             // Only the span's first message renders (as the notice).
             if let Some(&first) = idx.first() {
@@ -77,14 +105,14 @@ impl Projection<'_> {
             if !batch.is_empty()
                 && (batch.len() >= CLEAR_BATCH_MESSAGES || bytes + size > CLEAR_BATCH_BYTES)
             {
-                self.archive_clears(&std::mem::take(&mut batch), redactor);
+                self.archive_clears(&std::mem::take(&mut batch));
                 bytes = 0;
             }
             batch.push((i, r));
             bytes += size;
         }
         if !batch.is_empty() {
-            self.archive_clears(&batch, redactor);
+            self.archive_clears(&batch);
         }
     }
 
@@ -142,9 +170,9 @@ impl Projection<'_> {
 
     /// One artifact for a batch of clears (message index, record index);
     /// the note goes on the batch's first stub.
-    fn archive_clears(&mut self, batch: &[(usize, usize)], redactor: &Redactor) {
+    fn archive_clears(&mut self, batch: &[(usize, usize)]) {
         let idx: Vec<usize> = batch.iter().map(|&(i, _)| i).collect();
-        let id = self.archive(&idx, redactor);
+        let id = self.archive(&idx);
         for &(_, r) in batch {
             self.plan.clearings[r].archive_artifact_id = Some(id.clone());
         }
@@ -163,7 +191,7 @@ impl Projection<'_> {
 
     /// A pending artifact holding the originals of the messages at `idx`
     /// (thread order), each under a header naming it; returns its placeholder.
-    fn archive(&mut self, idx: &[usize], redactor: &Redactor) -> String {
+    fn archive(&mut self, idx: &[usize]) -> String {
         let placeholder = format!("{PENDING_ARTIFACT_PREFIX}{:020}", self.next_pending);
         self.next_pending += 1;
         let mut content = String::new();
@@ -194,11 +222,11 @@ impl Projection<'_> {
             content.push_str(&m.archived_text());
             content.push_str("\n\n");
         }
-        let content = redactor.redact(&content).into_owned();
+        // Redacted and hashed by `archive_evictions`, for all at once.
         self.pending.push(PendingArtifact {
             placeholder: placeholder.clone(),
             message_ids,
-            content_hash: hex::encode(Sha256::digest(content.as_bytes())),
+            content_hash: String::new(),
             content,
             sensitivity,
             tokens: u32::try_from(tokens).unwrap_or(u32::MAX),
