@@ -39,7 +39,8 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BUDGET = 128_000
+DEFAULT_BUDGET = 128_000
+BUDGET = DEFAULT_BUDGET
 MODEL = "gpt-4o"
 
 
@@ -171,7 +172,11 @@ def main():
     ap.add_argument("--sizes", default="2,36,144", help="thread sizes in MB")
     ap.add_argument("--repeat", type=int, default=3, help="runs per cell (median); 1 at >= 100 MB")
     ap.add_argument("--no-exact", action="store_true", help="skip the exact-count LangChain run")
+    ap.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="max input tokens (128,000)")
+    ap.add_argument("--out", default=str(ROOT / "eval" / "results" / "coldscale.json"))
     args = ap.parse_args()
+    global BUDGET
+    BUDGET = args.budget
     binary = os.environ.get("COMPACTD_BIN", str(ROOT / "target" / "release" / "compactd"))
     if not os.path.exists(binary):
         sys.exit(f"{binary} not found: cargo build --release --bin compactd")
@@ -197,29 +202,39 @@ def main():
                 "compactd_rss_mb": cd_rss / 1e6, "rss_over_payload": cd_rss / payload,
                 "tokens_after": used, "langchain_approx_s": approx,
                 "langchain_exact_s": exact,
-                "speedup_vs_approx": approx / cd_time,
-                "speedup_vs_exact": exact / cd_time if exact else None,
+                # compactd's time over the peer's: below 1 is faster.
+                "time_over_approx": cd_time / approx,
+                "time_over_exact": cd_time / exact if exact else None,
             }
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
+    # Growth exponent: least-squares slope of log(time) on log(size), and
+    # step by step (a fixed start-up cost flattens the first step).
+    exponent, steps = None, []
     if len(rows) >= 2:
-        a, b = rows[0], rows[-1]
-        exponent = math.log(b["compactd_s"] / a["compactd_s"]) / math.log(b["mb"] / a["mb"])
-    else:
-        exponent = None
-    out = ROOT / "eval" / "results" / "coldscale.json"
+        xs = [math.log(r["mb"]) for r in rows]
+        ys = [math.log(r["compactd_s"]) for r in rows]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        exponent = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        steps = [(a["mb"], b["mb"], math.log(b["compactd_s"] / a["compactd_s"]) / math.log(b["mb"] / a["mb"]))
+                 for a, b in zip(rows, rows[1:])]
+    out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"budget": BUDGET, "rows": rows, "exponent": exponent}, indent=1))
+    out.write_text(json.dumps({"budget": BUDGET, "rows": rows, "exponent": exponent,
+                               "steps": steps}, indent=1))
     print("| thread | messages | compactd (whole process) | peak RSS | RSS / payload "
-          "| trim_messages approx | ratio | trim_messages exact o200k | ratio |")
+          "| trim_messages, exact o200k | compactd / it | trim_messages, approx. counter | compactd / it |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        ex = f"{r['langchain_exact_s']:.2f} s | {r['speedup_vs_exact']:.1f}×" if r["langchain_exact_s"] else "– | –"
+        ex = (f"{r['langchain_exact_s']:.2f} s | {r['time_over_exact']:.1f}×"
+              if r["langchain_exact_s"] else "– | –")
         print(f"| {r['mb']:.0f} MB | {r['messages']:,} | {r['compactd_s']:.2f} s "
               f"| {r['compactd_rss_mb']:.0f} MB | {r['rss_over_payload']:.1f}× "
-              f"| {r['langchain_approx_s']:.2f} s | {r['speedup_vs_approx']:.1f}× | {ex} |")
+              f"| {ex} | {r['langchain_approx_s']:.2f} s | {r['time_over_approx']:.1f}× |")
     if exponent is not None:
-        print(f"\ngrowth exponent of compactd time ({rows[0]['mb']:.0f} → {rows[-1]['mb']:.0f} MB): {exponent:.2f}")
+        print(f"\ngrowth exponent of compactd time (least squares, {rows[0]['mb']:.0f}–{rows[-1]['mb']:.0f} MB): "
+              f"{exponent:.2f}; step by step: "
+              + ", ".join(f"{a:.0f}→{b:.0f} MB {e:.2f}" for a, b, e in steps))
 
 
 if __name__ == "__main__":

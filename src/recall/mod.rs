@@ -123,6 +123,7 @@ const B: f32 = 0.75;
 /// later plans evict more (each message is indexed once, again only if its
 /// content changed); a search only returns passages of messages the current
 /// plan evicts.
+#[derive(Default)]
 pub struct RecallIndex {
     passages: Vec<Passage>,
     /// Per passage, the hashes of the identifiers it names, sorted.
@@ -144,20 +145,6 @@ impl std::fmt::Debug for RecallIndex {
             .field("passages", &self.passages.len())
             .field("bytes", &self.bytes)
             .finish()
-    }
-}
-
-impl Default for RecallIndex {
-    fn default() -> Self {
-        RecallIndex {
-            passages: Vec::new(),
-            identifiers: Vec::new(),
-            postings: Postings::default(),
-            searchable: Vec::new(),
-            indexed: HashMap::new(),
-            evicted: HashSet::new(),
-            bytes: 0,
-        }
     }
 }
 
