@@ -1505,156 +1505,25 @@ fn extract(
     let last_assistant_text = messages.iter().rposition(|m| {
         m.role == Role::Assistant && m.tool_result.is_none() && !m.content.text().trim().is_empty()
     });
-    // The outputs' scans and the calls' argument values are independent
-    // of each other and most of the work on a long span: on every core.
-    let mut scans = crate::par::map(
-        messages,
-        |m| m.byte_len(),
-        |m| {
-            let calls: Vec<String> = m
-                .tool_calls
-                .iter()
-                .flat_map(|call| argument_references(&call.arguments))
-                .collect();
-            let scan = m.tool_result.as_ref().map(|env| match scans {
-                Some(kept) => kept.salient(&env.content.to_text(), TOOL_REFERENCES),
-                None => super::salient::salient(&env.content.to_text(), TOOL_REFERENCES),
-            });
-            (calls, scan)
-        },
-    )
-    .into_iter();
-    for (idx, m) in messages.iter().enumerate() {
-        let (calls, scan) = scans.next().unwrap_or_default();
-        refs.calls.extend(calls);
-        if let (Some(env), Some(salient)) = (&m.tool_result, scan) {
-            let text = env.content.to_text();
-            let error = if env.outcome == Outcome::Success {
-                // A success whose output reports an error (a deploy log
-                // ending in a failure, a test run with one failing test).
-                if let Some(e) = &salient.error {
-                    // Tool text, quoted as data (cut first, so the quote closes).
-                    let room = FACT_MAX_CHARS.saturating_sub(env.tool_name.chars().count() + 8);
-                    let quoted = serde_json::to_string(&clean(e, room)).unwrap_or_default();
-                    s.facts
-                        .push(format!("{TOOL_TAG}{}: {quoted}", env.tool_name));
-                }
-                None
-            } else if text.trim_start().starts_with('{') {
-                error_line(env)
-            } else {
-                salient
-                    .error
-                    .clone()
-                    .map(|e| clean(&e, ERROR_MAX_CHARS))
-                    .or_else(|| error_line(env))
-            };
-            if let Some(e) = &error {
-                refs.calls.extend(reference_values(e));
-            }
-            refs.tools.extend(salient.references);
-            s.tool_outcomes.push(ToolOutcome {
-                tool_name: env.tool_name.clone(),
-                outcome: env.outcome,
-                key_fields: env.key_fields.clone(),
-                error_message: error,
-            });
-            for (k, v) in &env.key_fields {
-                if let (true, Some(id)) = (is_artifact_key(k), v.as_str()) {
-                    if !id.trim().is_empty() {
-                        s.artifacts.push(ArtifactReference {
-                            artifact_id: id.to_string(),
-                            description: format!("{} output (turn {})", env.tool_name, m.turn),
-                            rehydrate_hint: "read_artifact if you need its full content"
-                                .to_string(),
-                        });
-                    }
-                }
-            }
-            continue;
-        }
-        let text = m.content.text();
-        if text.trim().is_empty() {
-            continue;
-        }
-        let context = format!("{}, turn {}", m.role.as_str(), m.turn);
-        // What a person pasted in a code block (an error, a log) is skipped
-        // as prose; its error line and odd values are kept.
-        if m.role != Role::Assistant {
-            let code = fenced_code(&text);
-            if !code.is_empty() {
-                let pasted = super::salient::salient(&code, TOOL_REFERENCES);
-                if let Some(e) = pasted.error {
-                    s.facts.push(clean(&e, FACT_MAX_CHARS));
-                }
-                refs.user.extend(pasted.references);
-            }
-        }
-        for sent in sentences(&text) {
-            let w = words(&sent.text);
-            let c = cues(&sent.text, &w);
-            let open_item = |desc: &str| OpenItem {
-                description: clean(desc, OPEN_ITEM_MAX_CHARS),
-                context: context.clone(),
-                priority: priority_of(&w),
-            };
-            match m.role {
-                Role::System | Role::Developer | Role::User => {
-                    let lower = sent.text.to_lowercase();
-                    if sent.question {
-                        let unanswered =
-                            m.role == Role::User && last_assistant_text.is_none_or(|j| j < idx);
-                        if unanswered || c.open {
-                            s.open_items.push(open_item(&sent.text));
-                        }
-                        // "Could you format dates DD.MM.YYYY from now on?" is
-                        // an instruction in question form.
-                        if is_request_question(&lower)
-                            && (c.constraint || opens_with_verb(request_body(&sent.text)))
-                        {
-                            s.facts.push(clean(&sent.text, FACT_MAX_CHARS));
-                        }
-                    } else if c.open && !m.metadata.protected {
-                        s.open_items.push(open_item(&sent.text));
-                    } else if let Some(d) = (m.role == Role::User)
-                        .then(|| decision_of(&sent.text, m.turn))
-                        .flatten()
-                    {
-                        // "OK, let's go with the phone check": the user decides too.
-                        s.decisions.push(d);
-                    } else if w.len() >= 2
-                        && (m.metadata.protected
-                            || c.constraint
-                            || c.soft
-                            || c.imperative
-                            || specificity(&sent.text) > 0)
-                    {
-                        s.facts.push(clean(&sent.text, FACT_MAX_CHARS));
-                    }
-                    refs.user.extend(reference_values(&sent.text));
-                }
-                Role::Assistant => {
-                    if sent.question {
-                        continue;
-                    }
-                    if c.open {
-                        s.open_items.push(open_item(&sent.text));
-                    } else if let Some(d) = decision_of(&sent.text, m.turn) {
-                        s.decisions.push(d);
-                    } else if shapes::scan(&sent.text)
-                        .iter()
-                        .any(|(sh, _)| sh.is_reference() || matches!(sh, shapes::Shape::Money))
-                    {
-                        // A finding with a concrete value ("the cert at
-                        // /etc/ssl/api.pem expired"), ranked below the user's.
-                        let fact = format!("{ASSISTANT_TAG}{}", sent.text);
-                        s.facts.push(clean(&fact, FACT_MAX_CHARS));
-                    }
-                    refs.assistant.extend(reference_values(&sent.text));
-                }
-                Role::Tool => {}
-            }
-        }
+    // What each message adds depends on that message alone (and where the
+    // last assistant text is): parts made on every core, joined in order,
+    // are the summary a pass in order makes.
+    let at: Vec<usize> = (0..messages.len()).collect();
+    let parts = crate::par::map(
+        &at,
+        |&i| messages[i].byte_len(),
+        |&idx| message_part(messages[idx], idx, last_assistant_text, scans),
+    );
+    for part in parts {
+        s.facts.extend(part.facts);
+        s.open_items.extend(part.open_items);
+        s.decisions.extend(part.decisions);
+        s.tool_outcomes.extend(part.tool_outcomes);
+        s.artifacts.extend(part.artifacts);
+        refs.user.extend(part.refs.user);
+        refs.assistant.extend(part.refs.assistant);
+        refs.calls.extend(part.refs.calls);
+        refs.tools.extend(part.refs.tools);
     }
     s.current_task = current_task(messages);
     s.current_plan = messages
@@ -1665,6 +1534,165 @@ fn extract(
         .unwrap_or_default();
     s.references = refs.ordered();
     s
+}
+
+/// What one message adds to a summary, in the order a pass over the span
+/// adds it.
+#[derive(Debug, Default)]
+struct Part {
+    facts: Vec<String>,
+    open_items: Vec<OpenItem>,
+    decisions: Vec<Decision>,
+    tool_outcomes: Vec<ToolOutcome>,
+    artifacts: Vec<ArtifactReference>,
+    refs: References,
+}
+
+/// The part of message `m` (at `idx` in the span; `last_assistant_text`:
+/// where the span's last assistant text is, which decides whether a
+/// question is still unanswered).
+fn message_part(
+    m: &Message,
+    idx: usize,
+    last_assistant_text: Option<usize>,
+    scans: Option<&dyn super::Scans>,
+) -> Part {
+    let mut part = Part::default();
+    for call in &m.tool_calls {
+        part.refs.calls.extend(argument_references(&call.arguments));
+    }
+    if let Some(env) = &m.tool_result {
+        let text = env.content.to_text();
+        let salient = match scans {
+            Some(kept) => kept.salient(&text, TOOL_REFERENCES),
+            None => super::salient::salient(&text, TOOL_REFERENCES),
+        };
+        let error = if env.outcome == Outcome::Success {
+            // A success whose output reports an error (a deploy log
+            // ending in a failure, a test run with one failing test).
+            if let Some(e) = &salient.error {
+                // Tool text, quoted as data (cut first, so the quote closes).
+                let room = FACT_MAX_CHARS.saturating_sub(env.tool_name.chars().count() + 8);
+                let quoted = serde_json::to_string(&clean(e, room)).unwrap_or_default();
+                part.facts
+                    .push(format!("{TOOL_TAG}{}: {quoted}", env.tool_name));
+            }
+            None
+        } else if text.trim_start().starts_with('{') {
+            error_line(env)
+        } else {
+            salient
+                .error
+                .clone()
+                .map(|e| clean(&e, ERROR_MAX_CHARS))
+                .or_else(|| error_line(env))
+        };
+        if let Some(e) = &error {
+            part.refs.calls.extend(reference_values(e));
+        }
+        part.refs.tools.extend(salient.references);
+        part.tool_outcomes.push(ToolOutcome {
+            tool_name: env.tool_name.clone(),
+            outcome: env.outcome,
+            key_fields: env.key_fields.clone(),
+            error_message: error,
+        });
+        for (k, v) in &env.key_fields {
+            if let (true, Some(id)) = (is_artifact_key(k), v.as_str()) {
+                if !id.trim().is_empty() {
+                    part.artifacts.push(ArtifactReference {
+                        artifact_id: id.to_string(),
+                        description: format!("{} output (turn {})", env.tool_name, m.turn),
+                        rehydrate_hint: "read_artifact if you need its full content".to_string(),
+                    });
+                }
+            }
+        }
+        return part;
+    }
+    let text = m.content.text();
+    if text.trim().is_empty() {
+        return part;
+    }
+    let context = format!("{}, turn {}", m.role.as_str(), m.turn);
+    // What a person pasted in a code block (an error, a log) is skipped
+    // as prose; its error line and odd values are kept.
+    if m.role != Role::Assistant {
+        let code = fenced_code(&text);
+        if !code.is_empty() {
+            let pasted = super::salient::salient(&code, TOOL_REFERENCES);
+            if let Some(e) = pasted.error {
+                part.facts.push(clean(&e, FACT_MAX_CHARS));
+            }
+            part.refs.user.extend(pasted.references);
+        }
+    }
+    for sent in sentences(&text) {
+        let w = words(&sent.text);
+        let c = cues(&sent.text, &w);
+        let open_item = |desc: &str| OpenItem {
+            description: clean(desc, OPEN_ITEM_MAX_CHARS),
+            context: context.clone(),
+            priority: priority_of(&w),
+        };
+        match m.role {
+            Role::System | Role::Developer | Role::User => {
+                let lower = sent.text.to_lowercase();
+                if sent.question {
+                    let unanswered =
+                        m.role == Role::User && last_assistant_text.is_none_or(|j| j < idx);
+                    if unanswered || c.open {
+                        part.open_items.push(open_item(&sent.text));
+                    }
+                    // "Could you format dates DD.MM.YYYY from now on?" is
+                    // an instruction in question form.
+                    if is_request_question(&lower)
+                        && (c.constraint || opens_with_verb(request_body(&sent.text)))
+                    {
+                        part.facts.push(clean(&sent.text, FACT_MAX_CHARS));
+                    }
+                } else if c.open && !m.metadata.protected {
+                    part.open_items.push(open_item(&sent.text));
+                } else if let Some(d) = (m.role == Role::User)
+                    .then(|| decision_of(&sent.text, m.turn))
+                    .flatten()
+                {
+                    // "OK, let's go with the phone check": the user decides too.
+                    part.decisions.push(d);
+                } else if w.len() >= 2
+                    && (m.metadata.protected
+                        || c.constraint
+                        || c.soft
+                        || c.imperative
+                        || specificity(&sent.text) > 0)
+                {
+                    part.facts.push(clean(&sent.text, FACT_MAX_CHARS));
+                }
+                part.refs.user.extend(reference_values(&sent.text));
+            }
+            Role::Assistant => {
+                if sent.question {
+                    continue;
+                }
+                if c.open {
+                    part.open_items.push(open_item(&sent.text));
+                } else if let Some(d) = decision_of(&sent.text, m.turn) {
+                    part.decisions.push(d);
+                } else if shapes::scan(&sent.text)
+                    .iter()
+                    .any(|(sh, _)| sh.is_reference() || matches!(sh, shapes::Shape::Money))
+                {
+                    // A finding with a concrete value ("the cert at
+                    // /etc/ssl/api.pem expired"), ranked below the user's.
+                    let fact = format!("{ASSISTANT_TAG}{}", sent.text);
+                    part.facts.push(clean(&fact, FACT_MAX_CHARS));
+                }
+                part.refs.assistant.extend(reference_values(&sent.text));
+            }
+            Role::Tool => {}
+        }
+    }
+    part
 }
 
 /// How many references are taken from one tool result: a result of 500
