@@ -133,6 +133,11 @@ pub struct Projection<'a> {
     messages_total: u64,
     fixed: u32,
     next_pending: usize,
+    /// Per pending artifact not redacted yet (by index in `pending`), where
+    /// each message's piece of its content starts: pieces are redacted
+    /// apart, on every core (a long thread's roll-up archives one stretch
+    /// of tens of MB).
+    unsealed: Vec<(usize, Vec<usize>)>,
     /// Number of summarization records that still cover a message. Records a later
     /// operation absorbed are left in place with an empty span (so no other
     /// record's index shifts, and an operation costs what it touches, not
@@ -203,6 +208,7 @@ impl<'a> Projection<'a> {
             messages_total: 0,
             fixed,
             next_pending: 0,
+            unsealed: Vec::new(),
             live_summaries: 0,
         };
         p.rebuild();

@@ -30,28 +30,50 @@ impl Projection<'_> {
     /// from a previous plan keep theirs) and recosts what now names an
     /// artifact. Content is redacted before it becomes an artifact.
     pub fn archive_evictions(&mut self, redactor: &Redactor) {
-        let first_new = self.pending.len();
         self.collect_evictions();
         // Redacting and hashing the new artifacts depend on nothing else:
-        // on every core (a long thread's evictions are most of its bytes).
-        let fresh = &mut self.pending[first_new..];
-        let sealed = crate::par::map(
-            fresh,
-            |a| a.content.len(),
-            |a| {
-                let redacted = match redactor.redact(&a.content) {
-                    std::borrow::Cow::Borrowed(_) => None,
-                    std::borrow::Cow::Owned(r) => Some(r),
-                };
-                let hash = Sha256::digest(redacted.as_deref().unwrap_or(&a.content).as_bytes());
-                (redacted, hex::encode(hash))
+        // each message's piece on every core (a secret does not span two
+        // messages), then each artifact joined and hashed.
+        let unsealed = std::mem::take(&mut self.unsealed);
+        let pieces: Vec<(usize, usize, usize)> = unsealed
+            .iter()
+            .flat_map(|(a, starts)| {
+                let len = self.pending[*a].content.len();
+                starts
+                    .iter()
+                    .enumerate()
+                    .map(move |(k, &from)| (*a, from, starts.get(k + 1).copied().unwrap_or(len)))
+            })
+            .collect();
+        let pending = &self.pending;
+        let redacted = crate::par::map(
+            &pieces,
+            |&(_, from, to)| to - from,
+            |&(a, from, to)| match redactor.redact(&pending[a].content[from..to]) {
+                std::borrow::Cow::Borrowed(_) => None,
+                std::borrow::Cow::Owned(r) => Some(r),
             },
         );
-        for (a, (redacted, hash)) in fresh.iter_mut().zip(sealed) {
-            if let Some(r) = redacted {
-                a.content = r;
+        let mut redacted = redacted.into_iter();
+        for (a, starts) in unsealed {
+            let artifact = &mut self.pending[a];
+            let len = artifact.content.len();
+            let mut joined = String::with_capacity(len);
+            let mut changed = false;
+            for (k, &from) in starts.iter().enumerate() {
+                let to = starts.get(k + 1).copied().unwrap_or(len);
+                match redacted.next().flatten() {
+                    Some(r) => {
+                        joined.push_str(&r);
+                        changed = true;
+                    }
+                    None => joined.push_str(&artifact.content[from..to]),
+                }
             }
-            a.content_hash = hash;
+            if changed {
+                artifact.content = joined;
+            }
+            artifact.content_hash = hex::encode(Sha256::digest(artifact.content.as_bytes()));
         }
     }
 
@@ -198,8 +220,10 @@ impl Projection<'_> {
         let mut sensitivity = Sensitivity::Public;
         let mut tokens: u64 = 0;
         let mut message_ids = Vec::with_capacity(idx.len());
+        let mut starts = Vec::with_capacity(idx.len());
         for &i in idx {
             let m = &self.thread.messages[i];
+            starts.push(content.len());
             sensitivity = sensitivity.max(m.metadata.sensitivity);
             tokens += u64::from(self.verbatim[i]);
             message_ids.push(m.id.clone());
@@ -223,6 +247,7 @@ impl Projection<'_> {
             content.push_str("\n\n");
         }
         // Redacted and hashed by `archive_evictions`, for all at once.
+        self.unsealed.push((self.pending.len(), starts));
         self.pending.push(PendingArtifact {
             placeholder: placeholder.clone(),
             message_ids,
