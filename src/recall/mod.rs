@@ -540,26 +540,8 @@ fn term_hash(term: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(term.as_bytes())
 }
 
-/// Keys that are already hashes need no hashing again.
-#[derive(Default, Clone, Copy)]
-struct Prehashed(u64);
-
-impl std::hash::Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        // Only u64 keys are hashed here; fold anything else in.
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-type ByTerm<V> = HashMap<u64, V, std::hash::BuildHasherDefault<Prehashed>>;
+/// Term ids are already hashes: the tables use them as they are.
+type ByTerm<V> = HashMap<u64, V, std::hash::BuildHasherDefault<crate::tokens::PassThrough>>;
 
 /// `text` as passages: up to [`PASSAGE_LINES`] lines and
 /// [`PASSAGE_CHARS`] characters each, with the line each starts on; blank

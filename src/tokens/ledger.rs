@@ -61,7 +61,7 @@ impl Hash for Key {
 /// The key is already a uniform hash: use its low half as the table hash
 /// instead of running SipHash over it again.
 #[derive(Default)]
-struct PassThrough(u64);
+pub(crate) struct PassThrough(u64);
 
 impl Hasher for PassThrough {
     fn finish(&self) -> u64 {

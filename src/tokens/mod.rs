@@ -8,6 +8,7 @@ mod counter;
 mod estimate;
 mod framing;
 mod ledger;
+pub(crate) use ledger::PassThrough;
 mod overhead;
 mod target;
 mod truncate;
