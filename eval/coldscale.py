@@ -114,17 +114,12 @@ def run_compactd(binary, path):
 
 
 def check_output(doc):
-    """Within the budget and every tool message answers a call just before it."""
-    body = doc["request"]
-    msgs = body["messages"]
-    open_ids = set()
-    for m in msgs:
-        if m.get("role") == "assistant":
-            open_ids = {c["id"] for c in m.get("tool_calls") or []}
-        elif m.get("role") == "tool":
-            if m.get("tool_call_id") not in open_ids:
-                sys.exit(f"orphaned tool message {m.get('tool_call_id')}")
-            open_ids.discard(m["tool_call_id"])
+    """Within the budget and valid for the provider (eval/realworld.py's pairing check)."""
+    sys.path.insert(0, str(ROOT / "eval"))
+    from realworld import validate_openai
+    errors = validate_openai(doc["request"]["messages"])
+    if errors:
+        sys.exit(f"invalid request: {errors[:3]}")
     used = doc["report"]["tokens_after"]
     if used > BUDGET:
         sys.exit(f"over budget: {used} > {BUDGET}")

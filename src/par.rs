@@ -17,7 +17,8 @@ where
     F: Fn(&T) -> R + Sync,
     W: Fn(&T) -> usize,
 {
-    let total: usize = items.iter().map(&weight).sum();
+    let weights: Vec<usize> = items.iter().map(weight).collect();
+    let total: usize = weights.iter().sum();
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     if cores < 2 || items.len() < 2 || total < PARALLEL_FROM_BYTES {
         return items.iter().map(f).collect();
@@ -26,8 +27,8 @@ where
     let share = total.div_ceil(cores).max(1);
     let mut bounds = vec![0];
     let mut acc = 0;
-    for (i, item) in items.iter().enumerate() {
-        acc += weight(item);
+    for (i, w) in weights.iter().enumerate() {
+        acc += w;
         if acc >= share && i + 1 < items.len() && bounds.len() < cores {
             bounds.push(i + 1);
             acc = 0;

@@ -449,7 +449,8 @@ struct Postings {
     by_term: ByTerm<Term>,
     /// Passages indexed and not removed.
     docs: usize,
-    /// Removed passages (their postings stay, skipped).
+    /// Removed passages, counted out once (their postings stay; they are
+    /// never searchable again).
     removed: HashSet<usize>,
 }
 
@@ -501,10 +502,10 @@ impl Postings {
             }
             let idf = self.idf(t.live);
             for &(d, w) in &t.postings {
+                // A removed passage is never searchable again: its message
+                // was indexed anew.
                 let i = d as usize;
-                if !searchable.get(i).copied().unwrap_or(false)
-                    || (!self.removed.is_empty() && self.removed.contains(&i))
-                {
+                if !searchable.get(i).copied().unwrap_or(false) {
                     continue;
                 }
                 let acc = &mut sum[i];

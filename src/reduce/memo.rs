@@ -171,18 +171,6 @@ impl Memo {
         KeyHasher::seeded()
     }
 
-    /// The salient part of a tool output (what its stub keeps), or `make()`:
-    /// scanning the output again on every call made warm calls slow.
-    pub fn salient(&self, key: u128, make: impl FnOnce() -> Salient) -> Salient {
-        let key = (self.scope, key);
-        if let Some(s) = self.caches.salient.get(&key) {
-            return s;
-        }
-        let s = make();
-        self.caches.salient.insert(key, s.clone());
-        s
-    }
-
     /// A cached summary, or `make()` (cached when it succeeds).
     pub fn summary<E>(
         &self,
@@ -268,9 +256,14 @@ impl crate::summarize::Scans for Memo {
         k.part(b"salient")
             .part(&(max_refs as u64).to_le_bytes())
             .part(text.as_bytes());
-        Memo::salient(self, k.finish(), || {
-            crate::summarize::salient::salient(text, max_refs)
-        })
+        // Scanning the output again on every call made warm calls slow.
+        let key = (self.scope, k.finish());
+        if let Some(s) = self.caches.salient.get(&key) {
+            return s;
+        }
+        let s = crate::summarize::salient::salient(text, max_refs);
+        self.caches.salient.insert(key, s.clone());
+        s
     }
 }
 
