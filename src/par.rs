@@ -19,8 +19,11 @@ where
 {
     let weights: Vec<usize> = items.iter().map(weight).collect();
     let total: usize = weights.iter().sum();
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    if cores < 2 || items.len() < 2 || total < PARALLEL_FROM_BYTES {
+    if items.len() < 2 || total < PARALLEL_FROM_BYTES {
+        return items.iter().map(f).collect();
+    }
+    let cores = cores();
+    if cores < 2 {
         return items.iter().map(f).collect();
     }
     // Contiguous chunks of about total / cores weight each.
@@ -56,6 +59,13 @@ where
         }
         out
     })
+}
+
+/// The cores this process may use, asked once (the answer reads cgroup
+/// files on Linux, which a per-turn call should not).
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
 }
 
 #[cfg(test)]

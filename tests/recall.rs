@@ -111,7 +111,11 @@ fn what_leaves_the_prompt_is_found_by_naming_it() {
                 panic!("a payload was asked for")
             };
             let prompt = body.to_lowercase();
-            let index = RecallIndex::build(&thread, &out.plan, Redactor::standard());
+            let index = RecallIndex::build(
+                &std::sync::Arc::new(thread.clone()),
+                &out.plan,
+                Redactor::standard(),
+            );
             let actions = out.plan.actions();
             let lost = lost_things(&thread, &actions, &prompt);
             // At most 40 per cell, spread over the sorted list.
@@ -186,7 +190,11 @@ fn passages_are_the_evicted_originals_redacted_with_their_artifact() {
         .render_as(&thread, 3_000, None, Format::OpenAiChat, None)
         .expect("renders")
         .1;
-    let index = RecallIndex::build(&thread, &out.plan, Redactor::standard());
+    let index = RecallIndex::build(
+        &std::sync::Arc::new(thread.clone()),
+        &out.plan,
+        Redactor::standard(),
+    );
     assert!(!index.is_empty(), "the log left the prompt");
     let actions = out.plan.actions();
     let hits = index.search_all(&compactd::recall::queries_of(&thread), 3);
@@ -359,4 +367,83 @@ fn a_question_about_lost_content_brings_it_back_at_render() {
             "1/{ratio}: {recalled} of {asked} ({rate:.3}); missed: {missed:#?}"
         );
     }
+}
+
+/// An index that follows a growing thread (the per-turn path, which skips
+/// what it saw) answers as one built afresh, and still sees an edit.
+#[test]
+fn an_index_following_a_growing_thread_answers_as_a_fresh_one() {
+    use common::ThreadBuilder;
+    use compactd::model::{Outcome, ToolContent};
+    use std::sync::Arc;
+    let mut log = common::log_lines(300);
+    log.push_str("migration 0042 failed: ERR_LOCK_TIMEOUT on table invoices\n");
+    log.push_str(&common::log_lines(300));
+    let mut b = ThreadBuilder::default();
+    b.user("Run the migrations.");
+    b.tool(
+        "migrate",
+        serde_json::json!({"all": true}),
+        ToolContent::Text(log),
+        Outcome::Failure,
+        None,
+    );
+    b.assistant("Migration 0042 failed; retrying.");
+    for i in 0..6 {
+        b.user(&format!("Any news {i}?"));
+        b.assistant("Not yet.");
+    }
+    let thread = b.build("follow");
+    let out = Harness::default()
+        .render_as(&thread, 2_000, None, Format::OpenAiChat, None)
+        .expect("renders")
+        .1;
+    let plan = &out.plan;
+    let base = Arc::new(thread.clone());
+    let mut index = RecallIndex::build(&base, plan, Redactor::standard());
+    let mut grown = thread.clone();
+    let mut more = ThreadBuilder::default();
+    more.user("Which table timed out?");
+    more.assistant("Checking.");
+    for (k, mut m) in more.build("follow").messages.into_iter().enumerate() {
+        m.id = format!("late-{k}");
+        grown.messages.push(m);
+    }
+    let grown = Arc::new(grown);
+    index.update(&grown, Some(&base), plan, Redactor::standard());
+    let fresh = RecallIndex::build(&grown, plan, Redactor::standard());
+    let top = |i: &RecallIndex, q: &str| -> Vec<(String, Option<String>, String)> {
+        i.search(q, 5)
+            .iter()
+            .map(|h| {
+                let p = h.passage;
+                (p.message_id.clone(), p.artifact_id.clone(), p.text.clone())
+            })
+            .collect()
+    };
+    for q in [
+        "ERR_LOCK_TIMEOUT invoices",
+        "migration 0042",
+        "worker batch",
+    ] {
+        assert_eq!(top(&index, q), top(&fresh, q), "{q}");
+    }
+    assert!(!top(&index, "ERR_LOCK_TIMEOUT").is_empty());
+    // The same ids, an evicted message edited: found as it is now.
+    let mut edited = (*grown).clone();
+    let at = edited
+        .messages
+        .iter()
+        .position(|m| m.tool_result.is_some())
+        .expect("the log");
+    let result = edited.messages[at].tool_result.as_mut().expect("result");
+    result.content = ToolContent::Text("migration 0042 passed after ERR_DEADLOCK_RETRY".into());
+    let edited = Arc::new(edited);
+    index.update(&edited, None, plan, Redactor::standard());
+    assert!(top(&index, "ERR_LOCK_TIMEOUT")
+        .iter()
+        .all(|(_, _, t)| !t.contains("ERR_LOCK_TIMEOUT")));
+    assert!(top(&index, "ERR_DEADLOCK_RETRY")
+        .iter()
+        .any(|(_, _, t)| t.contains("ERR_DEADLOCK_RETRY")));
 }

@@ -56,6 +56,10 @@ pub struct CompactCommand {
     /// Whether `thread` is the whole thread, kept or not, or what was
     /// appended to an append session.
     pub session: super::SessionInput,
+    /// The thread `thread` holds first, with only appended messages after
+    /// it (an append session's base), when known: the per-turn path then
+    /// need not compare them. Set by the session, never by a request.
+    pub(crate) extends: Option<Arc<Thread>>,
 }
 
 impl CompactCommand {
@@ -73,6 +77,7 @@ impl CompactCommand {
             rehydrated_this_turn: false,
             format: None,
             session: super::SessionInput::Off,
+            extends: None,
         }
     }
 }
@@ -125,7 +130,7 @@ impl CompactOutcome {
         self.plan.compacted_token_count
     }
 
-    fn reused(plan: CompactionPlan, tokenizer: String) -> Self {
+    pub(super) fn reused(plan: CompactionPlan, tokenizer: String) -> Self {
         CompactOutcome {
             plan,
             reused: true,
@@ -156,7 +161,7 @@ pub(super) struct Resolved {
 impl Resolved {
     /// The core request (one place, so the reuse check and the compaction
     /// can never disagree on what they fingerprint).
-    fn request<'a>(
+    pub(super) fn request<'a>(
         &'a self,
         previous: Option<&'a CompactionPlan>,
         app: &App,
@@ -223,7 +228,16 @@ impl App {
     ) -> Result<CompactOutcome> {
         UseCase::Compact.authorize(ctx, None)?;
         let (sent, input) = (Arc::clone(&cmd.thread), cmd.session);
-        let run = |thread| self.compact_thread(ctx, CompactCommand { thread, ..cmd });
+        let run = |thread, extends| {
+            self.compact_thread(
+                ctx,
+                CompactCommand {
+                    thread,
+                    extends,
+                    ..cmd
+                },
+            )
+        };
         let done = self
             .in_session(&ctx.tenant_id, sent, input, run, |_| None)
             .await?;
@@ -241,7 +255,7 @@ impl App {
     ) -> Result<CompactOutcome> {
         self.validate_thread(&cmd.thread)?;
         let mut cmd = cmd;
-        let warnings = Self::settle_thread(&mut cmd.thread);
+        let warnings = Self::settle_thread(&mut cmd.thread, &mut cmd.extends);
         cmd.policy = self.effective_policy(&cmd.policy)?;
         let resolved = self.resolve(&ctx.tenant_id, cmd)?;
         let mut out = match self.stage(&ctx.tenant_id, resolved).await? {
@@ -309,6 +323,12 @@ impl App {
                 tokenizer.clone(),
             )))
         };
+        if let Some(committed) = previous.as_ref() {
+            if let Some(out) = self.carried(tenant, &resolved, committed).await? {
+                crate::telemetry::metrics().compaction(true, false, 0, 0, tenant);
+                return Ok(Staging::Reused(out));
+            }
+        }
         let previous = match self.unchanged(&resolved, previous).await? {
             Prior::Unchanged(committed) => return reused(committed),
             Prior::Changed(previous) => previous,
@@ -471,6 +491,7 @@ impl App {
             }
         };
         plan.version = version;
+        self.carry(&tenant, &resolved, &plan, &report);
         let capture = crate::telemetry::capture_content().then_some(self.inner.redactor.as_ref());
         crate::telemetry::events::compaction(&crate::telemetry::events::Compacted {
             model: &resolved.model,

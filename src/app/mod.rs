@@ -8,6 +8,7 @@
 //! validates, runs the CPU-bound core on the blocking pool and returns a
 //! plain outcome for the caller to map to its own output.
 
+mod carry;
 mod compact;
 mod error;
 mod explain;
@@ -107,6 +108,8 @@ struct Inner {
     sessions: session::Sessions,
     /// Render's recall indexes, per thread and plan.
     recall: recall::RecallIndexes,
+    /// What the committed plans were counted for: the per-turn path.
+    carries: carry::Carries,
     /// What the plugins are and how they are set up, as the fingerprint
     /// hashes it (formed once: plugins are fixed at start-up).
     plugin_setup: Vec<u8>,
@@ -166,6 +169,7 @@ impl App {
                 llm: extensions.llm.map(Arc::new),
                 plugin_setup: plugin_setup(&extensions.plugins),
                 recall: recall::RecallIndexes::default(),
+                carries: carry::Carries::default(),
                 plugins: extensions.plugins,
             }),
         }
@@ -245,10 +249,12 @@ impl App {
     /// without a result, and reasoning from before the last user message,
     /// left out. Returns the warnings naming the calls, for the response,
     /// the audit record and the CLI.
-    fn settle_thread(thread: &mut Arc<Thread>) -> Vec<String> {
+    fn settle_thread(thread: &mut Arc<Thread>, extends: &mut Option<Arc<Thread>>) -> Vec<String> {
         match thread.provider_view() {
             Some((view, warnings)) => {
                 *thread = Arc::new(view);
+                // What the thread was known to extend, it may not now.
+                *extends = None;
                 warnings
             }
             None => Vec::new(),
@@ -314,6 +320,7 @@ impl App {
         self.inner.memo.forget(&[tenant, thread_id]);
         self.forget_summaries(tenant, thread_id);
         self.inner.recall.forget(tenant, thread_id);
+        self.inner.carries.forget(tenant, thread_id);
     }
 }
 

@@ -53,7 +53,8 @@ impl RecallIndexes {
     pub(super) fn get(
         &self,
         tenant: &str,
-        thread: &Thread,
+        thread: &Arc<Thread>,
+        extends: Option<&Arc<Thread>>,
         plan: &CompactionPlan,
         redactor: &Redactor,
     ) -> Arc<Mutex<RecallIndex>> {
@@ -64,7 +65,7 @@ impl RecallIndexes {
             .map_or_else(Default::default, |e| Arc::clone(&e.index));
         let weight = match index.lock() {
             Ok(mut i) => {
-                i.update(thread, plan, redactor);
+                i.update(thread, extends, plan, redactor);
                 i.bytes() as u64
             }
             // A panic while updating left it half done: start over.
@@ -163,5 +164,12 @@ fn stand_in_text(r: &Request) -> String {
 /// Whitespace collapsed, so a passage is found in the prompt however its
 /// lines were joined.
 fn squash(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+    let mut out = String::with_capacity(s.len());
+    for word in s.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    out
 }

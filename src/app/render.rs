@@ -109,9 +109,10 @@ impl App {
         }
         .authorize(ctx, None)?;
         let (sent, input) = (Arc::clone(&cmd.request.thread), cmd.request.session);
-        let run = |thread| {
+        let run = |thread, extends| {
             let mut cmd = cmd;
             cmd.request.thread = thread;
+            cmd.request.extends = extends;
             self.render_thread(ctx, cmd)
         };
         let done = self
@@ -199,7 +200,8 @@ impl App {
             refuse_pending(&cmd.request.thread)?;
         }
         let mut cmd = cmd;
-        let warnings = Self::settle_thread(&mut cmd.request.thread);
+        let request = &mut cmd.request;
+        let warnings = Self::settle_thread(&mut request.thread, &mut request.extends);
         cmd.request.policy = self.effective_policy(&cmd.request.policy)?;
         for (wanted, tool) in [
             (
@@ -240,11 +242,11 @@ impl App {
             let parts = &r.parts;
             let rc = RequestCounter::for_target(parts.counter.as_ref(), &parts.ledger, r.target);
             let recall = recall_on.then(|| {
-                let thread = &cmd.request.thread;
-                let index = app
-                    .inner
-                    .recall
-                    .get(&tenant, thread, &plan, &app.inner.redactor);
+                let (thread, extends) = (&cmd.request.thread, cmd.request.extends.as_ref());
+                let index =
+                    app.inner
+                        .recall
+                        .get(&tenant, thread, extends, &plan, &app.inner.redactor);
                 (index, recall_settings)
             });
             let extras = TurnExtras {
@@ -989,7 +991,9 @@ mod tests {
             .render(&ctx, render_first(grown))
             .await
             .expect("renders");
-        assert!(second.plan.version > first.plan.version);
+        // Appended below the trigger: the committed plan carries over.
+        assert_eq!(second.plan.version, first.plan.version);
+        assert!(second.compaction.as_ref().is_some_and(|c| c.reused));
         assert!(!second.recalled.is_empty(), "the question matches the log");
         assert!(second.tokens.total <= 2_000);
         let RenderedOutput::Payload(body) = &second.output else {

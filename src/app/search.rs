@@ -72,7 +72,7 @@ impl App {
     ) -> Result<SearchOutcome> {
         UseCase::SearchContext.authorize(ctx, None)?;
         let (sent, input) = (Arc::clone(&cmd.thread), cmd.session);
-        let run = |thread| self.search_thread(ctx, SearchCommand { thread, ..cmd });
+        let run = |thread, _| self.search_thread(ctx, SearchCommand { thread, ..cmd });
         let done = self
             .in_session(&ctx.tenant_id, sent, input, run, |_| None)
             .await?;
@@ -108,15 +108,15 @@ impl App {
             .await?
             .ok_or_else(|| AppError::NotFound("plan for this thread".into()))?;
         let mut thread = cmd.thread;
-        Self::settle_thread(&mut thread);
+        Self::settle_thread(&mut thread, &mut None);
         let (app, ctx2) = (self.clone(), ctx.clone());
         let plan_version = plan.version;
         let query_chars = cmd.query.chars().count();
         let (passages, withheld) = blocking(move || {
-            let index = app
-                .inner
-                .recall
-                .get(&ctx2.tenant_id, &thread, &plan, &app.inner.redactor);
+            let index =
+                app.inner
+                    .recall
+                    .get(&ctx2.tenant_id, &thread, None, &plan, &app.inner.redactor);
             let index = index
                 .lock()
                 .map_err(|_| AppError::Internal("recall index poisoned".into()))?;

@@ -165,7 +165,7 @@ impl App {
         tenant: &str,
         sent: Arc<Thread>,
         input: SessionInput,
-        run: impl FnOnce(Arc<Thread>) -> Fut,
+        run: impl FnOnce(Arc<Thread>, Option<Arc<Thread>>) -> Fut,
         trace: impl Fn(&T) -> Option<&PrefixTrace>,
     ) -> Result<InSession<T>>
     where
@@ -175,7 +175,7 @@ impl App {
         let (thread, ticket) = sessions.open(tenant, sent, input).await?;
         let Some(ticket) = ticket else {
             let thread_id = thread.id.clone();
-            let out = run(thread).await?;
+            let out = run(thread, None).await?;
             let previous = trace(&out)
                 .and_then(|t| sessions.swap_trace(tenant, &thread_id, Arc::new(t.clone())));
             return Ok(InSession {
@@ -184,7 +184,8 @@ impl App {
                 previous,
             });
         };
-        let out = match run(Arc::clone(&thread)).await {
+        let extends = ticket.base.as_ref().map(|(c, _)| Arc::clone(&c.thread));
+        let out = match run(Arc::clone(&thread), extends).await {
             Ok(out) => out,
             Err(e) => return Err(sessions.failed(&ticket, e).await),
         };
@@ -541,6 +542,6 @@ impl Sessions {
 }
 
 /// Rough bytes of a thread in memory: its text plus a fixed cost per message.
-fn weight(messages: &[Message]) -> u64 {
+pub(super) fn weight(messages: &[Message]) -> u64 {
     messages.iter().map(|m| 256 + m.byte_len() as u64).sum()
 }

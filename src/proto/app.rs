@@ -34,6 +34,7 @@ macro_rules! shared_command {
             observations: observations_from_pb($r.observations),
             rehydrated_this_turn: false,
             format: None,
+            extends: None,
         }
     }};
 }

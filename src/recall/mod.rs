@@ -16,6 +16,7 @@
 pub mod tokenize;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -136,7 +137,42 @@ pub struct RecallIndex {
     indexed: HashMap<String, (u128, Vec<usize>)>,
     /// Messages the latest plan evicts.
     evicted: HashSet<String>,
+    /// The thread of the latest update and what its plan evicted (see
+    /// [`evictions_digest`]): a message still the same there need not be
+    /// digested again, and a thread that only grew under the same
+    /// evictions changes nothing (the per-turn path).
+    last: Option<(Arc<Thread>, u128)>,
     bytes: usize,
+}
+
+/// A digest of what `plan` evicts and where it keeps it: every record's
+/// message ids and artifact id.
+fn evictions_digest(plan: &CompactionPlan) -> u128 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut add = |kind: u8, ids: &[String], artifact: Option<&str>| {
+        h.update(&[kind]);
+        h.update(&(ids.len() as u64).to_le_bytes());
+        for id in ids {
+            h.update(&(id.len() as u64).to_le_bytes());
+            h.update(id.as_bytes());
+        }
+        let artifact = artifact.unwrap_or("");
+        h.update(&(artifact.len() as u64).to_le_bytes());
+        h.update(artifact.as_bytes());
+    };
+    for r in &plan.clearings {
+        add(0, &r.span.message_ids, r.archive_artifact_id.as_deref());
+    }
+    for r in &plan.summarizations {
+        add(1, &r.span.message_ids, r.archive_artifact_id.as_deref());
+    }
+    for r in &plan.externalizations {
+        add(2, &r.span.message_ids, Some(&r.artifact_id));
+    }
+    for r in &plan.drops {
+        add(3, &r.span.message_ids, r.archive_artifact_id.as_deref());
+    }
+    h.digest128()
 }
 
 impl std::fmt::Debug for RecallIndex {
@@ -150,22 +186,50 @@ impl std::fmt::Debug for RecallIndex {
 
 impl RecallIndex {
     /// An index of every message `plan` evicts from `thread`.
-    pub fn build(thread: &Thread, plan: &CompactionPlan, redactor: &Redactor) -> RecallIndex {
+    pub fn build(thread: &Arc<Thread>, plan: &CompactionPlan, redactor: &Redactor) -> RecallIndex {
         let mut index = RecallIndex::default();
-        index.update(thread, plan, redactor);
+        index.update(thread, None, plan, redactor);
         index
     }
 
     /// Follows `plan`: indexes the messages it evicts that are not indexed
     /// yet (or changed), and searches only those from now on. Costs what
     /// the newly evicted messages cost.
-    pub fn update(&mut self, thread: &Thread, plan: &CompactionPlan, redactor: &Redactor) {
+    ///
+    /// `extends`, when given, is a thread `thread` starts with (its
+    /// messages, then only appended ones): the messages the last update
+    /// saw there are not digested again.
+    pub fn update(
+        &mut self,
+        thread: &Arc<Thread>,
+        extends: Option<&Arc<Thread>>,
+        plan: &CompactionPlan,
+        redactor: &Redactor,
+    ) {
+        // Leading messages known to be the last update's: those it found
+        // evicted were digested and indexed as they are.
+        let evictions = evictions_digest(plan);
+        let same = match &self.last {
+            Some((last, _)) if Arc::ptr_eq(last, thread) => thread.messages.len(),
+            Some((last, _)) if extends.is_some_and(|e| Arc::ptr_eq(last, e)) => last.messages.len(),
+            _ => 0,
+        };
+        let unchanged = self
+            .last
+            .as_ref()
+            .is_some_and(|(last, digest)| *digest == evictions && same == last.messages.len());
+        self.last = Some((Arc::clone(thread), evictions));
+        // The same evictions of the same messages; what was appended the
+        // plan cannot name (it was made before).
+        if unchanged {
+            return;
+        }
         let actions = plan.actions();
-        self.evicted.clear();
+        let was_evicted = std::mem::take(&mut self.evicted);
         self.searchable.iter_mut().for_each(|s| *s = false);
         // Messages to index: (message, its artifact, its digest).
         let mut fresh: Vec<(&Message, Option<String>, u128)> = Vec::new();
-        for m in &thread.messages {
+        for (k, m) in thread.messages.iter().enumerate() {
             // Confidential and restricted content comes back only on an
             // explicit read, as with automatic rehydration.
             if m.metadata.sensitivity > Sensitivity::Internal {
@@ -178,13 +242,20 @@ impl RecallIndex {
                 Some(Action::Externalize(r)) => Some(r.artifact_id.clone()),
                 Some(Action::Drop(r)) => r.archive_artifact_id.clone(),
             };
+            let unchanged = k < same && was_evicted.contains(m.id.as_str());
             self.evicted.insert(m.id.clone());
-            let digest = message_digest(m);
-            match self.indexed.get(m.id.as_str()) {
+            let indexed = self.indexed.get(m.id.as_str());
+            let digest = match indexed {
+                Some((d, _)) if unchanged => *d,
+                _ => message_digest(m),
+            };
+            match indexed {
                 Some((d, at)) if *d == digest => {
                     // The same message, perhaps in another artifact now.
                     for &i in at {
-                        self.passages[i].artifact_id.clone_from(&artifact_id);
+                        if self.passages[i].artifact_id != artifact_id {
+                            self.passages[i].artifact_id.clone_from(&artifact_id);
+                        }
                         self.searchable[i] = true;
                     }
                     continue;

@@ -730,8 +730,22 @@ fn finish(
 /// and every input that changes the plan. A caller holding a committed plan
 /// with this fingerprint can return it without compacting.
 pub fn request_fingerprint(req: &CompactRequest<'_>, engine: &Engine<'_>) -> String {
+    fingerprint_of(req.thread, req, engine)
+}
+
+/// What [`request_fingerprint`] hashes but the messages: two requests with
+/// the same settings fingerprint make the same plan of the same messages.
+pub fn settings_fingerprint(req: &CompactRequest<'_>, engine: &Engine<'_>) -> String {
+    let bare = Thread {
+        id: req.thread.id.clone(),
+        messages: Vec::new(),
+    };
+    fingerprint_of(&bare, req, engine)
+}
+
+fn fingerprint_of(thread: &Thread, req: &CompactRequest<'_>, engine: &Engine<'_>) -> String {
     fingerprint(
-        req.thread,
+        thread,
         &(
             req.policy,
             req.max_input_tokens,

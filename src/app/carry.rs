@@ -1,0 +1,283 @@
+//! Carried plans: the per-turn call of an agent that only appended messages.
+//!
+//! Below the trigger the pipeline changes nothing: it starts from the
+//! committed plan, finds the request under the trigger and hands the plan
+//! back with new counts. When a request holds exactly the messages the
+//! committed plan was counted for, followed by new ones, and its settings
+//! are the same, that outcome is known without running it: the plan's
+//! counts plus what the new messages cost, compared with the same trigger.
+//! The turn then answers from the committed plan — no pipeline over the
+//! whole thread, no artifact, no new version written — and costs the new
+//! messages (plus one comparison of the thread with the one kept here).
+//! Anything else (another version committed, other settings, an edited
+//! history, the trigger crossed) runs the pipeline as before.
+
+use std::sync::Arc;
+
+use crate::cache::{BoundedCache, Weigh};
+use crate::model::{CompactionPlan, Thread};
+use crate::reduce::{settings_fingerprint, Report};
+use crate::render::RequestCounter;
+use crate::runtime::blocking;
+
+use super::compact::{CompactOutcome, Resolved};
+use super::{App, Result};
+
+/// Memory for the threads the carried plans were counted for. A thread
+/// in an append session shares the session's copy.
+const CARRY_CACHE_BYTES: u64 = 256 * 1024 * 1024;
+
+/// What a committed plan was counted for.
+pub(super) struct Carry {
+    /// The thread as the pipeline saw it (settled).
+    thread: Arc<Thread>,
+    /// The committed version the counts belong to, and its fingerprint
+    /// (a thread deleted and compacted anew can reach the same version).
+    plan_version: u64,
+    plan_fingerprint: String,
+    /// [`settings_fingerprint`] of the request, with the plugins' setup.
+    settings: String,
+    /// Request tokens without the plan.
+    tokens_before: u32,
+    /// Request tokens with it.
+    tokens_after: u32,
+    /// Above this the pipeline compacts.
+    trigger: u32,
+}
+
+impl Weigh for Arc<Carry> {
+    fn weight(&self) -> u64 {
+        256 + super::session::weight(&self.thread.messages)
+    }
+}
+
+/// Carried plans by tenant and thread.
+pub(super) struct Carries(BoundedCache<(String, String), Arc<Carry>>);
+
+impl Default for Carries {
+    fn default() -> Self {
+        Carries(BoundedCache::new(CARRY_CACHE_BYTES))
+    }
+}
+
+impl Carries {
+    /// Forgets a thread's carried plan (DeleteThread).
+    pub(super) fn forget(&self, tenant: &str, thread_id: &str) {
+        self.0.remove(&(tenant.to_owned(), thread_id.to_owned()));
+    }
+}
+
+impl App {
+    /// The settings fingerprint of `r`, as [`Carry::settings`] holds it.
+    fn settings_of(&self, r: &Resolved) -> String {
+        self.fingerprint(settings_fingerprint(
+            &r.request(None, self),
+            &r.parts.engine(),
+        ))
+    }
+
+    /// Keeps what the plan just committed for `r` was counted for.
+    pub(super) fn carry(
+        &self,
+        tenant: &str,
+        r: &Arc<Resolved>,
+        plan: &CompactionPlan,
+        report: &Report,
+    ) {
+        let carry = Carry {
+            thread: Arc::clone(&r.cmd.thread),
+            plan_version: plan.version,
+            plan_fingerprint: plan.fingerprint.clone(),
+            settings: self.settings_of(r),
+            tokens_before: plan.original_token_count,
+            tokens_after: plan.compacted_token_count,
+            trigger: report.budget.trigger,
+        };
+        self.inner.carries.0.insert(
+            (tenant.to_owned(), r.cmd.thread.id.clone()),
+            Arc::new(carry),
+        );
+    }
+
+    /// The committed plan `committed` as the outcome of `r`, when `r` only
+    /// appends to the thread it was counted for and stays under the
+    /// trigger; `None`: run the pipeline.
+    pub(super) async fn carried(
+        &self,
+        tenant: &str,
+        r: &Arc<Resolved>,
+        committed: &CompactionPlan,
+    ) -> Result<Option<CompactOutcome>> {
+        let key = (tenant.to_owned(), r.cmd.thread.id.clone());
+        let Some(carry) = self.inner.carries.0.get(&key) else {
+            return Ok(None);
+        };
+        let have = carry.thread.messages.len();
+        if carry.plan_version != committed.version
+            || carry.plan_fingerprint != committed.fingerprint
+            || r.cmd.thread.messages.len() < have
+        {
+            return Ok(None);
+        }
+        let (app, r2, c) = (self.clone(), Arc::clone(r), Arc::clone(&carry));
+        let added = blocking(move || {
+            let thread = &r2.cmd.thread;
+            let same_start = Arc::ptr_eq(&c.thread, thread)
+                || r2
+                    .cmd
+                    .extends
+                    .as_ref()
+                    .is_some_and(|e| Arc::ptr_eq(e, &c.thread))
+                || thread.messages[..have] == c.thread.messages[..];
+            if !same_start || app.settings_of(&r2) != c.settings {
+                return None;
+            }
+            let parts = &r2.parts;
+            let rc = RequestCounter::for_target(parts.counter.as_ref(), &parts.ledger, r2.target);
+            let added = thread.messages[have..]
+                .iter()
+                .map(|m| u64::from(rc.verbatim(m, &r2.cmd.policy.render)))
+                .sum::<u64>();
+            u32::try_from(added).ok()
+        })
+        .await?;
+        let Some(added) = added else {
+            return Ok(None);
+        };
+        let after = carry.tokens_after.saturating_add(added);
+        if after > carry.trigger {
+            return Ok(None);
+        }
+        let mut plan = committed.clone();
+        plan.original_token_count = carry.tokens_before.saturating_add(added);
+        plan.compacted_token_count = after;
+        if added > 0 {
+            self.inner.carries.0.insert(
+                key,
+                Arc::new(Carry {
+                    thread: Arc::clone(&r.cmd.thread),
+                    plan_version: carry.plan_version,
+                    plan_fingerprint: carry.plan_fingerprint.clone(),
+                    settings: carry.settings.clone(),
+                    tokens_before: plan.original_token_count,
+                    tokens_after: after,
+                    trigger: carry.trigger,
+                }),
+            );
+        }
+        let tokenizer = r.parts.counter.name().to_string();
+        Ok(Some(CompactOutcome::reused(plan, tokenizer)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::compact::tests::long_result_command;
+    use crate::app::{CompactCommand, Defaults};
+    use crate::model::{Content, Message, Role};
+    use crate::security::SecurityContext;
+
+    fn with(cmd: &CompactCommand, messages: Vec<Message>) -> CompactCommand {
+        let mut thread = (*cmd.thread).clone();
+        thread.messages.extend(messages);
+        CompactCommand {
+            thread: Arc::new(thread),
+            ..cmd.clone()
+        }
+    }
+
+    fn said(thread: &Thread, role: Role, text: &str) -> Message {
+        let last = thread.messages.last().expect("a message");
+        let mut m = last.clone();
+        m.id = format!("m{}", thread.messages.len());
+        m.role = role;
+        m.content = Content::Text(text.into());
+        m.tool_calls = Vec::new();
+        m.tool_result = None;
+        m
+    }
+
+    fn records(p: &CompactionPlan) -> impl PartialEq + std::fmt::Debug + '_ {
+        (
+            &p.clearings,
+            &p.summarizations,
+            &p.externalizations,
+            &p.drops,
+        )
+    }
+
+    /// Every carried turn answers what the pipeline would: the same
+    /// records and the same counts, checked by running it (the carry
+    /// forgotten) on the same thread.
+    #[tokio::test]
+    async fn a_carried_turn_is_what_the_pipeline_makes() {
+        let app = App::offline(Defaults::default());
+        let ctx = SecurityContext::dev();
+        let first = app
+            .compact(&ctx, long_result_command())
+            .await
+            .expect("first");
+        assert!(!first.reused && first.report.as_ref().is_some_and(|r| r.triggered));
+        let mut cmd = long_result_command();
+        let mut committed = first.plan;
+        for (carried, turn) in (0..200).enumerate() {
+            let q = said(
+                &cmd.thread,
+                Role::User,
+                &format!("Question {turn}: and worker {turn}?"),
+            );
+            cmd = with(&cmd, vec![q]);
+            let a = said(
+                &cmd.thread,
+                Role::Assistant,
+                &format!("Worker {turn} took {} ms.", turn * 7),
+            );
+            cmd = with(&cmd, vec![a]);
+            let out = app.compact(&ctx, cmd.clone()).await.expect("turn");
+            if !out.reused {
+                // The trigger was crossed: the pipeline compacted.
+                assert!(out.report.as_ref().is_some_and(|r| r.triggered));
+                assert!(carried >= 3, "only {carried} turns carried");
+                return;
+            }
+            assert_eq!(out.plan.version, committed.version);
+            app.inner.carries.forget(&ctx.tenant_id, &cmd.thread.id);
+            let pipeline = app.compact(&ctx, cmd.clone()).await.expect("pipeline");
+            assert!(!pipeline.reused);
+            assert!(!pipeline.report.as_ref().is_some_and(|r| r.triggered));
+            assert_eq!(records(&pipeline.plan), records(&out.plan));
+            assert_eq!(pipeline.tokens_before(), out.tokens_before());
+            assert_eq!(pipeline.tokens_after(), out.tokens_after());
+            committed = pipeline.plan;
+        }
+        panic!("200 turns never crossed the trigger");
+    }
+
+    /// Anything but an append under the same settings runs the pipeline.
+    #[tokio::test]
+    async fn only_an_append_under_the_same_settings_is_carried() {
+        let app = App::offline(Defaults::default());
+        let ctx = SecurityContext::dev();
+        let base = long_result_command();
+        app.compact(&ctx, base.clone()).await.expect("first");
+        let q = said(&base.thread, Role::User, "And the fastest?");
+        let grown = with(&base, vec![q]);
+        // Another window.
+        let mut other = grown.clone();
+        other.max_input_tokens = Some(2_100);
+        assert!(!app.compact(&ctx, other).await.expect("other").reused);
+        app.compact(&ctx, base.clone()).await.expect("back");
+        // History edited under the same ids.
+        let mut edited = (*grown.thread).clone();
+        edited.messages[0].content = Content::Text("Run the other batch job.".into());
+        let edited = CompactCommand {
+            thread: Arc::new(edited),
+            ..grown.clone()
+        };
+        assert!(!app.compact(&ctx, edited).await.expect("edited").reused);
+        app.compact(&ctx, base.clone()).await.expect("back");
+        // The plain append is carried.
+        assert!(app.compact(&ctx, grown).await.expect("grown").reused);
+    }
+}
