@@ -43,11 +43,13 @@ pub(super) struct Carry {
     tokens_after: u32,
     /// Above this the pipeline compacts.
     trigger: u32,
+    /// What `thread` weighs in memory (kept: weighing walks every message).
+    bytes: u64,
 }
 
 impl Weigh for Arc<Carry> {
     fn weight(&self) -> u64 {
-        256 + super::session::weight(&self.thread.messages)
+        256 + self.bytes
     }
 }
 
@@ -92,6 +94,7 @@ impl App {
             tokens_before: plan.original_token_count,
             tokens_after: plan.compacted_token_count,
             trigger: report.budget.trigger,
+            bytes: super::session::weight(&r.cmd.thread.messages),
         };
         self.inner.carries.0.insert(
             (tenant.to_owned(), r.cmd.thread.id.clone()),
@@ -101,23 +104,23 @@ impl App {
 
     /// The committed plan `committed` as the outcome of `r`, when `r` only
     /// appends to the thread it was counted for and stays under the
-    /// trigger; `None`: run the pipeline.
+    /// trigger; else the plan back: run the pipeline.
     pub(super) async fn carried(
         &self,
         tenant: &str,
         r: &Arc<Resolved>,
-        committed: &CompactionPlan,
-    ) -> Result<Option<CompactOutcome>> {
+        committed: CompactionPlan,
+    ) -> Result<std::result::Result<CompactOutcome, CompactionPlan>> {
         let key = (tenant.to_owned(), r.cmd.thread.id.clone());
         let Some(carry) = self.inner.carries.0.get(&key) else {
-            return Ok(None);
+            return Ok(Err(committed));
         };
         let have = carry.thread.messages.len();
         if carry.plan_version != committed.version
             || carry.plan_fingerprint != committed.fingerprint
             || r.cmd.thread.messages.len() < have
         {
-            return Ok(None);
+            return Ok(Err(committed));
         }
         let (app, r2, c) = (self.clone(), Arc::clone(r), Arc::clone(&carry));
         let added = blocking(move || {
@@ -142,13 +145,13 @@ impl App {
         })
         .await?;
         let Some(added) = added else {
-            return Ok(None);
+            return Ok(Err(committed));
         };
         let after = carry.tokens_after.saturating_add(added);
         if after > carry.trigger {
-            return Ok(None);
+            return Ok(Err(committed));
         }
-        let mut plan = committed.clone();
+        let mut plan = committed;
         plan.original_token_count = carry.tokens_before.saturating_add(added);
         plan.compacted_token_count = after;
         if added > 0 {
@@ -162,11 +165,12 @@ impl App {
                     tokens_before: plan.original_token_count,
                     tokens_after: after,
                     trigger: carry.trigger,
+                    bytes: carry.bytes + super::session::weight(&r.cmd.thread.messages[have..]),
                 }),
             );
         }
         let tokenizer = r.parts.counter.name().to_string();
-        Ok(Some(CompactOutcome::reused(plan, tokenizer)))
+        Ok(Ok(CompactOutcome::reused(plan, tokenizer)))
     }
 }
 

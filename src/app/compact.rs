@@ -323,12 +323,16 @@ impl App {
                 tokenizer.clone(),
             )))
         };
-        if let Some(committed) = previous.as_ref() {
-            if let Some(out) = self.carried(tenant, &resolved, committed).await? {
-                crate::telemetry::metrics().compaction(true, false, 0, 0, tenant);
-                return Ok(Staging::Reused(out));
-            }
-        }
+        let previous = match previous {
+            Some(committed) => match self.carried(tenant, &resolved, committed).await? {
+                Ok(out) => {
+                    crate::telemetry::metrics().compaction(true, false, 0, 0, tenant);
+                    return Ok(Staging::Reused(out));
+                }
+                Err(committed) => Some(committed),
+            },
+            None => None,
+        };
         let previous = match self.unchanged(&resolved, previous).await? {
             Prior::Unchanged(committed) => return reused(committed),
             Prior::Changed(previous) => previous,
