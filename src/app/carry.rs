@@ -12,7 +12,7 @@
 //! Anything else (another version committed, other settings, an edited
 //! history, the trigger crossed) runs the pipeline as before.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::cache::{BoundedCache, Weigh};
 use crate::model::{CompactionPlan, Thread};
@@ -45,6 +45,9 @@ pub(super) struct Carry {
     trigger: u32,
     /// What `thread` weighs in memory (kept: weighing walks every message).
     bytes: u64,
+    /// The thread the check found `thread` to extend, while something else
+    /// (the recall index) holds it: what a render may skip there.
+    extends: Option<Weak<Thread>>,
 }
 
 impl Weigh for Arc<Carry> {
@@ -63,6 +66,16 @@ impl Default for Carries {
 }
 
 impl Carries {
+    /// A thread `thread` is known to extend: the one the carry check
+    /// compared it with, if it is still held elsewhere.
+    pub(super) fn extends(&self, tenant: &str, thread: &Arc<Thread>) -> Option<Arc<Thread>> {
+        let carry = self.0.get(&(tenant.to_owned(), thread.id.clone()))?;
+        if !Arc::ptr_eq(&carry.thread, thread) {
+            return None;
+        }
+        carry.extends.as_ref()?.upgrade()
+    }
+
     /// Forgets a thread's carried plan (DeleteThread).
     pub(super) fn forget(&self, tenant: &str, thread_id: &str) {
         self.0.remove(&(tenant.to_owned(), thread_id.to_owned()));
@@ -95,6 +108,7 @@ impl App {
             tokens_after: plan.compacted_token_count,
             trigger: report.budget.trigger,
             bytes: super::session::weight(&r.cmd.thread.messages),
+            extends: None,
         };
         self.inner.carries.0.insert(
             (tenant.to_owned(), r.cmd.thread.id.clone()),
@@ -154,7 +168,7 @@ impl App {
         let mut plan = committed;
         plan.original_token_count = carry.tokens_before.saturating_add(added);
         plan.compacted_token_count = after;
-        if added > 0 {
+        if !Arc::ptr_eq(&carry.thread, &r.cmd.thread) {
             self.inner.carries.0.insert(
                 key,
                 Arc::new(Carry {
@@ -166,6 +180,7 @@ impl App {
                     tokens_after: after,
                     trigger: carry.trigger,
                     bytes: carry.bytes + super::session::weight(&r.cmd.thread.messages[have..]),
+                    extends: Some(Arc::downgrade(&carry.thread)),
                 }),
             );
         }

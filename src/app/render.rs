@@ -242,11 +242,21 @@ impl App {
             let parts = &r.parts;
             let rc = RequestCounter::for_target(parts.counter.as_ref(), &parts.ledger, r.target);
             let recall = recall_on.then(|| {
-                let (thread, extends) = (&cmd.request.thread, cmd.request.extends.as_ref());
-                let index =
-                    app.inner
-                        .recall
-                        .get(&tenant, thread, extends, &plan, &app.inner.redactor);
+                let thread = &cmd.request.thread;
+                // A thread sent in full again is known to extend the last
+                // one when the carry check compared them.
+                let extends = cmd
+                    .request
+                    .extends
+                    .clone()
+                    .or_else(|| app.inner.carries.extends(&tenant, thread));
+                let index = app.inner.recall.get(
+                    &tenant,
+                    thread,
+                    extends.as_ref(),
+                    &plan,
+                    &app.inner.redactor,
+                );
                 (index, recall_settings)
             });
             let extras = TurnExtras {
