@@ -269,6 +269,7 @@ fn render_input(f: &Fixture) -> RenderInput<'_> {
         rehydrated: &[],
         options: &f.options,
         omit_pending_calls: false,
+        summaries: None,
     }
 }
 

@@ -78,6 +78,7 @@ fn compact_render(
             rehydrated: &[],
             options: &options,
             omit_pending_calls: false,
+            summaries: None,
         },
     );
     black_box(&request);

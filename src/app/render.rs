@@ -266,7 +266,7 @@ impl App {
                 recall,
             };
             let (request, mut tokens, rehydrated, recalled) =
-                render_and_count(&cmd, &plan, &rc, extras, r.max_input_tokens)?;
+                render_and_count(&cmd, &plan, &rc, extras, r.max_input_tokens, &parts.memo)?;
             let quality = crate::render::quality::quality_signals(
                 &cmd.request.thread,
                 &plan,
@@ -542,6 +542,7 @@ fn render_and_count(
     rc: &RequestCounter<'_>,
     extras: TurnExtras,
     max_input_tokens: u32,
+    summaries: &dyn crate::render::SummaryTexts,
 ) -> Result<(
     Request,
     RequestTokens,
@@ -559,6 +560,7 @@ fn render_and_count(
                 rehydrated,
                 options: &policy.render,
                 omit_pending_calls: cmd.omit_pending_calls,
+                summaries: Some(summaries),
             },
         )
     };

@@ -24,6 +24,17 @@ struct Caches {
     compressed: BoundedCache<ScopedKey, Option<Compressed>>,
     salient: BoundedCache<ScopedKey, Salient>,
     redacted: BoundedCache<ScopedKey, Redacted>,
+    texts: BoundedCache<ScopedKey, Text>,
+}
+
+/// A rendered text (a summary's message).
+#[derive(Clone)]
+struct Text(std::sync::Arc<str>);
+
+impl Weigh for Text {
+    fn weight(&self) -> u64 {
+        48 + self.0.len() as u64
+    }
 }
 
 /// What a rule set makes of a tool result's content and key fields: `None`
@@ -95,6 +106,7 @@ impl Memo {
                 compressed: BoundedCache::new(bytes_per_kind),
                 salient: BoundedCache::new(bytes_per_kind / 4),
                 redacted: BoundedCache::new(bytes_per_kind / 4),
+                texts: BoundedCache::new(bytes_per_kind / 4),
             }),
             scope: 0,
         }
@@ -117,6 +129,7 @@ impl Memo {
         self.caches.compressed.retain(|k| k.0 != scope);
         self.caches.salient.retain(|k| k.0 != scope);
         self.caches.redacted.retain(|k| k.0 != scope);
+        self.caches.texts.retain(|k| k.0 != scope);
     }
 
     /// `env` with `redactor`'s rules applied, as
@@ -164,6 +177,17 @@ impl Memo {
         };
         self.caches.redacted.insert(key, entry);
         out
+    }
+
+    /// A cached text, or `make()`.
+    fn text(&self, key: u128, make: impl FnOnce() -> String) -> String {
+        let key = (self.scope, key);
+        if let Some(t) = self.caches.texts.get(&key) {
+            return t.0.to_string();
+        }
+        let t = make();
+        self.caches.texts.insert(key, Text(t.as_str().into()));
+        t
     }
 
     /// A key builder for this memo (seeded per process).
@@ -285,8 +309,35 @@ impl Weigh for Option<Compressed> {
     }
 }
 
+/// A summary's message text, cached by everything in its record: a long
+/// thread's summaries are rendered on every turn, and recognizing one costs
+/// a fraction of rendering it.
+impl crate::render::SummaryTexts for Memo {
+    fn summary_text(&self, r: &crate::model::SummarizationRecord) -> String {
+        let mut k = self.key();
+        k.part(b"summary message");
+        k.part(crate::model::SUMMARY_RENDER_VERSION.as_bytes());
+        if serde_json::to_writer(&mut k, r).is_err() {
+            return crate::render::summary_text(r);
+        }
+        self.text(k.finish(), || crate::render::summary_text(r))
+    }
+}
+
 /// Streaming key builder: every part is length-prefixed; seeded per process.
 pub struct KeyHasher(xxhash_rust::xxh3::Xxh3);
+
+/// Streams a serialization into the key (as one unprefixed part).
+impl std::io::Write for KeyHasher {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 impl KeyHasher {
     fn seeded() -> Self {
@@ -321,6 +372,33 @@ mod tests {
         });
         s.facts.push("x".repeat(500));
         s
+    }
+
+    /// A kept summary text is the record's own: any change to the record
+    /// (a fact, the archive it names) is a new text, never a stale one.
+    #[test]
+    fn a_kept_summary_text_follows_its_record() {
+        use crate::model::SummarizationRecord;
+        use crate::render::SummaryTexts;
+        let m = Memo::new(1 << 20).scoped(&["tenant", "thread"]);
+        let mut r = SummarizationRecord {
+            span: summary(3).span.clone(),
+            summary: summary(3),
+            summary_token_count: 200,
+            archive_artifact_id: None,
+            summarizer_id: "extractive".into(),
+        };
+        for _ in 0..2 {
+            assert_eq!(m.summary_text(&r), crate::render::summary_text(&r));
+        }
+        assert!(m.caches.texts.weight() > 0, "the text was kept");
+        r.summary
+            .facts
+            .push("the deploy key rotates on Fridays".into());
+        assert!(m.summary_text(&r).contains("rotates on Fridays"));
+        r.archive_artifact_id = Some("art_9".into());
+        assert_eq!(m.summary_text(&r), crate::render::summary_text(&r));
+        assert!(m.summary_text(&r).contains("art_9"));
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub use rehydrate::{
 };
 pub use renderer::{
     delimit_data, externalization_text, per_turn_position, recall_message, render, render_message,
-    summary_text, Rehydrated, RenderInput, RenderOptions, DEFAULT_TOOL_RESULT_MAX_CHARS,
-    RENDER_FORMAT_VERSION,
+    summary_text, Rehydrated, RenderInput, RenderOptions, SummaryTexts,
+    DEFAULT_TOOL_RESULT_MAX_CHARS, RENDER_FORMAT_VERSION,
 };
 pub use request::{Origin, ProviderOptions, RenderedMessage, Request};

@@ -305,6 +305,7 @@ mod tests {
                         rehydrated: std::slice::from_ref(r),
                         options: &RenderOptions::default(),
                         omit_pending_calls: false,
+                        summaries: None,
                     },
                 );
                 req.messages.iter().map(|m| rc.message(m)).sum::<u32>()

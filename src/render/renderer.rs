@@ -97,6 +97,22 @@ pub struct RenderInput<'a> {
     /// Leave tool calls without a result out of the request (an assistant
     /// message left with nothing else is left out too).
     pub omit_pending_calls: bool,
+    /// Where summary texts rendered before are kept, if anywhere.
+    pub summaries: Option<&'a dyn SummaryTexts>,
+}
+
+/// Summary messages kept between renders: the same record always renders
+/// to the same text ([`summary_text`]), and a thread's summaries are
+/// rendered again on every turn.
+pub trait SummaryTexts: Sync {
+    /// [`summary_text`] of `r`.
+    fn summary_text(&self, r: &SummarizationRecord) -> String;
+}
+
+impl std::fmt::Debug for dyn SummaryTexts + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SummaryTexts")
+    }
 }
 
 /// Renders the request the model sees. The plan must have been validated
@@ -112,7 +128,12 @@ pub fn render(thread: &Thread, plan: &CompactionPlan, input: &RenderInput<'_>) -
             .get(m.id.as_str())
             .copied()
             .unwrap_or(Action::Include);
-        let Some(mut rm) = render_message(m, action, input.options) else {
+        let rendered = match (action, input.summaries) {
+            (Action::Summarize(r), Some(texts)) => (r.span.start_message_id() == m.id)
+                .then(|| summary_message(m, texts.summary_text(r))),
+            _ => render_message(m, action, input.options),
+        };
+        let Some(mut rm) = rendered else {
             continue;
         };
         if input.omit_pending_calls && pairing.has_pending(i) && !rm.tool_calls.is_empty() {
@@ -306,9 +327,13 @@ pub fn summary_text(r: &SummarizationRecord) -> String {
 }
 
 fn render_summary(m: &Message, r: &SummarizationRecord) -> RenderedMessage {
+    summary_message(m, summary_text(r))
+}
+
+fn summary_message(m: &Message, text: String) -> RenderedMessage {
     RenderedMessage {
         role: Role::Assistant,
-        content: Content::Text(summary_text(r)),
+        content: Content::Text(text),
         tool_calls: Vec::new(),
         tool_call_id: None,
         tool_name: None,
@@ -489,6 +514,7 @@ mod tests {
                 rehydrated: &[],
                 options,
                 omit_pending_calls: false,
+                summaries: None,
             },
         )
     }
@@ -528,6 +554,7 @@ mod tests {
                 rehydrated: &rehydrated,
                 options: &options,
                 omit_pending_calls: false,
+                summaries: None,
             },
         );
         let order: Vec<&str> = r.messages.iter().map(|m| m.source_id.as_str()).collect();
@@ -552,6 +579,7 @@ mod tests {
                 rehydrated: &[],
                 options: &options,
                 omit_pending_calls: false,
+                summaries: None,
             },
         );
         assert_eq!(plain.messages[..2], r.messages[..2]);

@@ -262,6 +262,7 @@ impl Harness {
                 rehydrated: &[],
                 options: &self.policy.render,
                 omit_pending_calls: false,
+                summaries: None,
             },
         )
     }
