@@ -164,12 +164,5 @@ fn stand_in_text(r: &Request) -> String {
 /// Whitespace collapsed, so a passage is found in the prompt however its
 /// lines were joined.
 fn squash(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for word in s.split_whitespace() {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(word);
-    }
-    out
+    crate::summarize::text::collapse_ws(s)
 }
