@@ -141,12 +141,13 @@ impl App {
         let (app, r2, c) = (self.clone(), Arc::clone(r), Arc::clone(&carry));
         let added = blocking(move || {
             let thread = &r2.cmd.thread;
-            let same_start = Arc::ptr_eq(&c.thread, thread)
-                || r2
-                    .cmd
-                    .extends
-                    .as_ref()
-                    .is_some_and(|e| Arc::ptr_eq(e, &c.thread))
+            // Longer than the kept thread, so never the same `Arc`: the
+            // session says what it extends, else the messages are compared.
+            let same_start = r2
+                .cmd
+                .extends
+                .as_ref()
+                .is_some_and(|e| Arc::ptr_eq(e, &c.thread))
                 || thread.messages[..have] == c.thread.messages[..];
             if !same_start || app.settings_of(&r2) != c.settings {
                 return None;
@@ -170,22 +171,20 @@ impl App {
         let mut plan = committed;
         plan.original_token_count = carry.tokens_before.saturating_add(added);
         plan.compacted_token_count = after;
-        if !Arc::ptr_eq(&carry.thread, &r.cmd.thread) {
-            self.inner.carries.0.insert(
-                key,
-                Arc::new(Carry {
-                    thread: Arc::clone(&r.cmd.thread),
-                    plan_version: carry.plan_version,
-                    plan_fingerprint: carry.plan_fingerprint.clone(),
-                    settings: carry.settings.clone(),
-                    tokens_before: plan.original_token_count,
-                    tokens_after: after,
-                    trigger: carry.trigger,
-                    bytes: carry.bytes + super::session::weight(&r.cmd.thread.messages[have..]),
-                    extends: Some(Arc::downgrade(&carry.thread)),
-                }),
-            );
-        }
+        self.inner.carries.0.insert(
+            key,
+            Arc::new(Carry {
+                thread: Arc::clone(&r.cmd.thread),
+                plan_version: carry.plan_version,
+                plan_fingerprint: carry.plan_fingerprint.clone(),
+                settings: carry.settings.clone(),
+                tokens_before: plan.original_token_count,
+                tokens_after: after,
+                trigger: carry.trigger,
+                bytes: carry.bytes + super::session::weight(&r.cmd.thread.messages[have..]),
+                extends: Some(Arc::downgrade(&carry.thread)),
+            }),
+        );
         let tokenizer = r.parts.counter.name().to_string();
         Ok(Ok(CompactOutcome::reused(plan, tokenizer)))
     }

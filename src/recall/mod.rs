@@ -242,11 +242,11 @@ impl RecallIndex {
                 Some(Action::Externalize(r)) => Some(r.artifact_id.clone()),
                 Some(Action::Drop(r)) => r.archive_artifact_id.clone(),
             };
-            let unchanged = k < same && was_evicted.contains(m.id.as_str());
+            let verified = k < same && was_evicted.contains(m.id.as_str());
             self.evicted.insert(m.id.clone());
             let indexed = self.indexed.get(m.id.as_str());
             let digest = match indexed {
-                Some((d, _)) if unchanged => *d,
+                Some((d, _)) if verified => *d,
                 _ => message_digest(m),
             };
             match indexed {
