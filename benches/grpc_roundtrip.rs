@@ -600,6 +600,8 @@ async fn session_section(
         .expect("start session")
         .into_inner();
     let mut version = out.session.expect("session").version;
+    // The client keeps the plan it was sent and says so each turn.
+    let mut held_plan = out.plan_version;
     let mut body = out.provider_payload_json;
     // Full-thread renders, warm, against echoing the full request.
     let reps = if full { 30 } else { 2 };
@@ -622,11 +624,13 @@ async fn session_section(
     let first_turn = thread.messages.last().map_or(1, |m| m.turn);
     let (mut per_turn, mut echo_turn) = (Vec::new(), Vec::new());
     let (mut reuse, mut matches, mut in_bytes) = (0usize, 0usize, 0usize);
+    let (mut out_bytes, mut body_bytes) = (0usize, 0usize);
     let mut compactions = 0;
     for (n, turn) in (0..turns).zip(first_turn..) {
         let mut req = render_request(pb::Thread::default());
         req.thread = None;
         req.max_input_tokens = 128_000;
+        req.known_plan_version = Some(held_plan);
         req.append = Some(pb::ThreadAppend {
             thread_id: thread.id.clone(),
             base_version: version,
@@ -648,7 +652,10 @@ async fn session_section(
         let t = Instant::now();
         let _ = echo.clone().echo(floor).await.expect("echo");
         echo_turn.push(t.elapsed());
+        out_bytes += prost::Message::encoded_len(&out);
         version = out.session.expect("session").version;
+        held_plan = out.plan_version;
+        body_bytes += out.provider_payload_json.len();
         if out.compaction.as_ref().is_some_and(|c| c.triggered) {
             compactions += 1;
         }
@@ -704,6 +711,11 @@ async fn session_section(
         median_ms(&per_turn[..k]),
         median_ms(&per_turn[turns - k..]),
         median_ms(&per_turn[turns - k..]) / median_ms(&per_turn[..k]),
+    );
+    println!(
+        "bytes out per turn: {:.1} KB, of which the body {:.1} KB (the plan is sent only when its version changed)",
+        out_bytes as f64 / turns as f64 / 1024.0,
+        body_bytes as f64 / turns as f64 / 1024.0,
     );
     println!(
         "prefix: {reuse}/{turns} turns kept the previous render but its last two messages byte for byte; reported unchanged-prefix tokens equal the byte comparison on {matches}/{turns}"

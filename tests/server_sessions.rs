@@ -195,6 +195,92 @@ async fn an_append_session_renders_exactly_what_the_whole_thread_renders() {
 }
 
 #[tokio::test]
+async fn a_caller_holding_the_plan_is_not_sent_it_again() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let token = token("acme", TOKEN_PERMS);
+    let first = start(
+        &mut client,
+        &token,
+        pb::Thread {
+            id: "sess-known".into(),
+            messages: turn(1),
+        },
+    )
+    .await;
+    let compaction = first.compaction.expect("compact_first reports it");
+    let mut held = compaction.plan.expect("a first call is sent the plan");
+    assert!(!compaction.plan_omitted);
+    let mut version = first.session.expect("state").version;
+    let (mut omitted, mut sent) = (0, 0);
+    for n in 2..=30 {
+        let mut req = render_req(6_000);
+        req.known_plan_version = Some(held.version);
+        req.append = Some(pb::ThreadAppend {
+            thread_id: "sess-known".into(),
+            base_version: version,
+            messages: turn(n),
+        });
+        let out = within(client.render(authed(req, &token)))
+            .await
+            .unwrap_or_else(|s| panic!("turn {n}: {s:?}"))
+            .into_inner();
+        version = out.session.expect("state").version;
+        let c = out.compaction.expect("compaction");
+        assert_eq!(c.version, out.plan_version, "turn {n}");
+        if c.version == held.version {
+            assert!(c.plan_omitted && c.plan.is_none(), "turn {n}: {c:?}");
+            assert!(c.tokens_after > 0, "turn {n}: the counts are still sent");
+            omitted += 1;
+        } else {
+            assert!(!c.plan_omitted, "turn {n}");
+            held = c.plan.expect("a new version is sent");
+            assert_eq!(held.version, c.version);
+            sent += 1;
+        }
+    }
+    assert!(omitted > 0 && sent > 0, "omitted {omitted}, sent {sent}");
+    // A version the caller does not hold (or none) gets the plan.
+    let mut req = render_req(6_000);
+    req.known_plan_version = Some(held.version + 100);
+    req.append = Some(pb::ThreadAppend {
+        thread_id: "sess-known".into(),
+        base_version: version,
+        messages: Vec::new(),
+    });
+    let out = within(client.render(authed(req, &token)))
+        .await
+        .expect("render")
+        .into_inner();
+    let c = out.compaction.expect("compaction");
+    assert!(!c.plan_omitted);
+    assert_eq!(c.plan.expect("sent").version, held.version);
+    // Compact answers the same way (its plan is counted without a format,
+    // so the first Compact makes a version of its own).
+    let mut version = out.session.expect("state").version;
+    let mut known = None;
+    for call in 0..2 {
+        let mut req = compact_req(pb::Thread::default(), 6_000);
+        req.thread = None;
+        req.known_plan_version = known;
+        req.append = Some(pb::ThreadAppend {
+            thread_id: "sess-known".into(),
+            base_version: version,
+            messages: Vec::new(),
+        });
+        let c = within(client.compact(authed(req, &token)))
+            .await
+            .expect("compact")
+            .into_inner();
+        assert_eq!(c.plan_omitted, call == 1, "call {call}");
+        assert_eq!(c.plan.is_none(), call == 1, "call {call}");
+        version = c.session.expect("state").version;
+        known = Some(c.version);
+    }
+    server.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
 async fn a_stale_or_unknown_base_is_refused_with_the_current_version() {
     let server = TestServer::start().await;
     let mut client = server.client().await;

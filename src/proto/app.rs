@@ -257,52 +257,72 @@ pub fn rehydrate_command(r: pb::RehydrateRequest) -> RehydrateCommand {
 
 impl From<&CompactOutcome> for pb::CompactResponse {
     fn from(out: &CompactOutcome) -> Self {
-        let report = out.report.as_ref();
-        pb::CompactResponse {
-            plan: Some((&out.plan).into()),
-            version: out.plan.version,
-            tokens_before: out.tokens_before(),
-            tokens_after: out.tokens_after(),
-            per_reducer: report
-                .map_or_else(Vec::new, |r| r.per_reducer.iter().map(Into::into).collect()),
-            budget: report.map(|r| (&r.budget).into()),
-            warnings: out.all_warnings(),
-            reused: out.reused,
-            triggered: report.is_some_and(|r| r.triggered),
-            new_artifact_ids: out
-                .artifacts
-                .iter()
-                .map(|a| a.artifact_id.clone())
-                .collect(),
-            target_use: report.map_or(0.0, Report::target_use),
-            session: out.session.clone().map(Into::into),
-        }
+        compact_response(out, None)
+    }
+}
+
+/// The response to a Compact (or a Render's compaction); the plan is left
+/// out when it is the version the caller says it holds.
+pub fn compact_response(
+    out: &CompactOutcome,
+    known_plan_version: Option<u64>,
+) -> pb::CompactResponse {
+    let report = out.report.as_ref();
+    let omitted = known_plan_version == Some(out.plan.version);
+    pb::CompactResponse {
+        plan: (!omitted).then(|| (&out.plan).into()),
+        plan_omitted: omitted,
+        version: out.plan.version,
+        tokens_before: out.tokens_before(),
+        tokens_after: out.tokens_after(),
+        per_reducer: report
+            .map_or_else(Vec::new, |r| r.per_reducer.iter().map(Into::into).collect()),
+        budget: report.map(|r| (&r.budget).into()),
+        warnings: out.all_warnings(),
+        reused: out.reused,
+        triggered: report.is_some_and(|r| r.triggered),
+        new_artifact_ids: out
+            .artifacts
+            .iter()
+            .map(|a| a.artifact_id.clone())
+            .collect(),
+        target_use: report.map_or(0.0, Report::target_use),
+        session: out.session.clone().map(Into::into),
     }
 }
 
 /// Consumes the outcome: the rendered text moves into the response.
 impl From<RenderOutcome> for pb::RenderResponse {
     fn from(out: RenderOutcome) -> Self {
-        let (messages, system_prompt, provider_payload_json) = match out.output {
-            RenderedOutput::Neutral(req) => (
-                req.messages.iter().map(Into::into).collect(),
-                req.system,
-                String::new(),
-            ),
-            RenderedOutput::Payload(json) => (Vec::new(), None, json),
-        };
-        pb::RenderResponse {
-            messages,
-            system_prompt,
-            provider_payload_json,
-            tokens: Some((&out.tokens).into()),
-            plan_version: out.plan.version,
-            audit: Some((&out.audit).into()),
-            compaction: out.compaction.as_ref().map(Into::into),
-            rehydrated: out.rehydrated.iter().map(Into::into).collect(),
-            session: out.session.map(Into::into),
-            unchanged_prefix_tokens: out.unchanged_prefix_tokens,
-        }
+        render_response(out, None)
+    }
+}
+
+/// The response to a Render, consuming the outcome; the compaction's plan
+/// is left out as in [`compact_response`].
+pub fn render_response(out: RenderOutcome, known_plan_version: Option<u64>) -> pb::RenderResponse {
+    let (messages, system_prompt, provider_payload_json) = match out.output {
+        RenderedOutput::Neutral(req) => (
+            req.messages.iter().map(Into::into).collect(),
+            req.system,
+            String::new(),
+        ),
+        RenderedOutput::Payload(json) => (Vec::new(), None, json),
+    };
+    pb::RenderResponse {
+        messages,
+        system_prompt,
+        provider_payload_json,
+        tokens: Some((&out.tokens).into()),
+        plan_version: out.plan.version,
+        audit: Some((&out.audit).into()),
+        compaction: out
+            .compaction
+            .as_ref()
+            .map(|c| compact_response(c, known_plan_version)),
+        rehydrated: out.rehydrated.iter().map(Into::into).collect(),
+        session: out.session.map(Into::into),
+        unchanged_prefix_tokens: out.unchanged_prefix_tokens,
     }
 }
 

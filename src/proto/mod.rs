@@ -23,7 +23,8 @@ mod tests;
 use thiserror::Error;
 
 pub use app::{
-    compact_command, explain_command, rehydrate_command, render_command, search_command,
+    compact_command, compact_response, explain_command, rehydrate_command, render_command,
+    render_response, search_command,
 };
 pub use render::output_format;
 pub use thread::{observations_from_pb, observations_to_pb, policy_from_overrides, sensitivity};

@@ -10,8 +10,8 @@ use tonic::{Request, Response, Status};
 
 use crate::app::{App, AppError, UseCase};
 use crate::proto::{
-    compact_command, explain_command, pb, rehydrate_command, render_command, search_command,
-    ConvertError,
+    compact_command, compact_response, explain_command, pb, rehydrate_command, render_command,
+    render_response, search_command, ConvertError,
 };
 use crate::runtime::blocking;
 use crate::security::SecurityContext;
@@ -146,6 +146,7 @@ impl CompactionService for CompactionApi {
         let span = entry.span();
         let result = async {
             UseCase::Compact.authorize(&ctx, r.tenant_id.as_deref())?;
+            let known = r.known_plan_version;
             let cmd = self
                 .admit_and_convert(&ctx, r, |r, app| compact_command(r, &app.defaults().policy))
                 .await?;
@@ -155,7 +156,7 @@ impl CompactionService for CompactionApi {
                 Some(out.tokens_before()),
                 Some(out.tokens_after()),
             );
-            Ok(Response::new((&out).into()))
+            Ok(Response::new(compact_response(&out, known)))
         }
         .instrument(span)
         .await;
@@ -180,6 +181,7 @@ impl CompactionService for CompactionApi {
                 rehydrates: !r.rehydrate_artifact_ids.is_empty(),
             }
             .authorize(&ctx, r.tenant_id.as_deref())?;
+            let known = r.known_plan_version;
             let cmd = self
                 .admit_and_convert(&ctx, r, |r, app| render_command(r, &app.defaults().policy))
                 .await?;
@@ -189,7 +191,7 @@ impl CompactionService for CompactionApi {
                 .as_ref()
                 .map_or(out.plan.original_token_count, |c| c.tokens_before());
             entry.plan(out.plan.version, Some(before), Some(out.tokens.total));
-            Ok(Response::new(out.into()))
+            Ok(Response::new(render_response(out, known)))
         }
         .instrument(span)
         .await;
