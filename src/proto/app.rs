@@ -8,6 +8,7 @@ use crate::app::{
 };
 use crate::model::ActionKind;
 use crate::model::{Thread, ToolSchema};
+use crate::provider::thread_from_json;
 use crate::reduce::{Policy, Report};
 use crate::render::explain::Verdict;
 
@@ -21,15 +22,26 @@ use crate::app::{SessionInput, SessionState};
 /// overrides applied to `base`. Expands to an expression that uses `?`.
 macro_rules! shared_command {
     ($r:ident, $base:expr) => {{
-        let (thread, session) = thread_input($r.thread, $r.append, $r.start_session)?;
+        let (thread, session, imported) =
+            provider_input($r.thread, $r.append, $r.input, $r.start_session)?;
+        let mut tools = each::<_, ToolSchema>($r.tools, "tools")?;
+        let mut system = $r.system_prompt;
+        // A provider body's own system prompt and tools, unless the
+        // request sets its own.
+        if let Some(imported) = imported {
+            system = system.or(imported.system);
+            if tools.is_empty() {
+                tools = imported.tools;
+            }
+        }
         CompactCommand {
             session,
             thread: Arc::new(thread),
             policy: Arc::new(policy_from_overrides($base, $r.policy)?),
             model: unset_if_empty($r.model),
             max_input_tokens: unset_if_zero($r.max_input_tokens),
-            system: $r.system_prompt,
-            tools: Arc::new(each::<_, ToolSchema>($r.tools, "tools")?),
+            system,
+            tools: Arc::new(tools),
             expected_version: $r.expected_version,
             observations: observations_from_pb($r.observations),
             rehydrated_this_turn: false,
@@ -37,6 +49,58 @@ macro_rules! shared_command {
             extends: None,
         }
     }};
+}
+
+/// What a provider body carries besides its messages.
+struct Imported {
+    system: Option<String>,
+    tools: Vec<ToolSchema>,
+}
+
+/// The thread a request gives as [`thread_input`] reads it, or from a
+/// provider body (`input`), read by the same importer as the CLI's files.
+fn provider_input(
+    thread: Option<pb::Thread>,
+    append: Option<pb::ThreadAppend>,
+    input: Option<pb::ProviderInput>,
+    start_session: bool,
+) -> Result<(Thread, SessionInput, Option<Imported>)> {
+    let Some(input) = input else {
+        let (thread, session) = thread_input(thread, append, start_session)?;
+        return Ok((thread, session, None));
+    };
+    if thread.is_some() || append.is_some() {
+        return Err(ConvertError::new(
+            "input",
+            "set one of thread, append and input, not several",
+        ));
+    }
+    if input.thread_id.trim().is_empty() {
+        return Err(ConvertError::new("input.thread_id", "is required"));
+    }
+    let value: serde_json::Value = serde_json::from_str(&input.json)
+        .map_err(|e| ConvertError::new("input.json", format!("is not JSON: {e}")))?;
+    let read = thread_from_json(&value, &input.thread_id).map_err(|e| {
+        let path = if e.path == "$" || e.path.is_empty() {
+            "input.json".to_string()
+        } else {
+            format!("input.json.{}", e.path)
+        };
+        ConvertError::new(path, e.reason)
+    })?;
+    let mut thread = read.thread;
+    // The request names the thread, whatever a canonical body says.
+    thread.id = input.thread_id;
+    let session = if start_session {
+        SessionInput::Start
+    } else {
+        SessionInput::Off
+    };
+    let imported = Imported {
+        system: read.system,
+        tools: read.tools,
+    };
+    Ok((thread, session, Some(imported)))
 }
 
 /// The thread a request gives: in full (`thread`), or what was appended to

@@ -82,12 +82,14 @@ trait Messages {
 impl Messages for pb::CompactRequest {
     fn messages(&self) -> usize {
         carried(self.thread.as_ref(), self.append.as_ref())
+            + self.input.as_ref().map_or(0, input_messages)
     }
 }
 
 impl Messages for pb::RenderRequest {
     fn messages(&self) -> usize {
         carried(self.thread.as_ref(), self.append.as_ref())
+            + self.input.as_ref().map_or(0, input_messages)
     }
 }
 
@@ -125,6 +127,41 @@ fn thread_id<'a>(thread: Option<&'a pb::Thread>, append: Option<&'a pb::ThreadAp
         .unwrap_or("")
 }
 
+/// Items of a provider body (`messages`, or Responses `input`), counted
+/// by a scan that builds nothing; 0 when it is not JSON (the conversion
+/// then says why).
+fn input_messages(input: &pb::ProviderInput) -> usize {
+    use serde::de::IgnoredAny;
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Body {
+        Items(Vec<IgnoredAny>),
+        Object {
+            messages: Option<Vec<IgnoredAny>>,
+            input: Option<Vec<IgnoredAny>>,
+        },
+    }
+    match serde_json::from_str::<Body>(&input.json) {
+        Ok(Body::Items(items)) => items.len(),
+        Ok(Body::Object { messages, input }) => {
+            messages.map_or(0, |m| m.len()) + input.map_or(0, |i| i.len())
+        }
+        Err(_) => 0,
+    }
+}
+
+/// The thread a request names: in `thread`, `append` or `input`.
+fn named<'a>(
+    thread: Option<&'a pb::Thread>,
+    append: Option<&'a pb::ThreadAppend>,
+    input: Option<&'a pb::ProviderInput>,
+) -> &'a str {
+    match input {
+        Some(i) => i.thread_id.as_str(),
+        None => thread_id(thread, append),
+    }
+}
+
 /// Messages a request carries in `thread` and `append`.
 fn carried(thread: Option<&pb::Thread>, append: Option<&pb::ThreadAppend>) -> usize {
     thread.map_or(0, |t| t.messages.len()) + append.map_or(0, |a| a.messages.len())
@@ -141,7 +178,7 @@ impl CompactionService for CompactionApi {
         let mut entry = self.access.entry(
             "Compact",
             &ctx,
-            thread_id(r.thread.as_ref(), r.append.as_ref()),
+            named(r.thread.as_ref(), r.append.as_ref(), r.input.as_ref()),
         );
         let span = entry.span();
         let result = async {
@@ -172,7 +209,7 @@ impl CompactionService for CompactionApi {
         let mut entry = self.access.entry(
             "Render",
             &ctx,
-            thread_id(r.thread.as_ref(), r.append.as_ref()),
+            named(r.thread.as_ref(), r.append.as_ref(), r.input.as_ref()),
         );
         let span = entry.span();
         let result = async {
