@@ -24,7 +24,7 @@ baselines' trimming, and the measurement of every result):
   decompressed into a private TIKTOKEN_CACHE_DIR under the name tiktoken looks
   for, and tiktoken itself checks it against OpenAI's published SHA-256
   (446a9538...1a2d) before use.  No network access is needed.
-  Chat framing (OpenAI's published rule, as in compactd's README): 3 tokens of
+  Chat framing (OpenAI's published rule, as in compactd's docs/providers.md): 3 tokens of
   reply priming per request; per message 4 + content tokens (+1 + name tokens
   when `name` is set); per tool call 10 + tokens of its id, name and
   arguments; a tool message also pays for its tool_call_id.

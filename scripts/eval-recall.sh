@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the recall evaluation in README (eval/results/recall/): builds
+# Regenerates the recall evaluation in docs/evaluation.md (eval/results/recall/): builds
 # the release binary, creates the test venv on first use, and runs
 # eval/recall.py over 14 threads of both generators at 10:1 and 30:1 for
 # compactd (with and without its recall block), keep-the-newest truncation,

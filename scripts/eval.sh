@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the fact-retention evaluation in README (eval/results/): builds
+# Regenerates the fact-retention evaluation in docs/evaluation.md (eval/results/): builds
 # the release binary, creates the test venv on first use, and runs
 # eval/run.py over the default 12 seeded threads (3 domains x {480, 2000}
 # messages x 2 seeds) and over the held-out generator's 16 threads, at 4:1,

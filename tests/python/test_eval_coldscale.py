@@ -2,7 +2,7 @@
 binary under test on two small threads built from the real logs: each row
 has compactd's time and peak RSS and both LangChain timings, compactd's
 output was checked (within the budget, no orphaned tool message) and the
-growth exponent is reported. The README's table comes from the full run;
+growth exponent is reported. The table in docs/performance.md comes from the full run;
 this proves the harness, not the numbers.
 """
 

@@ -2,7 +2,7 @@
 binary under test on small seeded threads, and what it measures holds the
 lines that are not a matter of degree: compactd never orphans a tool pair,
 never exceeds the budget, never fails, and keeps far more planted facts than
-both baselines on the same threads. The full table in README comes from
+both baselines on the same threads. The full table in docs/evaluation.md comes from
 `scripts/eval.sh`; this only proves the runner and those invariants.
 """
 

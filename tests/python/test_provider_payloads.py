@@ -704,7 +704,7 @@ def validate_responses(payload):
 
 # ───────────────────────────── thread model ─────────────────────────────
 
-# Threads are built as plain dicts in the README's canonical thread format
+# Threads are built as plain dicts in the canonical thread format of docs/api.md
 # (the same shape as examples/threads/incident.json) and converted to proto.
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -777,7 +777,7 @@ def to_proto_part(pb2, p):
 
 
 def from_openai_messages(msgs):
-    """A plain OpenAI `messages` array in the canonical form (README: ids m0,
+    """A plain OpenAI `messages` array in the canonical form (docs/api.md: ids m0,
     m1..., each user message opens a turn, results named by their call)."""
     names, out, turn = {}, [], 0
     for i, m in enumerate(msgs):
