@@ -1,0 +1,1 @@
+"""Generated from proto/compactd/v1/compactd.proto."""

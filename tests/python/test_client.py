@@ -1,0 +1,221 @@
+"""The Python package (`pip install ./clients/python`, installed into the test
+venv by scripts/venv.sh) against the real `compactd serve --dev`: renders of
+real logs in every provider shape, handed to the official SDKs (their HTTP
+layer answered by a fake model, so the SDK builds and sends the real
+request), the search_context loop, errors as exceptions, the async client.
+"""
+
+import asyncio
+import json
+from pathlib import Path
+
+import anthropic
+import grpc
+import httpx
+import httpx2  # what the anthropic SDK is built on
+import openai
+import pytest
+
+import compactd
+from compactd import AsyncClient, Client, CompactdError
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+BUDGET = 4_000
+
+
+def load(name):
+    return json.loads((DATA / name).read_text())
+
+
+@pytest.fixture(scope="module")
+def client(server_addr):
+    with Client(server_addr) as c:
+        yield c
+
+
+class FakeModel:
+    """An HTTP transport for the SDKs: records each request body and answers
+    the way the provider would, with a fixed reply."""
+
+    def __init__(self):
+        self.bodies = []
+
+    def transport(self, http=httpx):
+        return http.MockTransport(lambda request: self.handle(request, http))
+
+    def handle(self, request, http):
+        body = json.loads(request.content)
+        self.bodies.append((request.url.path, body))
+        path = request.url.path
+        if path.endswith("/chat/completions"):
+            reply = {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "done"}}
+                ],
+            }
+        elif path.endswith("/responses"):
+            reply = {
+                "id": "resp_1",
+                "object": "response",
+                "created_at": 0,
+                "model": body["model"],
+                "status": "completed",
+                "output": [
+                    {
+                        "type": "message",
+                        "id": "msg_1",
+                        "role": "assistant",
+                        "status": "completed",
+                        "content": [{"type": "output_text", "text": "done", "annotations": []}],
+                    }
+                ],
+                "parallel_tool_calls": True,
+                "tool_choice": "auto",
+                "tools": [],
+            }
+        elif path.endswith("/messages"):
+            reply = {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": body["model"],
+                "content": [{"type": "text", "text": "done"}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            }
+        else:
+            return http.Response(404, json={"error": path})
+        return http.Response(200, json=reply)
+
+
+def assert_chat_pairing(messages):
+    open_calls = set()
+    for m in messages:
+        for c in m.get("tool_calls") or []:
+            open_calls.add(c["id"])
+        if m["role"] == "tool":
+            assert m["tool_call_id"] in open_calls, m["tool_call_id"]
+            open_calls.discard(m["tool_call_id"])
+
+
+def test_openai_chat_log_renders_for_the_openai_sdk(client):
+    messages = load("swe_agent_marshmallow.json")
+    r = client.render(messages, thread_id="py-swe", model="gpt-4o", budget=BUDGET)
+    assert r.format == "openai"
+    assert r.tokens <= BUDGET < r.tokens_before, (r.tokens, r.tokens_before)
+    assert r.compacted and r.plan is not None
+    assert_chat_pairing(r.body["messages"])
+    fake = FakeModel()
+    sdk = openai.OpenAI(api_key="test", http_client=httpx.Client(transport=fake.transport()))
+    done = sdk.chat.completions.create(**r.body)
+    assert done.choices[0].message.content == "done"
+    path, sent = fake.bodies[-1]
+    assert sent["messages"] == r.body["messages"], "the SDK sent the rendered body as it is"
+
+
+def test_the_same_log_as_responses_items_for_the_responses_api(client):
+    messages = load("tau_bench_airline.json")
+    r = client.render(messages, thread_id="py-tau-responses", model="gpt-4o", budget=BUDGET, format="responses")
+    assert r.tokens <= BUDGET
+    assert "input" in r.body
+    fake = FakeModel()
+    sdk = openai.OpenAI(api_key="test", http_client=httpx.Client(transport=fake.transport()))
+    sdk.responses.create(**r.body)
+    assert fake.bodies[-1][1]["input"] == r.body["input"]
+    # Responses items render back into the same thread.
+    again = client.render(r.body["input"], thread_id="py-tau-responses-2", model="gpt-4o", budget=BUDGET)
+    assert again.format == "responses"
+
+
+def test_anthropic_body_with_thinking_renders_for_the_anthropic_sdk(client):
+    body = load("claude_code_rust_port.anthropic.json")
+    r = client.render(body, thread_id="py-claude", model=body["model"], budget=BUDGET, max_output_tokens=1024)
+    assert r.format == "anthropic"
+    assert r.tokens <= BUDGET < r.tokens_before
+    assert r.body["max_tokens"] == 1024
+    fake = FakeModel()
+    sdk = anthropic.Anthropic(api_key="test", http_client=httpx2.Client(transport=fake.transport(httpx2)))
+    done = sdk.messages.create(**r.body)
+    assert done.content[0].text == "done"
+    sent = fake.bodies[-1][1]
+    assert sent["messages"] == r.body["messages"]
+    # Every tool_result answers a tool_use of the message just before it.
+    for i, m in enumerate(sent["messages"]):
+        if m["role"] != "user" or not isinstance(m["content"], list):
+            continue
+        results = [b["tool_use_id"] for b in m["content"] if b.get("type") == "tool_result"]
+        if results:
+            prev = sent["messages"][i - 1]
+            uses = {b["id"] for b in prev["content"] if b.get("type") == "tool_use"}
+            assert set(results) <= uses, (i, results, uses)
+
+
+def test_sdk_objects_are_taken_as_they_are(client):
+    """An assistant reply appended as the SDK returned it (a pydantic model)."""
+    fake = FakeModel()
+    sdk = openai.OpenAI(api_key="test", http_client=httpx.Client(transport=fake.transport()))
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Plan the port."}]
+    r = client.render(messages, thread_id="py-objects", model="gpt-4o", budget=BUDGET)
+    reply = sdk.chat.completions.create(**r.body).choices[0].message
+    messages += [reply, {"role": "user", "content": "Go on."}]
+    r = client.render(messages, thread_id="py-objects", model="gpt-4o", budget=BUDGET)
+    assert [m["role"] for m in r.body["messages"]] == ["system", "user", "assistant", "user"]
+    assert r.body["messages"][2]["content"] == "done"
+
+
+def test_a_held_plan_is_not_sent_again(client):
+    messages = load("claude_code_rust_port.json")
+    first = client.render(messages[:60], thread_id="py-held", model="gpt-4o", budget=BUDGET)
+    assert first.plan is not None and not first.response.compaction.plan_omitted
+    again = client.render(messages[:60], thread_id="py-held", model="gpt-4o", budget=BUDGET)
+    assert again.plan_version == first.plan_version
+    assert again.response.compaction.plan_omitted
+    assert not again.response.compaction.HasField("plan")
+    assert again.plan is first.plan, "the client fills in the plan it holds"
+    assert again.body == first.body
+    grown = client.render(messages[:62], thread_id="py-held", model="gpt-4o", budget=BUDGET)
+    assert grown.plan.version == grown.plan_version
+
+
+def test_search_context_calls_are_answered_for_the_caller(client):
+    messages = load("swe_agent_marshmallow.json")
+    r = client.render(messages, thread_id="py-search", model="gpt-4o", budget=BUDGET, search_context_tool=True)
+    names = [t["function"]["name"] for t in r.body.get("tools", [])]
+    assert "search_context" in names
+    text = client.answer_tool_call("py-search", "search_context", json.dumps({"query": "marshmallow TimeDelta"}))
+    assert text and "line" in text
+    assert client.answer_tool_call("py-search", "some_other_tool", "{}") is None
+
+
+def test_errors_carry_the_code_and_the_field(client):
+    orphan = [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "c9", "content": "x"}]
+    with pytest.raises(CompactdError) as info:
+        client.render(orphan, thread_id="py-bad", model="gpt-4o", budget=BUDGET)
+    e = info.value
+    assert e.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.field == "input.json.messages[1].tool_call_id", e.field
+    assert e.reason
+    with pytest.raises(ValueError):
+        client.render([], thread_id="", model="gpt-4o")
+
+
+def test_the_async_client_renders_the_same(server_addr, client):
+    messages = load("tau_bench_airline.json")
+    sync = client.render(messages, thread_id="py-async", model="gpt-4o", budget=BUDGET)
+
+    async def run():
+        async with AsyncClient(server_addr) as c:
+            return await c.render(messages, thread_id="py-async", model="gpt-4o", budget=BUDGET)
+
+    r = asyncio.run(run())
+    assert r.body == sync.body
+    assert not r.compacted, "the same thread and settings reuse the committed plan"
+
+
+def test_the_package_is_the_installed_one():
+    assert compactd.__version__
+    assert Path(compactd.__file__).parent.joinpath("v1", "compactd_pb2.py").is_file(), "stubs generated at build"
