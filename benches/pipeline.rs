@@ -16,7 +16,7 @@ use compactd::summarize::ExtractiveSummarizer;
 use compactd::tokens::{o200k, TokenCounter, TokenLedger};
 use compactd_testkit::synth::{thread, SynthParams};
 
-/// About 1,000 messages and 128k tokens (printed once so the README numbers
+/// About 1,000 messages and 128k tokens (printed once so the docs/performance.md numbers
 /// can be checked).
 fn bench_thread(counter: &dyn TokenCounter) -> Thread {
     let t = thread(&SynthParams {

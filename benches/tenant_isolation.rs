@@ -22,7 +22,7 @@
 //!
 //! Printed: the quiet tenant's p50/p90 per phase and the ratio to "alone",
 //! and the noisy tenant's completed and refused calls. No assertion: the
-//! numbers go into README and the closing note. Without `--bench` (under
+//! numbers go into docs/performance.md and the closing note. Without `--bench` (under
 //! `cargo test --all-targets`) it runs a few calls per phase as a smoke test.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -25,7 +25,7 @@ pub enum ServeError {
     /// No credential method is configured and dev mode was not asked for.
     #[error(
         "refusing to serve on {0} without authentication: configure auth.jwt, auth.api_keys or auth.mtls \
-         (see README, \"Security model\"), or pass --dev (or set auth.dev: true) for a development \
+         (see docs/security.md), or pass --dev (or set auth.dev: true) for a development \
          server on a loopback address that accepts every caller as tenant `dev`"
     )]
     NoAuthentication(SocketAddr),

@@ -315,6 +315,7 @@ fn build(args: &CallArgs) -> Result<Built, Failure> {
                 max_results: args.max_results,
                 tenant_id: None,
                 append: None,
+                input: None,
             })
         }
     })

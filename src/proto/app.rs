@@ -278,7 +278,7 @@ impl From<ExplainOutcome> for pb::ExplainResponse {
 
 /// A SearchContext request as a command (the use case checks the query).
 pub fn search_command(r: pb::SearchContextRequest) -> Result<SearchCommand> {
-    let (thread, session) = thread_input(r.thread, r.append, false)?;
+    let (thread, session, _) = provider_input(r.thread, r.append, r.input, false)?;
     Ok(SearchCommand {
         session,
         thread: Arc::new(thread),

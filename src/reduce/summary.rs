@@ -251,7 +251,7 @@ fn apply(
 /// more messages is no smaller, so a roll-up of the same start and at least
 /// that length would fail again: it is not retried. Retrying re-read the
 /// whole, growing stretch once per chunk, which made compaction quadratic
-/// in thread length (116 s at 100k messages; see README "Growth").
+/// in thread length (116 s at 100k messages; see docs/performance.md, "Growth with thread length").
 #[derive(Debug, Default)]
 struct FailedRollUp(Option<(usize, usize)>);
 

@@ -108,6 +108,7 @@ impl Messages for pb::ExplainRequest {
 impl Messages for pb::SearchContextRequest {
     fn messages(&self) -> usize {
         carried(self.thread.as_ref(), self.append.as_ref())
+            + self.input.as_ref().map_or(0, input_messages)
     }
 }
 
@@ -290,7 +291,7 @@ impl CompactionService for CompactionApi {
         let mut entry = self.access.entry(
             "SearchContext",
             &ctx,
-            thread_id(r.thread.as_ref(), r.append.as_ref()),
+            named(r.thread.as_ref(), r.append.as_ref(), r.input.as_ref()),
         );
         let span = entry.span();
         let result = async {
