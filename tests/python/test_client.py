@@ -219,3 +219,92 @@ def test_the_async_client_renders_the_same(server_addr, client):
 def test_the_package_is_the_installed_one():
     assert compactd.__version__
     assert Path(compactd.__file__).parent.joinpath("v1", "compactd_pb2.py").is_file(), "stubs generated at build"
+
+
+API_KEY = "ck_test_0123456789abcdef"
+HS256_SECRET = "a-test-secret-of-at-least-thirty-two-bytes!!"
+
+
+@pytest.fixture(scope="module")
+def authed_server(tmp_path_factory):
+    """A second `compactd serve` with authentication configured (no --dev):
+    an API key and HS256 JWTs."""
+    import hashlib
+    import os
+    import subprocess
+
+    from conftest import _binary
+
+    d = tmp_path_factory.mktemp("authed")
+    secret = d / "hs256"
+    secret.write_text(HS256_SECRET)
+    config = d / "config.yaml"
+    perms = "[compact, render, rehydrate, delete, 'artifact:read:public', 'artifact:read:internal']"
+    config.write_text(
+        "listen: 127.0.0.1:0\n"
+        f"data_dir: {d / 'data'}\n"
+        "auth:\n"
+        "  api_keys:\n"
+        f"    - sha256: {hashlib.sha256(API_KEY.encode()).hexdigest()}\n"
+        "      tenant: acme\n"
+        "      requester: python-client-test\n"
+        f"      permissions: {perms}\n"
+        "  jwt:\n"
+        "    issuer: https://issuer.test\n"
+        "    audience: compactd\n"
+        f"    hs256_secret_file: {secret}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("COMPACTD__") or k == "COMPACTD_CONFIG")}
+    proc = subprocess.Popen(
+        [str(_binary()), "serve", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        first = proc.stdout.readline().decode().strip()
+        prefix = "compactd listening on "
+        assert first.startswith(prefix), f"no address: {first!r} {proc.stderr.read1().decode(errors='replace')}"
+        yield first[len(prefix) :]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def test_api_keys_and_jwts_authenticate(authed_server):
+    import time
+
+    import jwt
+
+    messages = load("tau_bench_airline.json")
+    with Client(authed_server) as anonymous:
+        with pytest.raises(CompactdError) as info:
+            anonymous.render(messages, thread_id="auth-1", model="gpt-4o", budget=BUDGET)
+        assert info.value.code == grpc.StatusCode.UNAUTHENTICATED
+    with Client(authed_server, api_key="not-the-key") as wrong:
+        with pytest.raises(CompactdError) as info:
+            wrong.render(messages, thread_id="auth-1", model="gpt-4o", budget=BUDGET)
+        assert info.value.code == grpc.StatusCode.UNAUTHENTICATED
+    with Client(authed_server, api_key=API_KEY) as keyed:
+        by_key = keyed.render(messages, thread_id="auth-1", model="gpt-4o", budget=BUDGET)
+    now = int(time.time())
+    claims = {
+        "iss": "https://issuer.test",
+        "aud": "compactd",
+        "sub": "python-client-test",
+        "tenant": "acme",
+        "permissions": ["compact", "render"],
+        "iat": now,
+        "exp": now + 300,
+    }
+    token = jwt.encode(claims, HS256_SECRET, algorithm="HS256")
+
+    async def run():
+        async with AsyncClient(authed_server, token=token) as c:
+            return await c.render(messages, thread_id="auth-1", model="gpt-4o", budget=BUDGET)
+
+    by_token = asyncio.run(run())
+    # The same tenant (acme) either way: the committed plan is reused.
+    assert not by_token.compacted and by_token.body == by_key.body
+    with pytest.raises(ValueError):
+        Client(authed_server, api_key=API_KEY, token=token)

@@ -1,0 +1,38 @@
+"""LangChain messages to and from the OpenAI Chat shape compactd renders."""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+from langchain_core.messages import BaseMessage, SystemMessage, convert_to_messages, convert_to_openai_messages
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+
+def to_openai(messages: Sequence[BaseMessage]) -> List[dict]:
+    return list(convert_to_openai_messages(list(messages)))
+
+
+def tool_dicts(tools: Sequence[Any]) -> List[dict]:
+    out = []
+    for t in tools:
+        try:
+            out.append(convert_to_openai_tool(t))
+        except (TypeError, ValueError):
+            # A provider's built-in tool: counted by the provider, not here.
+            continue
+    return out
+
+
+def split_system(rendered: Sequence[dict], system: Optional[str]) -> Tuple[Optional[str], List[BaseMessage]]:
+    """The rendered messages as LangChain ones, the system prompt the
+    request already carries taken off the front."""
+    messages = list(rendered)
+    if system is not None and messages and messages[0].get("role") == "system" and messages[0].get("content") == system:
+        messages = messages[1:]
+    return system, list(convert_to_messages(messages))
+
+
+def system_text(message: Optional[SystemMessage]) -> Optional[str]:
+    if message is None:
+        return None
+    return message.text if hasattr(message, "text") else str(message.content)

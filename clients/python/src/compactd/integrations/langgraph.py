@@ -1,0 +1,54 @@
+"""A LangGraph pre-model hook: the model sees the conversation as compactd
+renders it within the budget (`llm_input_messages`); the graph's state keeps
+every message.
+
+    from langgraph.prebuilt import create_react_agent
+    from compactd import Client
+    from compactd.integrations.langgraph import pre_model_hook
+
+    hook = pre_model_hook(Client("127.0.0.1:50051"), budget=32_000, model="gpt-4o")
+    agent = create_react_agent(model, tools, pre_model_hook=hook)
+    agent.invoke({"messages": [...]}, {"configurable": {"thread_id": "t1"}})
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
+
+from langchain_core.runnables import RunnableConfig
+
+from compactd._client import Client
+from compactd.integrations._lc import to_openai
+
+
+def pre_model_hook(
+    client: Client,
+    *,
+    budget: int,
+    model: str = "gpt-4o",
+    thread_id: Optional[str] = None,
+    **render_options: Any,
+) -> Callable[[Dict[str, Any], RunnableConfig], Dict[str, Any]]:
+    """A hook for `create_react_agent(pre_model_hook=...)`; the thread id is
+    `thread_id`, else the run's `configurable.thread_id`."""
+    from langchain_core.messages import convert_to_messages
+
+    def hook(state: Dict[str, Any], config: RunnableConfig) -> Dict[str, Any]:
+        tid = thread_id or (config.get("configurable") or {}).get("thread_id")
+        if not tid:
+            raise ValueError(
+                "compactd needs a thread id: pass thread_id= to pre_model_hook, "
+                'or run the graph with {"configurable": {"thread_id": ...}}'
+            )
+        messages = state["messages"]
+        if not messages:
+            return {"llm_input_messages": []}
+        rendered = client.render(
+            to_openai(messages), thread_id=str(tid), model=model, budget=budget, format="openai", **render_options
+        )
+        return {"llm_input_messages": list(convert_to_messages(rendered.body["messages"]))}
+
+    return hook
+
+
+__all__ = ["pre_model_hook"]

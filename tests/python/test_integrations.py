@@ -1,0 +1,140 @@
+"""The README's Python examples, run as written (only the server address and
+the budget changed to the test's) against the real `compactd serve --dev`,
+with the real SDKs and frameworks from PyPI and no LLM: the OpenAI,
+Anthropic and Agents SDKs talk to a fake provider over loopback HTTP, and
+LangChain/LangGraph run the fake chat model langchain-core ships."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+from pydantic import Field
+
+from compactd import Client
+from fake_model import FakeProvider
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "tests" / "data"
+BUDGET = 4_000
+
+
+def readme_examples():
+    text = (REPO / "README.md").read_text()
+    found = dict(re.findall(r"<!-- example: (\w+) -->\n```python\n(.*?)```", text, flags=re.S))
+    assert set(found) >= {"openai", "anthropic", "langchain", "langgraph", "agents"}, sorted(found)
+    return found
+
+
+def run_example(name, server_addr, **names):
+    code = readme_examples()[name]
+    assert len(code.strip().splitlines()) < 15, f"README example {name} is over 15 lines"
+    code = code.replace("127.0.0.1:50051", server_addr).replace("32_000", str(BUDGET))
+    scope = dict(names)
+    exec(compile(code, f"README.md example {name}", "exec"), scope)
+    return scope
+
+
+@pytest.fixture
+def provider(monkeypatch):
+    with FakeProvider() as p:
+        monkeypatch.setenv("OPENAI_BASE_URL", p.base_url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "test")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", p.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
+        monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+        yield p
+
+
+def swe_messages():
+    return json.loads((DATA / "swe_agent_marshmallow.json").read_text())
+
+
+class RecordingModel(GenericFakeChatModel):
+    """langchain-core's fake chat model, keeping what each call was given."""
+
+    seen: list = Field(default_factory=list)
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self.seen.append(list(messages))
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+
+def chars(messages):
+    return sum(len(json.dumps(getattr(m, "content", m), default=str)) for m in messages)
+
+
+def assert_paired(messages):
+    open_ids = set()
+    for m in messages:
+        if isinstance(m, AIMessage):
+            open_ids |= {c["id"] for c in m.tool_calls}
+        if isinstance(m, ToolMessage):
+            assert m.tool_call_id in open_ids, m.tool_call_id
+            open_ids.discard(m.tool_call_id)
+
+
+def test_readme_openai_example(server_addr, provider):
+    messages = swe_messages()
+    scope = run_example("openai", server_addr, messages=messages)
+    r = scope["r"]
+    assert r.tokens <= BUDGET < r.tokens_before
+    path, sent = provider.requests[-1]
+    assert path == "/v1/chat/completions"
+    assert sent["messages"] == r.body["messages"]
+    assert scope["reply"].choices[0].message.content == "done"
+
+
+def test_readme_anthropic_example(server_addr, provider):
+    body = json.loads((DATA / "claude_code_rust_port.anthropic.json").read_text())
+    scope = run_example("anthropic", server_addr, body=body)
+    r = scope["r"]
+    assert r.format == "anthropic" and r.tokens <= BUDGET < r.tokens_before
+    path, sent = provider.requests[-1]
+    assert path == "/v1/messages"
+    assert sent["messages"] == r.body["messages"] and sent["system"] == r.body["system"]
+    assert scope["reply"].content[0].text == "done"
+
+
+def test_readme_langchain_middleware_example(server_addr):
+    messages = swe_messages()
+    model = RecordingModel(messages=iter([AIMessage(content="done")]))
+    state = run_example("langchain", server_addr, model=model, messages=messages)["state"]
+    assert len(model.seen) == 1
+    seen = model.seen[0]
+    assert chars(seen) < chars(messages) / 2, "the model saw the compacted conversation"
+    assert_paired(seen)
+    # The agent's state keeps every message, and the reply.
+    assert len(state["messages"]) == len(messages) + 1
+    assert state["messages"][-1].content == "done"
+
+
+def test_readme_langgraph_hook_example(server_addr):
+    messages = swe_messages()
+    model = RecordingModel(messages=iter([AIMessage(content="done")]))
+    state = run_example("langgraph", server_addr, model=model, messages=messages)["state"]
+    seen = model.seen[0]
+    assert chars(seen) < chars(messages) / 2
+    assert_paired(seen)
+    assert len(state["messages"]) == len(messages) + 1
+
+
+def test_readme_agents_sdk_example(server_addr, provider):
+    # The log as Responses items, as the Agents SDK holds a run's input.
+    with Client(server_addr) as c:
+        items = c.render(swe_messages(), thread_id="items-src", model="gpt-4o", budget=200_000, format="responses").body["input"]
+    result = run_example("agents", server_addr, items=items)["result"]
+    assert result.final_output == "done"
+    calls = [body for path, body in provider.requests if path == "/v1/responses"]
+    assert len(calls) == 1
+    sent = calls[0]["input"]
+    assert len(json.dumps(sent)) < len(json.dumps(items)) / 2, "the model got the compacted items"
+    ids = {i.get("call_id") for i in sent if i.get("type") == "function_call"}
+    for i in sent:
+        if i.get("type") == "function_call_output":
+            assert i["call_id"] in ids
