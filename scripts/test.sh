@@ -12,6 +12,8 @@ source scripts/venv.sh
 export COMPACTD_MOTO_SERVER="$(cd "$venv" && pwd)/bin/moto_server"
 
 cargo fmt --all -- --check
+# The protocol: buf lint, and no wire-breaking change since the last release.
+./scripts/buf.sh
 cargo clippy --locked --workspace --all-targets -- -D warnings
 cargo test --locked --workspace
 # Every property again at 2,000 cases, optimized.
@@ -19,4 +21,5 @@ cargo test --locked --workspace
 # The fuzz harness for 60 seconds, optimized, and the crash corpus.
 ./scripts/fuzz.sh
 # The Python test drives the binary that `cargo test` just built.
+./scripts/chromium.sh
 COMPACTD_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/compactd" "$venv/bin/python" -m pytest -q tests/python

@@ -9,4 +9,5 @@ fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements.txt
 # The Python package under test (clients/python), rebuilt every time: its
 # gRPC modules are generated from proto/ when it is built.
+rm -rf clients/python/build  # setuptools reuses it: no stale module may ship
 "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps ./clients/python

@@ -14,7 +14,8 @@ use super::{each, pb, unknown_enum, unset_enum, ConvertError, Result};
 impl From<Format> for pb::OutputFormat {
     fn from(f: Format) -> Self {
         match f {
-            Format::Neutral => pb::OutputFormat::Neutral,
+            // Zero, which every server reads as neutral (4 is newer).
+            Format::Neutral => pb::OutputFormat::Unspecified,
             Format::OpenAiChat => pb::OutputFormat::OpenaiChat,
             Format::AnthropicMessages => pb::OutputFormat::AnthropicMessages,
             Format::OpenAiResponses => pb::OutputFormat::OpenaiResponses,
@@ -22,10 +23,10 @@ impl From<Format> for pb::OutputFormat {
     }
 }
 
-/// The requested output form (its zero value is neutral).
+/// The requested output form (unset, like an explicit neutral, is neutral).
 pub fn output_format(v: i32, field: &str) -> Result<Format> {
     match pb::OutputFormat::try_from(v) {
-        Ok(pb::OutputFormat::Neutral) => Ok(Format::Neutral),
+        Ok(pb::OutputFormat::Unspecified | pb::OutputFormat::Neutral) => Ok(Format::Neutral),
         Ok(pb::OutputFormat::OpenaiChat) => Ok(Format::OpenAiChat),
         Ok(pb::OutputFormat::AnthropicMessages) => Ok(Format::AnthropicMessages),
         Ok(pb::OutputFormat::OpenaiResponses) => Ok(Format::OpenAiResponses),

@@ -888,3 +888,17 @@ fn an_unspecified_outcome_is_read_from_the_output() {
         Outcome::Success
     );
 }
+
+#[test]
+fn the_output_format_zero_value_and_its_explicit_name_are_both_neutral() {
+    for v in [pb::OutputFormat::Unspecified, pb::OutputFormat::Neutral] {
+        assert_eq!(
+            super::output_format(v as i32, "format").expect("known"),
+            Format::Neutral
+        );
+    }
+    // Sent as zero, which servers from before the rename read as neutral.
+    assert_eq!(pb::OutputFormat::from(Format::Neutral) as i32, 0);
+    let err = super::output_format(99, "format").expect_err("unknown");
+    assert_eq!(err.field, "format");
+}

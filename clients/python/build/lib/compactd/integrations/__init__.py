@@ -1,1 +1,0 @@
-"""Framework integrations; each module imports its framework when imported."""

@@ -1,1 +1,0 @@
-"""Generated from proto/compactd/v1/compactd.proto."""
