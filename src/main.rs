@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cli::{auth, call, compact, config, keys, serve};
+use cli::{auth, call, compact, config, inspect, keys, serve};
 
 #[derive(Parser)]
 #[command(
@@ -26,6 +26,10 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Compacts a thread file offline and prints {"plan", "request", "report"} as JSON.
     Compact(compact::CompactArgs),
+    /// Shows a plan and its render for people: a table of spans in thread
+    /// order with their fate and tokens before and after, the budget and the
+    /// warnings (`--html` writes the same as one self-contained page).
+    Inspect(inspect::InspectArgs),
     /// Calls a running service (an operator client) and prints the response as JSON.
     Call(call::CallArgs),
     /// Configuration tools.
@@ -46,6 +50,7 @@ fn main() -> ExitCode {
         None => serve::run(&serve::ServeArgs::default()),
         Some(Command::Serve(args)) => serve::run(&args),
         Some(Command::Compact(args)) => compact::run(&args),
+        Some(Command::Inspect(args)) => inspect::run(&args),
         Some(Command::Call(args)) => call::run(&args),
         Some(Command::Config(cmd)) => config::run(&cmd),
         Some(Command::Auth(cmd)) => auth::run(&cmd),

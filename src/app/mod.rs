@@ -178,9 +178,16 @@ impl App {
     /// The offline application: in-memory plans and content-addressed
     /// in-memory artifacts, so the same input always gives the same output.
     pub fn offline(defaults: Defaults) -> Self {
+        App::offline_with_plans(defaults, Arc::new(MemoryPlanStore::default()))
+    }
+
+    /// [`App::offline`] over `plans`: a plan committed there beforehand is
+    /// what a Render without `compact_first` renders (`compactd inspect
+    /// --plan`).
+    pub fn offline_with_plans(defaults: Defaults, plans: Arc<dyn PlanStore>) -> Self {
         App::new(
             defaults,
-            Arc::new(MemoryPlanStore::default()),
+            plans,
             Arc::new(MemoryArtifactStore::content_addressed()),
             DEFAULT_MAX_ENTRIES,
             Lifecycle::default(),

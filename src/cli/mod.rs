@@ -5,6 +5,7 @@ pub mod auth;
 pub mod call;
 pub mod compact;
 pub mod config;
+pub mod inspect;
 pub mod keys;
 pub mod serve;
 
