@@ -635,6 +635,7 @@ async fn session_section(
             thread_id: thread.id.clone(),
             base_version: version,
             messages: session_turn(n, turn),
+            ..Default::default()
         });
         in_bytes += prost::Message::encoded_len(&req);
         // The transport floor for this turn: the request and a body the

@@ -55,6 +55,7 @@ async fn a_provider_body_renders_as_the_thread_it_imports_to() {
             by_input.input = Some(pb::ProviderInput {
                 thread_id: id.clone(),
                 json: json.clone(),
+                ..Default::default()
             });
             let a = within(client.render(authed(by_input, &token)))
                 .await
@@ -100,6 +101,7 @@ async fn the_request_s_own_system_prompt_and_tools_win_over_the_body_s() {
     req.input = Some(pb::ProviderInput {
         thread_id: "sys".into(),
         json: body.to_string(),
+        ..Default::default()
     });
     let out = within(client.render(authed(req.clone(), &token)))
         .await
@@ -125,6 +127,7 @@ async fn a_bad_provider_body_names_the_path_inside_it() {
         Some(pb::ProviderInput {
             thread_id: "bad".into(),
             json: json.into(),
+            ..Default::default()
         })
     };
     let orphan =
@@ -149,6 +152,7 @@ async fn a_bad_provider_body_names_the_path_inside_it() {
                 input: Some(pb::ProviderInput {
                     thread_id: " ".into(),
                     json: "[]".into(),
+                    ..Default::default()
                 }),
                 ..Default::default()
             },
@@ -183,5 +187,170 @@ async fn a_bad_provider_body_names_the_path_inside_it() {
     .await
     .expect_err("no plan");
     assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    server.stop().await.expect("clean stop");
+}
+
+/// Where each call's append starts: after every message (Chat, Anthropic),
+/// or where a model's response starts (Responses items, whose reasoning,
+/// text and calls of one response join one assistant message).
+fn cuts(items: &[serde_json::Value], responses: bool) -> Vec<usize> {
+    if !responses {
+        return (1..items.len()).collect();
+    }
+    (1..items.len())
+        .filter(|&i| {
+            let before = &items[i - 1];
+            before.get("type").and_then(|t| t.as_str()) == Some("function_call_output")
+                || before.get("role").and_then(|r| r.as_str()) == Some("user")
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_append_in_a_provider_s_shape_continues_the_thread_as_the_whole_reads() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let token = token("acme", PERMS);
+    // The Responses shape of a log, as compactd renders it.
+    let mut as_responses = render_req(pb::OutputFormat::OpenaiResponses);
+    as_responses.max_input_tokens = 1_000_000;
+    as_responses.input = Some(pb::ProviderInput {
+        thread_id: "responses-src".into(),
+        json: data("claude_code_rust_port.json"),
+        ..Default::default()
+    });
+    let body = within(client.render(authed(as_responses, &token)))
+        .await
+        .expect("render")
+        .into_inner()
+        .provider_payload_json;
+    let body: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let cases = [
+        (
+            "chat",
+            data("swe_agent_marshmallow.json"),
+            false,
+            pb::OutputFormat::OpenaiChat,
+        ),
+        (
+            "anthropic",
+            data("claude_code_rust_port.anthropic.json"),
+            false,
+            pb::OutputFormat::AnthropicMessages,
+        ),
+        (
+            "responses",
+            body["input"].to_string(),
+            true,
+            pb::OutputFormat::OpenaiResponses,
+        ),
+    ];
+    for (name, json, responses, shape) in cases {
+        let value: serde_json::Value = serde_json::from_str(&json).expect("json");
+        let key = if value.get("messages").is_some() {
+            "messages"
+        } else {
+            ""
+        };
+        let items: Vec<serde_json::Value> = match key {
+            "messages" => value["messages"].as_array().expect("array").clone(),
+            _ => value.as_array().expect("array").clone(),
+        };
+        let wrap = |part: &[serde_json::Value]| match key {
+            "messages" => {
+                let mut v = value.clone();
+                v["messages"] = serde_json::Value::Array(part.to_vec());
+                v.to_string()
+            }
+            _ => serde_json::Value::Array(part.to_vec()).to_string(),
+        };
+        let points = cuts(&items, responses);
+        assert!(points.len() > 3, "{name}: too few cuts");
+        let first = points[0];
+        let start = |id: String, upto: usize| {
+            let mut r = pb::CompactRequest {
+                model: "gpt-4o".into(),
+                max_input_tokens: 8_000,
+                start_session: true,
+                ..Default::default()
+            };
+            r.input = Some(pb::ProviderInput {
+                thread_id: id,
+                json: wrap(&items[..upto]),
+                format: shape as i32,
+            });
+            r
+        };
+        let out = within(client.compact(authed(start(format!("{name}-s"), first), &token)))
+            .await
+            .unwrap_or_else(|s| panic!("{name}: {s:?}"))
+            .into_inner();
+        let mut state = out.session.expect("session");
+        let mut from = first;
+        for &to in points[1..].iter().chain(std::iter::once(&items.len())) {
+            let req = pb::CompactRequest {
+                model: "gpt-4o".into(),
+                max_input_tokens: 8_000,
+                append: Some(pb::ThreadAppend {
+                    thread_id: format!("{name}-s"),
+                    base_version: state.version,
+                    messages: Vec::new(),
+                    messages_json: serde_json::Value::Array(items[from..to].to_vec()).to_string(),
+                    messages_format: shape as i32,
+                }),
+                ..Default::default()
+            };
+            let out = within(client.compact(authed(req, &token)))
+                .await
+                .unwrap_or_else(|s| panic!("{name} append {from}..{to}: {s:?}"))
+                .into_inner();
+            state = out.session.expect("session");
+            from = to;
+        }
+        // The whole conversation read at once holds the same messages.
+        let whole =
+            within(client.compact(authed(start(format!("{name}-whole"), items.len()), &token)))
+                .await
+                .expect("whole")
+                .into_inner()
+                .session
+                .expect("session");
+        assert_eq!(state.messages, whole.messages, "{name}");
+        assert_eq!(state.digest, whole.digest, "{name}: the same messages");
+    }
+    // An append's errors name the path inside its JSON.
+    let mut r = pb::CompactRequest {
+        start_session: true,
+        ..Default::default()
+    };
+    r.input = Some(pb::ProviderInput {
+        thread_id: "append-bad".into(),
+        json: r#"[{"role":"user","content":"hi"}]"#.into(),
+        ..Default::default()
+    });
+    let v = within(client.compact(authed(r, &token)))
+        .await
+        .expect("start")
+        .into_inner()
+        .session
+        .expect("session")
+        .version;
+    let bad = pb::CompactRequest {
+        append: Some(pb::ThreadAppend {
+            thread_id: "append-bad".into(),
+            base_version: v,
+            messages_json: r#"[{"role":"tool","tool_call_id":"nope","content":"x"}]"#.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let err = within(client.compact(authed(bad, &token)))
+        .await
+        .expect_err("orphan result");
+    assert_status(
+        &err,
+        Code::InvalidArgument,
+        Some("append.messages_json.messages[0].tool_call_id"),
+    );
     server.stop().await.expect("clean stop");
 }

@@ -1076,6 +1076,7 @@ async fn two_replicas_on_one_bucket_serve_one_append_session_alternately() {
             thread_id: whole.id.clone(),
             base_version: base,
             messages: new.clone(),
+            ..Default::default()
         };
         let i = (n % 2) as usize;
         if n % 5 == 0 {

@@ -74,6 +74,7 @@ async fn append(
         thread_id: thread_id.into(),
         base_version,
         messages,
+        ..Default::default()
     });
     within(client.render(authed(req, token)))
         .await
@@ -180,6 +181,7 @@ async fn an_append_session_renders_exactly_what_the_whole_thread_renders() {
         thread_id: whole.id.clone(),
         base_version: state.version,
         messages: Vec::new(),
+        ..Default::default()
     });
     let same = within(client.render(authed(digest_check, &token)))
         .await
@@ -220,6 +222,7 @@ async fn a_caller_holding_the_plan_is_not_sent_it_again() {
             thread_id: "sess-known".into(),
             base_version: version,
             messages: turn(n),
+            ..Default::default()
         });
         let out = within(client.render(authed(req, &token)))
             .await
@@ -247,6 +250,7 @@ async fn a_caller_holding_the_plan_is_not_sent_it_again() {
         thread_id: "sess-known".into(),
         base_version: version,
         messages: Vec::new(),
+        ..Default::default()
     });
     let out = within(client.render(authed(req, &token)))
         .await
@@ -267,6 +271,7 @@ async fn a_caller_holding_the_plan_is_not_sent_it_again() {
             thread_id: "sess-known".into(),
             base_version: version,
             messages: Vec::new(),
+            ..Default::default()
         });
         let c = within(client.compact(authed(req, &token)))
             .await
@@ -372,6 +377,7 @@ async fn errors_name_the_appended_message_and_keep_nothing() {
         thread_id: "sess-3".into(),
         base_version: v1,
         messages: vec![],
+        ..Default::default()
     });
     let e = within(client.render(authed(both.clone(), &token)))
         .await
@@ -452,6 +458,7 @@ async fn compact_explain_and_search_context_take_appends_too() {
         thread_id: "sess-5".into(),
         base_version: v,
         messages: (3..=12).flat_map(turn).collect(),
+        ..Default::default()
     });
     let out = within(client.compact(authed(req, &token)))
         .await
@@ -467,6 +474,7 @@ async fn compact_explain_and_search_context_take_appends_too() {
                 thread_id: "sess-5".into(),
                 base_version: state.version,
                 messages: vec![],
+                ..Default::default()
             }),
             ..Default::default()
         },
@@ -486,6 +494,7 @@ async fn compact_explain_and_search_context_take_appends_too() {
                 thread_id: "sess-5".into(),
                 base_version: state.version,
                 messages: vec![],
+                ..Default::default()
             }),
             ..Default::default()
         },

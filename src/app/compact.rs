@@ -227,7 +227,7 @@ impl App {
         cmd: CompactCommand,
     ) -> Result<CompactOutcome> {
         UseCase::Compact.authorize(ctx, None)?;
-        let (sent, input) = (Arc::clone(&cmd.thread), cmd.session);
+        let (sent, input) = (Arc::clone(&cmd.thread), cmd.session.clone());
         let run = |thread, extends| {
             self.compact_thread(
                 ctx,

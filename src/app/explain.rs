@@ -81,7 +81,7 @@ impl App {
         let Some(sent) = cmd.thread.take() else {
             return self.explain_thread(ctx, cmd).await;
         };
-        let input = cmd.session;
+        let input = std::mem::take(&mut cmd.session);
         let run = |thread: Arc<Thread>, _| {
             let thread = Arc::try_unwrap(thread).unwrap_or_else(|t| (*t).clone());
             self.explain_thread(

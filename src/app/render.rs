@@ -108,7 +108,7 @@ impl App {
             rehydrates: !cmd.rehydrate_artifact_ids.is_empty(),
         }
         .authorize(ctx, None)?;
-        let (sent, input) = (Arc::clone(&cmd.request.thread), cmd.request.session);
+        let (sent, input) = (Arc::clone(&cmd.request.thread), cmd.request.session.clone());
         let run = |thread, extends| {
             let mut cmd = cmd;
             cmd.request.thread = thread;

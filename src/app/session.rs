@@ -24,7 +24,7 @@ use super::error::store_error;
 use super::{App, AppError, Result};
 
 /// How a request gives its thread.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum SessionInput {
     /// In full; nothing is kept.
     #[default]
@@ -35,6 +35,10 @@ pub enum SessionInput {
     Append {
         /// The version the previous call returned.
         base_version: u64,
+        /// The appended messages in a provider's shape (JSON text, and the
+        /// shape when the caller says), read continuing the session's
+        /// thread; `None`: they are the sent thread's.
+        json: Option<(String, Option<crate::provider::Format>)>,
     },
 }
 
@@ -330,8 +334,15 @@ impl Sessions {
                 };
                 Ok((sent, Some(ticket)))
             }
-            SessionInput::Append { base_version } => {
+            SessionInput::Append { base_version, json } => {
                 let (base, peek) = self.base(tenant, &sent.id, base_version).await?;
+                let sent = match json {
+                    Some((json, shape)) => Arc::new(Thread {
+                        id: sent.id.clone(),
+                        messages: appended_from_json(&json, shape, &base.thread)?,
+                    }),
+                    None => sent,
+                };
                 let encoded = encode(&sent.messages)?;
                 let mut messages = Vec::with_capacity(base.thread.messages.len() + encoded.len());
                 messages.extend(base.thread.messages.iter().cloned());
@@ -544,4 +555,23 @@ impl Sessions {
 /// Rough bytes of a thread in memory: its text plus a fixed cost per message.
 pub(super) fn weight(messages: &[Message]) -> u64 {
     messages.iter().map(|m| 256 + m.byte_len() as u64).sum()
+}
+
+/// Messages appended in a provider's shape, read after `prefix`.
+fn appended_from_json(
+    json: &str,
+    shape: Option<crate::provider::Format>,
+    prefix: &Thread,
+) -> Result<Vec<Message>> {
+    const FIELD: &str = "append.messages_json";
+    let value: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| AppError::invalid(FIELD, format!("is not JSON: {e}")))?;
+    crate::provider::appended_from_json(&value, prefix, shape).map_err(|e| {
+        let field = if e.path == "$" || e.path.is_empty() {
+            FIELD.to_string()
+        } else {
+            format!("{FIELD}.{}", e.path)
+        };
+        AppError::invalid(field, e.reason)
+    })
 }

@@ -8,7 +8,7 @@ use crate::app::{
 };
 use crate::model::ActionKind;
 use crate::model::{Thread, ToolSchema};
-use crate::provider::thread_from_json;
+use crate::provider::thread_from_json_as;
 use crate::reduce::{Policy, Report};
 use crate::render::explain::Verdict;
 
@@ -80,7 +80,11 @@ fn provider_input(
     }
     let value: serde_json::Value = serde_json::from_str(&input.json)
         .map_err(|e| ConvertError::new("input.json", format!("is not JSON: {e}")))?;
-    let read = thread_from_json(&value, &input.thread_id).map_err(|e| {
+    let shape = match input.format {
+        0 => None,
+        v => Some(output_format(v, "input.format")?),
+    };
+    let read = thread_from_json_as(&value, &input.thread_id, shape).map_err(|e| {
         let path = if e.path == "$" || e.path.is_empty() {
             "input.json".to_string()
         } else {
@@ -120,8 +124,26 @@ fn thread_input(
             "starts a session from the whole thread: send `thread`, not `append`",
         )),
         (None, Some(a)) => {
+            if !a.messages_json.is_empty() && !a.messages.is_empty() {
+                return Err(ConvertError::new(
+                    "append.messages_json",
+                    "set either messages or messages_json, not both",
+                ));
+            }
+            // Unset (zero) leaves the shape to recognition.
+            let shape = match a.messages_format {
+                0 => None,
+                v => Some(output_format(v, "append.messages_format")?),
+            };
+            if shape == Some(crate::provider::Format::Neutral) {
+                return Err(ConvertError::new(
+                    "append.messages_format",
+                    "neutral messages are sent as append.messages",
+                ));
+            }
             let input = SessionInput::Append {
                 base_version: a.base_version,
+                json: (!a.messages_json.is_empty()).then_some((a.messages_json, shape)),
             };
             let t = pb::Thread {
                 id: a.thread_id,

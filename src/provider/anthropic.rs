@@ -658,7 +658,15 @@ pub(super) mod import {
         messages: &[Value],
         id: String,
     ) -> Result<Thread, ImportError> {
-        let mut b = Builder::default();
+        thread_in(messages, id, Builder::default())
+    }
+
+    /// The messages, built on `b` (a continued import's).
+    pub(in crate::provider) fn thread_in(
+        messages: &[Value],
+        id: String,
+        mut b: Builder,
+    ) -> Result<Thread, ImportError> {
         for (i, m) in messages.iter().enumerate() {
             let path = format!("messages[{i}]");
             let role = str_field(m, "role", &path)?;

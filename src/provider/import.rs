@@ -54,7 +54,26 @@ pub(super) fn err(path: impl Into<String>, reason: impl Into<String>) -> ImportE
 /// Reads a thread from parsed JSON in any format compactd reads.
 /// `default_id` names threads whose format carries no id.
 pub fn thread_from_json(v: &Value, default_id: &str) -> Result<ThreadInput, ImportError> {
-    if let Some(input) = openai_responses::import::input_of(v) {
+    thread_from_json_as(v, default_id, None)
+}
+
+/// [`thread_from_json`] with the shape given by the caller (`None`:
+/// recognized): a short conversation, such as one text-only message, reads
+/// the same in several shapes but not into the same content.
+pub fn thread_from_json_as(
+    v: &Value,
+    default_id: &str,
+    shape: Option<Format>,
+) -> Result<ThreadInput, ImportError> {
+    let responses = match shape {
+        Some(Format::OpenAiResponses) => Some(match v {
+            Value::Object(o) => o.get("input").unwrap_or(v),
+            _ => v,
+        }),
+        Some(_) => None,
+        None => openai_responses::import::input_of(v),
+    };
+    if let Some(input) = responses {
         return openai_responses::import::thread(v, input, default_id);
     }
     let (messages, obj) = match v {
@@ -82,7 +101,11 @@ pub fn thread_from_json(v: &Value, default_id: &str) -> Result<ThreadInput, Impo
         Some(Value::Array(_)) => None,
         Some(_) => return Err(err("system", "must be a string or an array of text blocks")),
     };
-    if neutral::import::recognizes(messages) {
+    let canonical = match shape {
+        Some(f) => f == Format::Neutral,
+        None => neutral::import::recognizes(messages),
+    };
+    if canonical {
         let o =
             obj.ok_or_else(|| err("$", "a canonical thread is an object with id and messages"))?;
         return Ok(ThreadInput {
@@ -97,7 +120,11 @@ pub fn thread_from_json(v: &Value, default_id: &str) -> Result<ThreadInput, Impo
         .and_then(Value::as_str)
         .unwrap_or(default_id)
         .to_string();
-    if anthropic::import::recognizes(messages, obj) {
+    let anthropic = match shape {
+        Some(f) => f == Format::AnthropicMessages,
+        None => anthropic::import::recognizes(messages, obj),
+    };
+    if anthropic {
         let system = match obj.and_then(|o| o.get("system")) {
             Some(Value::Array(blocks)) => Some(anthropic::import::system_text(blocks)?),
             _ => system,
@@ -117,6 +144,102 @@ pub fn thread_from_json(v: &Value, default_id: &str) -> Result<ThreadInput, Impo
     })
 }
 
+/// Messages appended to `prefix`, read from JSON in a provider's shape (a
+/// Chat `messages` array, Responses items, Anthropic messages, or a body
+/// holding them) as [`thread_from_json`] reads a whole thread: ids go on
+/// from the prefix's count (`m<n>`), a user message opens the turn after the
+/// prefix's last, and a result may answer a call the prefix made. Paths in
+/// errors are the suffix's own (`messages[0].tool_call_id`).
+pub fn appended_from_json(
+    v: &Value,
+    prefix: &Thread,
+    shape: Option<Format>,
+) -> Result<Vec<Message>, ImportError> {
+    let earlier = Earlier::of(prefix);
+    let responses = match shape {
+        Some(Format::OpenAiResponses) => Some(match v {
+            Value::Object(o) => o.get("input").unwrap_or(v),
+            _ => v,
+        }),
+        Some(_) => None,
+        None => openai_responses::import::input_of(v),
+    };
+    let mut messages = if let Some(input) = responses {
+        openai_responses::import::thread_in(v, input, "", earlier.builder())?
+            .thread
+            .messages
+    } else {
+        let (messages, obj) = match v {
+            Value::Array(a) => (a, None),
+            Value::Object(o) => match o.get("messages") {
+                Some(Value::Array(a)) => (a, Some(o)),
+                _ => return Err(err("messages", "must be an array")),
+            },
+            _ => return Err(err("$", "expected an array of messages")),
+        };
+        let anthropic = match shape {
+            Some(f) => f == Format::AnthropicMessages,
+            None => anthropic::import::recognizes(messages, obj),
+        };
+        if anthropic {
+            anthropic::import::thread_in(messages, String::new(), earlier.builder())?.messages
+        } else {
+            openai_chat::import::thread_in(
+                messages,
+                String::new(),
+                prefix.messages.len(),
+                &earlier.names,
+            )?
+            .messages
+        }
+    };
+    let mut turn = prefix.messages.last().map_or(0, |m| m.turn);
+    for m in &mut messages {
+        if m.role == Role::User {
+            turn += 1;
+        }
+        m.turn = turn;
+    }
+    Ok(messages)
+}
+
+/// What a continued import needs of the thread so far.
+struct Earlier {
+    offset: usize,
+    /// Every call's tool name by call id.
+    names: HashMap<String, String>,
+    /// Calls without a result yet, by call id.
+    open: HashMap<String, String>,
+}
+
+impl Earlier {
+    fn of(prefix: &Thread) -> Earlier {
+        let (mut names, mut open) = (HashMap::new(), HashMap::new());
+        for m in &prefix.messages {
+            for c in &m.tool_calls {
+                names.insert(c.id.clone(), c.name.clone());
+                open.insert(c.id.clone(), c.name.clone());
+            }
+            if let Some(r) = &m.tool_result {
+                open.remove(&r.tool_call_id);
+            }
+        }
+        Earlier {
+            offset: prefix.messages.len(),
+            names,
+            open,
+        }
+    }
+
+    fn builder(&self) -> Builder {
+        Builder {
+            offset: self.offset,
+            earlier_open: self.open.clone(),
+            ..Builder::default()
+        }
+    }
+}
+
 /// Builds imported messages with deterministic ids and pairs results with
 /// the calls they answer (by position, as validation does).
 #[derive(Default)]
@@ -124,11 +247,15 @@ pub(super) struct Builder {
     pub(super) messages: Vec<Message>,
     /// Open calls by id: (message index, call index).
     open: HashMap<String, (usize, usize)>,
+    /// Messages before these (a continued import): ids start after them.
+    offset: usize,
+    /// Their calls still without a result, by id: the tool name.
+    earlier_open: HashMap<String, String>,
 }
 
 impl Builder {
     pub(super) fn push(&mut self, role: Role, content: Content) -> &mut Message {
-        let id = format!("m{}", self.messages.len());
+        let id = format!("m{}", self.offset + self.messages.len());
         self.messages.push(Message {
             id,
             role,
@@ -156,13 +283,15 @@ impl Builder {
         failed: bool,
         path: &str,
     ) -> Result<(), ImportError> {
-        let (m, j) = self.open.remove(call_id).ok_or_else(|| {
-            err(
-                path,
-                format!("{call_id:?} answers no earlier call that is still open"),
-            )
-        })?;
-        let tool_name = self.messages[m].tool_calls[j].name.clone();
+        let tool_name = match self.open.remove(call_id) {
+            Some((m, j)) => self.messages[m].tool_calls[j].name.clone(),
+            None => self.earlier_open.remove(call_id).ok_or_else(|| {
+                err(
+                    path,
+                    format!("{call_id:?} answers no earlier call that is still open"),
+                )
+            })?,
+        };
         let msg = self.push(Role::Tool, Content::default());
         msg.tool_result = Some(imported_result(tool_name, call_id, content, failed));
         Ok(())
@@ -565,5 +694,49 @@ mod tests {
         assert_eq!(t.system.as_deref(), Some("sys"));
         let back = serde_json::to_value(&t.thread).unwrap();
         assert_eq!(back["messages"][0]["content"], "hi");
+    }
+}
+
+#[cfg(test)]
+mod continued {
+    use super::*;
+
+    /// Every log in tests/data, in its own shape, read a message at a time
+    /// (Responses: a model response at a time) continuing what was read,
+    /// is the thread read whole.
+    #[test]
+    fn a_continued_import_is_the_whole_import() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
+        for (name, shape) in [
+            ("swe_agent_marshmallow.json", Format::OpenAiChat),
+            ("tau_bench_airline.json", Format::OpenAiChat),
+            ("claude_code_rust_port.json", Format::OpenAiChat),
+            (
+                "claude_code_rust_port.anthropic.json",
+                Format::AnthropicMessages,
+            ),
+        ] {
+            let text = std::fs::read_to_string(format!("{dir}/{name}")).expect("read");
+            let v: Value = serde_json::from_str(&text).expect("json");
+            let whole = thread_from_json(&v, "t").expect("whole").thread;
+            let items = match &v {
+                Value::Array(a) => a.clone(),
+                other => other["messages"].as_array().expect("messages").clone(),
+            };
+            let mut so_far = Thread {
+                id: "t".into(),
+                messages: Vec::new(),
+            };
+            for (i, item) in items.iter().enumerate() {
+                let part = Value::Array(vec![item.clone()]);
+                let more = appended_from_json(&part, &so_far, Some(shape))
+                    .unwrap_or_else(|e| panic!("{name} item {i}: {e}"));
+                so_far.messages.extend(more);
+            }
+            assert_eq!(so_far.messages.len(), whole.messages.len(), "{name}");
+            for (a, b) in so_far.messages.iter().zip(&whole.messages) {
+                assert_eq!(a, b, "{name}");
+            }
+        }
     }
 }

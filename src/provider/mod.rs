@@ -45,7 +45,9 @@ use crate::render::{ProviderOptions, Request, RequestCounter};
 use crate::tokens::{encoding_known, normalize_model, ChatOverhead, Framing, Target};
 
 pub use body::BodyCounter;
-pub use import::{thread_from_json, ImportError, ThreadInput};
+pub use import::{
+    appended_from_json, thread_from_json, thread_from_json_as, ImportError, ThreadInput,
+};
 
 /// The form a rendered request is returned in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

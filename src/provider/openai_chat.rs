@@ -353,8 +353,19 @@ pub(super) mod import {
         messages: &[Value],
         id: String,
     ) -> Result<Thread, ImportError> {
+        thread_in(messages, id, 0, &HashMap::new())
+    }
+
+    /// Messages after `offset` earlier ones whose calls are `earlier`
+    /// (call id → tool name).
+    pub(in crate::provider) fn thread_in(
+        messages: &[Value],
+        id: String,
+        offset: usize,
+        earlier: &HashMap<String, String>,
+    ) -> Result<Thread, ImportError> {
         let mut out = Vec::with_capacity(messages.len());
-        let mut call_names: HashMap<String, String> = HashMap::new();
+        let mut call_names: HashMap<String, String> = earlier.clone();
         for (i, m) in messages.iter().enumerate() {
             let path = |f: &str| format!("messages[{i}].{f}");
             let role_s = m
@@ -373,7 +384,7 @@ pub(super) mod import {
                 call_names.insert(c.id.clone(), c.name.clone());
             }
             let mut message = Message {
-                id: format!("m{i}"),
+                id: format!("m{}", offset + i),
                 role,
                 content,
                 tool_calls,

@@ -387,6 +387,16 @@ pub(super) mod import {
         input: &Value,
         default_id: &str,
     ) -> Result<ThreadInput, ImportError> {
+        thread_in(v, input, default_id, Builder::default())
+    }
+
+    /// The items, built on `b` (a continued import's).
+    pub(in crate::provider) fn thread_in(
+        v: &Value,
+        input: &Value,
+        default_id: &str,
+        mut b: Builder,
+    ) -> Result<ThreadInput, ImportError> {
         let obj = v.as_object();
         let id = obj
             .and_then(|o| o.get("id"))
@@ -412,7 +422,7 @@ pub(super) mod import {
                 .collect::<Result<_, _>>()?,
             Some(_) => return Err(err("tools", "must be an array")),
         };
-        let mut b = Builder::default();
+
         match input {
             Value::String(s) => {
                 b.push(Role::User, Content::Text(s.clone()));
