@@ -308,3 +308,73 @@ def test_api_keys_and_jwts_authenticate(authed_server):
     assert not by_token.compacted and by_token.body == by_key.body
     with pytest.raises(ValueError):
         Client(authed_server, api_key=API_KEY, token=token)
+
+
+def growing(items):
+    """The conversation as an agent sends it: up to each model call (before
+    every assistant message), then whole."""
+    cuts = [i for i, m in enumerate(items) if i > 0 and m.get("role") == "assistant"]
+    return [items[:i] for i in cuts] + [items]
+
+
+@pytest.mark.parametrize(
+    "log, model, fmt",
+    [
+        ("swe_agent_marshmallow.json", "gpt-4o", "openai"),
+        ("claude_code_rust_port.anthropic.json", "claude-sonnet-5", "anthropic"),
+    ],
+)
+def test_a_growing_conversation_sends_only_what_was_appended(server_addr, log, model, fmt):
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    tools = (
+        [{"name": "read_file", "description": "Read a file.", "input_schema": schema}]
+        if fmt == "anthropic"
+        else [{"type": "function", "function": {"name": "read_file", "description": "Read a file.", "parameters": schema}}]
+    )
+    data = load(log)
+    items = data["messages"] if isinstance(data, dict) else data
+    thread = f"py-session-{fmt}"
+    steps = growing(items)
+    assert len(steps) > 4
+    with Client(server_addr) as c:
+        for n, conversation in enumerate(steps):
+            r = c.render(
+                conversation, thread_id=thread, model=model, budget=2 * BUDGET, format=fmt, system="You port code.", tools=tools
+            )
+            assert r.response.HasField("session")
+            # The first call, and the one where the conversation first shows
+            # Anthropic blocks (read as Chat before), send it whole.
+            if n > 1:
+                whole = len(json.dumps(conversation))
+                assert r.request_bytes < whole / 2, (n, r.request_bytes, whole)
+        last = r
+    # The server holds exactly the conversation: a fresh client sending it
+    # whole starts a session over the same messages (the digest is over them).
+    with Client(server_addr) as fresh:
+        again = fresh.render(
+            items, thread_id=thread + "-whole", model=model, budget=2 * BUDGET, format=fmt, system="You port code.", tools=tools
+        )
+    assert again.response.session.messages == last.response.session.messages
+    assert again.response.session.digest == last.response.session.digest
+    # The appends carried the same system prompt and tools as the body did.
+    assert again.response.tokens.system == last.response.tokens.system > 0
+    assert again.response.tokens.tools == last.response.tokens.tools > 0
+
+
+def test_a_stale_session_is_resent_whole(server_addr):
+    items = load("tau_bench_airline.json")
+    steps = growing(items)
+    with Client(server_addr) as c, Client(server_addr) as other:
+        c.render(steps[0], thread_id="py-stale", model="gpt-4o", budget=BUDGET)
+        c.render(steps[1], thread_id="py-stale", model="gpt-4o", budget=BUDGET)
+        # Another client erases the thread, session and all.
+        other.delete_thread("py-stale")
+        r = c.render(steps[2], thread_id="py-stale", model="gpt-4o", budget=BUDGET)
+        assert r.request_bytes > len(json.dumps(steps[2])) / 2, "sent whole after SESSION_STALE"
+        r = c.render(steps[3], thread_id="py-stale", model="gpt-4o", budget=BUDGET)
+        assert r.request_bytes < len(json.dumps(steps[3])) / 2, "and appends again"
+        # An edited history starts over.
+        edited = [dict(m) for m in steps[4]]
+        edited[0]["content"] = "A different opening."
+        r = c.render(edited, thread_id="py-stale", model="gpt-4o", budget=BUDGET)
+        assert r.request_bytes > len(json.dumps(edited)) / 2

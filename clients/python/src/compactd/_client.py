@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import grpc
 
 from compactd._errors import CompactdError, from_rpc_error
-from compactd._shapes import FORMATS, Conversation, body_of, detect_format, plain
+from compactd._shapes import FORMATS, Conversation, body_of, detect_format, plain, shape_of
 from compactd.v1 import compactd_pb2 as pb
 from compactd.v1 import compactd_pb2_grpc as pb_grpc
 
@@ -64,6 +64,9 @@ class Rendered:
     warnings: List[str]
     plan: Optional[Any]
     response: Any = field(repr=False)
+    # Bytes of the request that went on the wire: after the first call of a
+    # thread, what was appended, not the whole conversation.
+    request_bytes: int = 0
 
     @property
     def messages(self) -> List[Any]:
@@ -86,6 +89,17 @@ class Passage:
 class _Thread:
     plan: Optional[Any] = None
     conversation_json: Optional[str] = None
+    # The append session: its version, the items it holds (as JSON text),
+    # their shape, and everything else the body carried (system, tools).
+    session_version: Optional[int] = None
+    sent: List[str] = field(default_factory=list)
+    shape: Optional[str] = None
+    rest_json: str = ""
+    # What the call in flight sends, kept once it succeeds.
+    pending: Tuple[List[str], Optional[str], str] = field(default_factory=lambda: ([], None, ""))
+
+
+_STALE = "SESSION_STALE"
 
 
 class _Calls:
@@ -134,15 +148,50 @@ class _Calls:
         conversation_json = json.dumps(body, ensure_ascii=False)
         state = self._thread(thread_id)
         state.conversation_json = conversation_json
+        # The shape the conversation shows (the output format may differ).
+        shape = shape_of(body)
+        key = "input" if "input" in body else "messages"
+        items = body.get(key)
+        items = items if isinstance(items, list) else [items]
+        sent = [json.dumps(i, ensure_ascii=False, sort_keys=True) for i in items]
+        rest = {k: v for k, v in body.items() if k != key}
+        rest_json = json.dumps(rest, ensure_ascii=False, sort_keys=True)
         req = pb.RenderRequest(
             compact_first=True,
             format=_PB_FORMAT[fmt],
             model=model,
             max_input_tokens=budget,
-            input=pb.ProviderInput(thread_id=thread_id, json=conversation_json),
             search_context_tool=search_context_tool,
             read_artifact_tool=read_artifact_tool,
         )
+        held = state.sent
+        if (
+            state.session_version is not None
+            # Text-only messages were read as Chat, what "openai" says.
+            and (shape == state.shape or (state.shape is None and shape == "openai"))
+            and rest_json == state.rest_json
+            and len(sent) >= len(held)
+            and sent[: len(held)] == held
+        ):
+            # Only what was appended since the last call goes on the wire.
+            req.append.CopyFrom(
+                pb.ThreadAppend(
+                    thread_id=thread_id,
+                    base_version=state.session_version,
+                    messages_json="[" + ",".join(sent[len(held) :]) + "]",
+                    messages_format=_shape_number(shape),
+                )
+            )
+            system_text, tool_schemas = _system_and_tools(rest)
+            if system_text is not None:
+                req.system_prompt = system_text
+            req.tools.extend(tool_schemas)
+        else:
+            req.input.CopyFrom(
+                pb.ProviderInput(thread_id=thread_id, json=conversation_json, format=_shape_number(shape))
+            )
+            req.start_session = True
+        state.pending = (sent, shape, rest_json)
         if max_output_tokens is not None:
             req.max_output_tokens = max_output_tokens
         if policy:
@@ -151,8 +200,32 @@ class _Calls:
             req.known_plan_version = state.plan.version
         return req, fmt
 
+    def _full_again(self, req: Any, thread_id: str) -> Any:
+        """The request with the whole conversation, for a session the server
+        no longer has at the client's version (another client, a restart
+        past its idle time)."""
+        state = self._thread(thread_id)
+        state.session_version = None
+        full = pb.RenderRequest()
+        full.CopyFrom(req)
+        full.ClearField("append")
+        full.ClearField("system_prompt")
+        del full.tools[:]
+        full.input.CopyFrom(
+            pb.ProviderInput(
+                thread_id=thread_id,
+                json=state.conversation_json or "",
+                format=_shape_number(state.pending[1]),
+            )
+        )
+        full.start_session = True
+        return full
+
     def _rendered(self, resp: Any, fmt: str, thread_id: str) -> Rendered:
         state = self._thread(thread_id)
+        if resp.HasField("session"):
+            state.session_version = resp.session.version
+            state.sent, state.shape, state.rest_json = state.pending
         c = resp.compaction
         if c.plan_omitted:
             plan = state.plan
@@ -185,6 +258,13 @@ class _Calls:
         state = self._thread(thread_id)
         if state.conversation_json is None:
             raise ValueError(f"thread {thread_id!r}: render it first (search_context searches what its plan compacted out)")
+        if state.session_version is not None:
+            # The thread the server holds: nothing is sent again.
+            return pb.SearchContextRequest(
+                append=pb.ThreadAppend(thread_id=thread_id, base_version=state.session_version),
+                query=query,
+                max_results=max_results,
+            )
         return pb.SearchContextRequest(
             input=pb.ProviderInput(thread_id=thread_id, json=state.conversation_json),
             query=query,
@@ -201,6 +281,35 @@ class _Calls:
         if not isinstance(arguments, Mapping):
             raise ValueError("tool arguments must be a JSON object")
         return dict(arguments)
+
+
+def _shape_number(shape: Optional[str]) -> int:
+    """The proto's value for a shape; 0 leaves it to the server."""
+    return 0 if shape is None else _PB_FORMAT[shape]
+
+
+def _system_and_tools(rest: Mapping[str, Any]) -> Tuple[Optional[str], List[Any]]:
+    """The system prompt and function tools of a body, as compactd reads them
+    from ProviderInput (an append carries them in the request's own fields)."""
+    system = rest.get("instructions", rest.get("system"))
+    if isinstance(system, list):
+        system = "\n\n".join(str(b.get("text", "")) for b in system if isinstance(b, Mapping))
+    tools = []
+    for t in rest.get("tools") or []:
+        if not isinstance(t, Mapping):
+            continue
+        if "input" in rest and t.get("type", "function") != "function":
+            continue  # a Responses built-in tool
+        f = t.get("function", t)
+        params = f.get("parameters", f.get("input_schema"))
+        tools.append(
+            pb.ToolSchema(
+                name=str(f.get("name", "")),
+                description=str(f.get("description", "")),
+                parameters_json="" if params is None else json.dumps(params),
+            )
+        )
+    return (None if system is None else str(system)), tools
 
 
 def _neutral_message(m: Any) -> Dict[str, Any]:
@@ -321,7 +430,16 @@ class Client(_Calls):
             read_artifact_tool=read_artifact_tool,
             policy=policy,
         )
-        return self._rendered(self._call(self._stub.Render, req), fmt, thread_id)
+        try:
+            resp = self._call(self._stub.Render, req)
+        except CompactdError as e:
+            if e.reason != _STALE:
+                raise
+            req = self._full_again(req, thread_id)
+            resp = self._call(self._stub.Render, req)
+        out = self._rendered(resp, fmt, thread_id)
+        out.request_bytes = req.ByteSize()
+        return out
 
     def search_context(self, thread_id: str, query: str, max_results: int = 0) -> List[Passage]:
         """What the thread's plan compacted out that matches `query`."""
@@ -416,7 +534,16 @@ class AsyncClient(_Calls):
             read_artifact_tool=read_artifact_tool,
             policy=policy,
         )
-        return self._rendered(await self._call(self._stub.Render, req), fmt, thread_id)
+        try:
+            resp = await self._call(self._stub.Render, req)
+        except CompactdError as e:
+            if e.reason != _STALE:
+                raise
+            req = self._full_again(req, thread_id)
+            resp = await self._call(self._stub.Render, req)
+        out = self._rendered(resp, fmt, thread_id)
+        out.request_bytes = req.ByteSize()
+        return out
 
     async def search_context(self, thread_id: str, query: str, max_results: int = 0) -> List[Passage]:
         return _passages(await self._call(self._stub.SearchContext, self._search_request(thread_id, query, max_results)))
