@@ -378,3 +378,34 @@ def test_a_stale_session_is_resent_whole(server_addr):
         edited[0]["content"] = "A different opening."
         r = c.render(edited, thread_id="py-stale", model="gpt-4o", budget=BUDGET)
         assert r.request_bytes > len(json.dumps(edited)) / 2
+
+
+def test_a_fresh_venv_installs_the_package_and_calls_the_server(server_addr, tmp_path):
+    """`pip install ./clients/python` into an empty venv is all a caller
+    needs: its own dependencies, stubs generated at build."""
+    import subprocess
+    import venv
+
+    repo = Path(__file__).resolve().parents[2]
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    done = subprocess.run(
+        [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(repo / "clients" / "python")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    script = (
+        "import json, sys\n"
+        "from compactd import Client\n"
+        f"messages = json.load(open({str(DATA / 'swe_agent_marshmallow.json')!r}))\n"
+        f"with Client({server_addr!r}) as c:\n"
+        f"    r = c.render(messages, thread_id='fresh-venv', model='gpt-4o', budget={BUDGET})\n"
+        "print(json.dumps({'before': r.tokens_before, 'after': r.tokens}))\n"
+    )
+    run = subprocess.run([str(py), "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    counts = json.loads(run.stdout)
+    assert counts["after"] <= BUDGET < counts["before"], counts

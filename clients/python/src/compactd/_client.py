@@ -138,6 +138,7 @@ class _Calls:
         search_context_tool: bool,
         read_artifact_tool: bool,
         policy: Optional[Mapping[str, Any]],
+        omit_pending_calls: bool = False,
     ) -> Tuple[Any, str]:
         if not thread_id:
             raise ValueError("thread_id is required: plans and artifacts are kept per thread")
@@ -163,6 +164,7 @@ class _Calls:
             max_input_tokens=budget,
             search_context_tool=search_context_tool,
             read_artifact_tool=read_artifact_tool,
+            omit_pending_calls=omit_pending_calls,
         )
         held = state.sent
         if (
@@ -412,6 +414,7 @@ class Client(_Calls):
         search_context_tool: bool = False,
         read_artifact_tool: bool = False,
         policy: Optional[Mapping[str, Any]] = None,
+        omit_pending_calls: bool = False,
     ) -> Rendered:
         """Compacts the conversation if it needs it and renders it within
         `budget` tokens (0: the server's default) for `model`, in `format`
@@ -429,6 +432,7 @@ class Client(_Calls):
             search_context_tool=search_context_tool,
             read_artifact_tool=read_artifact_tool,
             policy=policy,
+            omit_pending_calls=omit_pending_calls,
         )
         try:
             resp = self._call(self._stub.Render, req)
@@ -519,6 +523,7 @@ class AsyncClient(_Calls):
         search_context_tool: bool = False,
         read_artifact_tool: bool = False,
         policy: Optional[Mapping[str, Any]] = None,
+        omit_pending_calls: bool = False,
     ) -> Rendered:
         """See [`Client.render`]."""
         req, fmt = self._render_request(
@@ -533,6 +538,7 @@ class AsyncClient(_Calls):
             search_context_tool=search_context_tool,
             read_artifact_tool=read_artifact_tool,
             policy=policy,
+            omit_pending_calls=omit_pending_calls,
         )
         try:
             resp = await self._call(self._stub.Render, req)
