@@ -409,3 +409,121 @@ def test_a_fresh_venv_installs_the_package_and_calls_the_server(server_addr, tmp
     assert run.returncode == 0, run.stderr[-3000:]
     counts = json.loads(run.stdout)
     assert counts["after"] <= BUDGET < counts["before"], counts
+
+
+def _certificates(d):
+    """A CA, a server certificate for 127.0.0.1, and a client certificate
+    whose SPIFFE id names tenant acme (PEM files in `d`)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def key():
+        return ec.generate_private_key(ec.SECP256R1())
+
+    def name(cn):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def cert(subject, subject_key, issuer, issuer_key, *, ca=False, sans=None, usage=None):
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(name(subject))
+            .issuer_name(name(issuer))
+            .public_key(subject_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if sans:
+            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        if usage:
+            b = b.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        return b.sign(issuer_key, hashes.SHA256())
+
+    def pem_key(k):
+        return k.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+
+    ca_key = key()
+    ca = cert("compactd test CA", ca_key, "compactd test CA", ca_key, ca=True)
+    server_key = key()
+    server = cert(
+        "localhost",
+        server_key,
+        "compactd test CA",
+        ca_key,
+        sans=[x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+    )
+    client_key = key()
+    client = cert(
+        "agent",
+        client_key,
+        "compactd test CA",
+        ca_key,
+        sans=[x509.UniformResourceIdentifier("spiffe://test.local/tenant/acme/agent")],
+        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+    )
+    files = {
+        "ca.pem": ca.public_bytes(serialization.Encoding.PEM),
+        "server.pem": server.public_bytes(serialization.Encoding.PEM),
+        "server.key": pem_key(server_key),
+        "client.pem": client.public_bytes(serialization.Encoding.PEM),
+        "client.key": pem_key(client_key),
+    }
+    for n, data in files.items():
+        (d / n).write_bytes(data)
+    return files
+
+
+def test_mtls_authenticates_with_the_client_certificate(tmp_path):
+    import os
+    import subprocess
+
+    from compactd import TLS
+    from conftest import _binary
+
+    files = _certificates(tmp_path)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "listen: 127.0.0.1:0\n"
+        f"data_dir: {tmp_path / 'data'}\n"
+        "auth:\n"
+        "  mtls:\n"
+        f"    ca_file: {tmp_path / 'ca.pem'}\n"
+        f"    cert_file: {tmp_path / 'server.pem'}\n"
+        f"    key_file: {tmp_path / 'server.key'}\n"
+        "    trust_domain: test.local\n"
+        "    permissions: [compact, render]\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("COMPACTD__") or k == "COMPACTD_CONFIG")}
+    proc = subprocess.Popen(
+        [str(_binary()), "serve", "--config", str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    try:
+        first = proc.stdout.readline().decode().strip()
+        assert first.startswith("compactd listening on "), proc.stderr.read1().decode(errors="replace")
+        addr = first[len("compactd listening on ") :]
+        messages = load("tau_bench_airline.json")
+        tls = TLS(
+            root_certificates=files["ca.pem"], certificate_chain=files["client.pem"], private_key=files["client.key"]
+        )
+        with Client(addr, tls=tls) as c:
+            r = c.render(messages, thread_id="mtls-1", model="gpt-4o", budget=BUDGET)
+            assert r.tokens <= BUDGET
+        # TLS without a client certificate is not a credential.
+        with Client(addr, tls=TLS(root_certificates=files["ca.pem"]), timeout=10) as anonymous:
+            with pytest.raises(CompactdError) as info:
+                anonymous.render(messages, thread_id="mtls-1", model="gpt-4o", budget=BUDGET)
+            assert info.value.code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNAVAILABLE), info.value
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
