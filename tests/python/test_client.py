@@ -527,3 +527,39 @@ def test_mtls_authenticates_with_the_client_certificate(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+def test_responses_items_with_a_built_in_tool_append(server_addr):
+    """Responses bodies carry built-in tools the server does not count; the
+    appends after the first call must leave them out as the import does."""
+    with Client(server_addr) as c:
+        items = c.render(load("tau_bench_airline.json"), thread_id="py-rsrc", model="gpt-4o", budget=200_000, format="responses").body["input"]
+    tools = [
+        {"type": "web_search_preview"},
+        {"type": "function", "name": "lookup", "description": "Look up a booking.", "parameters": {"type": "object"}},
+    ]
+    cuts = [i for i in range(1, len(items)) if items[i - 1].get("type") == "function_call_output" or items[i - 1].get("role") == "user"]
+    with Client(server_addr) as c:
+        sizes = []
+        for cut in cuts[-4:] + [len(items)]:
+            body = {"input": items[:cut], "instructions": "Help the traveller.", "tools": tools}
+            r = c.render(body, thread_id="py-builtin", model="gpt-4o", budget=BUDGET)
+            sizes.append(r.request_bytes)
+            assert r.format == "responses"
+    assert max(sizes[1:]) < sizes[0] / 2, sizes
+
+
+def test_concurrent_calls_on_one_thread_do_not_cross(server_addr):
+    """Calls on one thread from several OS threads run one at a time, each on
+    what the last one sent."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    items = load("tau_bench_airline.json")
+    steps = growing(items)
+    with Client(server_addr) as c:
+        c.render(steps[0], thread_id="py-threads", model="gpt-4o", budget=BUDGET)
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            results = list(pool.map(lambda s: c.render(s, thread_id="py-threads", model="gpt-4o", budget=BUDGET), steps[1:9]))
+    assert all(r.tokens <= BUDGET for r in results)
+    versions = sorted(r.response.session.version for r in results)
+    assert len(set(versions)) == len(versions), versions

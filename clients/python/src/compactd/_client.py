@@ -8,8 +8,10 @@ the plan version the caller holds, so an unchanged plan is not sent again
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -87,19 +89,46 @@ class Passage:
 
 @dataclass
 class _Thread:
+    """What the client keeps of a thread between calls (only what a call
+    that succeeded sent)."""
+
     plan: Optional[Any] = None
     conversation_json: Optional[str] = None
     # The append session: its version, the items it holds (as JSON text),
     # their shape, and everything else the body carried (system, tools).
     session_version: Optional[int] = None
     sent: List[str] = field(default_factory=list)
-    shape: Optional[str] = None
+    shape: str = "openai"
     rest_json: str = ""
-    # What the call in flight sends, kept once it succeeds.
-    pending: Tuple[List[str], Optional[str], str] = field(default_factory=lambda: ([], None, ""))
+
+
+@dataclass
+class _Pending:
+    """One call's request and what to keep of it once it succeeds."""
+
+    request: Any
+    format: str
+    thread_id: str
+    conversation_json: str
+    sent: List[str]
+    shape: str
+    rest_json: str
 
 
 _STALE = "SESSION_STALE"
+# Threads whose state a client keeps (the least recently used is dropped:
+# its next call sends the conversation whole).
+MAX_THREADS = 1024
+
+
+def _appendable(held: List[str], shape: str) -> bool:
+    """Whether items appended after `held` read as they would in the whole:
+    a Responses model response (reasoning, text, calls) joins one assistant
+    message, so the held items must not end inside one."""
+    if shape != "responses" or not held:
+        return True
+    last = json.loads(held[-1])
+    return last.get("type") == "function_call_output" or last.get("role") in ("user", "system", "developer")
 
 
 class _Calls:
@@ -113,12 +142,16 @@ class _Calls:
             self._metadata = (("x-api-key", api_key),)
         elif token:
             self._metadata = (("authorization", f"Bearer {token}"),)
-        self._threads: Dict[str, _Thread] = {}
+        self._threads: "OrderedDict[str, _Thread]" = OrderedDict()
         self._lock = threading.Lock()
 
     def _thread(self, thread_id: str) -> _Thread:
         with self._lock:
-            return self._threads.setdefault(thread_id, _Thread())
+            state = self._threads.pop(thread_id, None) or _Thread()
+            self._threads[thread_id] = state
+            while len(self._threads) > MAX_THREADS:
+                self._threads.popitem(last=False)
+            return state
 
     def _forget(self, thread_id: str) -> None:
         with self._lock:
@@ -139,7 +172,7 @@ class _Calls:
         read_artifact_tool: bool,
         policy: Optional[Mapping[str, Any]],
         omit_pending_calls: bool = False,
-    ) -> Tuple[Any, str]:
+    ) -> _Pending:
         if not thread_id:
             raise ValueError("thread_id is required: plans and artifacts are kept per thread")
         fmt = format or detect_format(plain(conversation), model)
@@ -148,9 +181,9 @@ class _Calls:
         body = body_of(conversation, system=system, tools=tools)
         conversation_json = json.dumps(body, ensure_ascii=False)
         state = self._thread(thread_id)
-        state.conversation_json = conversation_json
-        # The shape the conversation shows (the output format may differ).
-        shape = shape_of(body)
+        # The shape the conversation shows (the output format may differ);
+        # text-only messages are Chat's.
+        shape = shape_of(body) or "openai"
         key = "input" if "input" in body else "messages"
         items = body.get(key)
         items = items if isinstance(items, list) else [items]
@@ -169,11 +202,11 @@ class _Calls:
         held = state.sent
         if (
             state.session_version is not None
-            # Text-only messages were read as Chat, what "openai" says.
-            and (shape == state.shape or (state.shape is None and shape == "openai"))
+            and shape == state.shape
             and rest_json == state.rest_json
             and len(sent) >= len(held)
             and sent[: len(held)] == held
+            and _appendable(held, shape)
         ):
             # Only what was appended since the last call goes on the wire.
             req.append.CopyFrom(
@@ -181,53 +214,50 @@ class _Calls:
                     thread_id=thread_id,
                     base_version=state.session_version,
                     messages_json="[" + ",".join(sent[len(held) :]) + "]",
-                    messages_format=_shape_number(shape),
+                    messages_format=_PB_FORMAT[shape],
                 )
             )
-            system_text, tool_schemas = _system_and_tools(rest)
+            system_text, tool_schemas = _system_and_tools(rest, shape)
             if system_text is not None:
                 req.system_prompt = system_text
             req.tools.extend(tool_schemas)
         else:
-            req.input.CopyFrom(
-                pb.ProviderInput(thread_id=thread_id, json=conversation_json, format=_shape_number(shape))
-            )
+            req.input.CopyFrom(pb.ProviderInput(thread_id=thread_id, json=conversation_json, format=_PB_FORMAT[shape]))
             req.start_session = True
-        state.pending = (sent, shape, rest_json)
         if max_output_tokens is not None:
             req.max_output_tokens = max_output_tokens
         if policy:
             req.policy.CopyFrom(pb.PolicyOverrides(**policy))
         if state.plan is not None:
             req.known_plan_version = state.plan.version
-        return req, fmt
+        return _Pending(req, fmt, thread_id, conversation_json, sent, shape, rest_json)
 
-    def _full_again(self, req: Any, thread_id: str) -> Any:
-        """The request with the whole conversation, for a session the server
-        no longer has at the client's version (another client, a restart
-        past its idle time)."""
-        state = self._thread(thread_id)
-        state.session_version = None
+    def _full_again(self, p: _Pending) -> _Pending:
+        """The call with the whole conversation, for a session the server no
+        longer has at the client's version (another client, a restart past
+        its idle time, DeleteThread). What the client held of the thread is
+        dropped: after a delete, plan versions start over."""
+        self._forget(p.thread_id)
         full = pb.RenderRequest()
-        full.CopyFrom(req)
+        full.CopyFrom(p.request)
         full.ClearField("append")
         full.ClearField("system_prompt")
+        full.ClearField("known_plan_version")
         del full.tools[:]
         full.input.CopyFrom(
-            pb.ProviderInput(
-                thread_id=thread_id,
-                json=state.conversation_json or "",
-                format=_shape_number(state.pending[1]),
-            )
+            pb.ProviderInput(thread_id=p.thread_id, json=p.conversation_json, format=_PB_FORMAT[p.shape])
         )
         full.start_session = True
-        return full
+        p.request = full
+        return p
 
-    def _rendered(self, resp: Any, fmt: str, thread_id: str) -> Rendered:
+    def _rendered(self, resp: Any, p: _Pending) -> Rendered:
+        fmt, thread_id = p.format, p.thread_id
         state = self._thread(thread_id)
+        state.conversation_json = p.conversation_json
         if resp.HasField("session"):
             state.session_version = resp.session.version
-            state.sent, state.shape, state.rest_json = state.pending
+            state.sent, state.shape, state.rest_json = p.sent, p.shape, p.rest_json
         c = resp.compaction
         if c.plan_omitted:
             plan = state.plan
@@ -256,11 +286,11 @@ class _Calls:
             response=resp,
         )
 
-    def _search_request(self, thread_id: str, query: str, max_results: int) -> Any:
+    def _search_request(self, thread_id: str, query: str, max_results: int, whole: bool = False) -> Any:
         state = self._thread(thread_id)
         if state.conversation_json is None:
             raise ValueError(f"thread {thread_id!r}: render it first (search_context searches what its plan compacted out)")
-        if state.session_version is not None:
+        if state.session_version is not None and not whole:
             # The thread the server holds: nothing is sent again.
             return pb.SearchContextRequest(
                 append=pb.ThreadAppend(thread_id=thread_id, base_version=state.session_version),
@@ -268,7 +298,7 @@ class _Calls:
                 max_results=max_results,
             )
         return pb.SearchContextRequest(
-            input=pb.ProviderInput(thread_id=thread_id, json=state.conversation_json),
+            input=pb.ProviderInput(thread_id=thread_id, json=state.conversation_json, format=_PB_FORMAT[state.shape]),
             query=query,
             max_results=max_results,
         )
@@ -285,28 +315,28 @@ class _Calls:
         return dict(arguments)
 
 
-def _shape_number(shape: Optional[str]) -> int:
-    """The proto's value for a shape; 0 leaves it to the server."""
-    return 0 if shape is None else _PB_FORMAT[shape]
-
-
-def _system_and_tools(rest: Mapping[str, Any]) -> Tuple[Optional[str], List[Any]]:
-    """The system prompt and function tools of a body, as compactd reads them
-    from ProviderInput (an append carries them in the request's own fields)."""
-    system = rest.get("instructions", rest.get("system"))
+def _system_and_tools(rest: Mapping[str, Any], shape: str) -> Tuple[Optional[str], List[Any]]:
+    """The system prompt and tools of a body as the server reads them from
+    ProviderInput (an append carries them in the request's own fields):
+    Responses' `instructions` and function tools; `system` (a string, or
+    text blocks) and every named tool otherwise."""
+    responses = shape == "responses"
+    system = rest.get("instructions") if responses else rest.get("system")
     if isinstance(system, list):
         system = "\n\n".join(str(b.get("text", "")) for b in system if isinstance(b, Mapping))
     tools = []
     for t in rest.get("tools") or []:
         if not isinstance(t, Mapping):
             continue
-        if "input" in rest and t.get("type", "function") != "function":
+        if responses and t.get("type", "function") != "function":
             continue  # a Responses built-in tool
         f = t.get("function", t)
+        if not f.get("name"):
+            continue
         params = f.get("parameters", f.get("input_schema"))
         tools.append(
             pb.ToolSchema(
-                name=str(f.get("name", "")),
+                name=str(f["name"]),
                 description=str(f.get("description", "")),
                 parameters_json="" if params is None else json.dumps(params),
             )
@@ -384,6 +414,11 @@ class Client(_Calls):
         )
         self._stub = pb_grpc.CompactionServiceStub(self._channel)
         self._timeout = timeout
+        self._locks: Dict[str, threading.Lock] = {}
+
+    def _thread_lock(self, thread_id: str) -> threading.Lock:
+        with self._lock:
+            return self._locks.setdefault(thread_id, threading.Lock())
 
     def __enter__(self) -> "Client":
         return self
@@ -420,34 +455,42 @@ class Client(_Calls):
         `budget` tokens (0: the server's default) for `model`, in `format`
         (default: the shape the conversation is in; a Claude model's plain
         text is rendered for Anthropic)."""
-        req, fmt = self._render_request(
-            conversation,
-            thread_id=thread_id,
-            model=model,
-            budget=budget,
-            format=format,
-            system=system,
-            tools=tools,
-            max_output_tokens=max_output_tokens,
-            search_context_tool=search_context_tool,
-            read_artifact_tool=read_artifact_tool,
-            policy=policy,
-            omit_pending_calls=omit_pending_calls,
-        )
-        try:
-            resp = self._call(self._stub.Render, req)
-        except CompactdError as e:
-            if e.reason != _STALE:
-                raise
-            req = self._full_again(req, thread_id)
-            resp = self._call(self._stub.Render, req)
-        out = self._rendered(resp, fmt, thread_id)
-        out.request_bytes = req.ByteSize()
-        return out
+        # One call per thread at a time: each builds on what the last sent.
+        with self._thread_lock(thread_id):
+            p = self._render_request(
+                conversation,
+                thread_id=thread_id,
+                model=model,
+                budget=budget,
+                format=format,
+                system=system,
+                tools=tools,
+                max_output_tokens=max_output_tokens,
+                search_context_tool=search_context_tool,
+                read_artifact_tool=read_artifact_tool,
+                policy=policy,
+                omit_pending_calls=omit_pending_calls,
+            )
+            try:
+                resp = self._call(self._stub.Render, p.request)
+            except CompactdError as e:
+                if e.reason != _STALE:
+                    raise
+                p = self._full_again(p)
+                resp = self._call(self._stub.Render, p.request)
+            out = self._rendered(resp, p)
+            out.request_bytes = p.request.ByteSize()
+            return out
 
     def search_context(self, thread_id: str, query: str, max_results: int = 0) -> List[Passage]:
         """What the thread's plan compacted out that matches `query`."""
-        return _passages(self._call(self._stub.SearchContext, self._search_request(thread_id, query, max_results)))
+        try:
+            resp = self._call(self._stub.SearchContext, self._search_request(thread_id, query, max_results))
+        except CompactdError as e:
+            if e.reason != _STALE:
+                raise
+            resp = self._call(self._stub.SearchContext, self._search_request(thread_id, query, max_results, whole=True))
+        return _passages(resp)
 
     def rehydrate(self, thread_id: str, artifact_id: str, max_tokens: int = 0) -> str:
         """An externalized artifact's content (cut at `max_tokens`)."""
@@ -493,6 +536,11 @@ class AsyncClient(_Calls):
         )
         self._stub = pb_grpc.CompactionServiceStub(self._channel)
         self._timeout = timeout
+        self._locks: Dict[str, asyncio.Lock] = {}
+
+    def _thread_lock(self, thread_id: str) -> asyncio.Lock:
+        with self._lock:
+            return self._locks.setdefault(thread_id, asyncio.Lock())
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -526,33 +574,41 @@ class AsyncClient(_Calls):
         omit_pending_calls: bool = False,
     ) -> Rendered:
         """See [`Client.render`]."""
-        req, fmt = self._render_request(
-            conversation,
-            thread_id=thread_id,
-            model=model,
-            budget=budget,
-            format=format,
-            system=system,
-            tools=tools,
-            max_output_tokens=max_output_tokens,
-            search_context_tool=search_context_tool,
-            read_artifact_tool=read_artifact_tool,
-            policy=policy,
-            omit_pending_calls=omit_pending_calls,
-        )
+        async with self._thread_lock(thread_id):
+            p = self._render_request(
+                conversation,
+                thread_id=thread_id,
+                model=model,
+                budget=budget,
+                format=format,
+                system=system,
+                tools=tools,
+                max_output_tokens=max_output_tokens,
+                search_context_tool=search_context_tool,
+                read_artifact_tool=read_artifact_tool,
+                policy=policy,
+                omit_pending_calls=omit_pending_calls,
+            )
+            try:
+                resp = await self._call(self._stub.Render, p.request)
+            except CompactdError as e:
+                if e.reason != _STALE:
+                    raise
+                p = self._full_again(p)
+                resp = await self._call(self._stub.Render, p.request)
+            out = self._rendered(resp, p)
+            out.request_bytes = p.request.ByteSize()
+            return out
+
+    async def search_context(self, thread_id: str, query: str, max_results: int = 0) -> List[Passage]:
         try:
-            resp = await self._call(self._stub.Render, req)
+            resp = await self._call(self._stub.SearchContext, self._search_request(thread_id, query, max_results))
         except CompactdError as e:
             if e.reason != _STALE:
                 raise
-            req = self._full_again(req, thread_id)
-            resp = await self._call(self._stub.Render, req)
-        out = self._rendered(resp, fmt, thread_id)
-        out.request_bytes = req.ByteSize()
-        return out
-
-    async def search_context(self, thread_id: str, query: str, max_results: int = 0) -> List[Passage]:
-        return _passages(await self._call(self._stub.SearchContext, self._search_request(thread_id, query, max_results)))
+            req = self._search_request(thread_id, query, max_results, whole=True)
+            resp = await self._call(self._stub.SearchContext, req)
+        return _passages(resp)
 
     async def rehydrate(self, thread_id: str, artifact_id: str, max_tokens: int = 0) -> str:
         req = pb.RehydrateRequest(thread_id=thread_id, artifact_id=artifact_id, max_tokens=max_tokens)

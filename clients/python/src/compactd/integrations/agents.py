@@ -17,14 +17,14 @@ from typing import Any, Callable, Optional, Union
 
 from agents.run import CallModelData, ModelInputData
 
-from compactd._client import Client
+from compactd._client import AsyncClient, Client
 from compactd._shapes import plain
 
 ThreadId = Union[str, Callable[[CallModelData], str]]
 
 
 def input_filter(
-    client: Client,
+    client: Union[Client, AsyncClient],
     *,
     thread_id: ThreadId,
     budget: int,
@@ -32,24 +32,38 @@ def input_filter(
     **render_options: Any,
 ) -> Callable[[CallModelData], ModelInputData]:
     """A `RunConfig(call_model_input_filter=...)`; `thread_id` is a string or
-    a function of the call (for instance of its context)."""
+    a function of the call (for instance of its context). With an
+    `AsyncClient` the filter is a coroutine function (the SDK awaits it)."""
+
+    def args(data: CallModelData) -> dict:
+        tid = thread_id(data) if callable(thread_id) else thread_id
+        return dict(
+            thread_id=tid,
+            model=model,
+            budget=budget,
+            format="responses",
+            system=data.model_data.instructions,
+            **render_options,
+        )
+
+    def filtered(data: CallModelData, rendered: Any) -> ModelInputData:
+        return ModelInputData(input=rendered.body["input"], instructions=data.model_data.instructions)
+
+    if isinstance(client, AsyncClient):
+
+        async def filter_input_async(data: CallModelData) -> ModelInputData:
+            items = plain(list(data.model_data.input))
+            if not items:
+                return data.model_data
+            return filtered(data, await client.render(items, **args(data)))
+
+        return filter_input_async  # type: ignore[return-value]
 
     def filter_input(data: CallModelData) -> ModelInputData:
         items = plain(list(data.model_data.input))
         if not items:
             return data.model_data
-        tid = thread_id(data) if callable(thread_id) else thread_id
-        instructions: Optional[str] = data.model_data.instructions
-        rendered = client.render(
-            items,
-            thread_id=tid,
-            model=model,
-            budget=budget,
-            format="responses",
-            system=instructions,
-            **render_options,
-        )
-        return ModelInputData(input=rendered.body["input"], instructions=instructions)
+        return filtered(data, client.render(items, **args(data)))
 
     return filter_input
 

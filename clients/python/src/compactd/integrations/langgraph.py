@@ -13,16 +13,16 @@ every message.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Union
 
 from langchain_core.runnables import RunnableConfig
 
-from compactd._client import Client
+from compactd._client import AsyncClient, Client
 from compactd.integrations._lc import to_openai
 
 
 def pre_model_hook(
-    client: Client,
+    client: Union[Client, AsyncClient],
     *,
     budget: int,
     model: str = "gpt-4o",
@@ -30,22 +30,36 @@ def pre_model_hook(
     **render_options: Any,
 ) -> Callable[[Dict[str, Any], RunnableConfig], Dict[str, Any]]:
     """A hook for `create_react_agent(pre_model_hook=...)`; the thread id is
-    `thread_id`, else the run's `configurable.thread_id`."""
+    `thread_id`, else the run's `configurable.thread_id`. With an
+    `AsyncClient` the hook is a coroutine function (for `ainvoke`)."""
     from langchain_core.messages import convert_to_messages
 
-    def hook(state: Dict[str, Any], config: RunnableConfig) -> Dict[str, Any]:
+    def tid_of(config: RunnableConfig) -> str:
         tid = thread_id or (config.get("configurable") or {}).get("thread_id")
         if not tid:
             raise ValueError(
                 "compactd needs a thread id: pass thread_id= to pre_model_hook, "
                 'or run the graph with {"configurable": {"thread_id": ...}}'
             )
-        messages = state["messages"]
-        if not messages:
+        return str(tid)
+
+    def args(config: RunnableConfig) -> Dict[str, Any]:
+        return dict(thread_id=tid_of(config), model=model, budget=budget, format="openai", **render_options)
+
+    if isinstance(client, AsyncClient):
+
+        async def ahook(state: Dict[str, Any], config: RunnableConfig) -> Dict[str, Any]:
+            if not state["messages"]:
+                return {"llm_input_messages": []}
+            rendered = await client.render(to_openai(state["messages"]), **args(config))
+            return {"llm_input_messages": list(convert_to_messages(rendered.body["messages"]))}
+
+        return ahook  # type: ignore[return-value]
+
+    def hook(state: Dict[str, Any], config: RunnableConfig) -> Dict[str, Any]:
+        if not state["messages"]:
             return {"llm_input_messages": []}
-        rendered = client.render(
-            to_openai(messages), thread_id=str(tid), model=model, budget=budget, format="openai", **render_options
-        )
+        rendered = client.render(to_openai(state["messages"]), **args(config))
         return {"llm_input_messages": list(convert_to_messages(rendered.body["messages"]))}
 
     return hook
