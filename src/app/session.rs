@@ -12,6 +12,8 @@
 
 use std::sync::Arc;
 
+use crate::runtime::blocking;
+
 use sha2::{Digest, Sha256};
 
 use crate::cache::{BoundedCache, Weigh};
@@ -38,7 +40,7 @@ pub enum SessionInput {
         /// The appended messages in a provider's shape (JSON text, and the
         /// shape when the caller says), read continuing the session's
         /// thread; `None`: they are the sent thread's.
-        json: Option<(String, Option<crate::provider::Format>)>,
+        json: Option<(Arc<str>, Option<crate::provider::Format>)>,
     },
 }
 
@@ -337,10 +339,16 @@ impl Sessions {
             SessionInput::Append { base_version, json } => {
                 let (base, peek) = self.base(tenant, &sent.id, base_version).await?;
                 let sent = match json {
-                    Some((json, shape)) => Arc::new(Thread {
-                        id: sent.id.clone(),
-                        messages: appended_from_json(&json, shape, &base.thread)?,
-                    }),
+                    Some((json, shape)) => {
+                        // Parsing may take a while: off the async workers.
+                        let prefix = Arc::clone(&base.thread);
+                        let messages =
+                            blocking(move || appended_from_json(&json, shape, &prefix)).await??;
+                        Arc::new(Thread {
+                            id: sent.id.clone(),
+                            messages,
+                        })
+                    }
                     None => sent,
                 };
                 let encoded = encode(&sent.messages)?;

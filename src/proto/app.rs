@@ -143,7 +143,7 @@ fn thread_input(
             }
             let input = SessionInput::Append {
                 base_version: a.base_version,
-                json: (!a.messages_json.is_empty()).then_some((a.messages_json, shape)),
+                json: (!a.messages_json.is_empty()).then(|| (a.messages_json.into(), shape)),
             };
             let t = pb::Thread {
                 id: a.thread_id,

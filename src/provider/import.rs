@@ -184,13 +184,8 @@ pub fn appended_from_json(
         if anthropic {
             anthropic::import::thread_in(messages, String::new(), earlier.builder())?.messages
         } else {
-            openai_chat::import::thread_in(
-                messages,
-                String::new(),
-                prefix.messages.len(),
-                &earlier.names,
-            )?
-            .messages
+            openai_chat::import::thread_in(messages, String::new(), earlier.offset, &earlier.names)?
+                .messages
         }
     };
     let mut turn = prefix.messages.last().map_or(0, |m| m.turn);
@@ -224,8 +219,18 @@ impl Earlier {
                 open.remove(&r.tool_call_id);
             }
         }
+        // Ids go on after the highest `m<n>` in use: a session started from
+        // a canonical thread may hold ids of that form anywhere.
+        let highest = prefix
+            .messages
+            .iter()
+            .filter_map(|m| m.id.strip_prefix('m')?.parse::<usize>().ok())
+            .max();
         Earlier {
-            offset: prefix.messages.len(),
+            offset: prefix
+                .messages
+                .len()
+                .max(highest.map_or(0, |n| n.saturating_add(1))),
             names,
             open,
         }
@@ -738,5 +743,22 @@ mod continued {
                 assert_eq!(a, b, "{name}");
             }
         }
+    }
+
+    #[test]
+    fn appended_ids_go_on_after_the_highest_m_n_in_use() {
+        let v: Value = serde_json::from_str(
+            r#"{"id": "t", "messages": [
+                {"id": "m7", "role": "user", "content": "first"},
+                {"id": "intro", "role": "assistant", "content": "second"}
+            ]}"#,
+        )
+        .expect("json");
+        let prefix = thread_from_json(&v, "t").expect("canonical").thread;
+        let more: Value =
+            serde_json::from_str(r#"[{"role": "user", "content": "third"}]"#).expect("json");
+        let appended = appended_from_json(&more, &prefix, None).expect("appended");
+        assert_eq!(appended[0].id, "m8");
+        assert_eq!(appended[0].turn, prefix.messages[1].turn + 1);
     }
 }

@@ -129,26 +129,26 @@ fn thread_id<'a>(thread: Option<&'a pb::Thread>, append: Option<&'a pb::ThreadAp
 }
 
 /// Items of a provider body (`messages`, or Responses `input`), counted
-/// by a scan that builds nothing; 0 when it is not JSON (the conversion
-/// then says why).
+/// by a scan that builds nothing; at least 1 when it is not a list of them
+/// (the conversion then says what is wrong).
 fn input_messages(input: &pb::ProviderInput) -> usize {
+    json_items(&input.json)
+}
+
+fn json_items(json: &str) -> usize {
     use serde::de::IgnoredAny;
     #[derive(serde::Deserialize)]
-    #[serde(untagged)]
-    enum Body {
-        Items(Vec<IgnoredAny>),
-        Object {
-            messages: Option<Vec<IgnoredAny>>,
-            input: Option<Vec<IgnoredAny>>,
-        },
+    struct Body {
+        messages: Option<Vec<IgnoredAny>>,
+        input: Option<Vec<IgnoredAny>>,
     }
-    match serde_json::from_str::<Body>(&input.json) {
-        Ok(Body::Items(items)) => items.len(),
-        Ok(Body::Object { messages, input }) => {
-            messages.map_or(0, |m| m.len()) + input.map_or(0, |i| i.len())
-        }
-        Err(_) => 0,
-    }
+    let counted = if json.trim_start().starts_with('[') {
+        serde_json::from_str::<Vec<IgnoredAny>>(json).map(|v| v.len())
+    } else {
+        serde_json::from_str::<Body>(json)
+            .map(|b| b.messages.map_or(0, |m| m.len()) + b.input.map_or(0, |i| i.len()))
+    };
+    counted.unwrap_or(1)
 }
 
 /// The thread a request names: in `thread`, `append` or `input`.
@@ -163,9 +163,17 @@ fn named<'a>(
     }
 }
 
-/// Messages a request carries in `thread` and `append`.
+/// Messages a request carries in `thread` and `append` (either form).
 fn carried(thread: Option<&pb::Thread>, append: Option<&pb::ThreadAppend>) -> usize {
-    thread.map_or(0, |t| t.messages.len()) + append.map_or(0, |a| a.messages.len())
+    let appended = |a: &pb::ThreadAppend| {
+        a.messages.len()
+            + if a.messages_json.is_empty() {
+                0
+            } else {
+                json_items(&a.messages_json)
+            }
+    };
+    thread.map_or(0, |t| t.messages.len()) + append.map_or(0, appended)
 }
 
 #[tonic::async_trait]
@@ -368,5 +376,30 @@ mod tests {
             <pb::compaction_service_server::CompactionServiceServer<CompactionApi> as NamedService>::NAME,
             SERVICE_NAME
         );
+    }
+}
+
+#[cfg(test)]
+mod message_budget {
+    use super::*;
+
+    #[test]
+    fn messages_in_a_provider_shape_count_against_the_message_budget() {
+        assert_eq!(json_items(r#"[{"role":"user"},{"role":"assistant"}]"#), 2);
+        assert_eq!(json_items(r#"{"model":"m","messages":[{},{},{}]}"#), 3);
+        assert_eq!(json_items(r#"{"input":[{},{}],"instructions":"x"}"#), 2);
+        // Not a list of messages: the conversion says why; it still costs one.
+        assert_eq!(json_items(r#"{"input":"hello"}"#), 1);
+        assert_eq!(json_items("not json"), 1);
+        let append = pb::ThreadAppend {
+            messages_json: "[{},{},{},{}]".into(),
+            ..Default::default()
+        };
+        assert_eq!(carried(None, Some(&append)), 4);
+        let request = pb::RenderRequest {
+            append: Some(append),
+            ..Default::default()
+        };
+        assert_eq!(request.messages(), 4);
     }
 }

@@ -35,6 +35,21 @@ const NUMERIC: [bool; 8] = [false, true, false, false, false, true, true, false]
 const LABEL_COLUMNS: usize = 5;
 const GAP: &str = "  ";
 
+/// Text from the thread or a plan as the terminal shows it: control
+/// characters (escape sequences could move the cursor, retitle the window
+/// or write the clipboard) as visible `\u{..}` escapes.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
@@ -48,14 +63,14 @@ pub fn table(view: &View, colour: bool) -> String {
         .map(|s| {
             (
                 [
-                    s.key(),
+                    printable(&s.key()),
                     s.message_ids.len().to_string(),
                     s.turns(),
                     s.roles.join(","),
                     s.fate.as_str().to_string(),
                     s.tokens_before.to_string(),
                     s.tokens_after.to_string(),
-                    s.detail.clone(),
+                    printable(&s.detail),
                 ],
                 s.fate,
             )
@@ -151,8 +166,8 @@ pub fn table(view: &View, colour: bool) -> String {
     let _ = writeln!(
         out,
         "thread {} · model {} ({}) · format {} · plan v{}, {}",
-        view.thread_id,
-        view.model,
+        printable(&view.thread_id),
+        printable(&view.model),
         view.tokenizer,
         view.format,
         view.plan_version,
@@ -197,7 +212,7 @@ pub fn table(view: &View, colour: bool) -> String {
     } else {
         let _ = write!(out, "warnings ({}):", view.warnings.len());
         for w in &view.warnings {
-            let _ = write!(out, "\n  - {w}");
+            let _ = write!(out, "\n  - {}", printable(w));
         }
     }
     out
@@ -253,6 +268,16 @@ pub(super) mod tests {
     #[test]
     fn table_snapshot() {
         insta::assert_snapshot!("inspect_table", table(&demo_view(), false));
+    }
+
+    #[test]
+    fn control_characters_from_the_thread_are_shown_not_sent() {
+        let mut view = demo_view();
+        view.thread_id = "t\u{1b}]52;c;aGk=\u{7}".to_string();
+        view.warnings.push("bad\u{1b}[2Jwarning".to_string());
+        let out = table(&view, false);
+        assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out}");
+        assert!(out.contains("\\u{1b}"), "{out}");
     }
 
     #[test]
