@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The protocol's hygiene: `buf lint` (STANDARD rules) and `buf breaking` (wire
 # compatibility) against the last release's protos (the API and the plugin
-# ABI), kept in
-# .ci/proto-<release>/ so a shallow clone needs no tags (it is
-# `git show <tag>:proto/compactd/v1/compactd.proto` of the release tag).
+# ABI), kept in .ci/proto-<release>/ so a shallow clone needs no tags (each
+# is `git show <tag>:proto/<path>` of the release tag).
 # buf comes from PyPI (buf-bin) in the test venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
