@@ -57,6 +57,19 @@ pub fn thread_from_json(v: &Value, default_id: &str) -> Result<ThreadInput, Impo
     thread_from_json_as(v, default_id, None)
 }
 
+/// The Responses items of `v` when it is in that shape: as the caller says,
+/// or as recognized.
+fn responses_input(v: &Value, shape: Option<Format>) -> Option<&Value> {
+    match shape {
+        Some(Format::OpenAiResponses) => Some(match v {
+            Value::Object(o) => o.get("input").unwrap_or(v),
+            _ => v,
+        }),
+        Some(_) => None,
+        None => openai_responses::import::input_of(v),
+    }
+}
+
 /// [`thread_from_json`] with the shape given by the caller (`None`:
 /// recognized): a short conversation, such as one text-only message, reads
 /// the same in several shapes but not into the same content.
@@ -65,14 +78,7 @@ pub fn thread_from_json_as(
     default_id: &str,
     shape: Option<Format>,
 ) -> Result<ThreadInput, ImportError> {
-    let responses = match shape {
-        Some(Format::OpenAiResponses) => Some(match v {
-            Value::Object(o) => o.get("input").unwrap_or(v),
-            _ => v,
-        }),
-        Some(_) => None,
-        None => openai_responses::import::input_of(v),
-    };
+    let responses = responses_input(v, shape);
     if let Some(input) = responses {
         return openai_responses::import::thread(v, input, default_id);
     }
@@ -156,14 +162,7 @@ pub fn appended_from_json(
     shape: Option<Format>,
 ) -> Result<Vec<Message>, ImportError> {
     let earlier = Earlier::of(prefix);
-    let responses = match shape {
-        Some(Format::OpenAiResponses) => Some(match v {
-            Value::Object(o) => o.get("input").unwrap_or(v),
-            _ => v,
-        }),
-        Some(_) => None,
-        None => openai_responses::import::input_of(v),
-    };
+    let responses = responses_input(v, shape);
     let mut messages = if let Some(input) = responses {
         openai_responses::import::thread_in(v, input, "", earlier.builder())?
             .thread

@@ -18,6 +18,7 @@ import pytest
 
 import compactd
 from compactd import AsyncClient, Client, CompactdError
+from fake_model import reply_for
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 BUDGET = 4_000
@@ -34,8 +35,8 @@ def client(server_addr):
 
 
 class FakeModel:
-    """An HTTP transport for the SDKs: records each request body and answers
-    the way the provider would, with a fixed reply."""
+    """An HTTP transport for the SDKs (in process): records each request body
+    and answers as fake_model's provider does."""
 
     def __init__(self):
         self.bodies = []
@@ -46,49 +47,9 @@ class FakeModel:
     def handle(self, request, http):
         body = json.loads(request.content)
         self.bodies.append((request.url.path, body))
-        path = request.url.path
-        if path.endswith("/chat/completions"):
-            reply = {
-                "id": "chatcmpl-1",
-                "object": "chat.completion",
-                "created": 0,
-                "model": body["model"],
-                "choices": [
-                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "done"}}
-                ],
-            }
-        elif path.endswith("/responses"):
-            reply = {
-                "id": "resp_1",
-                "object": "response",
-                "created_at": 0,
-                "model": body["model"],
-                "status": "completed",
-                "output": [
-                    {
-                        "type": "message",
-                        "id": "msg_1",
-                        "role": "assistant",
-                        "status": "completed",
-                        "content": [{"type": "output_text", "text": "done", "annotations": []}],
-                    }
-                ],
-                "parallel_tool_calls": True,
-                "tool_choice": "auto",
-                "tools": [],
-            }
-        elif path.endswith("/messages"):
-            reply = {
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "model": body["model"],
-                "content": [{"type": "text", "text": "done"}],
-                "stop_reason": "end_turn",
-                "usage": {"input_tokens": 1, "output_tokens": 1},
-            }
-        else:
-            return http.Response(404, json={"error": path})
+        reply = reply_for(request.url.path, body)
+        if reply is None:
+            return http.Response(404, json={"error": request.url.path})
         return http.Response(200, json=reply)
 
 
