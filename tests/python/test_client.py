@@ -341,9 +341,12 @@ def test_a_stale_session_is_resent_whole(server_addr):
         assert r.request_bytes > len(json.dumps(edited)) / 2
 
 
-def test_a_fresh_venv_installs_the_package_and_calls_the_server(server_addr, tmp_path):
-    """`pip install ./clients/python` into an empty venv is all a caller
-    needs: its own dependencies, stubs generated at build."""
+def test_a_fresh_venv_installs_the_package_and_runs_the_readme_langchain_example(server_addr, tmp_path):
+    """`pip install "./clients/python[langchain]"` into an empty venv is all
+    a caller needs (its own dependencies, stubs generated at build): the
+    plain client and the README's LangChain example, as written but for the
+    address and the budget, with langchain-core's fake chat model."""
+    import re
     import subprocess
     import venv
 
@@ -351,25 +354,39 @@ def test_a_fresh_venv_installs_the_package_and_calls_the_server(server_addr, tmp
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
+    package = str(repo / "clients" / "python") + "[langchain]"
     done = subprocess.run(
-        [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(repo / "clients" / "python")],
+        [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", package],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    readme = (repo / "README.md").read_text()
+    example = re.search(r"<!-- example: langchain -->\n```python\n(.*?)```", readme, flags=re.S).group(1)
+    example = example.replace("127.0.0.1:50051", server_addr).replace("32_000", str(BUDGET))
     script = (
-        "import json, sys\n"
+        "import json\n"
         "from compactd import Client\n"
+        "from langchain_core.language_models.fake_chat_models import GenericFakeChatModel\n"
+        "from langchain_core.messages import AIMessage\n"
         f"messages = json.load(open({str(DATA / 'swe_agent_marshmallow.json')!r}))\n"
         f"with Client({server_addr!r}) as c:\n"
         f"    r = c.render(messages, thread_id='fresh-venv', model='gpt-4o', budget={BUDGET})\n"
-        "print(json.dumps({'before': r.tokens_before, 'after': r.tokens}))\n"
+        "class Model(GenericFakeChatModel):\n"
+        "    def bind_tools(self, tools, **kwargs):\n"
+        "        return self\n"
+        "model = Model(messages=iter([AIMessage(content='done')]))\n"
+        + example
+        + "print(json.dumps({'before': r.tokens_before, 'after': r.tokens, 'state': len(state['messages']), "
+        "'reply': state['messages'][-1].content}))\n"
     )
-    run = subprocess.run([str(py), "-c", script], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([str(py), "-c", script], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    counts = json.loads(run.stdout)
-    assert counts["after"] <= BUDGET < counts["before"], counts
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["after"] <= BUDGET < out["before"], out
+    assert out["state"] == len(json.loads((DATA / "swe_agent_marshmallow.json").read_text())) + 1, out
+    assert out["reply"] == "done"
 
 
 def _certificates(d):
