@@ -574,12 +574,6 @@ fn appended_from_json(
     const FIELD: &str = "append.messages_json";
     let value: serde_json::Value = serde_json::from_str(json)
         .map_err(|e| AppError::invalid(FIELD, format!("is not JSON: {e}")))?;
-    crate::provider::appended_from_json(&value, prefix, shape).map_err(|e| {
-        let field = if e.path == "$" || e.path.is_empty() {
-            FIELD.to_string()
-        } else {
-            format!("{FIELD}.{}", e.path)
-        };
-        AppError::invalid(field, e.reason)
-    })
+    crate::provider::appended_from_json(&value, prefix, shape)
+        .map_err(|e| AppError::invalid(e.field_under(FIELD), e.reason))
 }

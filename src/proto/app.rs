@@ -57,6 +57,15 @@ struct Imported {
     tools: Vec<ToolSchema>,
 }
 
+/// The shape a provider body is said to be in; unset (zero) leaves it to
+/// recognition.
+fn stated_shape(v: i32, field: &str) -> Result<Option<crate::provider::Format>> {
+    match v {
+        0 => Ok(None),
+        v => output_format(v, field).map(Some),
+    }
+}
+
 /// The thread a request gives as [`thread_input`] reads it, or from a
 /// provider body (`input`), read by the same importer as the CLI's files.
 fn provider_input(
@@ -80,18 +89,9 @@ fn provider_input(
     }
     let value: serde_json::Value = serde_json::from_str(&input.json)
         .map_err(|e| ConvertError::new("input.json", format!("is not JSON: {e}")))?;
-    let shape = match input.format {
-        0 => None,
-        v => Some(output_format(v, "input.format")?),
-    };
-    let read = thread_from_json_as(&value, &input.thread_id, shape).map_err(|e| {
-        let path = if e.path == "$" || e.path.is_empty() {
-            "input.json".to_string()
-        } else {
-            format!("input.json.{}", e.path)
-        };
-        ConvertError::new(path, e.reason)
-    })?;
+    let shape = stated_shape(input.format, "input.format")?;
+    let read = thread_from_json_as(&value, &input.thread_id, shape)
+        .map_err(|e| ConvertError::new(e.field_under("input.json"), e.reason))?;
     let mut thread = read.thread;
     // The request names the thread, whatever a canonical body says.
     thread.id = input.thread_id;
@@ -130,11 +130,7 @@ fn thread_input(
                     "set either messages or messages_json, not both",
                 ));
             }
-            // Unset (zero) leaves the shape to recognition.
-            let shape = match a.messages_format {
-                0 => None,
-                v => Some(output_format(v, "append.messages_format")?),
-            };
+            let shape = stated_shape(a.messages_format, "append.messages_format")?;
             if shape == Some(crate::provider::Format::Neutral) {
                 return Err(ConvertError::new(
                     "append.messages_format",

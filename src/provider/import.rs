@@ -44,6 +44,18 @@ pub struct ImportError {
     pub reason: String,
 }
 
+impl ImportError {
+    /// The request field at fault when the JSON read was the value of
+    /// `field` (`input.json` + `messages[1].role`).
+    pub fn field_under(&self, field: &str) -> String {
+        if self.path == "$" || self.path.is_empty() {
+            field.to_string()
+        } else {
+            format!("{field}.{}", self.path)
+        }
+    }
+}
+
 pub(super) fn err(path: impl Into<String>, reason: impl Into<String>) -> ImportError {
     ImportError {
         path: path.into(),
