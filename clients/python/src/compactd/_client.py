@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import grpc
 
 from compactd._errors import CompactdError, from_rpc_error
-from compactd._shapes import FORMATS, Conversation, body_of, detect_format, plain, shape_of
+from compactd._shapes import FORMATS, Conversation, body_of, detect_format, plain
 from compactd.v1 import compactd_pb2 as pb
 from compactd.v1 import compactd_pb2_grpc as pb_grpc
 
@@ -183,7 +183,7 @@ class _Calls:
         state = self._thread(thread_id)
         # The shape the conversation shows (the output format may differ);
         # text-only messages are Chat's.
-        shape = shape_of(body) or "openai"
+        shape = detect_format(body)
         key = "input" if "input" in body else "messages"
         items = body.get(key)
         items = items if isinstance(items, list) else [items]

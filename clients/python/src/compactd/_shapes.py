@@ -72,19 +72,6 @@ def detect_format(conversation: Any, model: str = "") -> str:
     return "openai"
 
 
-def shape_of(body: Mapping[str, Any]) -> Optional[str]:
-    """The shape a body's conversation shows (`None` when nothing in it tells
-    Chat from Anthropic, such as text-only messages): what compactd is told
-    to read it as, so the whole and its appended parts read alike."""
-    found = detect_format(body)
-    if found != "openai":
-        return found
-    for item in _items(body):
-        if isinstance(item, Mapping) and (item.get("tool_calls") or item.get("role") == "tool"):
-            return "openai"
-    return None
-
-
 def body_of(
     conversation: Conversation,
     *,
