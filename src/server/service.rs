@@ -82,14 +82,14 @@ trait Messages {
 impl Messages for pb::CompactRequest {
     fn messages(&self) -> usize {
         carried(self.thread.as_ref(), self.append.as_ref())
-            + self.input.as_ref().map_or(0, input_messages)
+            + self.input.as_ref().map_or(0, |i| json_items(&i.json))
     }
 }
 
 impl Messages for pb::RenderRequest {
     fn messages(&self) -> usize {
         carried(self.thread.as_ref(), self.append.as_ref())
-            + self.input.as_ref().map_or(0, input_messages)
+            + self.input.as_ref().map_or(0, |i| json_items(&i.json))
     }
 }
 
@@ -108,7 +108,7 @@ impl Messages for pb::ExplainRequest {
 impl Messages for pb::SearchContextRequest {
     fn messages(&self) -> usize {
         carried(self.thread.as_ref(), self.append.as_ref())
-            + self.input.as_ref().map_or(0, input_messages)
+            + self.input.as_ref().map_or(0, |i| json_items(&i.json))
     }
 }
 
@@ -131,10 +131,6 @@ fn thread_id<'a>(thread: Option<&'a pb::Thread>, append: Option<&'a pb::ThreadAp
 /// Items of a provider body (`messages`, or Responses `input`), counted
 /// by a scan that builds nothing; at least 1 when it is not a list of them
 /// (the conversion then says what is wrong).
-fn input_messages(input: &pb::ProviderInput) -> usize {
-    json_items(&input.json)
-}
-
 fn json_items(json: &str) -> usize {
     use serde::de::IgnoredAny;
     #[derive(serde::Deserialize)]
