@@ -776,6 +776,44 @@ fn overrides_apply_and_unset_fields_keep_the_base() {
 }
 
 #[test]
+fn per_tool_policies_arrive_and_bad_enums_name_the_tool() {
+    let base = crate::reduce::Policy::default();
+    let tool = pb::ToolPolicy {
+        must_preserve_fields: vec!["order.id".into()],
+        externalize_threshold_tokens: Some(200),
+        replay_cost: pb::ReplayCost::Expensive as i32,
+    };
+    let p = policy_from_overrides(
+        &base,
+        Some(pb::PolicyOverrides {
+            tools: [("place_order".to_string(), tool)].into(),
+            ..Default::default()
+        }),
+    )
+    .expect("valid");
+    let t = &p.tools["place_order"];
+    assert_eq!(t.must_preserve_fields, ["order.id"]);
+    assert_eq!(t.externalize_threshold_tokens, Some(200));
+    assert_eq!(t.replay_cost, Some(crate::reduce::ReplayCost::Expensive));
+    let e = policy_from_overrides(
+        &base,
+        Some(pb::PolicyOverrides {
+            tools: [(
+                "x".to_string(),
+                pb::ToolPolicy {
+                    replay_cost: 9,
+                    ..Default::default()
+                },
+            )]
+            .into(),
+            ..Default::default()
+        }),
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "policy.tools[\"x\"].replay_cost");
+}
+
+#[test]
 fn requests_become_commands_and_name_the_field_at_fault() {
     let base = crate::reduce::Policy::default();
     let thread = pb::Thread {

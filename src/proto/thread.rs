@@ -10,7 +10,7 @@ use crate::model::{
     MessageMetadata, Outcome, Role, Sensitivity, Thread, ToolCall, ToolContent, ToolResultEnvelope,
     ToolSchema,
 };
-use crate::reduce::{Policy, ToolRetention};
+use crate::reduce::{Policy, ReplayCost, ToolPolicy, ToolRetention};
 
 use super::{each, optional, pb, unknown_enum, unset_enum, ConvertError, Result};
 
@@ -524,6 +524,24 @@ pub fn policy_from_overrides(base: &Policy, o: Option<pb::PolicyOverrides>) -> R
     }
     for (tool, r) in o.retention {
         p.retention.insert(tool, retention(r));
+    }
+    for (tool, t) in o.tools {
+        let replay_cost = match pb::ReplayCost::try_from(t.replay_cost) {
+            Ok(pb::ReplayCost::Unspecified) => None,
+            Ok(pb::ReplayCost::Free) => Some(ReplayCost::Free),
+            Ok(pb::ReplayCost::Cheap) => Some(ReplayCost::Cheap),
+            Ok(pb::ReplayCost::Expensive) => Some(ReplayCost::Expensive),
+            Err(_) => {
+                let field = format!("policy.tools[{tool:?}].replay_cost");
+                return Err(unknown_enum(&field, t.replay_cost));
+            }
+        };
+        let entry = ToolPolicy {
+            must_preserve_fields: t.must_preserve_fields,
+            externalize_threshold_tokens: t.externalize_threshold_tokens,
+            replay_cost,
+        };
+        p.tools.insert(tool, entry);
     }
     let flag = |dst: &mut bool, v: Option<bool>| {
         if let Some(v) = v {

@@ -40,9 +40,7 @@ impl Reducer for Clear {
             if env.outcome == Outcome::Failure {
                 continue;
             }
-            let durability = env
-                .durability
-                .unwrap_or_else(|| state.policy.durability_for(&env.tool_name));
+            let durability = state.policy.durability_of(env);
             let gist = match durability {
                 Durability::NonReplayable => continue,
                 Durability::Replayable if !state.replay_verified(p, i) => continue,

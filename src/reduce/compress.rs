@@ -60,9 +60,7 @@ pub(super) fn compressed_form(
 )> {
     let m = p.message(i);
     let env = m.tool_result.as_ref()?;
-    let durability = env
-        .durability
-        .unwrap_or_else(|| state.policy.durability_for(&env.tool_name));
+    let durability = state.policy.durability_of(env);
     if durability == Durability::NonReplayable {
         return None;
     }

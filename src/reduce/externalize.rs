@@ -27,7 +27,6 @@ impl Reducer for Externalize {
         if state.skip_aggressive {
             return Ok(());
         }
-        let threshold = state.policy.externalize_threshold_tokens;
         for i in 0..p.len() {
             if p.total() <= budget.target() {
                 break;
@@ -49,6 +48,10 @@ impl Reducer for Externalize {
             // model reads of it decides whether moving it pays off.
             let content = m.archived_text().into_owned();
             let tokens = p.counter.text(&content);
+            let threshold = match &m.tool_result {
+                Some(env) => state.policy.externalize_threshold_for(&env.tool_name),
+                None => state.policy.externalize_threshold_tokens,
+            };
             if tokens <= threshold {
                 continue;
             }

@@ -22,6 +22,7 @@ mod externalize;
 mod memo;
 mod partition;
 mod policy;
+mod preserve;
 mod projection;
 mod refill;
 mod replay;
@@ -49,7 +50,7 @@ pub use clear::Clear;
 pub use compress::Compress;
 pub use externalize::Externalize;
 pub use memo::{KeyHasher, Memo};
-pub use policy::{Enabled, Policy, PolicyError, ToolRetention};
+pub use policy::{Enabled, Policy, PolicyError, ReplayCost, ToolPolicy, ToolRetention};
 pub use projection::{PendingArtifact, Projection, Units, PENDING_ARTIFACT_PREFIX};
 pub use retention::Retention;
 pub use summary::Summarize;
@@ -494,6 +495,7 @@ pub fn compact_with(
     let start = starting_plan(req, &mut warnings);
     let pinned = partition::pinned(thread, policy);
     let fixed = budget.fixed_tokens();
+    let enriched = preserve::enriched(thread, policy);
     let mut p = Projection::new(
         thread,
         counter,
@@ -502,7 +504,8 @@ pub fn compact_with(
         start,
         pinned,
         fixed,
-    );
+    )
+    .reading(&enriched);
     let tokens_before = p.verbatim_total();
     let mut state = PipelineState::new(
         thread,

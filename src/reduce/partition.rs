@@ -208,6 +208,30 @@ impl TailShare {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_kept_counts_shrink_one_step_at_a_time_down_to_one() {
+        let policy = Policy {
+            keep_recent_turns: 6,
+            keep_tool_io_pairs: 4,
+            ..Policy::default()
+        };
+        let mut tail = TailShare::new(&policy, 100_000).within(1_000);
+        let mut seen = vec![(tail.turns, tail.pairs)];
+        while !tail.at_floor {
+            tail.shrink();
+            seen.push((tail.turns, tail.pairs));
+        }
+        let turns: Vec<u32> = seen.iter().map(|s| s.0).collect();
+        let pairs: Vec<u32> = seen.iter().map(|s| s.1).collect();
+        // Each round gives up one turn and one call group, never more, and
+        // stops at one of each (the last user message and the newest call).
+        assert_eq!(&turns[..6], &[6, 5, 4, 3, 2, 1]);
+        assert!(turns[6..].iter().all(|&t| t == 1), "{turns:?}");
+        assert_eq!(&pairs[..4], &[4, 3, 2, 1]);
+        assert!(pairs[4..].iter().all(|&p| p == 1), "{pairs:?}");
+        assert!(tail.at_floor);
+    }
+
     /// Keep counts at u32::MAX (a valid policy) once shrank one step a
     /// round: 4 billion rounds of compaction for one request.
     #[test]

@@ -20,6 +20,41 @@ pub struct ToolRetention {
     pub never_evict: bool,
 }
 
+/// How costly it is to run a tool again, as its owner states it. A
+/// replayable result of an `expensive` tool is kept or externalized, not
+/// cleared: clearing it would send the agent back to pay for it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplayCost {
+    /// Pure and local (a calculation).
+    Free,
+    /// Quick and unmetered (reading a local file). The default.
+    #[default]
+    Cheap,
+    /// Paid, rate-limited or slow (a web search, a metered API).
+    Expensive,
+}
+
+/// One tool's durability policy beyond its durability class (which stays
+/// in [`Policy::durability`], so a tool has one durability entry).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolPolicy {
+    /// Fields of the result that every stub, clear and pointer of it keeps,
+    /// read from the output itself (a JSON path such as `order.id`, or a
+    /// key anywhere in the JSON, or a `name: value` line of text), on top
+    /// of the envelope's own key fields, which win on a clash.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub must_preserve_fields: Vec<String>,
+    /// Output above this many tokens is externalized (instead of the
+    /// policy-wide threshold).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub externalize_threshold_tokens: Option<u32>,
+    /// How costly running the tool again is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_cost: Option<ReplayCost>,
+}
+
 /// The whole policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -54,6 +89,11 @@ pub struct Policy {
     pub default_durability: Durability,
     /// Per-tool durability overrides (the envelope's own value wins).
     pub durability: BTreeMap<String, Durability>,
+    /// Per-tool fields to preserve, externalize threshold and replay cost.
+    /// Left out of the serialized policy while empty, so fingerprints of
+    /// existing plans do not change.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, ToolPolicy>,
     /// Content above this many tokens is externalized.
     pub externalize_threshold_tokens: u32,
     /// Source tokens per summarization chunk.
@@ -139,6 +179,7 @@ impl Default for Policy {
             retention: BTreeMap::new(),
             default_durability: Durability::Anchoring,
             durability: BTreeMap::new(),
+            tools: BTreeMap::new(),
             externalize_threshold_tokens: 1000,
             summary_chunk_tokens: 8000,
             summary_max_tokens: 800,
@@ -190,6 +231,24 @@ impl Policy {
         if self.externalize_threshold_tokens == 0 {
             return err("externalize_threshold_tokens", "must be at least 1");
         }
+        for (tool, t) in &self.tools {
+            if t.externalize_threshold_tokens == Some(0) {
+                return Err(PolicyError {
+                    field: format!("policy.tools[{tool}].externalize_threshold_tokens"),
+                    reason: "must be at least 1".into(),
+                });
+            }
+            if let Some(i) = t
+                .must_preserve_fields
+                .iter()
+                .position(|f| f.trim().is_empty() || f.split('.').any(str::is_empty))
+            {
+                return Err(PolicyError {
+                    field: format!("policy.tools[{tool}].must_preserve_fields[{i}]"),
+                    reason: "must be a field name or a dotted path of them".into(),
+                });
+            }
+        }
         for (tool, r) in std::iter::once(("*", &self.retention_default))
             .chain(self.retention.iter().map(|(k, v)| (k.as_str(), v)))
         {
@@ -209,6 +268,37 @@ impl Policy {
             .get(tool)
             .copied()
             .unwrap_or(self.retention_default)
+    }
+
+    /// How a result is treated: the envelope's durability, else the tool's,
+    /// else the default; a replayable result of a tool that is expensive to
+    /// replay counts as non-replayable.
+    pub fn durability_of(&self, env: &crate::model::ToolResultEnvelope) -> Durability {
+        let d = env
+            .durability
+            .unwrap_or_else(|| self.durability_for(&env.tool_name));
+        let expensive = self.tools.get(&env.tool_name).and_then(|t| t.replay_cost)
+            == Some(ReplayCost::Expensive);
+        if d == Durability::Replayable && expensive {
+            Durability::NonReplayable
+        } else {
+            d
+        }
+    }
+
+    /// The externalize threshold for a tool's results.
+    pub fn externalize_threshold_for(&self, tool: &str) -> u32 {
+        self.tools
+            .get(tool)
+            .and_then(|t| t.externalize_threshold_tokens)
+            .unwrap_or(self.externalize_threshold_tokens)
+    }
+
+    /// Fields of a tool's results that every stub keeps (empty for most).
+    pub fn must_preserve(&self, tool: &str) -> &[String] {
+        self.tools
+            .get(tool)
+            .map_or(&[], |t| t.must_preserve_fields.as_slice())
     }
 
     /// Durability of a tool's results when the envelope does not say.

@@ -121,6 +121,10 @@ pub struct Projection<'a> {
     pub pinned: Vec<bool>,
     /// Kept verbatim this round: the recent tail and recent tool pairs.
     pub kept: Vec<bool>,
+    /// Working copies of tool results with their tool's must-preserve
+    /// fields added as key fields (see [`super::preserve`]): what the
+    /// reducers read through [`Projection::message`].
+    enriched: Option<&'a std::collections::HashMap<usize, Message>>,
     /// At the last escalation step, tool results in the tail may be compressed
     /// or externalized (their content stays retrievable) but nothing else.
     pub tail_tool_results_reducible: bool,
@@ -200,6 +204,7 @@ impl<'a> Projection<'a> {
             units: Units::of(thread),
             pinned,
             kept: vec![false; n],
+            enriched: None,
             tail_tool_results_reducible: false,
             slots: vec![Slot::Include; n],
             cost: vec![0; n],
@@ -213,6 +218,14 @@ impl<'a> Projection<'a> {
         };
         p.rebuild();
         p
+    }
+
+    /// Reducers read these working copies in place of the thread's
+    /// messages (see [`super::preserve`]); rendering costs stay those of
+    /// the thread's own messages.
+    pub fn reading(mut self, enriched: &'a std::collections::HashMap<usize, Message>) -> Self {
+        self.enriched = (!enriched.is_empty()).then_some(enriched);
+        self
     }
 
     /// Number of summaries in the plan.
@@ -891,8 +904,12 @@ impl<'a> Projection<'a> {
         self.settle(indices, Slot::Drop(r), &changed, None);
     }
 
-    /// Messages of the thread by index.
+    /// Messages of the thread by index, as the reducers read them (a tool
+    /// result with its must-preserve fields among its key fields).
     pub fn message(&self, i: usize) -> &'a Message {
+        if let Some(m) = self.enriched.and_then(|e| e.get(&i)) {
+            return m;
+        }
         &self.thread.messages[i]
     }
 

@@ -50,9 +50,7 @@ impl Reducer for Retention {
             if p.is_locked(i) || !p.is_included(i) || env.outcome == Outcome::Failure {
                 continue;
             }
-            let durability = env
-                .durability
-                .unwrap_or_else(|| policy.durability_for(&env.tool_name));
+            let durability = policy.durability_of(env);
             // Non-replayable results cannot be fetched again; they go to the
             // artifact store instead of being stubbed.
             if durability == Durability::NonReplayable {

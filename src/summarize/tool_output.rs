@@ -238,6 +238,15 @@ pub fn compress_tool_output(
         }
         (None, ToolContent::Json(_)) => return None,
     };
+    // Key fields outlive every replacement of the output, whatever shape
+    // the compressor gave it.
+    if !env.key_fields.is_empty() {
+        let kf = serde_json::to_string(&env.key_fields).unwrap_or_default();
+        if !out.text.contains(&kf) {
+            out.text.push_str("\nKey data: ");
+            out.text.push_str(&kf);
+        }
+    }
     if out.text.len() >= original.len() {
         return None;
     }
