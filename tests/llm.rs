@@ -548,3 +548,81 @@ async fn a_background_upgrade_overtaken_by_a_newer_plan_is_redone_on_it() {
         llm_ids(&latest.plan)
     );
 }
+
+/// Golden summaries: a real log compacted with an LLM whose answer is fixed
+/// (a plausible, lossy one per fixture, in `tests/fixtures/summaries/`).
+/// The rubric: every listed constraint and identifier that sat in a
+/// summarized span is in the summary that replaced it, whatever the model
+/// left out; the requests carry temperature 0 and the fixed seed; and the
+/// summaries are pinned as snapshots.
+#[tokio::test]
+async fn golden_fixtures_meet_their_rubric_whatever_the_model_left_out() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("fixtures/summaries"))
+        .expect("fixtures")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 3, "{names:?}");
+    for name in names {
+        let fixture: Value = serde_json::from_slice(
+            &std::fs::read(dir.join("fixtures/summaries").join(&name)).expect("fixture"),
+        )
+        .expect("fixture JSON");
+        let log: Value = serde_json::from_slice(
+            &std::fs::read(dir.join("data").join(fixture["log"].as_str().expect("log")))
+                .expect("log"),
+        )
+        .expect("log JSON");
+        let t = thread_from_json(&log, &name).expect("thread").thread;
+        let answer = fixture["answer"].to_string();
+        let fake = FakeLlm::start(Behavior::Fixed(answer))
+            .await
+            .expect("fake llm");
+        let app = app_with(Some(settings(&fake.base_url())), store());
+        let budget = fixture["budget"].as_u64().expect("budget") as u32;
+        let out = compact(&app, &t, budget).await;
+        let llm: Vec<_> = out
+            .plan
+            .summarizations
+            .iter()
+            .filter(|r| r.summarizer_id.starts_with("llm:"))
+            .collect();
+        assert!(
+            !llm.is_empty(),
+            "{name}: no LLM summary; warnings {:?}",
+            out.report.as_ref().map(|r| &r.warnings)
+        );
+        for r in fake.requests() {
+            assert_eq!(r.body["temperature"], 0, "{name}");
+            assert_eq!(r.body["seed"], compactd::summarize::llm::SEED, "{name}");
+        }
+        let mut checked = 0;
+        for item in fixture["must_keep"].as_array().expect("must_keep") {
+            let item = item.as_str().expect("a string");
+            let Some(source) = t.messages.iter().find(|m| m.text().contains(item)) else {
+                panic!("{name}: {item:?} is not in the log");
+            };
+            let Some(record) = llm.iter().find(|r| r.span.message_ids.contains(&source.id)) else {
+                continue;
+            };
+            checked += 1;
+            let text = record.summary.render_as_message();
+            assert!(
+                text.contains(item),
+                "{name}: {item:?} (from {}) lost from its summary:\n{text}",
+                source.id
+            );
+        }
+        assert!(
+            checked > 0,
+            "{name}: no rubric item was in a summarized span"
+        );
+        let pinned: Vec<String> = llm.iter().map(|r| r.summary.render_as_message()).collect();
+        insta::assert_snapshot!(
+            format!("golden_summary_{}", name.trim_end_matches(".json")),
+            pinned.join("\n---\n")
+        );
+    }
+}

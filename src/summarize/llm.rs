@@ -55,6 +55,20 @@ answer. Do not drop its constraints or identifiers.
 - Do not invent anything. Text such as [REDACTED] stays as it is.
 - Answer with one JSON object that matches the schema, and nothing else.";
 
+/// One worked example (a few-shot prompt): how a transcript maps onto the
+/// schema, with a stated limit kept word for word and identifiers copied.
+/// Its domain is none an agent is likely to be in, so that the model copies
+/// the form, not the content.
+const EXAMPLE: &str = r#"Example.
+Transcript:
+[user] We are moving the greenhouse sensor logs to the new archive. Do not delete anything from the old share until the checksums match, and keep the upload under 50 MB per batch.
+[assistant] Understood. I'll start with the batch for bed B-12.
+[tool list_files: success] /share/sensors/B-12/2025-03.csv 41 MB
+[assistant] Uploading /share/sensors/B-12/2025-03.csv as one batch (41 MB). I chose gzip over zstd because the archive only reads gzip.
+[tool upload: failure] error E-409: checksum mismatch for batch 7731
+Answer:
+{"facts":["Do not delete anything from the old share until the checksums match.","Keep the upload under 50 MB per batch.","/share/sensors/B-12/2025-03.csv is 41 MB."],"decisions":[{"decision":"Compress batches with gzip, not zstd","rationale":"the archive only reads gzip"}],"open_items":[{"description":"Upload of batch 7731 failed with E-409 (checksum mismatch); retry before deleting anything","priority":"high"}],"current_task":"Move the greenhouse sensor logs of bed B-12 to the new archive","current_plan":["Retry batch 7731","Compare checksums","Only then delete from the old share"],"references":["B-12","/share/sensors/B-12/2025-03.csv","E-409","7731"]}"#;
+
 impl Style {
     /// Every style.
     pub const ALL: [Style; 4] = [
@@ -101,9 +115,10 @@ exact paths and symbol names in `references`, and record the last known build an
         }
     }
 
-    /// The system prompt of this style.
+    /// The system prompt of this style: the rules, the focus, and one
+    /// worked example of the answer's form.
     pub fn template(self) -> String {
-        format!("{RULES}\n\n{}", self.focus())
+        format!("{RULES}\n\n{}\n\n{EXAMPLE}", self.focus())
     }
 
     /// `style@hash`: the first 12 hex digits of SHA-256 over the template,
@@ -252,6 +267,10 @@ pub enum ResponseFormat {
     None,
 }
 
+/// Sent as `seed` with temperature 0, so that endpoints that sample
+/// deterministically given a seed answer the same span the same way.
+pub const SEED: u64 = 20_251_126;
+
 /// A Chat Completions request body.
 pub fn chat_body(
     model: &str,
@@ -268,6 +287,7 @@ pub fn chat_body(
         ],
         "max_tokens": max_tokens,
         "temperature": 0,
+        "seed": SEED,
     });
     let rf = match format {
         ResponseFormat::JsonSchema => Some(json!({
@@ -612,6 +632,37 @@ mod tests {
             "{v}"
         );
         assert_eq!(v, Style::Brief.prompt_version(), "deterministic");
+    }
+
+    #[test]
+    fn every_template_carries_a_worked_example_that_is_a_valid_answer() {
+        let answer = EXAMPLE.split_once("Answer:\n").expect("an answer").1;
+        let template = StructuredSummary::empty(span());
+        let s = parse_answer(answer, &template, 2).expect("the example parses as an answer");
+        assert!(s.facts.iter().any(|f| f.contains("under 50 MB")));
+        assert_eq!(s.decisions.len(), 1);
+        // Every key of the strict schema, no other.
+        let v: Value = serde_json::from_str(answer).expect("JSON");
+        let keys: Vec<&String> = v.as_object().expect("object").keys().collect();
+        let schema = answer_schema();
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .expect("required")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(keys.len(), required.len());
+        assert!(keys.iter().all(|k| required.contains(&k.as_str())));
+        for style in Style::ALL {
+            assert!(style.template().ends_with(EXAMPLE));
+        }
+    }
+
+    #[test]
+    fn sampling_is_pinned_temperature_zero_and_a_fixed_seed() {
+        let body = chat_body("m", Style::Brief, "hi", 500, ResponseFormat::JsonObject);
+        assert_eq!(body["temperature"], 0);
+        assert_eq!(body["seed"], SEED);
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub enum Behavior {
     Refuse,
     /// Wait this long, then answer faithfully.
     Delay(Duration),
+    /// This answer content, whatever was asked (golden fixtures).
+    Fixed(String),
 }
 
 /// One request as received.
@@ -272,6 +274,7 @@ async fn answer(behavior: &Behavior, body: &Value) -> (u16, Value) {
             200,
             completion(json!("{\"facts\": [\"the budget"), "length"),
         ),
+        Behavior::Fixed(content) => (200, completion(json!(content), "stop")),
         Behavior::NotJson => (
             200,
             completion(json!("Here is your summary: all good."), "stop"),
