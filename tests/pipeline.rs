@@ -494,3 +494,64 @@ fn the_redaction_rules_are_part_of_the_plan_fingerprint() {
     other.redactor = &custom;
     assert_ne!(standard, request_fingerprint(&req, &other));
 }
+
+/// A previous plan whose records overlap (a clear and a drop of the same
+/// tool result, as a plan from another version may have) is normalized
+/// before it is extended: the drop wins, the report names the message and
+/// both actions, and the pair goes together.
+#[test]
+fn an_overlapping_previous_plan_is_normalized_and_the_report_says_so() {
+    let mut b = ThreadBuilder::default();
+    let mut calls = Vec::new();
+    for t in 0..12 {
+        b.user(&format!("step {t}: check the worker logs"));
+        calls.push(b.tool(
+            "list_logs",
+            json!({"n": t}),
+            ToolContent::Text(log_lines(40)),
+            Outcome::Success,
+            None,
+        ));
+        b.assistant("looked at them");
+    }
+    let t = b.build("overlap");
+    let h = Harness::default();
+    let first = h.compact(&t, 9_000, None).unwrap();
+    let cleared = first
+        .plan
+        .clearings
+        .iter()
+        .find(|r| r.reason == compactd::model::ClearReason::Expired)
+        .expect("a stubbed result")
+        .span
+        .message_ids[0]
+        .clone();
+    let at = t.messages.iter().position(|m| m.id == cleared).unwrap();
+    let call = t.messages[at - 1].id.clone();
+    let mut prev = first.plan.clone();
+    prev.drops.push(compactd::model::DropRecord {
+        span: compactd::model::SpanReference::of(&t, &[at - 1, at]),
+        reason: "merged from another plan".into(),
+        index: compactd::model::DroppedSpanIndex {
+            keywords: vec![],
+            summary: String::new(),
+        },
+        archive_artifact_id: None,
+    });
+    // Not the plan this request fingerprints to (as after an upgrade), so
+    // it is built on rather than returned as it is.
+    prev.fingerprint.clear();
+    let mut out = h.compact(&t, 9_000, Some(&prev)).unwrap();
+    let want = format!("message {cleared} is in both Clear and Drop; Drop takes precedence");
+    assert!(
+        out.report.warnings.contains(&want),
+        "{:?}",
+        out.report.warnings
+    );
+    assert!(!out
+        .request
+        .messages
+        .iter()
+        .any(|m| m.source_id == cleared || m.source_id == call));
+    assert!(out.plan.normalize().is_empty());
+}

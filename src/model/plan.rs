@@ -848,3 +848,121 @@ fn hash_message(h: &mut xxhash_rust::xxh3::Xxh3, buf: &mut Vec<u8>, m: &super::m
     }
     h.update(buf);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Sensitivity, StructuredSummary};
+
+    fn span(ids: &[&str]) -> SpanReference {
+        SpanReference {
+            message_ids: ids.iter().map(|s| s.to_string()).collect(),
+            first_turn: 1,
+            last_turn: 1,
+        }
+    }
+
+    /// Every pair of actions claims one message: m2 (drop, externalize),
+    /// m3 (drop, summarize), m4 (drop, clear), m5 (externalize, summarize),
+    /// m6 (externalize, clear), m7 (summarize, clear); m1 is in no record.
+    fn overlapping() -> CompactionPlan {
+        let mut plan = CompactionPlan::new("t");
+        plan.drops.push(DropRecord {
+            span: span(&["m2", "m3", "m4"]),
+            reason: "window".into(),
+            index: DroppedSpanIndex {
+                keywords: vec![],
+                summary: String::new(),
+            },
+            archive_artifact_id: None,
+        });
+        plan.externalizations.push(ExternalizationRecord {
+            span: span(&["m2", "m5", "m6"]),
+            artifact_id: "art_00000000000000000000000000000001".into(),
+            summary: StructuredSummary::empty(span(&["m2"])),
+            rehydrate_hint: String::new(),
+            sensitivity: Sensitivity::Internal,
+            content_hash: String::new(),
+            content_tokens: 1,
+        });
+        plan.summarizations.push(SummarizationRecord {
+            span: span(&["m3", "m5", "m7"]),
+            summary: StructuredSummary::empty(span(&["m3"])),
+            summary_token_count: 1,
+            archive_artifact_id: None,
+            summarizer_id: String::new(),
+        });
+        for id in ["m4", "m6", "m7"] {
+            plan.clearings.push(ClearRecord {
+                span: span(&[id]),
+                preserved_fields: BTreeMap::new(),
+                reason: ClearReason::Durability,
+                replacement: "[cleared]".into(),
+                archive_artifact_id: None,
+                archive_note: None,
+                strategy: String::new(),
+            });
+        }
+        plan
+    }
+
+    #[test]
+    fn overlapping_records_resolve_drop_externalize_summarize_clear_include() {
+        let mut plan = overlapping();
+        // Rendering resolves the same way before normalization…
+        let before: Vec<(String, ActionKind)> = ["m1", "m2", "m3", "m4", "m5", "m6", "m7"]
+            .iter()
+            .map(|id| {
+                let kind = plan
+                    .actions()
+                    .get(id)
+                    .map_or(ActionKind::Include, Action::kind);
+                (id.to_string(), kind)
+            })
+            .collect();
+        use ActionKind::*;
+        let want = [
+            Include,
+            Drop,
+            Drop,
+            Drop,
+            Externalize,
+            Externalize,
+            Summarize,
+        ];
+        assert_eq!(
+            before.iter().map(|b| b.1).collect::<Vec<_>>(),
+            want.to_vec()
+        );
+        // …and normalization leaves each message in its winner's record.
+        let warnings = plan.normalize();
+        let text: Vec<String> = warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "message m2 is in both Externalize and Drop; Drop takes precedence",
+                "message m3 is in both Summarize and Drop; Drop takes precedence",
+                "message m5 is in both Summarize and Externalize; Externalize takes precedence",
+                "message m4 is in both Clear and Drop; Drop takes precedence",
+                "message m6 is in both Clear and Externalize; Externalize takes precedence",
+                "message m7 is in both Clear and Summarize; Summarize takes precedence",
+            ]
+        );
+        assert_eq!(plan.drops[0].span.message_ids, ["m2", "m3", "m4"]);
+        assert_eq!(plan.externalizations[0].span.message_ids, ["m5", "m6"]);
+        assert_eq!(plan.summarizations[0].span.message_ids, ["m7"]);
+        // Records left with no message are removed.
+        assert!(plan.clearings.is_empty());
+        let after: Vec<ActionKind> = before
+            .iter()
+            .map(|(id, _)| {
+                plan.actions()
+                    .get(id.as_str())
+                    .map_or(Include, Action::kind)
+            })
+            .collect();
+        assert_eq!(after, want.to_vec());
+        // Idempotent.
+        assert!(plan.normalize().is_empty());
+    }
+}
