@@ -555,3 +555,108 @@ fn an_overlapping_previous_plan_is_normalized_and_the_report_says_so() {
         .any(|m| m.source_id == cleared || m.source_id == call));
     assert!(out.plan.normalize().is_empty());
 }
+
+/// A text message over 256 KB is accepted, compacted, and named in a
+/// warning; an image of that size is not.
+#[test]
+fn a_message_over_256_kb_is_named_in_a_warning() {
+    let mut b = ThreadBuilder::default();
+    b.user("dump the table");
+    b.tool(
+        "dump",
+        json!({}),
+        ToolContent::Text(log_lines(6_000)),
+        Outcome::Success,
+        None,
+    );
+    b.user("thanks");
+    b.assistant("ok");
+    let t = b.build("oversize");
+    let big = &t.messages[2];
+    assert!(big.byte_len() > 256 * 1024);
+    let h = Harness::default();
+    let out = h.compact(&t, 16_000, None).unwrap();
+    let warning = out
+        .report
+        .warnings
+        .iter()
+        .find(|w| w.starts_with("input: "))
+        .expect("an oversize warning");
+    assert!(
+        warning.contains(&format!("{} (", big.id)) && warning.contains("over 256 KB"),
+        "{warning}"
+    );
+    // The same bytes as an image part: no warning.
+    let mut b = ThreadBuilder::default();
+    b.user("look at this");
+    b.last().content = compactd::model::Content::Parts(vec![
+        compactd::model::ContentPart::Text {
+            text: "the screenshot".into(),
+        },
+        compactd::model::ContentPart::Image {
+            url: format!("data:image/png;base64,{}", "A".repeat(300 * 1024)),
+        },
+    ]);
+    b.assistant("seen");
+    let out = h.compact(&b.build("image"), 400_000, None).unwrap();
+    assert!(
+        !out.report.warnings.iter().any(|w| w.starts_with("input: ")),
+        "{:?}",
+        out.report.warnings
+    );
+}
+
+/// The first turn of an agent may have no transcript yet: compacting and
+/// rendering it gives, in every format, a body its provider accepts, with
+/// or without a system prompt (a Chat body with neither has nothing to
+/// send and is refused).
+#[test]
+fn an_empty_transcript_renders_a_body_each_provider_accepts() {
+    use compactd::app::RenderedOutput;
+    use compactd::provider::{openai_responses, Format};
+    let t = compactd::model::Thread {
+        id: "first-turn".into(),
+        messages: vec![],
+    };
+    for system in [Some("You are a helpful agent."), None] {
+        let mut h = Harness::default();
+        h.system = system.map(str::to_string);
+        for format in [
+            Format::OpenAiChat,
+            Format::AnthropicMessages,
+            Format::OpenAiResponses,
+        ] {
+            let out = h.render_as(&t, 8_000, None, format, None);
+            if system.is_none() && format == Format::OpenAiChat {
+                // Nothing at all to send: refused, naming the field, rather
+                // than a body Chat Completions would answer with a 400.
+                match out {
+                    Err(compactd::app::AppError::InvalidArgument { field, .. }) => {
+                        assert_eq!(field, "thread.messages");
+                        continue;
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            let (_, out) = out.unwrap_or_else(|e| panic!("{format:?}, system {system:?}: {e}"));
+            let RenderedOutput::Payload(body) = out.output else {
+                panic!("a payload");
+            };
+            let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let ok = match format {
+                Format::OpenAiChat => {
+                    let n = body["messages"].as_array().map_or(0, Vec::len);
+                    // Chat Completions refuses an empty `messages`.
+                    if n == 0 {
+                        Err("no messages".to_string())
+                    } else {
+                        openai_chat::check_pairing(&body)
+                    }
+                }
+                Format::AnthropicMessages => compactd::provider::anthropic::check_structure(&body),
+                _ => openai_responses::check_structure(&body),
+            };
+            assert!(ok.is_ok(), "{format:?}, system {system:?}: {ok:?}\n{body}");
+        }
+    }
+}

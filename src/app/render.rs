@@ -199,6 +199,16 @@ impl App {
             // be rendered as it stands.
             refuse_pending(&cmd.request.thread)?;
         }
+        // Chat Completions refuses an empty `messages` (Anthropic and
+        // Responses bodies get a continuation turn instead): with no
+        // transcript, the system prompt is the body's one message.
+        let no_system = cmd.request.system.as_deref().is_none_or(|s| s.is_empty());
+        if cmd.format == Format::OpenAiChat && cmd.request.thread.messages.is_empty() && no_system {
+            return Err(AppError::invalid(
+                "thread.messages",
+                "an OpenAI Chat body needs at least one message: send a system prompt or a message",
+            ));
+        }
         let mut cmd = cmd;
         let request = &mut cmd.request;
         let warnings = Self::settle_thread(&mut request.thread, &mut request.extends);

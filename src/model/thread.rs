@@ -25,6 +25,10 @@ pub struct ThreadLimits {
     pub max_message_bytes: usize,
     /// Longest message id, in bytes.
     pub max_id_bytes: usize,
+    /// A message larger than this is accepted with a warning: a payload this
+    /// size is often a dump or was cut off on its way (256 KB, the ingestion
+    /// limit the seeds name).
+    pub warn_message_bytes: usize,
 }
 
 impl Default for ThreadLimits {
@@ -33,6 +37,7 @@ impl Default for ThreadLimits {
             max_messages: 100_000,
             max_message_bytes: 8 * 1024 * 1024,
             max_id_bytes: 256,
+            warn_message_bytes: 256 * 1024,
         }
     }
 }

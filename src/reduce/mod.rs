@@ -491,7 +491,7 @@ pub fn compact_with(
         req.tools,
         req.skip_aggressive,
     );
-    let mut warnings = Vec::new();
+    let mut warnings = oversize_warnings(thread, &req.limits);
     let start = starting_plan(req, &mut warnings);
     let pinned = partition::pinned(thread, policy);
     let fixed = budget.fixed_tokens();
@@ -555,6 +555,45 @@ pub fn compact_with(
         warnings: Vec::new(),
     };
     finish(req, engine, p, state, report)
+}
+
+/// One warning naming the messages over `limits.warn_message_bytes` (the
+/// first three and how many in all).
+fn oversize_warnings(thread: &Thread, limits: &ThreadLimits) -> Vec<String> {
+    let over: Vec<(&str, usize)> = thread
+        .messages
+        .iter()
+        // Images are large by nature; the warning is about text.
+        .map(|m| {
+            let images: usize = match &m.content {
+                crate::model::Content::Parts(parts) => parts
+                    .iter()
+                    .filter(|p| matches!(p, crate::model::ContentPart::Image { .. }))
+                    .map(crate::model::ContentPart::byte_len)
+                    .sum(),
+                crate::model::Content::Text(_) => 0,
+            };
+            (m.id.as_str(), m.byte_len() - images)
+        })
+        .filter(|&(_, n)| n > limits.warn_message_bytes)
+        .collect();
+    if over.is_empty() {
+        return Vec::new();
+    }
+    let named: Vec<String> = over
+        .iter()
+        .take(3)
+        .map(|(id, n)| format!("{id} ({} KB)", n.div_ceil(1024)))
+        .collect();
+    let more = match over.len() {
+        1..=3 => String::new(),
+        n => format!(" and {} more", n - 3),
+    };
+    vec![format!(
+        "input: {}{more} over {} KB; a message this large is often a dump or a payload cut off on its way",
+        named.join(", "),
+        limits.warn_message_bytes / 1024
+    )]
 }
 
 /// The plan to start from: the previous one normalized, or a fresh one when

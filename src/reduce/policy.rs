@@ -309,3 +309,62 @@ impl Policy {
             .unwrap_or(self.default_durability)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The defaults the seeds give (docs/seeds.md says where ours differ:
+    /// a 500-token safety buffer, not 1,500, since counts are exact).
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let p = Policy::default();
+        assert_eq!(p.trigger_ratio, 0.85);
+        assert_eq!(p.target_ratio, 0.70);
+        assert_eq!(p.keep_recent_turns, 6);
+        assert_eq!(p.keep_tool_io_pairs, 4);
+        assert_eq!(p.roles_never_prune, [Role::System, Role::Developer]);
+        assert_eq!(p.externalize_threshold_tokens, 1000);
+        assert_eq!(p.default_durability, Durability::Anchoring);
+        assert_eq!(p.safety_buffer_tokens, 500);
+        assert_eq!(p.summary_style, None, "the summarizer's own (task_state)");
+        assert_eq!(
+            crate::summarize::llm::Style::default(),
+            crate::summarize::llm::Style::TaskState
+        );
+        assert!(p.tools.is_empty());
+        assert_eq!(p.validate(), Ok(()));
+    }
+
+    #[test]
+    fn replay_cost_only_changes_replayable_results() {
+        let mut p = Policy::default();
+        p.tools.insert(
+            "search".into(),
+            ToolPolicy {
+                replay_cost: Some(ReplayCost::Expensive),
+                ..ToolPolicy::default()
+            },
+        );
+        let env = |durability| crate::model::ToolResultEnvelope {
+            tool_name: "search".into(),
+            tool_call_id: "c1".into(),
+            outcome: crate::model::Outcome::Success,
+            content: crate::model::ToolContent::Text("x".into()),
+            key_fields: BTreeMap::new(),
+            durability,
+            determinism: None,
+            started_at: None,
+            completed_at: None,
+        };
+        assert_eq!(
+            p.durability_of(&env(Some(Durability::Replayable))),
+            Durability::NonReplayable
+        );
+        assert_eq!(
+            p.durability_of(&env(Some(Durability::Ephemeral))),
+            Durability::Ephemeral
+        );
+        assert_eq!(p.durability_of(&env(None)), Durability::Anchoring);
+    }
+}
