@@ -146,7 +146,7 @@ async fn rpc_spans_carry_lifecycle_events_and_no_content() {
     within(client.rehydrate(authed(
         pb::RehydrateRequest {
             thread_id: "t-otel".into(),
-            artifact_id: artifact,
+            artifact_id: artifact.clone(),
             ..Default::default()
         },
         &acme,
@@ -279,7 +279,49 @@ async fn rpc_spans_carry_lifecycle_events_and_no_content() {
         Some(AnyValue::IntValue(n)) if *n > 0
     ));
     assert!(attr(&estimate.attributes, "tools_schema_tokens").is_some());
+    assert!(attr(&estimate.attributes, "developer_tokens").is_some());
     assert!(attr(&estimate.attributes, "usage_pct").is_some());
+    // A lifecycle event per new record: what, by which strategy, over which
+    // span, and the tokens it freed; the artifact it wrote.
+    let int_of = |e: &opentelemetry_proto::tonic::trace::v1::span::Event, key: &str| match attr(
+        &e.attributes,
+        key,
+    ) {
+        Some(AnyValue::IntValue(n)) => *n,
+        other => panic!("{key}: {other:?} on {}", e.name),
+    };
+    let externalized: Vec<_> = compact
+        .events
+        .iter()
+        .filter(|e| e.name == "compact.externalized")
+        .collect();
+    assert!(
+        !externalized.is_empty(),
+        "no compact.externalized in {events:?}"
+    );
+    for e in &externalized {
+        assert_eq!(
+            text_attr(&e.attributes, "strategy").as_deref(),
+            Some("externalize")
+        );
+        let (before, after) = (int_of(e, "tokens_before"), int_of(e, "tokens_after"));
+        assert!(before > after && after > 0, "{before} -> {after}");
+        assert_eq!(int_of(e, "tokens_freed"), before - after);
+        assert!(int_of(e, "message_count") >= 1);
+        assert!(text_attr(&e.attributes, "first_message_id").is_some());
+    }
+    assert!(externalized.iter().any(|e| {
+        text_attr(&e.attributes, "artifact_id").as_deref() == Some(artifact.as_str())
+    }));
+    let completed = compact
+        .events
+        .iter()
+        .find(|e| e.name == "compact.completed")
+        .expect("completed");
+    assert!(int_of(completed, "records_created") >= externalized.len() as i64);
+    for key in ["kept_pinned", "kept_recent_turns", "kept_tool_pairs"] {
+        int_of(completed, key);
+    }
     // Each pipeline step is a child span of the call, with what it freed.
     let steps: Vec<&Span> = spans
         .iter()
@@ -300,7 +342,15 @@ async fn rpc_spans_carry_lifecycle_events_and_no_content() {
                     != Some("IntValue(0)")
         })
         .expect("the failed Compact span");
-    assert!(failed.events.iter().any(|e| e.name == "compact.error"));
+    let error = failed
+        .events
+        .iter()
+        .find(|e| e.name == "compact.error")
+        .expect("compact.error");
+    // The stable reason and the field, never the message.
+    let reason = text_attr(&error.attributes, "error_reason").expect("error_reason");
+    assert!(!reason.is_empty(), "no reason");
+    assert!(text_attr(&error.attributes, "error_field").is_some());
 
     // Artifact writes are child spans of the call.
     assert!(spans

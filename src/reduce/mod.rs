@@ -383,6 +383,32 @@ pub struct Report {
     pub per_reducer: Vec<ReducerReport>,
     /// Normalization and fallback warnings.
     pub warnings: Vec<String>,
+    /// Tokens of the developer messages, as sent (part of the messages'
+    /// share; the event schema reports them apart from the system prompt).
+    #[serde(default)]
+    pub developer_tokens: u32,
+    /// Messages never compacted (the protected flag or a never-prune role).
+    #[serde(default)]
+    pub pinned_messages: u32,
+    /// Per plan record: its tokens verbatim and as the plan renders it, for
+    /// the lifecycle events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub records: Vec<RecordTokens>,
+}
+
+/// One plan record's tokens: what its messages cost verbatim and what they
+/// cost as the plan renders them (an upper bound until artifact ids are
+/// bound). Keyed by the record's action and first message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordTokens {
+    /// What the record does.
+    pub action: crate::model::ActionKind,
+    /// Its first message.
+    pub first_message_id: String,
+    /// Its messages' tokens verbatim.
+    pub tokens_before: u32,
+    /// Its messages' tokens as rendered under the plan.
+    pub tokens_after: u32,
 }
 
 impl Report {
@@ -553,6 +579,12 @@ pub fn compact_with(
         keep_tool_io_pairs: tail.pairs,
         per_reducer: steps.reports,
         warnings: Vec::new(),
+        developer_tokens: (0..p.len())
+            .filter(|&i| p.message(i).role == crate::model::Role::Developer)
+            .map(|i| p.verbatim_cost(i))
+            .sum(),
+        pinned_messages: p.pinned.iter().filter(|&&x| x).count() as u32,
+        records: Vec::new(),
     };
     finish(req, engine, p, state, report)
 }
@@ -751,6 +783,7 @@ fn finish(
     }
     plan.validate_against(req.thread, &req.policy.roles_never_prune)
         .map_err(|e| CompactError::Internal(format!("pipeline produced an invalid plan: {e}")))?;
+    report.records = record_tokens(&plan, &p);
     let referenced = referenced_artifacts(&plan);
     pending.retain(|a| referenced.contains(&a.placeholder));
     plan.original_token_count = report.tokens_before;
@@ -766,6 +799,37 @@ fn finish(
         target: req.target,
         report,
     })
+}
+
+/// [`RecordTokens`] of every record of `plan`, from the projection's counts.
+fn record_tokens(plan: &CompactionPlan, p: &Projection<'_>) -> Vec<RecordTokens> {
+    use crate::model::ActionKind;
+    let spans = plan
+        .externalizations
+        .iter()
+        .map(|r| (ActionKind::Externalize, &r.span))
+        .chain(
+            plan.summarizations
+                .iter()
+                .map(|r| (ActionKind::Summarize, &r.span)),
+        )
+        .chain(plan.clearings.iter().map(|r| (ActionKind::Clear, &r.span)))
+        .chain(plan.drops.iter().map(|r| (ActionKind::Drop, &r.span)));
+    spans
+        .map(|(action, span)| {
+            let (mut before, mut after) = (0u32, 0u32);
+            for i in span.message_ids.iter().filter_map(|id| p.position(id)) {
+                before = before.saturating_add(p.verbatim_cost(i));
+                after = after.saturating_add(p.cost(i));
+            }
+            RecordTokens {
+                action,
+                first_message_id: span.start_message_id().to_string(),
+                tokens_before: before,
+                tokens_after: after,
+            }
+        })
+        .collect()
 }
 
 /// The fingerprint [`compact`] gives the plan for `req`: the thread's content

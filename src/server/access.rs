@@ -210,13 +210,17 @@ impl Entry {
         };
         self.code = Some(code);
         self.span.record("rpc.grpc.status_code", code as i32);
-        if code != Code::Ok {
+        if let Err(status) = &result {
             self.span.record("otel.status_code", "ERROR");
-            // The code only: a status message may quote request values.
+            // The code, the stable reason and the field at fault: never the
+            // status message, which may quote request values.
+            let detail = crate::proto::status::ErrorDescription::of(status);
             self.span.in_scope(|| {
                 tracing::warn!(
                     target: crate::telemetry::EVENTS,
                     error_type = %code_name(code),
+                    error_reason = %detail.reason,
+                    error_field = %detail.field,
                     fallback = "none",
                     "compact.error"
                 );

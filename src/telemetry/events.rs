@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::{events_enabled, int, metrics, EVENTS};
 use crate::model::{
-    ActionKind, AuditRecord, CompactionPlan, Sensitivity, SummarizationRecord, Thread,
+    ActionKind, AuditRecord, CompactionPlan, Eviction, Sensitivity, SummarizationRecord, Thread,
 };
 use crate::redact::Redactor;
 use crate::reduce::{Policy, Report};
@@ -62,7 +62,13 @@ pub fn compaction(c: &Compacted<'_>) {
         system_tokens = int(b.system_tokens),
         tools_schema_tokens = int(b.tool_tokens),
         framing_tokens = int(b.fixed_tokens.saturating_sub(b.system_tokens + b.tool_tokens)),
-        message_tokens = int(report.tokens_before.saturating_sub(b.fixed_tokens)),
+        developer_tokens = int(report.developer_tokens),
+        message_tokens = int(
+            report
+                .tokens_before
+                .saturating_sub(b.fixed_tokens)
+                .saturating_sub(report.developer_tokens)
+        ),
         "compact.token_estimate"
     );
     tracing::info!(
@@ -89,6 +95,7 @@ pub fn compaction(c: &Compacted<'_>) {
         );
     }
     summaries_created(c);
+    let (records, left_out) = records_created(c);
     pruned(c.plan, report);
     tracing::info!(
         target: EVENTS,
@@ -96,8 +103,101 @@ pub fn compaction(c: &Compacted<'_>) {
         tokens_after = int(report.tokens_after),
         target_use = report.target_use(),
         warnings = int(report.warnings.len()),
+        records_created = int(records),
+        record_events_left_out = int(left_out),
+        kept_pinned = int(report.pinned_messages),
+        kept_recent_turns = int(report.keep_recent_turns),
+        kept_tool_pairs = int(report.keep_tool_io_pairs),
         "compact.completed"
     );
+}
+
+/// A lifecycle event per record the plan did not have before
+/// (`compact.externalized`, `compact.summarized`, `compact.cleared`,
+/// `compact.dropped`), at most [`AUDIT_EVENT_EVICTIONS`]: what it did, which
+/// strategy, its span, and its tokens before and after. Returns how many
+/// records are new and how many of them got no event.
+fn records_created(c: &Compacted<'_>) -> (usize, usize) {
+    let old: HashSet<(ActionKind, &[String])> = c
+        .previous
+        .map(|p| {
+            let e = p.externalizations.iter();
+            let s = p.summarizations.iter();
+            let cl = p.clearings.iter();
+            let d = p.drops.iter();
+            e.map(|r| (ActionKind::Externalize, r.span.message_ids.as_slice()))
+                .chain(s.map(|r| (ActionKind::Summarize, r.span.message_ids.as_slice())))
+                .chain(cl.map(|r| (ActionKind::Clear, r.span.message_ids.as_slice())))
+                .chain(d.map(|r| (ActionKind::Drop, r.span.message_ids.as_slice())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let spans = c
+        .plan
+        .externalizations
+        .iter()
+        .map(|r| &r.span)
+        .chain(c.plan.summarizations.iter().map(|r| &r.span))
+        .chain(c.plan.clearings.iter().map(|r| &r.span))
+        .chain(c.plan.drops.iter().map(|r| &r.span));
+    // `Eviction::of` lists the records in the same order as `spans`.
+    let evictions = Eviction::of(c.plan, crate::summarize::EXTRACTIVE_ID);
+    let tokens: HashMap<(ActionKind, &str), (u32, u32)> = c
+        .report
+        .records
+        .iter()
+        .map(|r| {
+            let key = (r.action, r.first_message_id.as_str());
+            (key, (r.tokens_before, r.tokens_after))
+        })
+        .collect();
+    let mut created = 0;
+    for (e, span) in evictions.iter().zip(spans) {
+        if old.contains(&(e.action, span.message_ids.as_slice())) {
+            continue;
+        }
+        created += 1;
+        if created > AUDIT_EVENT_EVICTIONS {
+            continue;
+        }
+        let (before, after) = tokens
+            .get(&(e.action, e.first_message_id.as_str()))
+            .copied()
+            .unwrap_or_default();
+        let fields = (
+            e.strategy.as_str(),
+            e.reason.as_str(),
+            e.first_message_id.as_str(),
+            e.last_message_id.as_str(),
+        );
+        let artifact = e.artifact_id.as_str();
+        let (count, freed) = (int(e.message_count), int(before.saturating_sub(after)));
+        macro_rules! record_event {
+            ($name:literal) => {
+                tracing::info!(
+                    target: EVENTS,
+                    strategy = %fields.0,
+                    reason = %fields.1,
+                    first_message_id = %fields.2,
+                    last_message_id = %fields.3,
+                    message_count = count,
+                    tokens_before = int(before),
+                    tokens_after = int(after),
+                    tokens_freed = freed,
+                    artifact_id = %artifact,
+                    $name
+                )
+            };
+        }
+        match e.action {
+            ActionKind::Externalize => record_event!("compact.externalized"),
+            ActionKind::Summarize => record_event!("compact.summarized"),
+            ActionKind::Clear => record_event!("compact.cleared"),
+            ActionKind::Drop => record_event!("compact.dropped"),
+            ActionKind::Include => {}
+        }
+    }
+    (created, created.saturating_sub(AUDIT_EVENT_EVICTIONS))
 }
 
 /// A `compact.summary_created` event per summary the plan did not have.
