@@ -23,6 +23,11 @@ use crate::startup::{ServeError, Startup};
 pub struct Settings {
     /// Address to listen on. Non-loopback addresses require authentication.
     pub listen: SocketAddr,
+    /// What loading rewrote from an older config layout (see
+    /// [`crate::config::migrate`]), for `serve` to log and `config check`
+    /// to print. Never read from or written to a file.
+    #[serde(skip)]
+    pub deprecations: Vec<String>,
     /// Directory of the embedded plan and artifact stores.
     pub data_dir: PathBuf,
     /// The local keyring that encrypts artifacts; `None`:
@@ -121,6 +126,7 @@ impl Default for Settings {
         let app = Defaults::default();
         Settings {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 50051),
+            deprecations: Vec::new(),
             data_dir: PathBuf::from("compactd-data"),
             keyring_file: None,
             artifacts: Default::default(),

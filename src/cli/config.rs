@@ -31,6 +31,10 @@ fn check(files: &[PathBuf]) -> Result<String, Failure> {
     let yaml = config::to_yaml(&settings).map_err(Failure::other)?;
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     let mut warnings = String::new();
+    for d in &settings.deprecations {
+        eprintln!("deprecated: {d}");
+        warnings.push_str(&format!("# DEPRECATED: {d}\n"));
+    }
     for w in settings.protection_warnings() {
         eprintln!("warning: {w}");
         warnings.push_str(&format!("# WARNING: {w}\n"));

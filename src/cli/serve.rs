@@ -55,6 +55,9 @@ pub fn run(args: &ServeArgs) -> Result<String, Failure> {
     if telemetry.exporting() {
         tracing::info!("exporting traces over OTLP/gRPC");
     }
+    for d in &settings.deprecations {
+        tracing::warn!(deprecation = %d, "config written in an older layout; `compactd config check` prints it in the current one");
+    }
     // Once: key files are read, TLS set up and rules compiled here.
     let startup = settings
         .validate()

@@ -11,12 +11,13 @@
 
 use std::path::Path;
 
-use figment::providers::{Data, Format};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use thiserror::Error;
 
 use crate::settings::Settings;
+
+pub mod migrate;
 
 /// Environment variables with this prefix override the file.
 pub const ENV_PREFIX: &str = "COMPACTD__";
@@ -43,18 +44,6 @@ pub enum ConfigError {
     /// A value out of range.
     #[error("{0}")]
     Invalid(String),
-}
-
-/// YAML through `serde_norway`.
-struct Yaml;
-
-impl Format for Yaml {
-    type Error = serde_norway::Error;
-    const NAME: &'static str = "YAML";
-
-    fn from_str<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, Self::Error> {
-        serde_norway::from_str(s)
-    }
 }
 
 /// `COMPACTD__…` variables as a figment provider. The variables are passed
@@ -129,24 +118,79 @@ pub fn load_files(
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<Settings, ConfigError> {
     let mut figment = Figment::new();
+    let mut deprecations = Vec::new();
     for p in paths {
         let p = p.as_ref();
-        // Read first: a missing or unreadable file is its own error.
-        std::fs::metadata(p).map_err(|source| ConfigError::Read {
-            path: p.display().to_string(),
-            source,
-        })?;
-        figment = figment.merge(Data::<Yaml>::file_exact(p));
+        let file = VersionedFile::read(p)?;
+        let origin = p.display();
+        deprecations.extend(file.deprecations.iter().map(|d| format!("{origin}: {d}")));
+        figment = figment.merge(file);
     }
     let mut vars: Vec<(String, String)> = env
         .into_iter()
         .filter(|(k, _)| k.starts_with(ENV_PREFIX))
         .collect();
     vars.sort();
-    figment
+    let mut settings = figment
         .merge(EnvOverrides { vars })
         .extract::<Settings>()
-        .map_err(parse_error)
+        .map_err(parse_error)?;
+    settings.deprecations = deprecations;
+    Ok(settings)
+}
+
+/// A config file read and brought to the current layout (see
+/// [`migrate`]); figment sees it as the file it came from, so errors name
+/// the file.
+struct VersionedFile {
+    path: std::path::PathBuf,
+    dict: Dict,
+    deprecations: Vec<String>,
+}
+
+impl VersionedFile {
+    fn read(path: &Path) -> Result<Self, ConfigError> {
+        let origin = || path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: origin(),
+            source,
+        })?;
+        let parse = |message: String| ConfigError::Parse {
+            origin: origin(),
+            message,
+        };
+        // An empty file is an empty layout, as figment reads it.
+        let doc: serde_json::Value = if text.trim().is_empty() {
+            serde_json::Value::Object(Default::default())
+        } else {
+            serde_norway::from_str(&text).map_err(|e| parse(e.to_string()))?
+        };
+        let migrated = migrate::migrate(doc).map_err(parse)?;
+        let dict = match Value::serialize(&migrated.doc).map_err(|e| parse(e.to_string()))? {
+            Value::Dict(_, d) => d,
+            other => {
+                return Err(parse(format!(
+                    "expected a map of settings, found {}",
+                    other.to_actual()
+                )))
+            }
+        };
+        Ok(VersionedFile {
+            path: path.to_path_buf(),
+            dict,
+            deprecations: migrated.deprecations,
+        })
+    }
+}
+
+impl Provider for VersionedFile {
+    fn metadata(&self) -> Metadata {
+        Metadata::from("YAML file", figment::Source::File(self.path.clone()))
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Ok(Profile::Default.collect(self.dict.clone()))
+    }
 }
 
 /// The first error, as `origin: field: what` (figment stops at the first
@@ -187,9 +231,12 @@ pub fn check(settings: &Settings) -> Result<(), ConfigError> {
         .map_err(|e| ConfigError::Invalid(e.to_string()))
 }
 
-/// The settings as YAML, as `config check` prints them.
+/// The settings as YAML, as `config check` prints them: a file in the
+/// current layout, `version` first.
 pub fn to_yaml(settings: &Settings) -> Result<String, ConfigError> {
-    serde_norway::to_string(settings).map_err(|e| ConfigError::Invalid(e.to_string()))
+    let body =
+        serde_norway::to_string(settings).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    Ok(format!("version: {}\n{body}", migrate::CURRENT))
 }
 
 #[cfg(test)]
@@ -342,6 +389,50 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!e.is_empty());
+    }
+
+    #[test]
+    fn a_version_zero_file_loads_with_its_deprecations_named() {
+        let f = file(
+            "version: 0\nmodel: gpt-4\nmax_context_tokens: 128000\npolicy:\n  trigger_pct: 0.9\n  hard_cap_buffer: 1500\n  keep_recent_turns: 5\n  roles_never_prune: [system, developer]\n  protected_flag: protected\n  strategy: task_state\nrehydration_cooldown_turns: 3\n",
+        );
+        let s = load(Some(f.path()), Vec::new()).unwrap();
+        assert_eq!(s.default_model, "gpt-4");
+        assert_eq!(s.default_max_input_tokens, 128_000);
+        assert_eq!(s.policy.trigger_ratio, 0.9);
+        assert_eq!(s.policy.safety_buffer_tokens, 1500);
+        assert_eq!(s.policy.keep_recent_turns, 5);
+        assert_eq!(
+            s.policy.summary_style,
+            Some(crate::summarize::llm::Style::TaskState)
+        );
+        assert_eq!(s.auto_rehydrate.cooldown_turns, 3);
+        let origin = f.path().display().to_string();
+        assert!(s.deprecations.iter().all(|d| d.starts_with(&origin)));
+        assert!(s.deprecations.iter().any(
+            |d| d.ends_with("policy.trigger_pct is deprecated: it is now policy.trigger_ratio")
+        ));
+        // Printed in the current layout, it loads back the same, with no
+        // deprecation left.
+        let again = load(Some(file(&to_yaml(&s).unwrap()).path()), Vec::new()).unwrap();
+        assert!(again.deprecations.is_empty());
+        assert_eq!(again.policy, s.policy);
+        // A version this build does not know is refused, naming the file.
+        let f = file("version: 3\npolicy:\n  trigger_ratio: 0.8\n");
+        let e = load(Some(f.path()), Vec::new()).unwrap_err().to_string();
+        assert!(
+            e.contains("version: 3 is not") && e.contains(&f.path().display().to_string()),
+            "{e}"
+        );
+        // Current-layout keys under version 0 are still current keys.
+        let f = file("version: 0\npolicy:\n  trigger_ratio: 0.8\n");
+        assert_eq!(
+            load(Some(f.path()), Vec::new())
+                .unwrap()
+                .policy
+                .trigger_ratio,
+            0.8
+        );
     }
 
     #[test]
