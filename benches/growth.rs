@@ -152,6 +152,7 @@ fn fixture(n: usize, counter: &dyn TokenCounter) -> Fixture {
                 warnings: Vec::new(),
                 developer_tokens: 0,
                 pinned_messages: 0,
+                pinned_labels: Vec::new(),
                 records: Vec::new(),
             },
             target: Format::openai_chat_target(),

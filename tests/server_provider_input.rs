@@ -354,3 +354,61 @@ async fn an_append_in_a_provider_s_shape_continues_the_thread_as_the_whole_reads
     );
     server.stop().await.expect("clean stop");
 }
+
+/// A message the caller marks `"protected": true` in its own JSON (the
+/// only way to protect one when sending a provider's shape) stays verbatim
+/// however small the budget, its label is reported, and neither mark
+/// reaches the provider body.
+#[tokio::test]
+async fn a_protected_mark_in_provider_json_keeps_the_message_and_reports_its_label() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let token = token("acme", PERMS);
+    let mut value: serde_json::Value =
+        serde_json::from_str(&data("tau_bench_airline.json")).expect("json");
+    let messages = value.as_array_mut().expect("a messages array");
+    let rule = "Do not change the flights or the passengers, only the cabin.";
+    messages.insert(
+        1,
+        serde_json::json!({"role": "user", "content": rule, "protected": true, "label": "Booking constraint"}),
+    );
+    messages.insert(
+        2,
+        serde_json::json!({"role": "assistant", "content": "Understood."}),
+    );
+    let json = value.to_string();
+    for format in [
+        pb::OutputFormat::OpenaiChat,
+        pb::OutputFormat::AnthropicMessages,
+        pb::OutputFormat::OpenaiResponses,
+    ] {
+        let mut req = render_req(format);
+        req.max_input_tokens = 6_000;
+        req.input = Some(pb::ProviderInput {
+            thread_id: format!("protected-{}", format.as_str_name()),
+            json: json.clone(),
+            format: pb::OutputFormat::OpenaiChat as i32,
+        });
+        let out = within(client.render(authed(req, &token)))
+            .await
+            .unwrap_or_else(|s| panic!("{format:?}: {s:?}"))
+            .into_inner();
+        let compaction = out.compaction.expect("compaction");
+        assert!(
+            compaction.tokens_before > 6_000,
+            "the budget forces compaction"
+        );
+        assert_eq!(compaction.pinned_labels, ["Booking constraint"]);
+        let body: serde_json::Value =
+            serde_json::from_str(&out.provider_payload_json).expect("body");
+        let text = body.to_string();
+        assert!(
+            text.contains(rule),
+            "{format:?}: the protected message is kept"
+        );
+        assert!(
+            !text.contains("\"protected\"") && !text.contains("Booking constraint"),
+            "{format:?}: marks are not sent on"
+        );
+    }
+}

@@ -620,7 +620,7 @@ pub(super) mod import {
     use serde_json::{Map, Value};
 
     use crate::model::{Content, ContentPart, Role, Thread, ToolCall, ToolContent};
-    use crate::provider::import::{content_of, err, str_field, Builder, ImportError};
+    use crate::provider::import::{content_of, err, str_field, Builder, ImportError, Marks};
 
     /// Anthropic blocks that Chat Completions never has; a text-only Anthropic
     /// conversation reads the same either way.
@@ -669,6 +669,7 @@ pub(super) mod import {
     ) -> Result<Thread, ImportError> {
         for (i, m) in messages.iter().enumerate() {
             let path = format!("messages[{i}]");
+            b.marks = Marks::of(m, &path)?;
             let role = str_field(m, "role", &path)?;
             let blocks: Vec<Value> = match m.get("content") {
                 Some(Value::String(s)) => vec![serde_json::json!({"type": "text", "text": s})],

@@ -256,11 +256,56 @@ impl Earlier {
     }
 }
 
+/// What a JSON message says about itself beyond its provider's fields:
+/// `"protected": true` (never compacted) and a `"label"` for reports, at the
+/// top level or under `"metadata"`. compactd reads them and never sends them
+/// on: a provider body is rendered from the thread, not copied.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Marks {
+    pub(super) protected: bool,
+    pub(super) label: Option<String>,
+}
+
+impl Marks {
+    /// The marks of `item` (at `path`); a mark of the wrong type is an error.
+    pub(super) fn of(item: &Value, path: &str) -> Result<Marks, ImportError> {
+        let mut marks = Marks::default();
+        let places = [
+            (Some(item), path.to_string()),
+            (item.get("metadata"), format!("{path}.metadata")),
+        ];
+        for (at, at_path) in places {
+            let Some(Value::Object(o)) = at else { continue };
+            match o.get("protected") {
+                None | Some(Value::Null) => {}
+                Some(Value::Bool(b)) => marks.protected |= *b,
+                Some(_) => return Err(err(format!("{at_path}.protected"), "must be a boolean")),
+            }
+            match o.get("label") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(l)) => marks.label = Some(l.clone()),
+                Some(_) => return Err(err(format!("{at_path}.label"), "must be a string")),
+            }
+        }
+        Ok(marks)
+    }
+
+    /// Sets them on an imported message.
+    pub(super) fn apply(&self, m: &mut Message) {
+        m.metadata.protected |= self.protected;
+        if self.label.is_some() {
+            m.metadata.label.clone_from(&self.label);
+        }
+    }
+}
+
 /// Builds imported messages with deterministic ids and pairs results with
 /// the calls they answer (by position, as validation does).
 #[derive(Default)]
 pub(super) struct Builder {
     pub(super) messages: Vec<Message>,
+    /// The marks of the JSON item being read: every message it makes has them.
+    pub(super) marks: Marks,
     /// Open calls by id: (message index, call index).
     open: HashMap<String, (usize, usize)>,
     /// Messages before these (a continued import): ids start after them.
@@ -282,6 +327,7 @@ impl Builder {
             metadata: MessageMetadata::default(),
         });
         let last = self.messages.len() - 1;
+        self.marks.apply(&mut self.messages[last]);
         &mut self.messages[last]
     }
 
@@ -689,6 +735,48 @@ mod tests {
         let v = json!([{"role": "user", "content": "a"}, {"role": "wizard", "content": "b"}]);
         let e = thread_from_json(&v, "t").unwrap_err();
         assert_eq!(e.path, "messages[1].role");
+    }
+
+    #[test]
+    fn protected_and_label_marks_are_read_in_every_shape() {
+        let rule = "Never refund more than $500 without a manager.";
+        let cases = [
+            (
+                json!([{"role": "user", "content": rule, "protected": true, "label": "Refund policy"},
+                       {"role": "assistant", "content": "ok"}]),
+                Some(Format::OpenAiChat),
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": rule, "metadata": {"protected": true, "label": "Refund policy"}},
+                                    {"role": "assistant", "content": "ok"}]}),
+                Some(Format::AnthropicMessages),
+            ),
+            (
+                json!({"input": [{"role": "user", "content": rule, "protected": true, "label": "Refund policy"},
+                                 {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}]}),
+                Some(Format::OpenAiResponses),
+            ),
+        ];
+        for (v, shape) in cases {
+            let t = thread_from_json_as(&v, "t", shape).unwrap().thread;
+            let first = &t.messages[0];
+            assert!(first.metadata.protected, "{shape:?}");
+            assert_eq!(first.metadata.label.as_deref(), Some("Refund policy"));
+            assert!(!t.messages[1].metadata.protected, "{shape:?}");
+        }
+        let e = thread_from_json(
+            &json!([{"role": "user", "content": "a", "protected": "yes"}]),
+            "t",
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "messages[0].protected");
+        let e = thread_from_json_as(
+            &json!({"input": [{"role": "user", "content": "a", "metadata": {"label": 3}}]}),
+            "t",
+            Some(Format::OpenAiResponses),
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "input[0].metadata.label");
     }
 
     #[test]

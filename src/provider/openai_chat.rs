@@ -346,7 +346,7 @@ pub(super) mod import {
         Content, ContentPart, Message, MessageMetadata, Role, Thread, ToolCall, ToolContent,
     };
     use crate::provider::import::{
-        assign_turns_if_absent, err, imported_result, parse_arguments, ImportError,
+        assign_turns_if_absent, err, imported_result, parse_arguments, ImportError, Marks,
     };
 
     pub(in crate::provider) fn thread(
@@ -392,6 +392,7 @@ pub(super) mod import {
                 turn: 0,
                 metadata: MessageMetadata::default(),
             };
+            Marks::of(m, &format!("messages[{i}]"))?.apply(&mut message);
             if role == Role::Tool {
                 let call_id = m
                     .get("tool_call_id")

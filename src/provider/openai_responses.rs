@@ -345,7 +345,8 @@ pub(super) mod import {
 
     use crate::model::{Content, ContentPart, Message, Role, ToolCall, ToolContent};
     use crate::provider::import::{
-        content_of, err, parse_arguments, str_field, tool_schema, Builder, ImportError, ThreadInput,
+        content_of, err, parse_arguments, str_field, tool_schema, Builder, ImportError, Marks,
+        ThreadInput,
     };
     use crate::provider::Format;
 
@@ -432,7 +433,9 @@ pub(super) mod import {
                 // join, until something else is said.
                 let mut turn: Option<usize> = None;
                 for (i, item) in items.iter().enumerate() {
-                    item_into(&mut b, &mut turn, item, &format!("input[{i}]"))?;
+                    let path = format!("input[{i}]");
+                    b.marks = Marks::of(item, &path)?;
+                    item_into(&mut b, &mut turn, item, &path)?;
                 }
             }
             _ => return Err(err("input", "must be a string or an array")),

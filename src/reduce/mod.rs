@@ -390,6 +390,9 @@ pub struct Report {
     /// Messages never compacted (the protected flag or a never-prune role).
     #[serde(default)]
     pub pinned_messages: u32,
+    /// Their labels, for those that carry one, in thread order, each once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pinned_labels: Vec<String>,
     /// Per plan record: its tokens verbatim and as the plan renders it, for
     /// the lifecycle events.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -584,6 +587,7 @@ pub fn compact_with(
             .map(|i| p.verbatim_cost(i))
             .sum(),
         pinned_messages: p.pinned.iter().filter(|&&x| x).count() as u32,
+        pinned_labels: pinned_labels(thread, &p.pinned),
         records: Vec::new(),
     };
     finish(req, engine, p, state, report)
@@ -799,6 +803,19 @@ fn finish(
         target: req.target,
         report,
     })
+}
+
+/// Labels of the pinned messages, each once, in thread order.
+fn pinned_labels(thread: &Thread, pinned: &[bool]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (m, _) in thread.messages.iter().zip(pinned).filter(|(_, &p)| p) {
+        if let Some(l) = m.metadata.label.as_deref().filter(|l| !l.is_empty()) {
+            if !out.iter().any(|o| o == l) {
+                out.push(l.to_string());
+            }
+        }
+    }
+    out
 }
 
 /// [`RecordTokens`] of every record of `plan`, from the projection's counts.

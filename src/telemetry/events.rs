@@ -106,6 +106,15 @@ pub fn compaction(c: &Compacted<'_>) {
         records_created = int(records),
         record_events_left_out = int(left_out),
         kept_pinned = int(report.pinned_messages),
+        // Labels are the caller's names for its rules ("Refund policy"):
+        // bounded, like ids.
+        kept_pinned_labels = %report
+            .pinned_labels
+            .iter()
+            .take(20)
+            .map(|l| crate::summarize::text::head(l, 80))
+            .collect::<Vec<_>>()
+            .join(";"),
         kept_recent_turns = int(report.keep_recent_turns),
         kept_tool_pairs = int(report.keep_tool_io_pairs),
         "compact.completed"
