@@ -65,6 +65,7 @@ fn plans_never_touch_or_straddle_pinned_roles() {
         index: DroppedSpanIndex {
             keywords: vec![],
             summary: String::new(),
+            timestamp: None,
         },
         archive_artifact_id: None,
     });

@@ -535,6 +535,7 @@ fn an_overlapping_previous_plan_is_normalized_and_the_report_says_so() {
         index: compactd::model::DroppedSpanIndex {
             keywords: vec![],
             summary: String::new(),
+            timestamp: None,
         },
         archive_artifact_id: None,
     });
@@ -658,5 +659,76 @@ fn an_empty_transcript_renders_a_body_each_provider_accepts() {
             };
             assert!(ok.is_ok(), "{format:?}, system {system:?}: {ok:?}\n{body}");
         }
+    }
+}
+
+/// Messages that say when they were said date what is made of them: a
+/// summary's decisions carry the time of the message they were taken in,
+/// a dropped span's index the time of its last message, beside keywords
+/// from its text; a time that is not RFC 3339 is refused, naming the field.
+#[test]
+fn decisions_and_dropped_spans_carry_the_time_of_their_messages() {
+    let dated = |b: &mut ThreadBuilder, t: u32| {
+        b.last().metadata.created_at = Some(format!("2026-03-0{}T10:{:02}:00Z", 1 + t / 10, t % 60));
+    };
+    let mut b = ThreadBuilder::default();
+    for t in 0..14 {
+        b.user(&format!("turn {t}: the pelican migration report needs another look"));
+        dated(&mut b, t);
+        b.assistant(&format!(
+            "We decided to keep the heron dataset because turn {t} showed it is complete. {}",
+            log_lines(12)
+        ));
+        dated(&mut b, t);
+    }
+    let t = b.build("dated");
+    // Summaries: the decision taken in a summarized turn carries its time.
+    let h = Harness::default();
+    let out = h.compact(&t, 3_000, None).unwrap();
+    let decisions: Vec<_> = out
+        .plan
+        .summarizations
+        .iter()
+        .flat_map(|r| &r.summary.decisions)
+        .collect();
+    assert!(!decisions.is_empty(), "no decision in {:?}", out.plan.summarizations.len());
+    for d in &decisions {
+        let ts = d.timestamp.as_deref().expect("a dated decision");
+        assert!(compactd::model::is_rfc3339(ts), "{ts}");
+        let rendered = out
+            .plan
+            .summarizations
+            .iter()
+            .map(|r| r.summary.render_as_message())
+            .collect::<String>();
+        assert!(rendered.contains(&format!("(turn {}, {ts})", d.turn)), "{rendered}");
+    }
+    // Drops: only the window may act.
+    let mut h = Harness::default();
+    h.policy.enable.summarize = false;
+    h.policy.enable.externalize = false;
+    h.policy.enable.clear = false;
+    h.policy.enable.compress = false;
+    h.policy.enable.retention = false;
+    let out = h.compact(&t, 3_000, None).unwrap();
+    let drop = out.plan.drops.first().expect("a dropped span");
+    let last = drop.span.end_message_id();
+    let last = t.messages.iter().find(|m| m.id == last).unwrap();
+    assert_eq!(drop.index.timestamp, last.metadata.created_at);
+    for word in ["heron", "dataset"] {
+        assert!(
+            drop.index.keywords.iter().any(|k| k == word),
+            "{word} not in {:?}",
+            drop.index.keywords
+        );
+    }
+    // A time that is not RFC 3339 is refused, naming the field.
+    let mut bad = t.clone();
+    bad.messages[3].metadata.created_at = Some("March 1st".into());
+    match h.compact(&bad, 3_000, None) {
+        Err(compactd::app::AppError::InvalidArgument { field, .. }) => {
+            assert_eq!(field, "thread.messages[3].metadata.created_at")
+        }
+        other => panic!("{:?}", other.map(|o| o.plan.version)),
     }
 }

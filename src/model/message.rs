@@ -517,6 +517,49 @@ pub struct MessageMetadata {
     /// Where user-supplied content came from; rendered in `<user_context source=…>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// When it was said, as the caller recorded it (RFC 3339): summaries
+    /// date their decisions by it and dropped spans carry it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+}
+
+/// Whether `s` is an RFC 3339 date-time (`2026-01-05T10:00:00Z`,
+/// `2026-01-05T10:00:00.250+01:00`): shape only, as it is informational.
+pub fn is_rfc3339(s: &str) -> bool {
+    let b = s.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let at = |i: usize, c: u8| b.get(i).is_some_and(|x| x.eq_ignore_ascii_case(&c));
+    if !(digits(0..4) && at(4, b'-') && digits(5..7) && at(7, b'-') && digits(8..10)) {
+        return false;
+    }
+    if !((at(10, b'T') || at(10, b' '))
+        && digits(11..13)
+        && at(13, b':')
+        && digits(14..16)
+        && at(16, b':')
+        && digits(17..19))
+    {
+        return false;
+    }
+    let mut i = 19;
+    if at(i, b'.') {
+        i += 1;
+        let start = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == start {
+            return false;
+        }
+    }
+    match b.get(i) {
+        Some(b'Z') | Some(b'z') => i + 1 == b.len(),
+        Some(b'+') | Some(b'-') => {
+            digits(i + 1..i + 3) && at(i + 3, b':') && digits(i + 4..i + 6) && i + 6 == b.len()
+        }
+        _ => false,
+    }
 }
 
 /// One entry of a thread.
@@ -656,4 +699,34 @@ fn join_parts<'a>(
         out.push_str(&piece);
     }
     out
+}
+
+#[cfg(test)]
+mod rfc3339_tests {
+    use super::is_rfc3339;
+
+    #[test]
+    fn rfc3339_shapes() {
+        for ok in [
+            "2026-01-05T10:00:00Z",
+            "2026-01-05t10:00:00z",
+            "2026-01-05 10:00:00+01:00",
+            "2026-01-05T10:00:00.123456-08:00",
+        ] {
+            assert!(is_rfc3339(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "2026-01-05",
+            "2026-01-05T10:00:00",
+            "2026-01-05T10:00:00.Z",
+            "2026-1-05T10:00:00Z",
+            "2026-01-05T10:00:00+0100",
+            "2026-01-05T10:00:00Zjunk",
+            "1736071200",
+            "２０２６-01-05T10:00:00Z",
+        ] {
+            assert!(!is_rfc3339(bad), "{bad}");
+        }
+    }
 }

@@ -217,6 +217,9 @@ pub struct DroppedSpanIndex {
     pub keywords: Vec<String>,
     /// One-line description.
     pub summary: String,
+    /// When its last dated message was said (RFC 3339), if any is dated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<String>,
 }
 
 /// Messages omitted from the prompt entirely (last resort).
@@ -769,6 +772,11 @@ fn hash_message(h: &mut xxhash_rust::xxh3::Xxh3, buf: &mut Vec<u8>, m: &super::m
     field(&[u8::from(md.protected), md.sensitivity as u8]);
     field(md.label.as_deref().unwrap_or("\u{0}").as_bytes());
     field(md.source.as_deref().unwrap_or("\u{0}").as_bytes());
+    // Hashed only when set, so digests of messages without it are unchanged.
+    if let Some(t) = &md.created_at {
+        field(b"created_at");
+        field(t.as_bytes());
+    }
     match &m.content {
         Content::Text(t) => field(t.as_bytes()),
         Content::Parts(parts) => {
@@ -873,6 +881,7 @@ mod tests {
             index: DroppedSpanIndex {
                 keywords: vec![],
                 summary: String::new(),
+                timestamp: None,
             },
             archive_artifact_id: None,
         });

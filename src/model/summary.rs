@@ -26,6 +26,9 @@ pub struct Decision {
     pub rationale: String,
     /// Turn it was taken in.
     pub turn: u32,
+    /// When, if the message it was taken in says (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<String>,
 }
 
 /// Priority of an open item.
@@ -281,14 +284,14 @@ impl StructuredSummary {
         if !self.decisions.is_empty() {
             out.push_str("Decisions:\n");
             for d in &self.decisions {
+                let when = match &d.timestamp {
+                    Some(t) => format!("turn {}, {t}", d.turn),
+                    None => format!("turn {}", d.turn),
+                };
                 if d.rationale.is_empty() {
-                    let _ = writeln!(out, "- (turn {}) {}", d.turn, d.decision);
+                    let _ = writeln!(out, "- ({when}) {}", d.decision);
                 } else {
-                    let _ = writeln!(
-                        out,
-                        "- (turn {}) {} — because {}",
-                        d.turn, d.decision, d.rationale
-                    );
+                    let _ = writeln!(out, "- ({when}) {} — because {}", d.decision, d.rationale);
                 }
             }
         }

@@ -45,6 +45,14 @@ impl Default for ThreadLimits {
 /// Why a thread was rejected. Each variant names the offending message index and field.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ThreadError {
+    /// A `created_at` that is not an RFC 3339 date-time.
+    #[error("messages[{index}].metadata.created_at {value:?} is not an RFC 3339 time such as 2026-01-05T10:00:00Z")]
+    BadTimestamp {
+        /// Message position.
+        index: usize,
+        /// What was sent (at most 64 bytes of it).
+        value: String,
+    },
     /// The thread id is empty.
     #[error("thread.id must not be empty")]
     EmptyThreadId,
@@ -194,6 +202,9 @@ impl ThreadError {
     pub fn field_path(&self) -> String {
         match self {
             ThreadError::EmptyThreadId => "thread.id".into(),
+            ThreadError::BadTimestamp { index, .. } => {
+                format!("thread.messages[{index}].metadata.created_at")
+            }
             ThreadError::TooManyMessages { .. } => "thread.messages".into(),
             ThreadError::EmptyId { index }
             | ThreadError::IdTooLong { index, .. }
@@ -283,6 +294,14 @@ impl Thread {
                 });
             }
             previous_turn = m.turn;
+            if let Some(t) = m.metadata.created_at.as_deref() {
+                if !super::message::is_rfc3339(t) {
+                    return Err(ThreadError::BadTimestamp {
+                        index,
+                        value: crate::summarize::text::head(t, 64).to_string(),
+                    });
+                }
+            }
             let bytes = m.byte_len();
             if bytes > limits.max_message_bytes {
                 return Err(ThreadError::OversizeContent {

@@ -180,6 +180,7 @@ impl From<&DropRecord> for pb::DropRecord {
             index: Some(pb::DroppedSpanIndex {
                 keywords: r.index.keywords.clone(),
                 summary: r.index.summary.clone(),
+                timestamp: r.index.timestamp.clone(),
             }),
             archive_artifact_id: r.archive_artifact_id.clone(),
         }
@@ -204,6 +205,7 @@ impl TryFrom<pb::DroppedSpanIndex> for DroppedSpanIndex {
         Ok(DroppedSpanIndex {
             keywords: i.keywords,
             summary: i.summary,
+            timestamp: i.timestamp,
         })
     }
 }
@@ -222,6 +224,7 @@ impl From<&StructuredSummary> for pb::StructuredSummary {
                     decision: d.decision.clone(),
                     rationale: d.rationale.clone(),
                     turn: d.turn,
+                    timestamp: d.timestamp.clone(),
                 })
                 .collect(),
             open_items: s
@@ -288,6 +291,7 @@ impl TryFrom<pb::Decision> for Decision {
             decision: d.decision,
             rationale: d.rationale,
             turn: d.turn,
+            timestamp: d.timestamp,
         })
     }
 }

@@ -162,13 +162,17 @@ fn metadata() -> impl Strategy<Value = MessageMetadata> {
         option::of(text()),
         sensitivity(),
         option::of(text()),
+        option::of(Just("2026-01-05T10:00:00.25+01:00".to_string())),
     )
-        .prop_map(|(protected, label, sensitivity, source)| MessageMetadata {
-            protected,
-            label,
-            sensitivity,
-            source,
-        })
+        .prop_map(
+            |(protected, label, sensitivity, source, created_at)| MessageMetadata {
+                protected,
+                label,
+                sensitivity,
+                source,
+                created_at,
+            },
+        )
 }
 
 fn message() -> impl Strategy<Value = Message> {
@@ -214,11 +218,17 @@ fn summary() -> impl Strategy<Value = StructuredSummary> {
         Just(Priority::Medium),
         Just(Priority::Low)
     ];
-    let decision =
-        (text(), text(), any::<u32>()).prop_map(|(decision, rationale, turn)| Decision {
+    let decision = (
+        text(),
+        text(),
+        any::<u32>(),
+        option::of(Just("2026-01-05T10:00:00Z".to_string())),
+    )
+        .prop_map(|(decision, rationale, turn, timestamp)| Decision {
             decision,
             rationale,
             turn,
+            timestamp,
         });
     let open = (text(), text(), priority).prop_map(|(description, context, priority)| OpenItem {
         description,
@@ -349,7 +359,11 @@ fn plan() -> impl Strategy<Value = CompactionPlan> {
         |(span, reason, keywords, summary, a)| DropRecord {
             span,
             reason,
-            index: DroppedSpanIndex { keywords, summary },
+            index: DroppedSpanIndex {
+                keywords,
+                summary,
+                timestamp: None,
+            },
             archive_artifact_id: a,
         },
     );

@@ -332,6 +332,7 @@ impl From<&MessageMetadata> for pb::MessageMetadata {
             label: m.label.clone(),
             sensitivity: sensitivity_to_pb(m.sensitivity),
             source: m.source.clone(),
+            created_at: m.created_at.clone(),
         }
     }
 }
@@ -344,6 +345,7 @@ impl TryFrom<pb::MessageMetadata> for MessageMetadata {
             label: m.label,
             sensitivity: sensitivity(m.sensitivity, "sensitivity")?,
             source: m.source,
+            created_at: m.created_at,
         })
     }
 }

@@ -264,6 +264,8 @@ impl Earlier {
 pub(super) struct Marks {
     pub(super) protected: bool,
     pub(super) label: Option<String>,
+    /// `"created_at"` (or `"timestamp"`) when it is an RFC 3339 time.
+    pub(super) created_at: Option<String>,
 }
 
 impl Marks {
@@ -286,6 +288,16 @@ impl Marks {
                 Some(Value::String(l)) => marks.label = Some(l.clone()),
                 Some(_) => return Err(err(format!("{at_path}.label"), "must be a string")),
             }
+            // Logs carry times in many forms (epoch numbers, local
+            // notations); only an RFC 3339 one is taken, the rest is the
+            // log's own business, as every other extra key is.
+            for key in ["created_at", "timestamp"] {
+                if let Some(Value::String(t)) = o.get(key) {
+                    if crate::model::is_rfc3339(t) {
+                        marks.created_at = Some(t.clone());
+                    }
+                }
+            }
         }
         Ok(marks)
     }
@@ -295,6 +307,9 @@ impl Marks {
         m.metadata.protected |= self.protected;
         if self.label.is_some() {
             m.metadata.label.clone_from(&self.label);
+        }
+        if self.created_at.is_some() {
+            m.metadata.created_at.clone_from(&self.created_at);
         }
     }
 }

@@ -895,6 +895,7 @@ impl<'a> Projection<'a> {
                     index: DroppedSpanIndex {
                         keywords: Vec::new(),
                         summary: String::new(),
+                        timestamp: None,
                     },
                     archive_artifact_id: None,
                 });

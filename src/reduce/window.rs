@@ -111,6 +111,10 @@ pub fn index_drops(p: &mut Projection<'_>) {
         .collect();
     for (rec, positions) in p.plan.drops.iter_mut().zip(positions) {
         let mut freq: BTreeMap<String, u32> = BTreeMap::new();
+        rec.index.timestamp = positions
+            .iter()
+            .rev()
+            .find_map(|&i| thread.messages[i].metadata.created_at.clone());
         for i in positions {
             for w in words(&thread.messages[i].text()) {
                 *freq.entry(w).or_insert(0) += 1;

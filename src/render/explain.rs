@@ -268,6 +268,7 @@ mod tests {
             index: DroppedSpanIndex {
                 keywords: Vec::new(),
                 summary: String::new(),
+                timestamp: None,
             },
             archive_artifact_id: Some("art_0123456789abcdef0123456789abcdef".into()),
         });

@@ -384,6 +384,7 @@ mod tests {
             index: DroppedSpanIndex {
                 keywords: Vec::new(),
                 summary: String::new(),
+                timestamp: None,
             },
             archive_artifact_id: None,
         });

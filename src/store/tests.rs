@@ -20,6 +20,7 @@ fn plan(thread_id: &str, marker: &str) -> CompactionPlan {
             index: DroppedSpanIndex {
                 keywords: vec!["deploy".into()],
                 summary: "old chatter".into(),
+                timestamp: None,
             },
             archive_artifact_id: None,
         }],

@@ -1239,7 +1239,9 @@ fn decision_view(sentence: &str) -> String {
     s.to_string()
 }
 
-fn decision_of(sentence: &str, turn: u32) -> Option<Decision> {
+/// The decision `sentence` of message `m` states, if it states one: dated
+/// by the message.
+fn decision_of(sentence: &str, m: &Message) -> Option<Decision> {
     let view = decision_view(sentence);
     let padded = format!(" {view}");
     let end = view.trim_end_matches(['.', '!', ' ']);
@@ -1261,7 +1263,8 @@ fn decision_of(sentence: &str, turn: u32) -> Option<Decision> {
     Some(Decision {
         decision: clean(decision, DECISION_MAX_CHARS),
         rationale: clean(rationale, RATIONALE_MAX_CHARS),
-        turn,
+        turn: m.turn,
+        timestamp: m.metadata.created_at.clone(),
     })
 }
 
@@ -1654,7 +1657,7 @@ fn message_part(
                 } else if c.open && !m.metadata.protected {
                     part.open_items.push(open_item(&sent.text));
                 } else if let Some(d) = (m.role == Role::User)
-                    .then(|| decision_of(&sent.text, m.turn))
+                    .then(|| decision_of(&sent.text, m))
                     .flatten()
                 {
                     // "OK, let's go with the phone check": the user decides too.
@@ -1676,7 +1679,7 @@ fn message_part(
                 }
                 if c.open {
                     part.open_items.push(open_item(&sent.text));
-                } else if let Some(d) = decision_of(&sent.text, m.turn) {
+                } else if let Some(d) = decision_of(&sent.text, m) {
                     part.decisions.push(d);
                 } else if shapes::scan(&sent.text)
                     .iter()

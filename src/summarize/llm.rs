@@ -466,6 +466,9 @@ pub fn parse_answer(
                 decision: clean(&d.decision)?,
                 rationale: clean(&d.rationale).unwrap_or_default(),
                 turn,
+                // A model's decision names no message to date it by; the
+                // extractive ones the gate merges in keep theirs.
+                timestamp: None,
             })
         })
         .collect();

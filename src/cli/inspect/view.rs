@@ -544,6 +544,7 @@ pub(super) mod tests {
             index: DroppedSpanIndex {
                 keywords: Vec::new(),
                 summary: String::new(),
+                timestamp: None,
             },
             archive_artifact_id: None,
         });
@@ -553,6 +554,7 @@ pub(super) mod tests {
             index: DroppedSpanIndex {
                 keywords: vec!["ops-1142".into()],
                 summary: String::new(),
+                timestamp: None,
             },
             archive_artifact_id: Some("art_00000000000000000000000000000007".into()),
         });

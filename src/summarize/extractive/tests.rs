@@ -602,6 +602,7 @@ fn arb_summary() -> impl Strategy<Value = StructuredSummary> {
                     decision: d,
                     rationale: String::new(),
                     turn: i as u32,
+                    timestamp: None,
                 })
                 .collect();
             s.tool_outcomes = tools
