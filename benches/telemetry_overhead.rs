@@ -18,8 +18,10 @@ use compactd_testkit::otlp::Receiver;
 use compactd_testkit::synth::{thread, SynthParams};
 use tracing_subscriber::layer::SubscriberExt as _;
 
-/// Median Compact latency over `calls` calls against a fresh in-process server.
-async fn run(calls: usize) -> Duration {
+/// Median Compact latency over `calls` calls against a fresh in-process
+/// server; with `sink`, then also the median time from a call's return
+/// until its span has reached the collector (over a few more calls).
+async fn run(calls: usize, sink: Option<&Receiver>) -> (Duration, Option<Duration>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let settings = Settings {
         data_dir: dir.path().join("data"),
@@ -65,10 +67,45 @@ async fn run(calls: usize) -> Duration {
             times.push(start.elapsed());
         }
     }
+    // Export latency: one call at a time, polling the collector until the
+    // call's span is there.
+    let visible = match sink {
+        None => None,
+        Some(sink) => {
+            let compacts = || {
+                sink.spans()
+                    .iter()
+                    .filter(|s| s.name.ends_with("/Compact"))
+                    .count()
+            };
+            let mut waits = Vec::new();
+            for k in 0..15 {
+                // Whatever is still queued arrives first.
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                let before = compacts();
+                let mut t = base.clone();
+                t.id = format!("probe-{k}");
+                let req = pb::CompactRequest {
+                    thread: Some(t),
+                    model: "gpt-4o".into(),
+                    max_input_tokens: 32_000,
+                    ..Default::default()
+                };
+                client.compact(req).await.expect("compact");
+                let returned = Instant::now();
+                while compacts() == before && returned.elapsed() < Duration::from_secs(10) {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                waits.push(returned.elapsed());
+            }
+            waits.sort();
+            Some(waits[waits.len() / 2])
+        }
+    };
     let _ = stop.send(());
     let _ = server.await;
     times.sort();
-    times[times.len() / 2]
+    (times[times.len() / 2], visible)
 }
 
 /// One configuration, in a process of its own: the subscriber and the
@@ -78,9 +115,9 @@ fn child(mode: &str, calls: usize) {
         .enable_all()
         .build()
         .expect("runtime");
-    let (median, exported) = rt.block_on(async {
+    let (median, exported, visible) = rt.block_on(async {
         if mode == "off" {
-            return (run(calls).await, 0);
+            return (run(calls, None).await.0, 0, None);
         }
         let (sink, endpoint) = Receiver::start().await;
         let settings = TelemetrySettings {
@@ -98,16 +135,20 @@ fn child(mode: &str, calls: usize) {
         )
         .expect("one subscriber");
         opentelemetry::global::set_meter_provider(meter.clone());
-        let median = run(calls).await;
+        let (median, visible) = run(calls, Some(&sink)).await;
         tokio::task::spawn_blocking(move || {
             let _ = provider.force_flush();
             let _ = meter.force_flush();
         })
         .await
         .expect("join");
-        (median, sink.spans().len())
+        (median, sink.spans().len(), visible)
     });
-    println!("{} {exported}", median.as_nanos());
+    println!(
+        "{} {exported} {}",
+        median.as_nanos(),
+        visible.map_or(0, |v| v.as_nanos())
+    );
 }
 
 fn main() {
@@ -118,7 +159,7 @@ fn main() {
         return;
     }
     let exe = std::env::current_exe().expect("own path");
-    let measure = |mode: &str| -> (f64, usize) {
+    let measure = |mode: &str| -> (f64, usize, f64) {
         let mut cmd = std::process::Command::new(&exe);
         cmd.env("TELEMETRY_BENCH_MODE", mode);
         if bench {
@@ -135,16 +176,18 @@ fn main() {
         let mut parts = last.split_whitespace();
         let nanos: f64 = parts.next().and_then(|v| v.parse().ok()).expect("median");
         let spans: usize = parts.next().and_then(|v| v.parse().ok()).unwrap_or(0);
-        (nanos / 1e6, spans)
+        let visible: f64 = parts.next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        (nanos / 1e6, spans, visible / 1e6)
     };
     // Alternated, so drift of the machine hits both alike.
     let rounds = if bench { 2 } else { 1 };
-    let (mut off, mut on, mut exported) = (0.0, 0.0, 0);
+    let (mut off, mut on, mut exported, mut visible) = (0.0, 0.0, 0, 0.0);
     for _ in 0..rounds {
         off += measure("off").0 / rounds as f64;
-        let (ms, spans) = measure("on");
+        let (ms, spans, seen) = measure("on");
         on += ms / rounds as f64;
         exported += spans;
+        visible += seen / rounds as f64;
     }
     println!(
         "telemetry_overhead: median Compact over gRPC, {calls} calls each, 120-turn thread, current-thread runtime, {rounds} alternated rounds"
@@ -153,5 +196,9 @@ fn main() {
     println!(
         "  OTLP traces + metrics export on     {on:8.2} ms  {:.3}x  ({exported} spans exported)",
         on / off
+    );
+    let delay = TelemetrySettings::default().export_delay_ms;
+    println!(
+        "  a call's span at the collector      {visible:8.2} ms after the call returned (median of 15; export_delay_ms {delay})"
     );
 }

@@ -52,8 +52,13 @@ pub struct TelemetrySettings {
     pub service_name: String,
     /// Export a SHA-256 prefix of the tenant id instead of the id.
     pub hash_tenant_ids: bool,
-    /// Deadline of one export, in milliseconds.
+    /// Deadline of one export, in milliseconds (2 s: a collector that is
+    /// slower than that is down, and spans queue rather than block calls).
     pub export_timeout_ms: u64,
+    /// Longest a finished span waits to be sent, in milliseconds: events are
+    /// visible within about this long (`OTEL_BSP_SCHEDULE_DELAY` is the
+    /// SDK's variable for the same; this setting wins).
+    pub export_delay_ms: u64,
     /// Export OTLP metrics too (to the same endpoint, or
     /// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`).
     pub metrics: bool,
@@ -75,7 +80,8 @@ impl Default for TelemetrySettings {
             otlp_endpoint: None,
             service_name: "compactd".into(),
             hash_tenant_ids: false,
-            export_timeout_ms: 10_000,
+            export_timeout_ms: 2_000,
+            export_delay_ms: 200,
             metrics: true,
             metrics_interval_ms: None,
             tenant_metrics: false,
@@ -234,10 +240,16 @@ impl Telemetry {
         )
         .build()
         .map_err(|e| TelemetryError(format!("OTLP exporter for {endpoint}: {e}")))?;
+        let batches = opentelemetry_sdk::trace::BatchConfigBuilder::default()
+            .with_scheduled_delay(std::time::Duration::from_millis(settings.export_delay_ms))
+            .build();
+        let processor = opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter)
+            .with_batch_config(batches)
+            .build();
         Ok(Some(
             SdkTracerProvider::builder()
                 .with_resource(resource(settings))
-                .with_batch_exporter(exporter)
+                .with_span_processor(processor)
                 .build(),
         ))
     }

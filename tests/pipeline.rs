@@ -669,11 +669,14 @@ fn an_empty_transcript_renders_a_body_each_provider_accepts() {
 #[test]
 fn decisions_and_dropped_spans_carry_the_time_of_their_messages() {
     let dated = |b: &mut ThreadBuilder, t: u32| {
-        b.last().metadata.created_at = Some(format!("2026-03-0{}T10:{:02}:00Z", 1 + t / 10, t % 60));
+        b.last().metadata.created_at =
+            Some(format!("2026-03-0{}T10:{:02}:00Z", 1 + t / 10, t % 60));
     };
     let mut b = ThreadBuilder::default();
     for t in 0..14 {
-        b.user(&format!("turn {t}: the pelican migration report needs another look"));
+        b.user(&format!(
+            "turn {t}: the pelican migration report needs another look"
+        ));
         dated(&mut b, t);
         b.assistant(&format!(
             "We decided to keep the heron dataset because turn {t} showed it is complete. {}",
@@ -691,7 +694,11 @@ fn decisions_and_dropped_spans_carry_the_time_of_their_messages() {
         .iter()
         .flat_map(|r| &r.summary.decisions)
         .collect();
-    assert!(!decisions.is_empty(), "no decision in {:?}", out.plan.summarizations.len());
+    assert!(
+        !decisions.is_empty(),
+        "no decision in {:?}",
+        out.plan.summarizations.len()
+    );
     for d in &decisions {
         let ts = d.timestamp.as_deref().expect("a dated decision");
         assert!(compactd::model::is_rfc3339(ts), "{ts}");
@@ -701,7 +708,10 @@ fn decisions_and_dropped_spans_carry_the_time_of_their_messages() {
             .iter()
             .map(|r| r.summary.render_as_message())
             .collect::<String>();
-        assert!(rendered.contains(&format!("(turn {}, {ts})", d.turn)), "{rendered}");
+        assert!(
+            rendered.contains(&format!("(turn {}, {ts})", d.turn)),
+            "{rendered}"
+        );
     }
     // Drops: only the window may act.
     let mut h = Harness::default();

@@ -68,7 +68,7 @@ mounts the Secrets and volumes.
 {{- $_ = set $c "plugins" (dict "dir" (include "compactd.pluginsDir" .) "load" (deepCopy $v.plugins.load)) -}}
 {{- end -}}
 
-{{- $tel := dict "service_name" $v.telemetry.serviceName "hash_tenant_ids" $v.telemetry.hashTenantIds "export_timeout_ms" $v.telemetry.exportTimeoutMs "metrics" $v.telemetry.metrics "metrics_interval_ms" $v.telemetry.metricsIntervalMs "tenant_metrics" $v.telemetry.tenantMetrics "capture_content" $v.telemetry.captureContent -}}
+{{- $tel := dict "service_name" $v.telemetry.serviceName "hash_tenant_ids" $v.telemetry.hashTenantIds "export_timeout_ms" $v.telemetry.exportTimeoutMs "export_delay_ms" $v.telemetry.exportDelayMs "metrics" $v.telemetry.metrics "metrics_interval_ms" $v.telemetry.metricsIntervalMs "tenant_metrics" $v.telemetry.tenantMetrics "capture_content" $v.telemetry.captureContent -}}
 {{- with $v.telemetry.otlpEndpoint }}{{ $_ = set $tel "otlp_endpoint" . }}{{ end -}}
 {{- $_ = set $c "telemetry" $tel -}}
 {{- toYaml $c -}}
