@@ -419,6 +419,16 @@ pub fn page(view: &View) -> String {
     }
     out.push_str("</ol></section>\n");
 
+    // What compactd remembers now, as the terminal shows it: plain lines,
+    // escaped.
+    out.push_str("<section id=\"remembers\"><h2>What compactd remembers now</h2><pre>");
+    let lines = super::memory::lines(&view.remembers, |s| s.to_string());
+    for line in lines.iter().skip(1) {
+        out.push_str(&escape(line));
+        out.push('\n');
+    }
+    out.push_str("</pre></section>\n");
+
     out.push_str("<section id=\"recall\"><h2>Recall block</h2>");
     match &view.per_turn.recall_text {
         Some(text) => {

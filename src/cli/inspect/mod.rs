@@ -8,6 +8,7 @@
 //! writes the same as one self-contained page, `--json` as data.
 
 mod html;
+mod memory;
 mod table;
 mod view;
 
@@ -121,6 +122,8 @@ pub struct View {
     pub budget: Budget,
     /// Everything the thread, the pipeline and the renderer warned about.
     pub warnings: Vec<String>,
+    /// What compactd remembers of the thread now, by kind.
+    pub remembers: memory::Memory,
 }
 
 impl View {
@@ -247,6 +250,7 @@ fn gather(args: &OfflineArgs, off: &Offline, plan_source: String) -> View {
             }
         }
     };
+    let remembers = memory::of(&off.thread, &plan, &spans, &policy.roles_never_prune);
     let mut view = View {
         thread_id: off.thread.id.clone(),
         model: off.model.clone(),
@@ -268,6 +272,7 @@ fn gather(args: &OfflineArgs, off: &Offline, plan_source: String) -> View {
         },
         budget,
         warnings,
+        remembers,
     };
     // The view recounts what it renders itself; say so if that ever
     // disagrees with the count of the request as sent.

@@ -215,6 +215,8 @@ pub fn table(view: &View, colour: bool) -> String {
             let _ = write!(out, "\n  - {}", printable(w));
         }
     }
+    out.push('\n');
+    out.push_str(&super::memory::lines(&view.remembers, printable).join("\n"));
     out
 }
 
@@ -226,7 +228,16 @@ pub(super) mod tests {
 
     /// The demo thread and plan with a budget around them.
     pub(in super::super) fn demo_view() -> View {
-        let (t, _, spans) = demo();
+        let (t, plan, spans) = demo();
+        let remembers = super::super::memory::of(
+            &t,
+            &plan,
+            &spans,
+            &[
+                compactd::model::Role::System,
+                compactd::model::Role::Developer,
+            ],
+        );
         let mut view = View {
             thread_id: t.id.clone(),
             model: "gpt-4o".into(),
@@ -258,6 +269,7 @@ pub(super) mod tests {
                 triggered: true,
             },
             warnings: vec!["message m6 is in both Clear and Drop; Drop takes precedence".into()],
+            remembers,
         };
         let (b, a) = view.totals();
         view.budget.tokens_before = b;
