@@ -742,3 +742,55 @@ fn decisions_and_dropped_spans_carry_the_time_of_their_messages() {
         other => panic!("{:?}", other.map(|o| o.plan.version)),
     }
 }
+
+/// The plan remembers the turn compaction last ran at: a later turn that
+/// only extends the plan keeps it, and the audit of a render says how many
+/// turns the compacted form has stood.
+#[test]
+fn the_plan_keeps_the_turn_it_was_compacted_at() {
+    let mut b = ThreadBuilder::default();
+    for t in 0..14 {
+        b.user(&format!("turn {t}: analyse the worker logs"));
+        b.tool(
+            "list_logs",
+            json!({"n": t}),
+            ToolContent::Text(log_lines(150)),
+            Outcome::Success,
+            None,
+        );
+        b.assistant("analysed");
+    }
+    let t1 = b.build("since");
+    let h = Harness::default();
+    let first = h.compact(&t1, 14_000, None).unwrap();
+    assert!(first.report.triggered);
+    assert_eq!(first.plan.compacted_at_turn, Some(14));
+    b.user("one more small question");
+    b.assistant("a small answer");
+    b.user("and another");
+    b.assistant("another answer");
+    let t2 = b.build("since");
+    let second = h.compact(&t2, 14_000, Some(&first.plan)).unwrap();
+    assert!(!second.report.triggered);
+    assert_eq!(second.plan.compacted_at_turn, Some(14));
+    assert_eq!(
+        second.plan.turns_since_compaction(t2.current_turn()),
+        Some(2)
+    );
+    let (_, out) = h
+        .render_as(
+            &t2,
+            14_000,
+            Some(&first.plan),
+            compactd::provider::Format::OpenAiChat,
+            None,
+        )
+        .unwrap();
+    assert_eq!(out.audit.turns_since_compaction, Some(2));
+    // Nothing evicted: nothing has stood in.
+    let small = ThreadBuilder::default().build("none");
+    assert_eq!(
+        compactd::model::CompactionPlan::new(&small.id).turns_since_compaction(5),
+        None
+    );
+}

@@ -138,6 +138,8 @@ async fn rpc_spans_carry_lifecycle_events_and_no_content() {
         format: pb::OutputFormat::OpenaiChat as i32,
         model: "gpt-4o".into(),
         max_input_tokens: 8_000,
+        // The caller reports its last task: counted beside compaction.
+        task_outcome: pb::TaskOutcome::Succeeded as i32,
         ..Default::default()
     };
     within(client.render(authed(render, &acme)))
@@ -455,9 +457,14 @@ async fn rpc_spans_carry_lifecycle_events_and_no_content() {
         "compactd.quality.rehydration_requests",
         "compactd.quality.thread_rehydration_requests",
         "compactd.quality.asked_for_compacted_context",
+        "compactd.quality.task_outcomes",
     ] {
         assert!(!points(&metrics, name).is_empty(), "no {name} metric");
     }
+    assert!(points(&metrics, "compactd.quality.task_outcomes")
+        .iter()
+        .any(|a| text_attr(a, "outcome").as_deref() == Some("succeeded")
+            && text_attr(a, "compacted").as_deref() == Some("BoolValue(true)")));
     let has = |name: &str, key: &str, value: &str| {
         points(&metrics, name)
             .iter()

@@ -50,6 +50,9 @@ pub struct CompactCommand {
     /// The agent read artifacts back this turn: skip externalize and drop, so
     /// a rehydrated span is not evicted again at once.
     pub rehydrated_this_turn: bool,
+    /// How the caller's task went, when it ended since its last call: a
+    /// quality signal, counted beside whether the prompt was compacted.
+    pub task_outcome: Option<TaskOutcome>,
     /// The form the request will be rendered in, which decides how it is
     /// counted; `None` (Compact) or neutral: the provider the model implies.
     pub format: Option<Format>,
@@ -60,6 +63,25 @@ pub struct CompactCommand {
     /// it (an append session's base), when known: the per-turn path then
     /// need not compare them. Set by the session, never by a request.
     pub(crate) extends: Option<Arc<Thread>>,
+}
+
+/// How a task ended, as the caller reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskOutcome {
+    /// The agent finished the task.
+    Succeeded,
+    /// It did not.
+    Failed,
+}
+
+impl TaskOutcome {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskOutcome::Succeeded => "succeeded",
+            TaskOutcome::Failed => "failed",
+        }
+    }
 }
 
 impl CompactCommand {
@@ -75,6 +97,7 @@ impl CompactCommand {
             expected_version: None,
             observations: Observations::new(),
             rehydrated_this_turn: false,
+            task_outcome: None,
             format: None,
             session: super::SessionInput::Off,
             extends: None,
@@ -238,9 +261,13 @@ impl App {
                 },
             )
         };
+        let outcome = cmd.task_outcome;
         let done = self
             .in_session(&ctx.tenant_id, sent, input, run, |_| None)
             .await?;
+        if let Some(o) = outcome {
+            super::task_outcome(o, &done.out.plan, &ctx.tenant_id);
+        }
         Ok(CompactOutcome {
             session: done.session,
             ..done.out
@@ -496,6 +523,17 @@ impl App {
         };
         plan.version = version;
         self.carry(&tenant, &resolved, &plan, &report);
+        // How long the previous compaction of this thread stood.
+        if report.triggered {
+            let at = upgrade
+                .previous
+                .as_deref()
+                .and_then(|p| p.compacted_at_turn);
+            if let Some(at) = at {
+                let gap = resolved.cmd.thread.current_turn().saturating_sub(at);
+                crate::telemetry::metrics().turns_since_compaction(gap, &tenant);
+            }
+        }
         let capture = crate::telemetry::capture_content().then_some(self.inner.redactor.as_ref());
         crate::telemetry::events::compaction(&crate::telemetry::events::Compacted {
             model: &resolved.model,

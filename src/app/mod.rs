@@ -23,7 +23,7 @@ mod summaries;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use compact::{CompactCommand, CompactOutcome, WrittenArtifact};
+pub use compact::{CompactCommand, CompactOutcome, TaskOutcome, WrittenArtifact};
 pub use error::AppError;
 pub use explain::{ArtifactHit, ExplainCommand, ExplainOutcome};
 pub use lifecycle::{DeleteOutcome, Lifecycle, Quotas, ResetOutcome, SweepReport, Usage};
@@ -332,6 +332,21 @@ impl App {
 }
 
 /// Each plugin's id and settings, as [`App::fingerprint`] hashes them.
+/// A reported task outcome: the metric, and an event with the plan it ran
+/// on (ids and counts only).
+fn task_outcome(outcome: TaskOutcome, plan: &crate::model::CompactionPlan, tenant: &str) {
+    let compacted = !plan.is_empty();
+    crate::telemetry::metrics().task_outcome(outcome.as_str(), compacted, tenant);
+    tracing::info!(
+        target: crate::telemetry::EVENTS,
+        outcome = outcome.as_str(),
+        compacted,
+        plan_version = plan.version,
+        compacted_at_turn = plan.compacted_at_turn.map(i64::from),
+        "compact.task_outcome"
+    );
+}
+
 fn plugin_setup(plugins: &[Arc<crate::plugin::LoadedPlugin>]) -> Vec<u8> {
     let mut out = Vec::new();
     for p in plugins {

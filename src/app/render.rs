@@ -109,6 +109,7 @@ impl App {
         }
         .authorize(ctx, None)?;
         let (sent, input) = (Arc::clone(&cmd.request.thread), cmd.request.session.clone());
+        let outcome = cmd.request.task_outcome;
         let run = |thread, extends| {
             let mut cmd = cmd;
             cmd.request.thread = thread;
@@ -118,6 +119,9 @@ impl App {
         let done = self
             .in_session(&ctx.tenant_id, sent, input, run, |out| out.trace.as_ref())
             .await?;
+        if let Some(o) = outcome {
+            super::task_outcome(o, &done.out.plan, &ctx.tenant_id);
+        }
         let unchanged_prefix_tokens = match (&done.out.trace, &done.previous) {
             (Some(now), Some(previous)) => Some(now.unchanged_since(previous).0),
             _ => None,
@@ -283,6 +287,8 @@ impl App {
                 READ_ARTIFACT_TOOL,
             );
             let mut audit = audit(&plan, parts.counter.name(), &summarizer_id, &rehydrated);
+            audit.turns_since_compaction =
+                plan.turns_since_compaction(cmd.request.thread.current_turn());
             audit.warnings = thread_warnings;
             audit.warnings.extend(render_warnings(&request, cmd.format));
             audit
@@ -823,6 +829,7 @@ fn audit(
         warnings: Vec::new(),
         strategies: AuditRecord::strategies_of(plan),
         requester: String::new(),
+        turns_since_compaction: None,
         evicted: Eviction::of(plan, summarizer_id),
     }
 }

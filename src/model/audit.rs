@@ -43,6 +43,10 @@ pub struct AuditRecord {
     /// Who asked for this request (the credential's requester).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub requester: String,
+    /// Turns since compaction last ran (`None`: the plan evicts nothing, or
+    /// predates the count): how long a summary has stood in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turns_since_compaction: Option<u32>,
     /// Every record of the plan: what left the prompt, why, by which
     /// strategy, and the artifact that holds the original.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -314,6 +314,23 @@ pub struct CompactionPlan {
     /// Tokens of the request rendered with the plan.
     #[serde(default)]
     pub compacted_token_count: u32,
+    /// The thread's turn when compaction last crossed the trigger (later
+    /// turns extend the plan without compacting again); `None` in plans
+    /// written before this was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compacted_at_turn: Option<u32>,
+}
+
+impl CompactionPlan {
+    /// Turns since compaction last ran, at `current_turn`; `None` for a
+    /// plan that evicts nothing or does not know.
+    pub fn turns_since_compaction(&self, current_turn: u32) -> Option<u32> {
+        if self.is_empty() {
+            return None;
+        }
+        self.compacted_at_turn
+            .map(|t| current_turn.saturating_sub(t))
+    }
 }
 
 /// A message id claimed by two records; the higher precedence won.

@@ -45,10 +45,25 @@ macro_rules! shared_command {
             expected_version: $r.expected_version,
             observations: observations_from_pb($r.observations),
             rehydrated_this_turn: false,
+            task_outcome: task_outcome($r.task_outcome)?,
             format: None,
             extends: None,
         }
     }};
+}
+
+/// The reported task outcome; unknown values name the field.
+fn task_outcome(v: i32) -> Result<Option<crate::app::TaskOutcome>> {
+    use crate::app::TaskOutcome;
+    match pb::TaskOutcome::try_from(v) {
+        Ok(pb::TaskOutcome::Unspecified) => Ok(None),
+        Ok(pb::TaskOutcome::Succeeded) => Ok(Some(TaskOutcome::Succeeded)),
+        Ok(pb::TaskOutcome::Failed) => Ok(Some(TaskOutcome::Failed)),
+        Err(_) => Err(ConvertError::new(
+            "task_outcome",
+            format!("unknown enum value {v}"),
+        )),
+    }
 }
 
 /// What a provider body carries besides its messages.

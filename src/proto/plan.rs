@@ -23,6 +23,7 @@ impl From<&CompactionPlan> for pb::CompactionPlan {
             drops: p.drops.iter().map(Into::into).collect(),
             original_token_count: p.original_token_count,
             compacted_token_count: p.compacted_token_count,
+            compacted_at_turn: p.compacted_at_turn,
         }
     }
 }
@@ -40,6 +41,7 @@ impl TryFrom<pb::CompactionPlan> for CompactionPlan {
             drops: each(p.drops, "drops")?,
             original_token_count: p.original_token_count,
             compacted_token_count: p.compacted_token_count,
+            compacted_at_turn: p.compacted_at_turn,
         })
     }
 }

@@ -252,6 +252,7 @@ impl From<&AuditRecord> for pb::AuditRecord {
             strategies: a.strategies.clone(),
             requester: a.requester.clone(),
             evicted: a.evicted.iter().map(pb::Eviction::from).collect(),
+            turns_since_compaction: a.turns_since_compaction,
         }
     }
 }
@@ -282,6 +283,7 @@ impl TryFrom<pb::AuditRecord> for AuditRecord {
             warnings: a.warnings,
             strategies: a.strategies,
             requester: a.requester,
+            turns_since_compaction: a.turns_since_compaction,
             evicted: a
                 .evicted
                 .into_iter()

@@ -392,6 +392,9 @@ fn plan() -> impl Strategy<Value = CompactionPlan> {
                 drops,
                 original_token_count,
                 compacted_token_count,
+                // Round-trips both ways: set from the compacted count.
+                compacted_at_turn: (compacted_token_count % 2 == 1)
+                    .then_some(compacted_token_count / 2),
             },
         )
 }
@@ -481,6 +484,8 @@ fn audit() -> impl Strategy<Value = AuditRecord> {
                     warnings: w,
                     strategies: st,
                     requester,
+                    turns_since_compaction: (plan_version % 3 == 0)
+                        .then_some(plan_version as u32 % 50),
                     evicted,
                 }
             },
@@ -825,6 +830,26 @@ fn per_tool_policies_arrive_and_bad_enums_name_the_tool() {
     )
     .unwrap_err();
     assert_eq!(e.field, "policy.tools[\"x\"].replay_cost");
+}
+
+#[test]
+fn a_task_outcome_is_read_and_an_unknown_one_named() {
+    let base = crate::reduce::Policy::default();
+    let thread = pb::Thread {
+        id: "t".into(),
+        messages: vec![msg("a", pb::Role::User)],
+    };
+    let req = |v: i32| pb::CompactRequest {
+        thread: Some(thread.clone()),
+        task_outcome: v,
+        ..Default::default()
+    };
+    let cmd = compact_command(req(pb::TaskOutcome::Failed as i32), &base).expect("valid");
+    assert_eq!(cmd.task_outcome, Some(crate::app::TaskOutcome::Failed));
+    let cmd = compact_command(req(0), &base).expect("valid");
+    assert_eq!(cmd.task_outcome, None);
+    let e = compact_command(req(7), &base).unwrap_err();
+    assert_eq!(e.field, "task_outcome");
 }
 
 #[test]

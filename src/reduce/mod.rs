@@ -792,6 +792,9 @@ fn finish(
     pending.retain(|a| referenced.contains(&a.placeholder));
     plan.original_token_count = report.tokens_before;
     plan.compacted_token_count = tokens_after;
+    if report.triggered {
+        plan.compacted_at_turn = Some(req.thread.current_turn());
+    }
     plan.fingerprint = request_fingerprint(req, engine);
     report.tokens_after = tokens_after;
     report.warnings = state.warnings;

@@ -409,6 +409,7 @@ pub fn audit(a: &AuditRecord) {
         rehydrated_artifact_ids = %a.rehydrated_artifact_ids.join(","),
         strategies = %a.strategies.join(","),
         warnings = int(a.warnings.len()),
+        turns_since_compaction = a.turns_since_compaction.map(i64::from),
         "compact.audit"
     );
 }

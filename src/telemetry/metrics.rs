@@ -58,6 +58,8 @@ pub struct Metrics {
     thread_rehydration_requests: Histogram<u64>,
     asked_for_compacted: Counter<u64>,
     plugin_calls: Counter<u64>,
+    turns_between_compactions: Histogram<u64>,
+    task_outcomes: Counter<u64>,
 }
 
 /// The process's instruments (created from the global meter on first use).
@@ -168,6 +170,17 @@ impl Metrics {
                 .with_description("read_artifact calls in the whole thread, at each Render")
                 .with_boundaries(COUNTS.to_vec())
                 .build(),
+            turns_between_compactions: m
+                .u64_histogram("compactd.quality.turns_since_compaction")
+                .with_unit("{turn}")
+                .with_description("Turns between one compaction of a thread and the next, recorded at the next")
+                .with_boundaries(COUNTS.to_vec())
+                .build(),
+            task_outcomes: count(
+                "compactd.quality.task_outcomes",
+                "{task}",
+                "Task outcomes callers report, by outcome and whether the thread was compacted then",
+            ),
             asked_for_compacted: count(
                 "compactd.quality.asked_for_compacted_context",
                 "{turn}",
@@ -296,6 +309,27 @@ impl Metrics {
     pub fn thread_rehydration_requests(&self, n: u64, tenant: &str) {
         self.thread_rehydration_requests
             .record(n, &with_tenant(Vec::new(), tenant));
+    }
+
+    /// A compaction ran `turns` turns after the thread's previous one.
+    pub fn turns_since_compaction(&self, turns: u32, tenant: &str) {
+        self.turns_between_compactions
+            .record(u64::from(turns), &with_tenant(Vec::new(), tenant));
+    }
+
+    /// A caller reported how its task went (`succeeded`/`failed`), and
+    /// whether the prompt it ran on was compacted.
+    pub fn task_outcome(&self, outcome: &'static str, compacted: bool, tenant: &str) {
+        self.task_outcomes.add(
+            1,
+            &with_tenant(
+                vec![
+                    KeyValue::new("outcome", outcome),
+                    KeyValue::new("compacted", compacted),
+                ],
+                tenant,
+            ),
+        );
     }
 
     /// The agent asked for context the thread had (a quality canary).
