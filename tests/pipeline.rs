@@ -794,3 +794,77 @@ fn the_plan_keeps_the_turn_it_was_compacted_at() {
         None
     );
 }
+
+/// A standing window shows only the newest turns whatever the trigger says,
+/// cut in chunks (it may grow a quarter past its cap before older turns
+/// go, down to the cap), keeping pinned messages; a token cap does the same
+/// by size.
+#[test]
+fn a_standing_window_keeps_the_newest_turns_before_any_trigger() {
+    let thread_of = |turns: u32| {
+        let mut b = ThreadBuilder::default();
+        for t in 0..turns {
+            if t == 1 {
+                b.protected_user("Never deploy on Fridays.");
+            } else {
+                b.user(&format!("turn {t}: what next?"));
+            }
+            b.assistant(&format!("answer {t}"));
+        }
+        b.build("window")
+    };
+    let mut h = Harness::default();
+    h.policy.window = Some(compactd::reduce::StandingWindow {
+        max_turns: Some(8),
+        max_tokens: None,
+    });
+    let shown_turns = |out: &common::Outcome, t: &compactd::model::Thread| {
+        let mut turns: Vec<u32> = out
+            .request
+            .messages
+            .iter()
+            // Verbatim: a dropped span's notice names its first message.
+            .filter(|m| m.origin == Origin::Verbatim)
+            .filter_map(|m| t.messages.iter().find(|x| x.id == m.source_id))
+            .filter(|m| !m.metadata.protected)
+            .map(|m| m.turn)
+            .collect();
+        turns.dedup();
+        turns
+    };
+    // Within cap plus slack (8 + 2): nothing goes, far under any trigger.
+    let t = thread_of(10);
+    let out = h.compact(&t, 100_000, None).unwrap();
+    assert!(!out.report.triggered);
+    assert!(out.plan.drops.is_empty());
+    // Past it: cut back to the newest 8 turns; the pinned rule stays.
+    let t = thread_of(11);
+    let out = h.compact(&t, 100_000, None).unwrap();
+    assert!(!out.report.triggered);
+    assert_eq!(shown_turns(&out, &t), (4..=11).collect::<Vec<u32>>());
+    assert!(out.plan.drops.iter().all(|d| d.reason == "standing window"));
+    assert!(out
+        .request
+        .messages
+        .iter()
+        .any(|m| m.content.text().contains("Never deploy on Fridays.")));
+    // The next turns extend the plan and keep the cut until the slack is
+    // used up again.
+    let t12 = thread_of(12);
+    let next = h.compact(&t12, 100_000, Some(&out.plan)).unwrap();
+    assert_eq!(next.plan.drops, out.plan.drops, "no cut at 9 turns shown");
+    // By tokens: the newest turns that fit 60 tokens.
+    let mut h = Harness::default();
+    h.policy.window = Some(compactd::reduce::StandingWindow {
+        max_turns: None,
+        max_tokens: Some(60),
+    });
+    let t = thread_of(30);
+    let out = h.compact(&t, 100_000, None).unwrap();
+    let turns = shown_turns(&out, &t);
+    assert!(turns.len() >= 2 && turns.len() < 20, "{turns:?}");
+    assert_eq!(turns.last(), Some(&30));
+    // An empty window is refused, naming the field.
+    h.policy.window = Some(compactd::reduce::StandingWindow::default());
+    assert_eq!(h.policy.validate().unwrap_err().field, "policy.window");
+}

@@ -10,7 +10,7 @@ use crate::model::{
     MessageMetadata, Outcome, Role, Sensitivity, Thread, ToolCall, ToolContent, ToolResultEnvelope,
     ToolSchema,
 };
-use crate::reduce::{Policy, ReplayCost, ToolPolicy, ToolRetention};
+use crate::reduce::{Policy, ReplayCost, StandingWindow, ToolPolicy, ToolRetention};
 
 use super::{each, optional, pb, unknown_enum, unset_enum, ConvertError, Result};
 
@@ -526,6 +526,12 @@ pub fn policy_from_overrides(base: &Policy, o: Option<pb::PolicyOverrides>) -> R
     }
     for (tool, r) in o.retention {
         p.retention.insert(tool, retention(r));
+    }
+    if let Some(w) = o.window {
+        p.window = Some(StandingWindow {
+            max_turns: w.max_turns,
+            max_tokens: w.max_tokens,
+        });
     }
     for (tool, t) in o.tools {
         let replay_cost = match pb::ReplayCost::try_from(t.replay_cost) {

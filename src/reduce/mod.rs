@@ -50,7 +50,9 @@ pub use clear::Clear;
 pub use compress::Compress;
 pub use externalize::Externalize;
 pub use memo::{KeyHasher, Memo};
-pub use policy::{Enabled, Policy, PolicyError, ReplayCost, ToolPolicy, ToolRetention};
+pub use policy::{
+    Enabled, Policy, PolicyError, ReplayCost, StandingWindow, ToolPolicy, ToolRetention,
+};
 pub use projection::{PendingArtifact, Projection, Units, PENDING_ARTIFACT_PREFIX};
 pub use retention::Retention;
 pub use summary::Summarize;
@@ -555,6 +557,12 @@ pub fn compact_with(
             .collect(),
         budget: &budget,
     };
+    if let Some(w) = policy.window {
+        window::standing(&mut p, &w);
+        if policy.enable.archive {
+            p.archive_evictions(state.redactor);
+        }
+    }
     let triggered = p.total() > budget.trigger();
     let mut tail = partition::TailShare::new(policy, budget.target()).within(p.len());
     if triggered {

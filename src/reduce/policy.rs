@@ -55,6 +55,23 @@ pub struct ToolPolicy {
     pub replay_cost: Option<ReplayCost>,
 }
 
+/// A standing window on the dialogue: only the most recent turns (or
+/// tokens) are shown, whatever the trigger says. Cut in chunks: the window
+/// may grow a quarter past its cap before older turns are dropped down to
+/// it, so the prompt's prefix (the provider's cache) changes now and then,
+/// not every turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StandingWindow {
+    /// Turns shown at most (the newest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// Tokens the shown turns may take (whole turns, the newest first; the
+    /// last turn is always shown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+}
+
 /// The whole policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -111,6 +128,10 @@ pub struct Policy {
     pub enable: Enabled,
     /// Rendering options (they change token counts, so they are policy).
     pub render: RenderOptions,
+    /// A standing window on the dialogue, applied before the trigger.
+    /// Unset by default (and then not serialized: fingerprints stay).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<StandingWindow>,
 }
 
 /// Switches for each reducer.
@@ -187,6 +208,7 @@ impl Default for Policy {
             summary_style: None,
             enable: Enabled::default(),
             render: RenderOptions::default(),
+            window: None,
         }
     }
 }
@@ -230,6 +252,17 @@ impl Policy {
         }
         if self.externalize_threshold_tokens == 0 {
             return err("externalize_threshold_tokens", "must be at least 1");
+        }
+        if let Some(w) = &self.window {
+            if w.max_turns.is_none() && w.max_tokens.is_none() {
+                return err("window", "needs max_turns or max_tokens");
+            }
+            if w.max_turns == Some(0) {
+                return err("window.max_turns", "must be at least 1");
+            }
+            if w.max_tokens == Some(0) {
+                return err("window.max_tokens", "must be at least 1");
+            }
         }
         for (tool, t) in &self.tools {
             if t.externalize_threshold_tokens == Some(0) {

@@ -287,6 +287,12 @@ impl<'a> Projection<'a> {
         self.slots[i] == Slot::Include
     }
 
+    /// True when message `i` renders as itself: verbatim or cleared to a
+    /// placeholder (not in a summary, a pointer or a drop).
+    pub fn renders_itself(&self, i: usize) -> bool {
+        matches!(self.slots[i], Slot::Include | Slot::Clear(_))
+    }
+
     /// True when message `i` is dropped.
     pub fn is_dropped(&self, i: usize) -> bool {
         matches!(self.slots[i], Slot::Drop(_))

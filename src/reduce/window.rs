@@ -67,6 +67,74 @@ impl Reducer for Window {
     }
 }
 
+/// The standing window: units wholly in turns before the window are
+/// dropped (pinned ones stay), once the window has grown a quarter past its
+/// cap, down to the cap. Deterministic, no model call.
+pub fn standing(p: &mut Projection<'_>, w: &crate::reduce::StandingWindow) {
+    let Some(last) = (0..p.len()).last() else {
+        return;
+    };
+    let current = p.message(last).turn;
+    // The turns still shown, newest first, with their verbatim tokens.
+    let mut turns: Vec<(u32, u32)> = Vec::new();
+    for i in (0..p.len()).rev() {
+        if p.is_dropped(i) || p.pinned[i] {
+            continue;
+        }
+        let t = p.message(i).turn;
+        match turns.last_mut() {
+            Some((turn, tokens)) if *turn == t => *tokens += p.verbatim_cost(i),
+            _ => turns.push((t, p.verbatim_cost(i))),
+        }
+    }
+    let slack = |cap: u32| cap.saturating_add((cap / 4).max(1));
+    // The oldest turn the window keeps (`None`: keep everything).
+    let mut keep_from: Option<u32> = None;
+    if let Some(max) = w.max_turns {
+        if turns.len() as u32 > slack(max) {
+            keep_from = turns.get(max as usize - 1).map(|t| t.0);
+        }
+    }
+    if let Some(max) = w.max_tokens {
+        let shown: u32 = turns.iter().map(|t| t.1).sum();
+        if shown > slack(max) {
+            let mut sum = 0u32;
+            let mut from = current;
+            for (k, &(turn, tokens)) in turns.iter().enumerate() {
+                sum = sum.saturating_add(tokens);
+                if sum > max && k > 0 {
+                    break;
+                }
+                from = turn;
+            }
+            keep_from = Some(keep_from.map_or(from, |f| f.max(from)));
+        }
+    }
+    let Some(from) = keep_from else { return };
+    let mut out: Vec<usize> = Vec::new();
+    for u in 0..p.units.ranges.len() {
+        let (s, e) = p.units.ranges[u];
+        let before = (s..=e).all(|i| p.message(i).turn < from);
+        // Summaries and pointers stay: they carry what the old turns
+        // decided, which is what a window on the dialogue keeps.
+        let shown = (s..=e).all(|i| p.is_dropped(i) || p.renders_itself(i));
+        if before && shown && p.unit_is_free(u) {
+            out.extend((s..=e).filter(|&i| !p.is_dropped(i)));
+        }
+    }
+    if out.is_empty() {
+        return;
+    }
+    let mut run: Vec<usize> = Vec::new();
+    for &i in &out {
+        if run.last().is_some_and(|&j| j + 1 != i) {
+            p.drop_messages(&std::mem::take(&mut run), "standing window");
+        }
+        run.push(i);
+    }
+    p.drop_messages(&run, "standing window");
+}
+
 /// The smallest body the pipeline can build, the last resort before a
 /// refusal: every message nothing locks is dropped (summaries, failures and
 /// earlier records too), each contiguous run of them one record, so one
