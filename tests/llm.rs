@@ -155,6 +155,7 @@ async fn rendered(app: &App, t: &Thread, limit: u32) -> String {
                 read_artifact_tool: false,
                 search_context_tool: false,
                 recall: None,
+                injections: Vec::new(),
             },
         )
         .await

@@ -28,7 +28,7 @@ pub use error::AppError;
 pub use explain::{ArtifactHit, ExplainCommand, ExplainOutcome};
 pub use lifecycle::{DeleteOutcome, Lifecycle, Quotas, ResetOutcome, SweepReport, Usage};
 pub use rehydrate::{RehydrateCommand, RehydrateOutcome};
-pub use render::{RecalledPassage, RenderCommand, RenderOutcome, RenderedOutput};
+pub use render::{Injection, RecalledPassage, RenderCommand, RenderOutcome, RenderedOutput};
 pub use search::{
     search_context_tool, FoundPassage, SearchCommand, SearchOutcome, SEARCH_CONTEXT_TOOL,
 };

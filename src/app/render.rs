@@ -59,6 +59,18 @@ pub struct RenderCommand {
     pub search_context_tool: bool,
     /// Add the recall block; `None`: the server's setting.
     pub recall: Option<bool>,
+    /// Per-turn content of the caller's hooks, placed next to the latest
+    /// user message and paid from the injection reserve.
+    pub injections: Vec<Injection>,
+}
+
+/// One hook's per-turn content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Injection {
+    /// The hook, as errors name it.
+    pub hook: String,
+    /// What it adds.
+    pub text: String,
 }
 
 /// A rendered request in the requested form.
@@ -666,6 +678,32 @@ fn render_and_count(
             }
         }
     }
+    // The caller's hooks last, next to the latest user message, paid from
+    // the reserve compaction left free (the ceiling is below the window by
+    // that much): the first that does not fit is an error naming it.
+    let reserve = cmd.request.policy.injection_reserve_tokens;
+    let mut used = 0u32;
+    // One position for all, in the order given (a user message placed
+    // there makes the next lookup land before it).
+    let at = crate::render::per_turn_position(&request);
+    for (i, inj) in cmd.injections.iter().enumerate() {
+        let m = crate::render::injected_message(&inj.hook, &inj.text);
+        let cost = rc.message(&m);
+        used = used.saturating_add(cost);
+        if used > reserve {
+            return Err(AppError::invalid(
+                format!("injections[{i}]"),
+                format!(
+                    "hook {:?} needs {cost} tokens, over what is left of the injection reserve ({} of policy.injection_reserve_tokens {reserve}); raise the reserve or shorten what the hook adds",
+                    inj.hook,
+                    reserve.saturating_sub(used - cost)
+                ),
+            ));
+        }
+        request.messages.insert(at + i, m);
+        tokens.messages += cost;
+        tokens.total += cost;
+    }
     Ok((request, tokens, report, recalled))
 }
 
@@ -935,6 +973,7 @@ mod tests {
             read_artifact_tool: false,
             search_context_tool: false,
             recall: None,
+            injections: Vec::new(),
         }
     }
 

@@ -134,6 +134,7 @@ pub fn offline(args: &OfflineArgs, plan: Option<CompactionPlan>) -> Result<Offli
         recall: args.no_recall.then_some(false),
         read_artifact_tool: false,
         search_context_tool: false,
+        injections: Vec::new(),
     };
     let out = rt.block_on(app.render(&ctx, cmd))?;
     let mut warnings: Vec<String> = Vec::new();

@@ -213,6 +213,29 @@ pub fn render_command(r: pb::RenderRequest, base: &Policy) -> Result<RenderComma
         recall: r.recall,
         read_artifact_tool: r.read_artifact_tool,
         search_context_tool: r.search_context_tool,
+        injections: r
+            .injections
+            .into_iter()
+            .enumerate()
+            .map(|(i, inj)| {
+                if inj.hook.trim().is_empty() {
+                    return Err(ConvertError::new(
+                        format!("injections[{i}].hook"),
+                        "must not be empty",
+                    ));
+                }
+                if inj.text.is_empty() {
+                    return Err(ConvertError::new(
+                        format!("injections[{i}].text"),
+                        "must not be empty",
+                    ));
+                }
+                Ok(crate::app::Injection {
+                    hook: inj.hook,
+                    text: inj.text,
+                })
+            })
+            .collect::<Result<_>>()?,
         request: shared_command!(r, base),
     })
 }

@@ -43,6 +43,7 @@ impl From<Origin> for pb::Origin {
             Origin::Externalized => pb::Origin::Externalized,
             Origin::Rehydrated => pb::Origin::Rehydrated,
             Origin::Recalled => pb::Origin::Recalled,
+            Origin::Injected => pb::Origin::Injected,
         }
     }
 }
@@ -55,6 +56,7 @@ fn origin(v: i32, field: &str) -> Result<Origin> {
         Ok(pb::Origin::Externalized) => Ok(Origin::Externalized),
         Ok(pb::Origin::Rehydrated) => Ok(Origin::Rehydrated),
         Ok(pb::Origin::Recalled) => Ok(Origin::Recalled),
+        Ok(pb::Origin::Injected) => Ok(Origin::Injected),
         Ok(pb::Origin::Unspecified) => Err(unset_enum(field)),
         Err(_) => Err(unknown_enum(field, v)),
     }

@@ -19,8 +19,8 @@ pub use rehydrate::{
     AutoRehydrate, RehydrationBlocked, RehydrationReport,
 };
 pub use renderer::{
-    delimit_data, externalization_text, per_turn_position, recall_message, render, render_message,
-    summary_text, Rehydrated, RenderInput, RenderOptions, SummaryTexts,
+    delimit_data, externalization_text, injected_message, per_turn_position, recall_message,
+    render, render_message, summary_text, Rehydrated, RenderInput, RenderOptions, SummaryTexts,
     DEFAULT_TOOL_RESULT_MAX_CHARS, RENDER_FORMAT_VERSION,
 };
 pub use request::{Origin, ProviderOptions, RenderedMessage, Request};

@@ -435,6 +435,20 @@ pub fn recall_message(text: &str) -> RenderedMessage {
     }
 }
 
+/// A hook's per-turn content, as the message that carries it.
+pub fn injected_message(hook: &str, text: &str) -> RenderedMessage {
+    RenderedMessage {
+        role: Role::User,
+        content: Content::Text(text.to_string()),
+        tool_calls: Vec::new(),
+        tool_call_id: None,
+        tool_name: None,
+        is_error: false,
+        source_id: format!("injection:{hook}"),
+        origin: Origin::Injected,
+    }
+}
+
 /// Wraps user text in `<user_context>`; a closing tag inside the text is
 /// neutralized so quoted content cannot end the block early.
 fn delimit_user(m: &Message) -> Content {

@@ -22,6 +22,8 @@ pub enum Origin {
     /// Passages of compacted content matching the current request, for
     /// this turn only; never part of the thread.
     Recalled,
+    /// Content a caller's hook adds for this turn; never part of the thread.
+    Injected,
 }
 
 /// One message of a rendered request.

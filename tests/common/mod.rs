@@ -185,6 +185,7 @@ impl Harness {
                         read_artifact_tool: false,
                         search_context_tool: false,
                         recall,
+                        injections: Vec::new(),
                     },
                 )
                 .await?;
