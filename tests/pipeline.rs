@@ -868,3 +868,59 @@ fn a_standing_window_keeps_the_newest_turns_before_any_trigger() {
     h.policy.window = Some(compactd::reduce::StandingWindow::default());
     assert_eq!(h.policy.validate().unwrap_err().field, "policy.window");
 }
+
+/// A reducer switched off leaves no record of its kind, whatever the others
+/// do (the seeds' debug verbosity, "no compression", is `enable.compress:
+/// false`); with every reducer on, the same thread gets records of most
+/// kinds, so the check is not vacuous.
+#[test]
+fn a_switched_off_reducer_leaves_no_record_of_its_kind() {
+    use compactd::model::ClearReason;
+    use compactd_testkit::synth::{thread, SynthParams};
+    let t = thread(&SynthParams {
+        seed: 27,
+        turns: 30,
+        tool_density: 0.9,
+        max_output_lines: 220,
+        protected: 1,
+    });
+    let kinds = |plan: &compactd::model::CompactionPlan| {
+        let reason = |r: ClearReason| plan.clearings.iter().any(|c| c.reason == r);
+        [
+            ("retention", reason(ClearReason::Expired)),
+            ("compress", reason(ClearReason::Compressed)),
+            ("clear", reason(ClearReason::Durability)),
+            ("externalize", !plan.externalizations.is_empty()),
+            ("summarize", !plan.summarizations.is_empty()),
+            ("drop", plan.drops.iter().any(|d| d.reason == "window")),
+        ]
+    };
+    let budget = 12_000;
+    let all = Harness::default().compact(&t, budget, None).unwrap();
+    let present = kinds(&all.plan).iter().filter(|k| k.1).count();
+    assert!(present >= 4, "{:?}", kinds(&all.plan));
+    for off in [
+        "retention",
+        "compress",
+        "clear",
+        "externalize",
+        "summarize",
+        "drop",
+    ] {
+        let mut h = Harness::default();
+        let e = &mut h.policy.enable;
+        match off {
+            "retention" => e.retention = false,
+            "compress" => e.compress = false,
+            "clear" => e.clear = false,
+            "externalize" => e.externalize = false,
+            "summarize" => e.summarize = false,
+            _ => e.drop = false,
+        }
+        let out = h.compact(&t, budget, None).unwrap();
+        let found = kinds(&out.plan);
+        let (_, made) = found.iter().find(|k| k.0 == off).unwrap();
+        assert!(!made, "{off} is off but its records are in the plan");
+        assert!(out.tokens.total <= out.report.budget.hard_limit);
+    }
+}

@@ -102,22 +102,37 @@ impl Form {
                 form.cost[2] += verbatim;
                 continue;
             };
-            if state.policy.retention.contains_key(&env.tool_name) {
+            let ruled = state.policy.retention.contains_key(&env.tool_name);
+            if ruled {
                 form.min_level = 2;
             }
-            let compressed = super::compress::compressed_form(p, state, i, &rules)
+            // Only the forms of reducers that may run: a switched-off
+            // reducer leaves no record of its kind, refilled ones included.
+            let enable = state.policy.enable;
+            let compressed = enable
+                .compress
+                .then(|| super::compress::compressed_form(p, state, i, &rules))
+                .flatten()
                 .map(|(text, kept)| (p.counter.cleared(m, &text), text, kept))
                 .filter(|(cost, ..)| *cost < verbatim);
             // A failure's stub keeps its error text: less than the failure,
             // more than the summary it comes back from.
-            let (text, kept) = super::clear::anchoring_stub(env, state.memo, state.redactor);
-            let stub = Some((p.counter.cleared(m, &text), text, kept));
+            // (A tool's own retention rule stubs its results as retention.)
+            let stub_reason = if enable.clear {
+                Some(ClearReason::Durability)
+            } else {
+                (ruled && enable.retention).then_some(ClearReason::Expired)
+            };
+            let stub = stub_reason.map(|reason| {
+                let (text, kept) = super::clear::anchoring_stub(env, state.memo, state.redactor);
+                (p.counter.cleared(m, &text), text, kept, reason)
+            });
             let compressed_cost = compressed.as_ref().map_or(verbatim, |c| c.0);
             form.cost[1] += compressed_cost;
             match stub.filter(|(cost, ..)| *cost < compressed_cost) {
-                Some((cost, text, kept)) => {
+                Some((cost, text, kept, reason)) => {
                     form.cost[2] += cost;
-                    form.replaced[2].push((i, ClearReason::Durability, text, kept));
+                    form.replaced[2].push((i, reason, text, kept));
                 }
                 None => {
                     form.cost[2] += compressed_cost;
