@@ -55,9 +55,10 @@ pub struct TelemetrySettings {
     /// Deadline of one export, in milliseconds (2 s: a collector that is
     /// slower than that is down, and spans queue rather than block calls).
     pub export_timeout_ms: u64,
-    /// Longest a finished span waits to be sent, in milliseconds: events are
-    /// visible within about this long (`OTEL_BSP_SCHEDULE_DELAY` is the
-    /// SDK's variable for the same; this setting wins).
+    /// Longest a finished span waits to be sent, in milliseconds (at least
+    /// 10): events are visible within about this long
+    /// (`OTEL_BSP_SCHEDULE_DELAY` is the SDK's variable for the same; this
+    /// setting wins).
     pub export_delay_ms: u64,
     /// Export OTLP metrics too (to the same endpoint, or
     /// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`).
@@ -240,8 +241,10 @@ impl Telemetry {
         )
         .build()
         .map_err(|e| TelemetryError(format!("OTLP exporter for {endpoint}: {e}")))?;
+        // At least 10 ms: a zero delay makes the exporter's thread spin.
+        let delay = settings.export_delay_ms.max(10);
         let batches = opentelemetry_sdk::trace::BatchConfigBuilder::default()
-            .with_scheduled_delay(std::time::Duration::from_millis(settings.export_delay_ms))
+            .with_scheduled_delay(std::time::Duration::from_millis(delay))
             .build();
         let processor = opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter)
             .with_batch_config(batches)

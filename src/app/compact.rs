@@ -251,6 +251,10 @@ impl App {
     ) -> Result<CompactOutcome> {
         UseCase::Compact.authorize(ctx, None)?;
         let (sent, input) = (Arc::clone(&cmd.thread), cmd.session.clone());
+        let outcome = cmd.task_outcome;
+        let basis = self
+            .outcome_basis(outcome, &ctx.tenant_id, &cmd.thread.id)
+            .await;
         let run = |thread, extends| {
             self.compact_thread(
                 ctx,
@@ -261,12 +265,11 @@ impl App {
                 },
             )
         };
-        let outcome = cmd.task_outcome;
         let done = self
             .in_session(&ctx.tenant_id, sent, input, run, |_| None)
             .await?;
         if let Some(o) = outcome {
-            super::task_outcome(o, &done.out.plan, &ctx.tenant_id);
+            crate::telemetry::events::task_outcome(o.as_str(), basis.as_ref(), &ctx.tenant_id);
         }
         Ok(CompactOutcome {
             session: done.session,

@@ -331,22 +331,21 @@ impl App {
     }
 }
 
-/// Each plugin's id and settings, as [`App::fingerprint`] hashes them.
-/// A reported task outcome: the metric, and an event with the plan it ran
-/// on (ids and counts only).
-fn task_outcome(outcome: TaskOutcome, plan: &crate::model::CompactionPlan, tenant: &str) {
-    let compacted = !plan.is_empty();
-    crate::telemetry::metrics().task_outcome(outcome.as_str(), compacted, tenant);
-    tracing::info!(
-        target: crate::telemetry::EVENTS,
-        outcome = outcome.as_str(),
-        compacted,
-        plan_version = plan.version,
-        compacted_at_turn = plan.compacted_at_turn.map(i64::from),
-        "compact.task_outcome"
-    );
+impl App {
+    /// The plan the caller's last prompt was rendered from, when it reports
+    /// how the task on it went (read before this call commits a new one).
+    async fn outcome_basis(
+        &self,
+        outcome: Option<TaskOutcome>,
+        tenant: &str,
+        thread_id: &str,
+    ) -> Option<crate::model::CompactionPlan> {
+        outcome?;
+        self.current_plan(tenant, thread_id).await.ok().flatten()
+    }
 }
 
+/// Each plugin's id and settings, as [`App::fingerprint`] hashes them.
 fn plugin_setup(plugins: &[Arc<crate::plugin::LoadedPlugin>]) -> Vec<u8> {
     let mut out = Vec::new();
     for p in plugins {

@@ -122,6 +122,9 @@ impl App {
         .authorize(ctx, None)?;
         let (sent, input) = (Arc::clone(&cmd.request.thread), cmd.request.session.clone());
         let outcome = cmd.request.task_outcome;
+        let basis = self
+            .outcome_basis(outcome, &ctx.tenant_id, &cmd.request.thread.id)
+            .await;
         let run = |thread, extends| {
             let mut cmd = cmd;
             cmd.request.thread = thread;
@@ -132,7 +135,7 @@ impl App {
             .in_session(&ctx.tenant_id, sent, input, run, |out| out.trace.as_ref())
             .await?;
         if let Some(o) = outcome {
-            super::task_outcome(o, &done.out.plan, &ctx.tenant_id);
+            crate::telemetry::events::task_outcome(o.as_str(), basis.as_ref(), &ctx.tenant_id);
         }
         let unchanged_prefix_tokens = match (&done.out.trace, &done.previous) {
             (Some(now), Some(previous)) => Some(now.unchanged_since(previous).0),

@@ -204,6 +204,11 @@ fn tool_overrides(
             return Err(format!("tool_durability_overrides.{tool}: expected a map"));
         };
         if let Some(d) = p.remove("durability") {
+            if get(root, &format!("policy.durability.{tool}")).is_some() {
+                return Err(format!(
+                    "tool_durability_overrides.{tool}.durability: set together with policy.durability.{tool}; keep one"
+                ));
+            }
             put_in(root, &["policy", "durability"], &tool, lowercase(d))?;
         }
         // What replays it is the caller's business (it reports current
@@ -217,6 +222,11 @@ fn tool_overrides(
             *cost = lowercase(cost.take());
         }
         if !p.is_empty() {
+            if get(root, &format!("policy.tools.{tool}")).is_some() {
+                return Err(format!(
+                    "tool_durability_overrides.{tool}: set together with policy.tools.{tool}; keep one"
+                ));
+            }
             put_in(root, &["policy", "tools"], &tool, Value::Object(p))?;
         }
     }

@@ -160,10 +160,15 @@ impl VersionedFile {
             message,
         };
         // An empty file is an empty layout, as figment reads it.
+        // An empty (or all-comment) file is an empty layout, as figment
+        // reads it.
         let doc: serde_json::Value = if text.trim().is_empty() {
             serde_json::Value::Object(Default::default())
         } else {
-            serde_norway::from_str(&text).map_err(|e| parse(e.to_string()))?
+            match serde_norway::from_str(&text).map_err(|e| parse(e.to_string()))? {
+                serde_json::Value::Null => serde_json::Value::Object(Default::default()),
+                doc => doc,
+            }
         };
         let migrated = migrate::migrate(doc).map_err(parse)?;
         let dict = match Value::serialize(&migrated.doc).map_err(|e| parse(e.to_string()))? {
@@ -433,6 +438,13 @@ mod tests {
                 .trigger_ratio,
             0.8
         );
+    }
+
+    #[test]
+    fn a_file_of_comments_only_is_an_empty_layout() {
+        let f = file("# every setting commented out\n# policy:\n#   trigger_ratio: 0.8\n");
+        let s = load(Some(f.path()), Vec::new()).unwrap();
+        assert_eq!(s.policy, crate::reduce::Policy::default());
     }
 
     #[test]

@@ -389,7 +389,8 @@ pub struct Report {
     /// share; the event schema reports them apart from the system prompt).
     #[serde(default)]
     pub developer_tokens: u32,
-    /// Messages never compacted (the protected flag or a never-prune role).
+    /// Messages never compacted this call (the protected flag, a never-prune
+    /// role, or a call still waiting for its result).
     #[serde(default)]
     pub pinned_messages: u32,
     /// Their labels, for those that carry one, in thread order, each once.
@@ -557,7 +558,8 @@ pub fn compact_with(
             .collect(),
         budget: &budget,
     };
-    if let Some(w) = policy.window {
+    // Not in a turn that reads back: what was just read is not evicted again.
+    if let (Some(w), false) = (policy.window, req.skip_aggressive) {
         window::standing(&mut p, &w);
         if policy.enable.archive {
             p.archive_evictions(state.redactor);

@@ -102,13 +102,14 @@ impl Form {
                 form.cost[2] += verbatim;
                 continue;
             };
-            let ruled = state.policy.retention.contains_key(&env.tool_name);
+            let enable = state.policy.enable;
+            // A tool's own retention rule applies only while retention may run.
+            let ruled = enable.retention && state.policy.retention.contains_key(&env.tool_name);
             if ruled {
                 form.min_level = 2;
             }
             // Only the forms of reducers that may run: a switched-off
             // reducer leaves no record of its kind, refilled ones included.
-            let enable = state.policy.enable;
             let compressed = enable
                 .compress
                 .then(|| super::compress::compressed_form(p, state, i, &rules))
@@ -121,7 +122,7 @@ impl Form {
             let stub_reason = if enable.clear {
                 Some(ClearReason::Durability)
             } else {
-                (ruled && enable.retention).then_some(ClearReason::Expired)
+                ruled.then_some(ClearReason::Expired)
             };
             let stub = stub_reason.map(|reason| {
                 let (text, kept) = super::clear::anchoring_stub(env, state.memo, state.redactor);

@@ -75,16 +75,20 @@ pub fn standing(p: &mut Projection<'_>, w: &crate::reduce::StandingWindow) {
         return;
     };
     let current = p.message(last).turn;
-    // The turns still shown, newest first, with their verbatim tokens.
+    // The task's own words stay wherever they stand, as the tail keeps them.
+    let last_user = super::partition::last_user(p);
+    // The dialogue turns still shown as themselves (verbatim or as a
+    // placeholder), newest first, with what they cost now: summaries and
+    // pointers stay whatever the window, so they do not count.
     let mut turns: Vec<(u32, u32)> = Vec::new();
     for i in (0..p.len()).rev() {
-        if p.is_dropped(i) || p.pinned[i] {
+        if !p.renders_itself(i) || p.pinned[i] {
             continue;
         }
         let t = p.message(i).turn;
         match turns.last_mut() {
-            Some((turn, tokens)) if *turn == t => *tokens += p.verbatim_cost(i),
-            _ => turns.push((t, p.verbatim_cost(i))),
+            Some((turn, tokens)) if *turn == t => *tokens += p.cost(i),
+            _ => turns.push((t, p.cost(i))),
         }
     }
     let slack = |cap: u32| cap.saturating_add((cap / 4).max(1));
@@ -118,7 +122,8 @@ pub fn standing(p: &mut Projection<'_>, w: &crate::reduce::StandingWindow) {
         // Summaries and pointers stay: they carry what the old turns
         // decided, which is what a window on the dialogue keeps.
         let shown = (s..=e).all(|i| p.is_dropped(i) || p.renders_itself(i));
-        if before && shown && p.unit_is_free(u) {
+        let task = last_user.is_some_and(|l| (s..=e).contains(&l));
+        if before && shown && !task && p.unit_is_free(u) {
             out.extend((s..=e).filter(|&i| !p.is_dropped(i)));
         }
     }

@@ -423,20 +423,16 @@ pub fn per_turn_position(request: &Request) -> usize {
 
 /// The recall block, as the message that carries it.
 pub fn recall_message(text: &str) -> RenderedMessage {
-    RenderedMessage {
-        role: Role::User,
-        content: Content::Text(text.to_string()),
-        tool_calls: Vec::new(),
-        tool_call_id: None,
-        tool_name: None,
-        is_error: false,
-        source_id: "recall".to_string(),
-        origin: Origin::Recalled,
-    }
+    per_turn_message(text, "recall".to_string(), Origin::Recalled)
 }
 
 /// A hook's per-turn content, as the message that carries it.
 pub fn injected_message(hook: &str, text: &str) -> RenderedMessage {
+    per_turn_message(text, format!("injection:{hook}"), Origin::Injected)
+}
+
+/// A user message of this turn only, named by `source_id`.
+fn per_turn_message(text: &str, source_id: String, origin: Origin) -> RenderedMessage {
     RenderedMessage {
         role: Role::User,
         content: Content::Text(text.to_string()),
@@ -444,8 +440,8 @@ pub fn injected_message(hook: &str, text: &str) -> RenderedMessage {
         tool_call_id: None,
         tool_name: None,
         is_error: false,
-        source_id: format!("injection:{hook}"),
-        origin: Origin::Injected,
+        source_id,
+        origin,
     }
 }
 

@@ -215,12 +215,14 @@ impl Entry {
             // The code, the stable reason and the field at fault: never the
             // status message, which may quote request values.
             let detail = crate::proto::status::ErrorDescription::of(status);
+            // A path may embed a caller's map key: bounded, like ids.
+            let field = crate::summarize::text::head(&detail.field, 128);
             self.span.in_scope(|| {
                 tracing::warn!(
                     target: crate::telemetry::EVENTS,
                     error_type = %code_name(code),
                     error_reason = %detail.reason,
-                    error_field = %detail.field,
+                    error_field = %field,
                     fallback = "none",
                     "compact.error"
                 );

@@ -209,6 +209,22 @@ fn records_created(c: &Compacted<'_>) -> (usize, usize) {
     (created, created.saturating_sub(AUDIT_EVENT_EVICTIONS))
 }
 
+/// A task outcome the caller reported: the metric, labelled with whether
+/// the prompt the task ran on (the plan committed before this call) was
+/// compacted, and an event with that plan's version and turn.
+pub fn task_outcome(outcome: &'static str, basis: Option<&CompactionPlan>, tenant: &str) {
+    let compacted = basis.is_some_and(|p| !p.is_empty());
+    metrics().task_outcome(outcome, compacted, tenant);
+    tracing::info!(
+        target: EVENTS,
+        outcome,
+        compacted,
+        plan_version = basis.map(|p| int(p.version)),
+        compacted_at_turn = basis.and_then(|p| p.compacted_at_turn).map(int),
+        "compact.task_outcome"
+    );
+}
+
 /// A `compact.summary_created` event per summary the plan did not have.
 fn summaries_created(c: &Compacted<'_>) {
     let old: HashSet<&[String]> = c

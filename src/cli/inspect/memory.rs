@@ -242,7 +242,7 @@ pub fn lines(m: &Memory, printable: impl Fn(&str) -> String) -> Vec<String> {
     for s in &m.summaries {
         out.push(format!(
             "  summary of {} (turns {}, {}): {} facts, {} decisions, {} open items, {} references",
-            s.span,
+            printable(&s.span),
             s.turns,
             printable(&s.summarizer),
             s.facts.len(),
@@ -263,7 +263,11 @@ pub fn lines(m: &Memory, printable: impl Fn(&str) -> String) -> Vec<String> {
     if !m.read_back.is_empty() {
         out.push(format!("  can read back ({}):", m.read_back.len()));
         for r in &m.read_back {
-            out.push(format!("    {} {}", r.artifact_id, printable(&r.holds)));
+            out.push(format!(
+                "    {} {}",
+                printable(&r.artifact_id),
+                printable(&r.holds)
+            ));
         }
     }
     if m.cleared_results > 0 || m.dropped_messages > 0 {
@@ -275,7 +279,9 @@ pub fn lines(m: &Memory, printable: impl Fn(&str) -> String) -> Vec<String> {
     match &m.recent {
         Some(r) => out.push(format!(
             "  verbatim: the last {} messages, from {} (turn {})",
-            r.messages, r.first_id, r.first_turn
+            r.messages,
+            printable(&r.first_id),
+            r.first_turn
         )),
         None => out.push("  verbatim: no tail (the last messages are compacted too)".into()),
     }
