@@ -473,6 +473,22 @@ pub struct ToolResultEnvelope {
     pub completed_at: Option<String>,
 }
 
+impl ToolResultEnvelope {
+    /// Appends `Key data: {…}` (the key fields as JSON) on a line of its
+    /// own unless `out` already names them: what every stub, clear and
+    /// compression of the result keeps.
+    pub fn push_key_data(&self, out: &mut String) {
+        if self.key_fields.is_empty() {
+            return;
+        }
+        let kf = serde_json::to_string(&self.key_fields).unwrap_or_default();
+        if !out.contains(&kf) {
+            out.push_str("\nKey data: ");
+            out.push_str(&kf);
+        }
+    }
+}
+
 /// Data classification of a message; gates who may read it back once externalized.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,

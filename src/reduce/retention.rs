@@ -119,10 +119,7 @@ pub(super) fn push_stub_details(
         out.push_str("\nError: ");
         out.push_str(error);
     }
-    if !env.key_fields.is_empty() {
-        out.push_str("\nKey data: ");
-        out.push_str(&serde_json::to_string(&env.key_fields).unwrap_or_default());
-    }
+    env.push_key_data(out);
     let refs: Vec<&str> = salient
         .references
         .iter()

@@ -240,13 +240,7 @@ pub fn compress_tool_output(
     };
     // Key fields outlive every replacement of the output, whatever shape
     // the compressor gave it.
-    if !env.key_fields.is_empty() {
-        let kf = serde_json::to_string(&env.key_fields).unwrap_or_default();
-        if !out.text.contains(&kf) {
-            out.text.push_str("\nKey data: ");
-            out.text.push_str(&kf);
-        }
-    }
+    env.push_key_data(&mut out.text);
     if out.text.len() >= original.len() {
         return None;
     }
