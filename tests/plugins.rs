@@ -264,6 +264,24 @@ async fn a_faulty_plugin_is_taken_out_of_rotation_and_changes_nothing() {
             "splits a tool call",
         ),
         (
+            entry(
+                &dir,
+                "misbehave",
+                "libmis.so",
+                json!({"mode": "externalize_tail"}),
+            ),
+            "is not free",
+        ),
+        (
+            entry(
+                &dir,
+                "misbehave",
+                "libmis.so",
+                json!({"mode": "externalize_call"}),
+            ),
+            "carries tool calls",
+        ),
+        (
             entry(&dir, "c-noop", "libnoop.so", json!({"garbage": true})),
             "returned garbage",
         ),
@@ -283,6 +301,10 @@ async fn a_faulty_plugin_is_taken_out_of_rotation_and_changes_nothing() {
         // Nothing of what it proposed was applied.
         assert_eq!(out.plan.clearings, baseline.plan.clearings, "{mode}");
         assert_eq!(out.plan.drops, baseline.plan.drops, "{mode}");
+        assert_eq!(
+            out.plan.externalizations, baseline.plan.externalizations,
+            "{mode}"
+        );
         assert_eq!(
             out.plan.compacted_token_count, baseline.plan.compacted_token_count,
             "{mode}"

@@ -168,3 +168,122 @@ async fn a_required_plugin_out_of_rotation_fails_compaction_with_a_clear_status(
     }
     server.stop().await.expect("clean stop");
 }
+
+/// The misbehave plugin in `externalize` mode: it moves the oldest free
+/// tool result out, with its own summary, hint and estimate.
+fn externalizing(dir: &PluginDir) -> PluginsSettings {
+    let mut s = settings(dir, "misbehave", "libmis.so");
+    s.config = serde_json::json!({
+        "mode": "externalize",
+        "estimate": 7_000,
+        "fact": "900 shipped orders from last month",
+        "hint": "read when you need a specific order row",
+    });
+    PluginsSettings {
+        dir: Some(dir.path().to_path_buf()),
+        load: vec![s],
+    }
+}
+
+#[tokio::test]
+async fn a_plugins_externalization_is_written_read_back_and_shown_as_a_pointer() {
+    let bad = build_rust_plugin("compactd-plugin-misbehave");
+    let dir = PluginDir::install(&[("libmis.so", &bad)]);
+    let server = TestServer::start_with(|s| s.plugins = externalizing(&dir)).await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+    let mut req = compact_req(thread("t-ext"), 6_000);
+    // Only the plugin may externalize, and nothing else writes artifacts.
+    req.policy = Some(pb::PolicyOverrides {
+        keep_recent_turns: Some(1),
+        keep_tool_io_pairs: Some(0),
+        enable_retention: Some(false),
+        enable_compress: Some(false),
+        enable_clear: Some(false),
+        enable_externalize: Some(false),
+        enable_summarize: Some(false),
+        enable_archive: Some(false),
+        ..Default::default()
+    });
+    let out = within(client.compact(authed(req.clone(), &acme)))
+        .await
+        .expect("compact")
+        .into_inner();
+    let plan = out.plan.expect("plan");
+    assert!(
+        out.warnings.is_empty(),
+        "the proposal was valid: {:?}",
+        out.warnings
+    );
+    let [ext] = plan.externalizations.as_slice() else {
+        panic!("one externalization: {:?}", plan.externalizations);
+    };
+    assert_eq!(
+        ext.span.as_ref().map(|s| s.message_ids.clone()),
+        Some(vec!["t1".to_string()])
+    );
+    // The plugin's pointer, not the host's defaults.
+    assert_eq!(
+        ext.rehydrate_hint,
+        "read when you need a specific order row"
+    );
+    let facts = ext
+        .summary
+        .as_ref()
+        .map(|s| s.facts.clone())
+        .unwrap_or_default();
+    assert_eq!(
+        facts,
+        vec!["900 shipped orders from last month".to_string()]
+    );
+    // Written before the plan was committed: a real id, not a pending one.
+    assert!(ext.artifact_id.starts_with("art_"), "{}", ext.artifact_id);
+    assert_eq!(out.new_artifact_ids, vec![ext.artifact_id.clone()]);
+    assert!(out
+        .per_reducer
+        .iter()
+        .any(|r| r.name == "misbehave" && r.tokens_freed > 5_000));
+
+    let back = within(client.rehydrate(authed(
+        pb::RehydrateRequest {
+            thread_id: "t-ext".into(),
+            artifact_id: ext.artifact_id.clone(),
+            max_tokens: 100_000,
+            ..Default::default()
+        },
+        &acme,
+    )))
+    .await
+    .expect("rehydrate")
+    .into_inner();
+    assert_eq!(back.message_ids, vec!["t1".to_string()]);
+    assert!(!back.truncated, "{} tokens", back.tokens);
+    assert!(
+        back.content.contains("order-00150") && back.content.contains("(900 rows)"),
+        "{}",
+        back.content
+    );
+    assert_eq!(back.content_hash, ext.content_hash);
+
+    let render = pb::RenderRequest {
+        thread: req.thread.clone(),
+        format: pb::OutputFormat::OpenaiChat as i32,
+        model: "gpt-4o".into(),
+        max_input_tokens: 6_000,
+        system_prompt: req.system_prompt.clone(),
+        ..Default::default()
+    };
+    let rendered = within(client.render(authed(render, &acme)))
+        .await
+        .expect("render")
+        .into_inner();
+    let prompt = &rendered.provider_payload_json;
+    assert!(prompt.contains(&ext.artifact_id), "no pointer in {prompt}");
+    // The hint stays in the plan record (pointers render without it).
+    assert!(prompt.contains("900 shipped orders from last month"));
+    assert!(
+        !prompt.contains("order-00150"),
+        "the rows are still in the prompt"
+    );
+    server.stop().await.expect("clean stop");
+}

@@ -186,6 +186,39 @@ impl std::fmt::Debug for LoadedPlugin {
     }
 }
 
+#[cfg(test)]
+impl LoadedPlugin {
+    /// A stand-in that is never called: the SDK's table of a strategy that
+    /// proposes nothing, named and configured by `settings`. For tests of
+    /// where plugins go in the pipeline.
+    pub(crate) fn stand_in(settings: PluginSettings) -> LoadedPlugin {
+        struct Nothing;
+        impl compactd_plugin_sdk::Strategy for Nothing {
+            const NAME: &'static str = "stand-in";
+            const VERSION: &'static str = "0.0.0";
+            fn create(_config: &str) -> Result<Self, String> {
+                Ok(Nothing)
+            }
+            fn analyze(
+                &self,
+                _req: &compactd_plugin_sdk::pb::AnalyzeRequest,
+            ) -> Result<compactd_plugin_sdk::pb::AnalyzeResponse, String> {
+                Ok(Default::default())
+            }
+        }
+        let name: &'static str = Box::leak(settings.name.clone().into_boxed_str());
+        LoadedPlugin {
+            name,
+            version: "0.0.0".into(),
+            id: format!("{name}@0.0.0"),
+            table: Box::leak(Box::new(compactd_plugin_sdk::table::<Nothing>())),
+            instance: Instance(std::ptr::null_mut()),
+            settings,
+            poisoned: std::sync::OnceLock::new(),
+        }
+    }
+}
+
 /// Collects what a plugin writes through the callback.
 unsafe extern "C" fn collect(sink: *mut c_void, data: *const u8, len: usize) {
     if sink.is_null() || data.is_null() || len == 0 {

@@ -5,6 +5,10 @@
 //! exist, spans are consecutive and in order, nothing pinned or in the
 //! tail or already evicted is touched, and tool calls and results are never
 //! split.
+//!
+//! Each applied proposal is measured (the request total before and after)
+//! and reported beside the plugin's own estimate as a `compact.proposal`
+//! event on the plugin's span.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,7 +19,8 @@ use super::wire;
 use super::LoadedPlugin;
 use crate::model::{ClearReason, SpanReference};
 use crate::proto::pb;
-use crate::reduce::{CompactError, PipelineState, Projection, Reducer, TokenBudget};
+use crate::reduce::{CompactError, Externalize, PipelineState, Projection, Reducer, TokenBudget};
+use crate::telemetry::events::{self, ProposalApplied, PROPOSAL_EVENTS};
 
 /// The pipeline step of one plugin.
 #[derive(Debug, Clone)]
@@ -28,8 +33,10 @@ pub(crate) struct PluginReducer {
 }
 
 /// `reducers` (the core's, in pipeline order) with the plugins' steps put
-/// after the reducer each names, in configured order; a plugin whose reducer
-/// the policy turned off goes where that reducer would have been.
+/// after the reducer each names; a plugin whose reducer the policy turned
+/// off goes where that reducer would have been. Plugins at one position run
+/// least aggressive first (seed 000: strategies in order of aggressiveness),
+/// ties in configured order: the gentler step may meet the target alone.
 pub fn insert_plugins(
     reducers: Vec<Box<dyn Reducer>>,
     plugins: &[Arc<LoadedPlugin>],
@@ -47,7 +54,13 @@ pub fn insert_plugins(
         {
             out.push(r);
         }
-        for p in plugins.iter().filter(|p| p.settings().after == position) {
+        let mut here: Vec<&Arc<LoadedPlugin>> = plugins
+            .iter()
+            .filter(|p| p.settings().after == position)
+            .collect();
+        // Stable: equal aggressiveness keeps the configured order.
+        here.sort_by_key(|p| p.settings().aggressiveness);
+        for p in here {
             out.push(Box::new(PluginReducer {
                 plugin: Arc::clone(p),
                 model: model.to_string(),
@@ -88,6 +101,33 @@ enum Checked {
         indices: Vec<usize>,
         rationale: String,
     },
+    Externalize {
+        i: usize,
+        /// The content and its tokens, as the core's step measures them.
+        content: (String, u32),
+        summary: Option<Box<crate::model::StructuredSummary>>,
+        hint: Option<String>,
+    },
+}
+
+impl Checked {
+    /// The messages it touches.
+    fn touched(&self) -> Vec<usize> {
+        match self {
+            Checked::Clear { i, .. } | Checked::Externalize { i, .. } => vec![*i],
+            Checked::Summarize { indices, .. } | Checked::Drop { indices, .. } => indices.clone(),
+        }
+    }
+
+    /// Its action, as `compact.proposal` names it.
+    fn action(&self) -> &'static str {
+        match self {
+            Checked::Clear { .. } => "clear",
+            Checked::Summarize { .. } => "summarize",
+            Checked::Drop { .. } => "drop",
+            Checked::Externalize { .. } => "externalize",
+        }
+    }
 }
 
 /// A plugin's rationale as a drop reason: one line, at most 200 chars.
@@ -98,6 +138,27 @@ fn short(text: &str) -> String {
 
 /// Longest placeholder a plugin may put in place of a message.
 const MAX_REPLACEMENT_BYTES: usize = 16 * 1024;
+
+/// Longest rehydration hint a plugin may give a pointer (it renders in
+/// the prompt with every pointer).
+const MAX_HINT_BYTES: usize = 1024;
+
+/// A plugin's summary of the messages at `indices`, checked as the API
+/// checks summaries, its span set by the host.
+fn summary_of(
+    p: &Projection<'_>,
+    indices: &[usize],
+    summary: pb::StructuredSummary,
+) -> Result<crate::model::StructuredSummary, String> {
+    let summary = pb::StructuredSummary {
+        span: Some(pb::SpanReference::from(&SpanReference::of(
+            p.thread, indices,
+        ))),
+        ..summary
+    };
+    crate::model::StructuredSummary::try_from(summary)
+        .map_err(|e| format!("the summary is invalid: {e}"))
+}
 
 impl PluginReducer {
     /// Positions of `ids`: each must exist, be free and follow the previous
@@ -165,18 +226,41 @@ impl PluginReducer {
             }
             Some(Action::Summarize(s)) => {
                 let indices = self.span(p, &s.message_ids, true)?;
-                let mut summary = pb::StructuredSummary {
-                    span: None,
-                    ..s.summary.ok_or("a summary proposal without a summary")?
-                };
-                summary.span = Some(pb::SpanReference::from(&SpanReference::of(
-                    p.thread, &indices,
-                )));
-                let summary = crate::model::StructuredSummary::try_from(summary)
-                    .map_err(|e| format!("the summary is invalid: {e}"))?;
+                let summary = s.summary.ok_or("a summary proposal without a summary")?;
+                let summary = summary_of(p, &indices, summary)?;
                 Ok(Checked::Summarize {
                     indices,
                     summary: Box::new(summary),
+                })
+            }
+            Some(Action::Externalize(x)) => {
+                // One message, kept in place as a pointer: no pairing to split.
+                let i = self.span(p, std::slice::from_ref(&x.message_id), false)?[0];
+                if !p.message(i).tool_calls.is_empty() {
+                    return Err(format!(
+                        "{:?} carries tool calls (they stay verbatim)",
+                        x.message_id
+                    ));
+                }
+                let content = Externalize::content(p, i);
+                if content.1 == 0 {
+                    return Err(format!("{:?} has no content to move", x.message_id));
+                }
+                let summary = x
+                    .summary
+                    .map(|s| summary_of(p, &[i], s).map(Box::new))
+                    .transpose()?;
+                if x.rehydrate_hint.len() > MAX_HINT_BYTES {
+                    return Err("a rehydrate hint must be at most 1024 bytes".into());
+                }
+                let hint = Some(x.rehydrate_hint.trim())
+                    .filter(|h| !h.is_empty())
+                    .map(str::to_string);
+                Ok(Checked::Externalize {
+                    i,
+                    content,
+                    summary,
+                    hint,
                 })
             }
             Some(Action::Drop(d)) => Ok(Checked::Drop {
@@ -184,6 +268,71 @@ impl PluginReducer {
                 rationale: short(&prop.rationale),
             }),
             None => Err("a proposal with no action".into()),
+        }
+    }
+
+    /// Applies one checked proposal; false when the host undid it (its
+    /// replacement was no smaller) or left it out.
+    fn apply(&self, p: &mut Projection<'_>, state: &mut PipelineState<'_>, c: Checked) -> bool {
+        let id = self.plugin.id();
+        match c {
+            Checked::Clear {
+                i,
+                replacement,
+                preserved,
+            } => {
+                let before = p.cost(i);
+                p.clear(i, ClearReason::Plugin, replacement, preserved);
+                if p.cost(i) >= before {
+                    // A placeholder no smaller than the content is no gain.
+                    p.undo_last_clear(i);
+                    false
+                } else {
+                    p.attribute_clear(i, id);
+                    true
+                }
+            }
+            Checked::Summarize { indices, summary } => {
+                let summary = {
+                    let mut s = *summary;
+                    state.redactor.redact_summary(&mut s);
+                    s
+                };
+                let kept = p.summarize_unless_larger(&indices, summary);
+                if kept {
+                    p.attribute_summary(indices[0], &format!("plugin:{id}"));
+                }
+                kept
+            }
+            Checked::Drop { indices, rationale } => {
+                let reason = if rationale.is_empty() {
+                    format!("plugin {id}")
+                } else {
+                    format!("plugin {id}: {rationale}")
+                };
+                p.drop_messages(&indices, &reason);
+                true
+            }
+            Checked::Externalize {
+                i,
+                content,
+                summary,
+                hint,
+            } => {
+                // As the core's step: content the agent just read back is
+                // not moved out again at once (no fetch loop).
+                if state.skip_aggressive {
+                    return false;
+                }
+                let summary = summary.map(|s| {
+                    let mut s = *s;
+                    state.redactor.redact_summary(&mut s);
+                    s
+                });
+                // The hint renders in the prompt and may quote content.
+                let hint = hint.map(|h| state.redactor.redact(&h).into_owned());
+                Externalize::message(p, i, state, content, summary, hint)
+            }
         }
     }
 
@@ -266,6 +415,8 @@ impl Reducer for PluginReducer {
             otel.status_code = tracing::field::Empty,
             compactd.plugin = %self.plugin.id(),
             compactd.outcome = tracing::field::Empty,
+            compactd.proposals = tracing::field::Empty,
+            compactd.proposal_events_left_out = tracing::field::Empty,
         );
         let _in = span.enter();
         if let Some(reason) = self.plugin.poisoned() {
@@ -294,18 +445,13 @@ impl Reducer for PluginReducer {
         let mut checked = Vec::with_capacity(response.proposals.len());
         let mut claimed = std::collections::HashSet::new();
         for (k, prop) in response.proposals.into_iter().enumerate() {
+            let estimate = prop.estimated_tokens_freed;
             match self.check(p, prop) {
                 Ok(c) => {
-                    let touched: Vec<usize> = match &c {
-                        Checked::Clear { i, .. } => vec![*i],
-                        Checked::Summarize { indices, .. } | Checked::Drop { indices, .. } => {
-                            indices.clone()
-                        }
-                    };
-                    if touched.iter().any(|i| !claimed.insert(*i)) {
+                    if c.touched().iter().any(|i| !claimed.insert(*i)) {
                         return self.fault(state, format!("proposal {k} touches a message twice"));
                     }
-                    checked.push(c);
+                    checked.push((c, estimate));
                 }
                 Err(why) => {
                     return self.fault(state, format!("proposal {k} refused: {why}"));
@@ -314,42 +460,88 @@ impl Reducer for PluginReducer {
         }
         self.outcome("ok");
         let id = self.plugin.id();
-        for c in checked {
-            match c {
-                Checked::Clear {
-                    i,
-                    replacement,
-                    preserved,
-                } => {
-                    let before = p.cost(i);
-                    p.clear(i, ClearReason::Plugin, replacement, preserved);
-                    if p.cost(i) >= before {
-                        // A placeholder no smaller than the content is no gain.
-                        p.undo_last_clear(i);
-                    } else {
-                        p.attribute_clear(i, id);
-                    }
-                }
-                Checked::Summarize { indices, summary } => {
-                    let summary = {
-                        let mut s = *summary;
-                        state.redactor.redact_summary(&mut s);
-                        s
-                    };
-                    if p.summarize_unless_larger(&indices, summary) {
-                        p.attribute_summary(indices[0], &format!("plugin:{id}"));
-                    }
-                }
-                Checked::Drop { indices, rationale } => {
-                    let reason = if rationale.is_empty() {
-                        format!("plugin {id}")
-                    } else {
-                        format!("plugin {id}: {rationale}")
-                    };
-                    p.drop_messages(&indices, &reason);
-                }
+        let applied = checked.len();
+        for (k, (c, estimate)) in checked.into_iter().enumerate() {
+            let (action, message_count) = (c.action(), c.touched().len());
+            let before = p.total();
+            let accepted = self.apply(p, state, c);
+            if k < PROPOSAL_EVENTS {
+                events::proposal(&ProposalApplied {
+                    strategy: id,
+                    action,
+                    message_count,
+                    estimated_tokens_freed: estimate,
+                    tokens_freed: before.saturating_sub(p.total()),
+                    accepted,
+                });
             }
         }
+        span.record("compactd.proposals", crate::telemetry::int(applied));
+        if applied > PROPOSAL_EVENTS {
+            span.record(
+                "compactd.proposal_events_left_out",
+                crate::telemetry::int(applied - PROPOSAL_EVENTS),
+            );
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reduce::{Clear, Compress, Retention};
+
+    fn plugin(name: &str, after: &str, aggressiveness: u32) -> Arc<LoadedPlugin> {
+        Arc::new(LoadedPlugin::stand_in(super::super::PluginSettings {
+            name: name.into(),
+            path: format!("lib{name}.so").into(),
+            sha256: "0".repeat(64),
+            after: after.into(),
+            aggressiveness,
+            config: serde_json::json!({}),
+            timeout_ms: 100,
+            required: false,
+        }))
+    }
+
+    #[test]
+    fn plugins_at_one_position_run_least_aggressive_first_ties_in_configured_order() {
+        let core: Vec<Box<dyn Reducer>> = vec![
+            Box::new(Retention),
+            Box::new(Compress::default()),
+            Box::new(Clear),
+            Box::new(Externalize),
+        ];
+        // Configured order deliberately not by aggressiveness.
+        let plugins = vec![
+            plugin("bold", "compress", 90),
+            plugin("first-tie", "compress", 40),
+            plugin("early", "start", 100),
+            plugin("gentle", "compress", 10),
+            plugin("second-tie", "compress", 40),
+            plugin("late", "externalize", 0),
+            plugin("after-clear", "clear", 70),
+        ];
+        let names: Vec<&str> = insert_plugins(core, &plugins, "gpt-4o")
+            .iter()
+            .map(|r| r.name())
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                "early",
+                "retention",
+                "compress",
+                "gentle",
+                "first-tie",
+                "second-tie",
+                "bold",
+                "clear",
+                "after-clear",
+                "externalize",
+                "late",
+            ]
+        );
     }
 }

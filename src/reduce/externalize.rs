@@ -44,10 +44,7 @@ impl Reducer for Externalize {
             if !m.tool_calls.is_empty() {
                 continue;
             }
-            // Every part goes to the store (images as references); what the
-            // model reads of it decides whether moving it pays off.
-            let content = m.archived_text().into_owned();
-            let tokens = p.counter.text(&content);
+            let (content, tokens) = Self::content(p, i);
             let threshold = match &m.tool_result {
                 Some(env) => state.policy.externalize_threshold_for(&env.tool_name),
                 None => state.policy.externalize_threshold_tokens,
@@ -55,22 +52,55 @@ impl Reducer for Externalize {
             if tokens <= threshold {
                 continue;
             }
-            let summary = pointer_summary(p, i, state);
-            let hint = hint(m);
-            let before = p.cost(i);
-            // The store gets the content with secrets redacted; the tokens
-            // freed are those of what the model read.
-            let redacted = match state.redactor.redact(&content) {
-                std::borrow::Cow::Owned(s) => Some(s),
-                std::borrow::Cow::Borrowed(_) => None,
-            };
-            let stored = redacted.unwrap_or(content);
-            p.externalize(i, summary, hint, stored, tokens);
-            if p.cost(i) >= before {
-                p.undo_last_externalize(i);
-            }
+            Self::message(p, i, state, (content, tokens), None, None);
         }
         Ok(())
+    }
+}
+
+impl Externalize {
+    /// What externalizing message `i` moves to the store, and its tokens:
+    /// every part (images as references), and what the model reads of it,
+    /// which decides whether moving it pays off.
+    pub(crate) fn content(p: &Projection<'_>, i: usize) -> (String, u32) {
+        let text = p.message(i).archived_text().into_owned();
+        let tokens = p.counter.text(&text);
+        (text, tokens)
+    }
+
+    /// Externalizes message `i`: `content` (redacted) to the store, a pointer
+    /// with `summary` (the pointer summary made here when `None`) and `hint`
+    /// (the default for the message's kind when `None`) in its place. Undone
+    /// when the pointer is not cheaper than the message; true when it stays.
+    /// The core step and plugin proposals share it, so both store and
+    /// redact alike.
+    pub(crate) fn message(
+        p: &mut Projection<'_>,
+        i: usize,
+        state: &mut PipelineState<'_>,
+        (content, tokens): (String, u32),
+        summary: Option<crate::model::StructuredSummary>,
+        hint: Option<String>,
+    ) -> bool {
+        let summary = match summary {
+            Some(s) => s,
+            None => pointer_summary(p, i, state),
+        };
+        let hint = hint.unwrap_or_else(|| self::hint(p.message(i)));
+        let before = p.cost(i);
+        // The store gets the content with secrets redacted; the tokens
+        // freed are those of what the model read.
+        let redacted = match state.redactor.redact(&content) {
+            std::borrow::Cow::Owned(s) => Some(s),
+            std::borrow::Cow::Borrowed(_) => None,
+        };
+        let stored = redacted.unwrap_or(content);
+        p.externalize(i, summary, hint, stored, tokens);
+        if p.cost(i) >= before {
+            p.undo_last_externalize(i);
+            return false;
+        }
+        true
     }
 }
 

@@ -209,6 +209,51 @@ fn records_created(c: &Compacted<'_>) -> (usize, usize) {
     (created, created.saturating_sub(AUDIT_EVENT_EVICTIONS))
 }
 
+/// Most `compact.proposal` events one plugin call writes; the plugin span's
+/// `compactd.proposal_events_left_out` counts the rest.
+pub const PROPOSAL_EVENTS: usize = AUDIT_EVENT_EVICTIONS;
+
+/// A plugin proposal the host applied, as `compact.proposal` reports it.
+/// Counts only: never the rationale (it may quote content) or message ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProposalApplied<'a> {
+    /// The plugin, `name@version`.
+    pub strategy: &'a str,
+    /// `clear`, `summarize`, `drop` or `externalize`.
+    pub action: &'static str,
+    /// Messages it names.
+    pub message_count: usize,
+    /// The plugin's estimate of the tokens it frees (0: none given).
+    pub estimated_tokens_freed: u32,
+    /// What it freed, measured on the request total.
+    pub tokens_freed: u32,
+    /// False when the host undid it (its replacement was no smaller) or
+    /// left it out (an externalization right after a rehydration).
+    pub accepted: bool,
+}
+
+/// `compact.proposal` on the plugin's span, and how far the estimate was
+/// from the measure (only when the plugin gave one).
+pub fn proposal(a: &ProposalApplied<'_>) {
+    if a.estimated_tokens_freed > 0 {
+        metrics().plugin_estimate_error(
+            a.strategy,
+            a.action,
+            a.estimated_tokens_freed.abs_diff(a.tokens_freed),
+        );
+    }
+    tracing::info!(
+        target: EVENTS,
+        strategy = %a.strategy,
+        action = a.action,
+        message_count = int(a.message_count),
+        estimated_tokens_freed = int(a.estimated_tokens_freed),
+        tokens_freed = int(a.tokens_freed),
+        accepted = a.accepted,
+        "compact.proposal"
+    );
+}
+
 /// A task outcome the caller reported: the metric, labelled with whether
 /// the prompt the task ran on (the plan committed before this call) was
 /// compacted, and an event with that plan's version and turn.

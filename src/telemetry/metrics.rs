@@ -58,6 +58,7 @@ pub struct Metrics {
     thread_rehydration_requests: Histogram<u64>,
     asked_for_compacted: Counter<u64>,
     plugin_calls: Counter<u64>,
+    plugin_estimate_error: Histogram<u64>,
     turns_between_compactions: Histogram<u64>,
     task_outcomes: Counter<u64>,
 }
@@ -191,6 +192,17 @@ impl Metrics {
                 "{call}",
                 "Plugin calls by plugin and outcome",
             ),
+            // Errors are small next to request sizes: finer buckets.
+            plugin_estimate_error: m
+                .u64_histogram("compactd.plugin.estimate_error")
+                .with_unit("{token}")
+                .with_description(
+                    "How far a plugin's estimate of the tokens a proposal frees was from what it freed",
+                )
+                .with_boundaries(vec![
+                    0.0, 10.0, 50.0, 100.0, 500.0, 1_000.0, 5_000.0, 20_000.0,
+                ])
+                .build(),
         }
     }
 
@@ -345,6 +357,17 @@ impl Metrics {
             &[
                 KeyValue::new("plugin", plugin.to_string()),
                 KeyValue::new("outcome", outcome),
+            ],
+        );
+    }
+
+    /// |estimate − measured| tokens of one applied plugin proposal.
+    pub fn plugin_estimate_error(&self, plugin: &str, action: &'static str, tokens: u32) {
+        self.plugin_estimate_error.record(
+            u64::from(tokens),
+            &[
+                KeyValue::new("plugin", plugin.to_string()),
+                KeyValue::new("action", action),
             ],
         );
     }

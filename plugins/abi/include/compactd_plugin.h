@@ -18,6 +18,10 @@
  * `compactd_plugin` with a new minor version; the host reads a member only
  * when `struct_size` says the plugin's table has it. A new major version is
  * incompatible, and the host refuses to start with such a plugin.
+ * The protobuf messages evolve on their own, append-only (see plugin.proto):
+ * a new message or field (such as ExternalizeProposal and
+ * Proposal.estimated_tokens_freed) leaves this table as it is, and so does
+ * not change COMPACTD_PLUGIN_ABI_MINOR.
  *
  * Threading: `analyze` may be called from several host threads at once on
  * the same instance; an instance must be safe for that (or lock inside).

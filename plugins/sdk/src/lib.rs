@@ -51,6 +51,87 @@ pub mod pb {
     pub use compactd::v1 as api;
 }
 
+/// Proposals built in one expression, e.g.
+/// `pb::Proposal::clear(id, "[stale]").because("read again").freeing(900)`.
+/// The fields stay public; these only spare the nesting of `oneof` types.
+impl pb::Proposal {
+    fn of(action: pb::proposal::Action) -> Self {
+        pb::Proposal {
+            action: Some(action),
+            ..Default::default()
+        }
+    }
+
+    /// Replace one tool result's content with `replacement`.
+    pub fn clear(message_id: impl Into<String>, replacement: impl Into<String>) -> Self {
+        Self::of(pb::proposal::Action::Clear(pb::ClearProposal {
+            message_id: message_id.into(),
+            replacement: replacement.into(),
+            preserved_fields: Default::default(),
+        }))
+    }
+
+    /// Replace consecutive messages (whole call/result groups) with `summary`.
+    pub fn summarize(message_ids: Vec<String>, summary: pb::api::StructuredSummary) -> Self {
+        Self::of(pb::proposal::Action::Summarize(pb::SummarizeProposal {
+            message_ids,
+            summary: Some(summary),
+        }))
+    }
+
+    /// Leave consecutive messages (whole call/result groups) out.
+    pub fn drop_messages(message_ids: Vec<String>) -> Self {
+        Self::of(pb::proposal::Action::Drop(pb::DropProposal { message_ids }))
+    }
+
+    /// Move one message's content to the artifact store; the prompt keeps a
+    /// pointer the host summarizes and hints itself unless
+    /// [`Self::with_pointer`] says otherwise.
+    pub fn externalize(message_id: impl Into<String>) -> Self {
+        Self::of(pb::proposal::Action::Externalize(pb::ExternalizeProposal {
+            message_id: message_id.into(),
+            ..Default::default()
+        }))
+    }
+
+    /// For an externalization: the pointer's summary (its span is set by the
+    /// host) and when to read the content back (empty: the host's default).
+    /// Other proposals are returned unchanged.
+    pub fn with_pointer(
+        mut self,
+        summary: Option<pb::api::StructuredSummary>,
+        rehydrate_hint: impl Into<String>,
+    ) -> Self {
+        if let Some(pb::proposal::Action::Externalize(x)) = &mut self.action {
+            x.summary = summary;
+            x.rehydrate_hint = rehydrate_hint.into();
+        }
+        self
+    }
+
+    /// For a clear: a value that must survive, as JSON text.
+    /// Other proposals are returned unchanged.
+    pub fn preserving(mut self, name: impl Into<String>, json: impl Into<String>) -> Self {
+        if let Some(pb::proposal::Action::Clear(c)) = &mut self.action {
+            c.preserved_fields.insert(name.into(), json.into());
+        }
+        self
+    }
+
+    /// Why, for the audit record (short, no message content).
+    pub fn because(mut self, rationale: impl Into<String>) -> Self {
+        self.rationale = rationale.into();
+        self
+    }
+
+    /// The plugin's estimate of the request tokens this frees; the host
+    /// reports it beside what it measured (`compact.proposal`).
+    pub fn freeing(mut self, estimated_tokens: u32) -> Self {
+        self.estimated_tokens_freed = estimated_tokens;
+        self
+    }
+}
+
 /// A strategy: a name, a version, and what it proposes for a thread.
 /// Instances are shared across host threads, hence `Send + Sync`.
 pub trait Strategy: Send + Sync + Sized + 'static {

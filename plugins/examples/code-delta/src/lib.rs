@@ -136,24 +136,19 @@ impl Strategy for CodeDelta {
                     later.turn, later.id
                 )
             };
-            let mut preserved = HashMap::new();
-            preserved.insert("path".to_string(), Value::String(path.clone()).to_string());
-            preserved.insert(
-                "latest_message_id".to_string(),
-                Value::String(later.id.clone()).to_string(),
+            proposals.push(
+                pb::Proposal::clear(m.id.clone(), replacement)
+                    .preserving("path", Value::String(path.clone()).to_string())
+                    .preserving(
+                        "latest_message_id",
+                        Value::String(later.id.clone()).to_string(),
+                    )
+                    .because(if is_read {
+                        "superseded by a later read"
+                    } else {
+                        "superseded by a later edit"
+                    }),
             );
-            proposals.push(pb::Proposal {
-                action: Some(pb::proposal::Action::Clear(pb::ClearProposal {
-                    message_id: m.id.clone(),
-                    replacement,
-                    preserved_fields: preserved,
-                })),
-                rationale: if is_read {
-                    "superseded by a later read".into()
-                } else {
-                    "superseded by a later edit".into()
-                },
-            });
         }
         Ok(pb::AnalyzeResponse { proposals })
     }

@@ -11,8 +11,15 @@
 //! any tool when the content is a recognized table and `any_tool` is set.
 //!
 //! Configuration (JSON): `{"tools": [...], "any_tool": false,
-//! "min_tokens": 200, "sample_rows": 3}`. Aggressiveness 80 and above keeps
-//! one sample row.
+//! "min_tokens": 200, "sample_rows": 3, "externalize": false}`.
+//! Aggressiveness 80 and above keeps one sample row. With `externalize`,
+//! a result is moved to the artifact store instead (the same description
+//! as the pointer's summary), for queries that cannot simply be run again:
+//! the agent can read every row back.
+//!
+//! Every proposal carries an estimate of the tokens it frees: the result's
+//! tokens less those of the description (about four bytes a token), and for
+//! a pointer a little more for its header and hint.
 
 use compactd_plugin_sdk::{export_plugin, pb, Strategy};
 use serde_json::Value;
@@ -24,7 +31,11 @@ pub struct SqlResults {
     any_tool: bool,
     min_tokens: u32,
     sample_rows: usize,
+    externalize: bool,
 }
+
+/// Rough tokens of a pointer's own header, artifact id and hint.
+const POINTER_OVERHEAD_TOKENS: u32 = 40;
 
 impl Strategy for SqlResults {
     const NAME: &'static str = "sql-results";
@@ -67,6 +78,10 @@ impl Strategy for SqlResults {
             any_tool: v.get("any_tool").and_then(Value::as_bool).unwrap_or(false),
             min_tokens: u32::try_from(num("min_tokens", 200)?).unwrap_or(u32::MAX),
             sample_rows: usize::try_from(num("sample_rows", 3)?).unwrap_or(3).max(1),
+            externalize: v
+                .get("externalize")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
         })
     }
 
@@ -104,16 +119,27 @@ impl Strategy for SqlResults {
             if replacement.len() * 2 > text.len() {
                 continue;
             }
-            let mut preserved = std::collections::HashMap::new();
-            preserved.insert("row_count".to_string(), table.rows.to_string());
-            proposals.push(pb::Proposal {
-                action: Some(pb::proposal::Action::Clear(pb::ClearProposal {
-                    message_id: m.id.clone(),
-                    replacement,
-                    preserved_fields: preserved,
-                })),
-                rationale: format!("query result of {} rows collapsed", table.rows),
-            });
+            let described = u32::try_from(replacement.len() / 4).unwrap_or(u32::MAX);
+            let proposal = if self.externalize {
+                let summary = pb::api::StructuredSummary {
+                    facts: vec![replacement],
+                    ..Default::default()
+                };
+                let hint = format!(
+                    "read when you need rows beyond the sample of {}",
+                    env.tool_name
+                );
+                pb::Proposal::externalize(m.id.clone())
+                    .with_pointer(Some(summary), hint)
+                    .because(format!("query result of {} rows moved out", table.rows))
+                    .freeing(tokens.saturating_sub(described + POINTER_OVERHEAD_TOKENS))
+            } else {
+                pb::Proposal::clear(m.id.clone(), replacement)
+                    .preserving("row_count", table.rows.to_string())
+                    .because(format!("query result of {} rows collapsed", table.rows))
+                    .freeing(tokens.saturating_sub(described))
+            };
+            proposals.push(proposal);
         }
         Ok(pb::AnalyzeResponse { proposals })
     }
@@ -352,6 +378,21 @@ mod tests {
         assert_eq!(c.message_id, "a");
         assert!(c.replacement.contains("300 rows"), "{}", c.replacement);
         assert!(c.replacement.contains("columns: id, name, total"));
+        let estimate = out.proposals[0].estimated_tokens_freed;
+        assert!(estimate > 2_000 && estimate < 3_000, "{estimate}");
+        let moved =
+            compactd_plugin_sdk::testing::run::<SqlResults>("{\"externalize\": true}", &req)
+                .expect("runs");
+        let Some(pb::proposal::Action::Externalize(x)) = &moved.proposals[0].action else {
+            panic!("an externalization: {:?}", moved.proposals);
+        };
+        assert_eq!(x.message_id, "a");
+        assert!(x
+            .summary
+            .as_ref()
+            .is_some_and(|s| s.facts[0].contains("300 rows")));
+        assert!(x.rehydrate_hint.contains("sql_query"));
+        assert!(moved.proposals[0].estimated_tokens_freed < estimate);
         let bad = compactd_plugin_sdk::testing::run::<SqlResults>("{\"tools\": 3}", &req);
         assert!(matches!(bad, Err((1, _))));
     }
