@@ -88,6 +88,7 @@ fn request<'a>(f: &'a Fixture) -> CompactRequest<'a> {
         max_input_tokens: MAX_INPUT_TOKENS,
         system: Some(SYSTEM),
         tools: &[],
+        workspace: None,
         previous: None,
         observations: &f.observations,
         skip_aggressive: false,
@@ -144,8 +145,11 @@ fn fixture(n: usize, counter: &dyn TokenCounter) -> Fixture {
                     fixed_tokens: 0,
                     system_tokens: 0,
                     tool_tokens: 0,
+                    tool_results: None,
+                    workspace_tokens: 0,
                 },
                 triggered: false,
+                tier_triggered: false,
                 keep_recent_turns: 0,
                 keep_tool_io_pairs: 0,
                 per_reducer: Vec::new(),
@@ -274,6 +278,7 @@ fn render_input(f: &Fixture) -> RenderInput<'_> {
         options: &f.options,
         omit_pending_calls: false,
         summaries: None,
+        workspace: None,
     }
 }
 

@@ -53,6 +53,7 @@ fn compact_render(
         max_input_tokens: 96_000,
         system: Some("You are a careful engineering agent."),
         tools: &[],
+        workspace: None,
         previous: None,
         observations,
         skip_aggressive: false,
@@ -79,6 +80,7 @@ fn compact_render(
             options: &options,
             omit_pending_calls: false,
             summaries: None,
+            workspace: None,
         },
     );
     black_box(&request);

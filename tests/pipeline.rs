@@ -474,6 +474,7 @@ fn the_redaction_rules_are_part_of_the_plan_fingerprint() {
         max_input_tokens: 96_000,
         system: None,
         tools: &[],
+        workspace: None,
         previous: None,
         observations: &observations,
         skip_aggressive: false,
@@ -922,5 +923,166 @@ fn a_switched_off_reducer_leaves_no_record_of_its_kind() {
         let (_, made) = found.iter().find(|k| k.0 == off).unwrap();
         assert!(!made, "{off} is off but its records are in the plan");
         assert!(out.tokens.total <= out.report.budget.hard_limit);
+    }
+}
+
+/// A per-tier cap on tool results: far below the total's trigger, tool
+/// output over its share of the window is reduced (oldest first) down to
+/// the cap with the total's hysteresis, and only tool output: every user and
+/// assistant message stays verbatim, the recent tail's results too. The
+/// next turns reuse the plan while the tier stays under its cap. When the
+/// total triggers too, giving back room never brings tool output back past
+/// the cap (without the cap it would). Without a cap the thread is left
+/// alone.
+#[test]
+fn a_tool_results_cap_evicts_tool_output_early_and_only_tool_output() {
+    let build = |turns: u32| {
+        let mut b = ThreadBuilder::default();
+        let mut calls = Vec::new();
+        for t in 0..turns {
+            b.user(&format!("step {t}: check the worker logs"));
+            calls.push(b.tool(
+                "list_logs",
+                json!({"n": t}),
+                ToolContent::Text(log_lines(40)),
+                Outcome::Success,
+                None,
+            ));
+            b.assistant(&format!("looked at them ({t})"));
+        }
+        (b.build("tier"), calls)
+    };
+    let (t, calls) = build(12);
+    let plain = Harness::default();
+    let out = plain.compact(&t, 100_000, None).unwrap();
+    assert!(!out.report.triggered, "no cap, far under the trigger");
+    assert!(out.plan.clearings.is_empty() && out.plan.externalizations.is_empty());
+    assert_eq!(out.report.budget.tool_results, None);
+
+    let mut h = Harness::default();
+    // Below what the recent tail's six results take: the cap is a guard,
+    // not a promise; what it cannot reach is said.
+    h.policy.tier_caps.tool_results_ratio = Some(0.04);
+    let out = h.compact(&t, 100_000, None).unwrap();
+    assert!(
+        out.report
+            .warnings
+            .iter()
+            .any(|w| w.contains("over their cap of 4000")),
+        "{:?}",
+        out.report.warnings
+    );
+    h.policy.tier_caps.tool_results_ratio = Some(0.08);
+    let out = h.compact(&t, 100_000, None).unwrap();
+    let tier = out.report.budget.tool_results.expect("a cap is reported");
+    assert_eq!(tier.cap, 8_000);
+    assert!(
+        tier.tokens_before > tier.cap,
+        "{tier:?}: the thread must be over"
+    );
+    assert!(out.report.triggered && out.report.tier_triggered);
+    assert!(
+        out.tokens.total < out.report.budget.trigger,
+        "the total alone would not trigger"
+    );
+    assert!(tier.tokens_after <= tier.target, "{tier:?}");
+    // Measured on the prompt: what the tool results render to.
+    let rendered: u32 = out
+        .request
+        .messages
+        .iter()
+        .filter(|m| m.tool_call_id.is_some())
+        .map(|m| h.counter.count(&m.content.text()) as u32)
+        .sum();
+    assert!(rendered <= tier.tokens_after, "{rendered} > {tier:?}");
+    // The oldest results went, the recent tail's stayed.
+    assert_ne!(rendered_tool(&out, &calls[0]).origin, Origin::Verbatim);
+    for call in &calls[6..] {
+        assert_eq!(rendered_tool(&out, call).origin, Origin::Verbatim);
+    }
+    // Only tool output: no summary, drop or pointer to a dialogue message.
+    assert!(out.plan.summarizations.is_empty() && out.plan.drops.is_empty());
+    for m in t.messages.iter().filter(|m| m.tool_result.is_none()) {
+        assert!(
+            out.request.messages.iter().any(|r| r.source_id == m.id
+                && r.origin == Origin::Verbatim
+                && r.content.text() == m.content.text()),
+            "{} is not verbatim",
+            m.id
+        );
+    }
+    assert!(openai_chat::check_pairing(&openai_chat::to_openai(&out.request, &opts())).is_ok());
+    assert!(out.report.per_reducer.iter().any(
+        |r| r.tokens_freed > 0 && ["retention", "clear", "compress"].contains(&r.name.as_str())
+    ));
+
+    // A next turn under the cap reuses the plan: the prefix stays.
+    let (t13, _) = build(13);
+    let next = h.compact(&t13, 100_000, Some(&out.plan)).unwrap();
+    let next_tier = next.report.budget.tool_results.unwrap();
+    assert!(next_tier.tokens_before <= next_tier.cap, "{next_tier:?}");
+    assert!(!next.report.tier_triggered);
+    assert_eq!(next.plan.clearings.len(), out.plan.clearings.len());
+
+    // Over the total's trigger too: after compaction and refill, tool
+    // results are still within their target.
+    let (big, _) = build(40);
+    h.policy.tier_caps.tool_results_ratio = Some(0.35);
+    let out = h.compact(&big, 20_000, None).unwrap();
+    let tier = out.report.budget.tool_results.unwrap();
+    assert!(out.report.triggered);
+    assert!(tier.tokens_after <= tier.target, "{tier:?}");
+    // Without the cap the same compaction leaves (gives back) more tool
+    // output than the cap allows: the cap is what held it.
+    let mut uncapped = Harness::default();
+    uncapped.policy.tier_caps.tool_results_ratio = None;
+    let free = uncapped.compact(&big, 20_000, None).unwrap();
+    let free_tool: u32 = free
+        .request
+        .messages
+        .iter()
+        .filter(|m| m.tool_call_id.is_some())
+        .map(|m| h.counter.count(&m.content.text()) as u32)
+        .sum();
+    assert!(free_tool > tier.cap, "{free_tool} vs {tier:?}");
+    assert!(out.tokens.total <= out.report.budget.hard_limit);
+
+    // A cap outside (0, 1] is refused, naming the field.
+    h.policy.tier_caps.tool_results_ratio = Some(1.5);
+    assert_eq!(
+        h.policy.validate().unwrap_err().field,
+        "policy.tier_caps.tool_results_ratio"
+    );
+}
+
+/// The last resort over the hard limit is a drop, so it belongs to the drop
+/// reducer: switched off, a thread that cannot fit any other way is refused
+/// with InsufficientBudget rather than cut (with it on, the same thread is
+/// cut and fits).
+#[test]
+fn with_drop_switched_off_an_unfittable_thread_is_refused_not_cut() {
+    let mut b = ThreadBuilder::default();
+    for t in 0..40 {
+        b.user(&format!(
+            "question {t}: {}",
+            "why does the build fail? ".repeat(20)
+        ));
+        b.assistant(&format!(
+            "answer {t}: {}",
+            "the cache is stale. ".repeat(20)
+        ));
+    }
+    let t = b.build("no-drop");
+    let mut h = Harness::default();
+    h.policy.enable.summarize = false;
+    let cut = h.compact(&t, 3_000, None).expect("dropping makes it fit");
+    assert!(!cut.plan.drops.is_empty());
+    h.policy.enable.drop = false;
+    match h.compact(&t, 3_000, None) {
+        Err(compactd::app::AppError::InsufficientBudget { .. }) => {}
+        other => panic!(
+            "expected InsufficientBudget, got {:?}",
+            other.map(|o| o.plan.drops.len())
+        ),
     }
 }

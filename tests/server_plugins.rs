@@ -236,6 +236,8 @@ async fn a_plugins_externalization_is_written_read_back_and_shown_as_a_pointer()
         facts,
         vec!["900 shipped orders from last month".to_string()]
     );
+    // Credited to the plugin (name@version), as its clears are.
+    assert!(ext.strategy.starts_with("misbehave@"), "{}", ext.strategy);
     // Written before the plan was committed: a real id, not a pending one.
     assert!(ext.artifact_id.starts_with("art_"), "{}", ext.artifact_id);
     assert_eq!(out.new_artifact_ids, vec![ext.artifact_id.clone()]);

@@ -80,6 +80,7 @@ fn a_thousand_compaction_cycles_succeed_within_budget_with_flat_memory() {
                 max_input_tokens: budget,
                 system: h.system.as_deref(),
                 tools: &h.tools,
+                workspace: None,
                 previous: previous.as_ref(),
                 observations: &observations,
                 skip_aggressive: false,

@@ -43,6 +43,9 @@ pub struct CompactCommand {
     pub system: Option<String>,
     /// Tool schemas the request will carry.
     pub tools: Tools,
+    /// The workspace slot of the assembled context (bootstrap files are
+    /// already in `system`): a fixed part of the request.
+    pub workspace: Option<crate::render::RenderedMessage>,
     /// Compare-and-swap: fail unless this is the committed version (0 = none yet).
     pub expected_version: Option<u64>,
     /// Current determinism metadata by tool call id.
@@ -94,6 +97,7 @@ impl CompactCommand {
             max_input_tokens: None,
             system: None,
             tools: Arc::new(Vec::new()),
+            workspace: None,
             expected_version: None,
             observations: Observations::new(),
             rehydrated_this_turn: false,
@@ -195,6 +199,7 @@ impl Resolved {
             max_input_tokens: self.max_input_tokens,
             system: self.cmd.system.as_deref(),
             tools: &self.cmd.tools,
+            workspace: self.cmd.workspace.as_ref(),
             previous,
             observations: &self.cmd.observations,
             skip_aggressive: self.cmd.rehydrated_this_turn,

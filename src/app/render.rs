@@ -592,6 +592,7 @@ fn render_and_count(
                 options: &policy.render,
                 omit_pending_calls: cmd.omit_pending_calls,
                 summaries: Some(summaries),
+                workspace: cmd.request.workspace.as_ref(),
             },
         )
     };

@@ -104,7 +104,7 @@ impl Eviction {
                     r.content_tokens,
                     r.sensitivity.as_str()
                 ),
-                "externalize",
+                r.decided_by(),
                 Some(&r.artifact_id),
             ));
         }

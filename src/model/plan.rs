@@ -74,6 +74,21 @@ pub struct ExternalizationRecord {
     pub content_hash: String,
     /// Tokens of the moved content.
     pub content_tokens: u32,
+    /// The plugin that proposed it (`name@version`); empty when the
+    /// built-in step did (and then not serialized: plans keep their bytes).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub strategy: String,
+}
+
+impl ExternalizationRecord {
+    /// The strategy that externalized it: the plugin, or the built-in step.
+    pub fn decided_by(&self) -> &str {
+        if self.strategy.is_empty() {
+            "externalize"
+        } else {
+            &self.strategy
+        }
+    }
 }
 
 /// Messages replaced by one summary.
@@ -910,6 +925,7 @@ mod tests {
             sensitivity: Sensitivity::Internal,
             content_hash: String::new(),
             content_tokens: 1,
+            strategy: String::new(),
         });
         plan.summarizations.push(SummarizationRecord {
             span: span(&["m3", "m5", "m7"]),

@@ -331,7 +331,13 @@ impl PluginReducer {
                 });
                 // The hint renders in the prompt and may quote content.
                 let hint = hint.map(|h| state.redactor.redact(&h).into_owned());
-                Externalize::message(p, i, state, content, summary, hint)
+                let done = Externalize::message(p, i, state, content, summary, hint);
+                if done {
+                    // Credited to the plugin, and never given back by the
+                    // refill, like its other decisions.
+                    p.attribute_externalization(i, id);
+                }
+                done
             }
         }
     }

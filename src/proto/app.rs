@@ -34,14 +34,16 @@ macro_rules! shared_command {
                 tools = imported.tools;
             }
         }
+        let (bootstrap, workspace) = assembly_context($r.context)?;
         CompactCommand {
             session,
             thread: Arc::new(thread),
             policy: Arc::new(policy_from_overrides($base, $r.policy)?),
             model: unset_if_empty($r.model),
             max_input_tokens: unset_if_zero($r.max_input_tokens),
-            system,
+            system: crate::render::system_with_bootstrap(system, &bootstrap),
             tools: Arc::new(tools),
+            workspace: crate::render::workspace_message(&workspace),
             expected_version: $r.expected_version,
             observations: observations_from_pb($r.observations),
             rehydrated_this_turn: false,
@@ -50,6 +52,38 @@ macro_rules! shared_command {
             extends: None,
         }
     }};
+}
+
+/// The bootstrap and workspace files of a request, each checked (the
+/// field names the file: `context.workspace[2].name`).
+fn assembly_context(
+    c: Option<pb::AssemblyContext>,
+) -> Result<(
+    Vec<crate::render::ContextFile>,
+    Vec<crate::render::ContextFile>,
+)> {
+    let c = c.unwrap_or_default();
+    let files = |list: Vec<pb::ContextFile>, field: &str| {
+        list.into_iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let f = crate::render::ContextFile {
+                    name: f.name,
+                    text: f.text,
+                };
+                match f.problem() {
+                    Some((part, reason)) => {
+                        Err(ConvertError::new(format!("{field}[{i}].{part}"), reason))
+                    }
+                    None => Ok(f),
+                }
+            })
+            .collect::<Result<Vec<_>>>()
+    };
+    Ok((
+        files(c.bootstrap, "context.bootstrap")?,
+        files(c.workspace, "context.workspace")?,
+    ))
 }
 
 /// The reported task outcome; unknown values name the field.

@@ -77,6 +77,7 @@ impl From<&ExternalizationRecord> for pb::ExternalizationRecord {
             sensitivity: sensitivity_to_pb(r.sensitivity),
             content_hash: r.content_hash.clone(),
             content_tokens: r.content_tokens,
+            strategy: r.strategy.clone(),
         }
     }
 }
@@ -92,6 +93,7 @@ impl TryFrom<pb::ExternalizationRecord> for ExternalizationRecord {
             rehydrate_hint: r.rehydrate_hint,
             content_hash: r.content_hash,
             content_tokens: r.content_tokens,
+            strategy: r.strategy,
         })
     }
 }

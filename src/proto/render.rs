@@ -44,6 +44,7 @@ impl From<Origin> for pb::Origin {
             Origin::Rehydrated => pb::Origin::Rehydrated,
             Origin::Recalled => pb::Origin::Recalled,
             Origin::Injected => pb::Origin::Injected,
+            Origin::Workspace => pb::Origin::Workspace,
         }
     }
 }
@@ -57,6 +58,7 @@ fn origin(v: i32, field: &str) -> Result<Origin> {
         Ok(pb::Origin::Rehydrated) => Ok(Origin::Rehydrated),
         Ok(pb::Origin::Recalled) => Ok(Origin::Recalled),
         Ok(pb::Origin::Injected) => Ok(Origin::Injected),
+        Ok(pb::Origin::Workspace) => Ok(Origin::Workspace),
         Ok(pb::Origin::Unspecified) => Err(unset_enum(field)),
         Err(_) => Err(unknown_enum(field, v)),
     }
@@ -151,6 +153,13 @@ impl From<&BudgetReport> for pb::BudgetReport {
             fixed_tokens: b.fixed_tokens,
             system_tokens: b.system_tokens,
             tool_tokens: b.tool_tokens,
+            workspace_tokens: b.workspace_tokens,
+            tool_results: b.tool_results.map(|t| pb::TierUsage {
+                cap: t.cap,
+                target: t.target,
+                tokens_before: t.tokens_before,
+                tokens_after: t.tokens_after,
+            }),
         }
     }
 }
@@ -166,6 +175,13 @@ impl TryFrom<pb::BudgetReport> for BudgetReport {
             fixed_tokens: b.fixed_tokens,
             system_tokens: b.system_tokens,
             tool_tokens: b.tool_tokens,
+            workspace_tokens: b.workspace_tokens,
+            tool_results: b.tool_results.map(|t| crate::reduce::TierReport {
+                cap: t.cap,
+                target: t.target,
+                tokens_before: t.tokens_before,
+                tokens_after: t.tokens_after,
+            }),
         })
     }
 }

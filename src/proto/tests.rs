@@ -308,8 +308,14 @@ fn plan() -> impl Strategy<Value = CompactionPlan> {
                     summary,
                     rehydrate_hint,
                     sensitivity,
-                    content_hash,
+                    content_hash: content_hash.clone(),
                     content_tokens: tokens,
+                    // Exercised both ways: a plugin's and the built-in step's.
+                    strategy: if tokens % 2 == 0 {
+                        String::new()
+                    } else {
+                        content_hash
+                    },
                 }
             },
         );
@@ -564,6 +570,13 @@ proptest! {
             fixed_tokens: b[4],
             system_tokens: b[5],
             tool_tokens: b[6],
+            workspace_tokens: b[6] / 2,
+            tool_results: (b[0] % 2 == 1).then_some(crate::reduce::TierReport {
+                cap: b[1],
+                target: b[2],
+                tokens_before: b[3],
+                tokens_after: b[4],
+            }),
         };
         prop_assert_eq!(through_the_wire::<BudgetReport, pb::BudgetReport>(&budget)?, budget);
         let reducer = ReducerReport { name: r.0, tokens_freed: r.1 };

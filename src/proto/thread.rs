@@ -527,6 +527,11 @@ pub fn policy_from_overrides(base: &Policy, o: Option<pb::PolicyOverrides>) -> R
     for (tool, r) in o.retention {
         p.retention.insert(tool, retention(r));
     }
+    if let Some(t) = o.tier_caps {
+        p.tier_caps = crate::reduce::TierCaps {
+            tool_results_ratio: t.tool_results_ratio,
+        };
+    }
     if let Some(w) = o.window {
         p.window = Some(StandingWindow {
             max_turns: w.max_turns,

@@ -1,8 +1,8 @@
 //! The token budget threaded through the reducers.
 //!
 //! A single total is the hard ceiling. The struct is a value passed by reference
-//! to every reducer, so per-tier caps (e.g. "tool results ≤ 30%") can be added
-//! as fields later without changing the reducer signature.
+//! to every reducer; per-tier caps (tool results ≤ a share of the window)
+//! are fields of it, so adding them left the reducer signature unchanged.
 //!
 //! Reserves count only when they are used: the rehydration reserve only when
 //! this turn reads artifacts back, the safety margin only when the counts are
@@ -47,6 +47,16 @@ pub struct TokenBudget {
     pub tool_tokens: u32,
     /// Reply priming and other per-request framing.
     pub framing_tokens: u32,
+    /// The workspace slot of the assembled context (filled in from the request).
+    #[serde(default)]
+    pub workspace_tokens: u32,
+    /// Tool results may render at most this many tokens (a per-tier cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_results_cap: Option<u32>,
+    /// What one pass aims for instead of [`TokenBudget::target`]: a tier
+    /// pass aims as far below the current total as its tier is over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<u32>,
 }
 
 impl TokenBudget {
@@ -71,6 +81,12 @@ impl TokenBudget {
             system_tokens,
             tool_tokens,
             framing_tokens,
+            workspace_tokens: 0,
+            tool_results_cap: policy
+                .tier_caps
+                .tool_results_ratio
+                .map(|r| ratio_of(max_input_tokens, r)),
+            goal: None,
         }
     }
 }
@@ -97,15 +113,31 @@ impl TokenBudget {
             .min(ratio_of(self.max_input_tokens, self.trigger_ratio))
     }
 
-    /// Request size compaction aims for once triggered.
+    /// Request size compaction aims for once triggered (or this pass's goal).
     pub fn target(&self) -> u32 {
+        if let Some(goal) = self.goal {
+            return goal;
+        }
         self.trigger()
             .min(ratio_of(self.max_input_tokens, self.target_ratio))
     }
 
+    /// What tool results are brought down to once over their cap: the cap
+    /// with the total's hysteresis (`target_ratio / trigger_ratio`).
+    pub fn tool_results_target(&self) -> Option<u32> {
+        let cap = self.tool_results_cap?;
+        let scale = if self.trigger_ratio > 0.0 {
+            (self.target_ratio / self.trigger_ratio).clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        // The epsilon keeps 3000 × 0.6 / 0.8 at 2250, not 2249.999….
+        Some((f64::from(cap) * scale + 1e-9).floor() as u32)
+    }
+
     /// Tokens of the parts that are not messages.
     pub fn fixed_tokens(&self) -> u32 {
-        self.system_tokens + self.tool_tokens + self.framing_tokens
+        self.system_tokens + self.tool_tokens + self.framing_tokens + self.workspace_tokens
     }
 
     /// Tokens left for thread messages under the hard limit.
@@ -162,6 +194,27 @@ mod tests {
         });
         assert_eq!(rehydrating.hard_limit(), 9_000);
         assert_eq!(rehydrating.ceiling(), 10_000);
+    }
+
+    #[test]
+    fn a_tier_cap_is_a_share_of_the_window_with_the_totals_hysteresis() {
+        let policy = Policy {
+            trigger_ratio: 0.8,
+            target_ratio: 0.6,
+            tier_caps: crate::reduce::TierCaps {
+                tool_results_ratio: Some(0.3),
+            },
+            ..Policy::default()
+        };
+        let b = TokenBudget::for_policy(&policy, 10_000, (0, 0, 0), ReserveUse::default());
+        assert_eq!(b.tool_results_cap, Some(3_000));
+        assert_eq!(b.tool_results_target(), Some(2_250));
+        assert_eq!(budget(ReserveUse::default()).tool_results_target(), None);
+        let goal = TokenBudget {
+            goal: Some(1_234),
+            ..b
+        };
+        assert_eq!(goal.target(), 1_234);
     }
 
     #[test]

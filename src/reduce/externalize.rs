@@ -34,7 +34,7 @@ impl Reducer for Externalize {
             let reducible = if p.is_tool_result(i) {
                 state.tool_result_reducible(p, i)
             } else {
-                !p.is_locked(i)
+                !p.is_locked(i) && !state.only_tool_results
             };
             if !reducible || !p.is_included(i) {
                 continue;

@@ -51,7 +51,7 @@ pub use compress::Compress;
 pub use externalize::Externalize;
 pub use memo::{KeyHasher, Memo};
 pub use policy::{
-    Enabled, Policy, PolicyError, ReplayCost, StandingWindow, ToolPolicy, ToolRetention,
+    Enabled, Policy, PolicyError, ReplayCost, StandingWindow, TierCaps, ToolPolicy, ToolRetention,
 };
 pub use projection::{PendingArtifact, Projection, Units, PENDING_ARTIFACT_PREFIX};
 pub use retention::Retention;
@@ -86,6 +86,9 @@ pub struct PipelineState<'a> {
     /// Rehydration happened this turn: skip externalize and drop, so content
     /// the agent just read back is not evicted again at once (no fetch loop).
     pub skip_aggressive: bool,
+    /// A tier pass for tool results is running: reducers that could reach
+    /// other messages (externalize) leave them alone.
+    pub only_tool_results: bool,
     /// Turn of the last message.
     pub current_turn: u32,
     /// Warnings for the report.
@@ -114,6 +117,7 @@ impl<'a> PipelineState<'a> {
             memo: engine.memo,
             observations,
             skip_aggressive,
+            only_tool_results: false,
             current_turn: thread.current_turn(),
             warnings: Vec::new(),
             cancel: engine.cancel,
@@ -273,6 +277,9 @@ pub struct CompactRequest<'a> {
     pub system: Option<&'a str>,
     /// Tool schemas the request will carry.
     pub tools: &'a [ToolSchema],
+    /// The workspace slot of the assembled context: a fixed part, like the
+    /// system prompt.
+    pub workspace: Option<&'a crate::render::RenderedMessage>,
     /// The plan committed for this thread last turn, extended rather than replaced.
     pub previous: Option<&'a CompactionPlan>,
     /// Current determinism metadata by tool call id.
@@ -364,6 +371,12 @@ pub struct BudgetReport {
     /// Of `fixed_tokens`: the tool schemas (the rest is framing).
     #[serde(default)]
     pub tool_tokens: u32,
+    /// Tool results against their cap, when one is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_results: Option<TierReport>,
+    /// Of `fixed_tokens`: the workspace slot.
+    #[serde(default)]
+    pub workspace_tokens: u32,
 }
 
 /// What compaction did, for the caller and the audit record.
@@ -375,8 +388,11 @@ pub struct Report {
     pub tokens_after: u32,
     /// The budget.
     pub budget: BudgetReport,
-    /// Whether the trigger was crossed.
+    /// Whether the trigger was crossed (the total's or a tier cap's).
     pub triggered: bool,
+    /// Whether a tier over its cap triggered compaction.
+    #[serde(default)]
+    pub tier_triggered: bool,
     /// Keep counts that were finally used.
     pub keep_recent_turns: u32,
     /// Keep counts that were finally used.
@@ -400,6 +416,19 @@ pub struct Report {
     /// the lifecycle events.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub records: Vec<RecordTokens>,
+}
+
+/// A tier against its cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierReport {
+    /// Above this, the tier is reduced.
+    pub cap: u32,
+    /// What it is reduced to once over the cap.
+    pub target: u32,
+    /// Its tokens with the previous plan (none: verbatim) applied.
+    pub tokens_before: u32,
+    /// Its tokens with the new plan.
+    pub tokens_after: u32,
 }
 
 /// One plan record's tokens: what its messages cost verbatim and what they
@@ -515,7 +544,7 @@ pub fn compact_with(
         return Err(CompactError::ZeroBudget);
     }
     let counter = RequestCounter::for_target(engine.counter, engine.ledger, req.target);
-    let budget = budget_for(
+    let mut budget = budget_for(
         policy,
         req.max_input_tokens,
         &counter,
@@ -523,6 +552,7 @@ pub fn compact_with(
         req.tools,
         req.skip_aggressive,
     );
+    budget.workspace_tokens = req.workspace.map_or(0, |w| counter.message(w));
     let mut warnings = oversize_warnings(thread, &req.limits);
     let start = starting_plan(req, &mut warnings);
     let pinned = partition::pinned(thread, policy);
@@ -565,9 +595,19 @@ pub fn compact_with(
             p.archive_evictions(state.redactor);
         }
     }
-    let triggered = p.total() > budget.trigger();
     let mut tail = partition::TailShare::new(policy, budget.target()).within(p.len());
-    if triggered {
+    let tool_results_before = p.tool_results_total();
+    let tier_over = budget
+        .tool_results_cap
+        .is_some_and(|cap| tool_results_before > cap);
+    // Over the cap: tool results go first, down to their target. What the
+    // tier pass evicted is frozen before the shrink starts, so the refill
+    // never gives it back past the cap.
+    if tier_over {
+        cap_tool_results(&mut p, &mut state, &mut steps, &tail)?;
+    }
+    let over_trigger = p.total() > budget.trigger();
+    if over_trigger {
         shrink(&mut p, &mut state, &mut steps, &mut tail)?;
     } else if p.total() > budget.hard_limit() {
         // The trigger is never above the hard limit, so this cannot happen.
@@ -586,8 +626,16 @@ pub fn compact_with(
             fixed_tokens: fixed,
             system_tokens: budget.system_tokens,
             tool_tokens: budget.tool_tokens,
+            workspace_tokens: budget.workspace_tokens,
+            tool_results: budget.tool_results_cap.map(|cap| TierReport {
+                cap,
+                target: budget.tool_results_target().unwrap_or(cap),
+                tokens_before: tool_results_before,
+                tokens_after: p.tool_results_total(),
+            }),
         },
-        triggered,
+        triggered: over_trigger || tier_over,
+        tier_triggered: tier_over,
         keep_recent_turns: tail.turns,
         keep_tool_io_pairs: tail.pairs,
         per_reducer: steps.reports,
@@ -684,13 +732,25 @@ impl Steps<'_> {
         p: &mut Projection<'_>,
         state: &mut PipelineState<'_>,
     ) -> Result<(), CompactError> {
+        let budget = *self.budget;
+        self.run_to(which, p, state, &budget)
+    }
+
+    /// Runs the reducers at `which`, in order, until `budget`'s target is met.
+    fn run_to(
+        &mut self,
+        which: &[usize],
+        p: &mut Projection<'_>,
+        state: &mut PipelineState<'_>,
+        budget: &TokenBudget,
+    ) -> Result<(), CompactError> {
         for &i in which {
-            if p.total() <= self.budget.target() {
+            if p.total() <= budget.target() {
                 break;
             }
             state.cancel.check()?;
             let before = p.total();
-            self.reducers[i].reduce(p, self.budget, state)?;
+            self.reducers[i].reduce(p, budget, state)?;
             // What a reducer evicted is archived at once, so the next one
             // sees what naming the archives costs and reduces for it.
             if state.policy.enable.archive {
@@ -700,6 +760,54 @@ impl Steps<'_> {
         }
         Ok(())
     }
+}
+
+/// The reducers that only ever replace tool results (externalize, told so
+/// by [`PipelineState::only_tool_results`]): the ones a tier pass runs.
+const TOOL_RESULT_REDUCERS: [&str; 4] = ["retention", "compress", "clear", "externalize"];
+
+/// Tool results over their cap: the tool-result reducers, with the recent
+/// tail kept, aim the total as far down as the tier is over its target, so
+/// only tool results go (oldest first) and dialogue stays. What cannot go
+/// (pinned, recent, non-replayable with externalization off) is named in a
+/// warning: the cap is a guard, the single total stays the hard ceiling.
+fn cap_tool_results(
+    p: &mut Projection<'_>,
+    state: &mut PipelineState<'_>,
+    steps: &mut Steps<'_>,
+    tail: &partition::TailShare,
+) -> Result<(), CompactError> {
+    let budget = *steps.budget;
+    let (Some(cap), Some(target)) = (budget.tool_results_cap, budget.tool_results_target()) else {
+        return Ok(());
+    };
+    let which: Vec<usize> = (0..steps.reducers.len())
+        .filter(|&i| TOOL_RESULT_REDUCERS.contains(&steps.reducers[i].name()))
+        .collect();
+    partition::mark_kept(p, tail.turns, tail.pairs, tail.tokens);
+    p.tail_tool_results_reducible = false;
+    state.only_tool_results = true;
+    // Reducers free in steps (a result at a time); a second round aims anew
+    // from where the first left the tier.
+    for _ in 0..2 {
+        let over = p.tool_results_total().saturating_sub(target);
+        if over == 0 {
+            break;
+        }
+        let pass = TokenBudget {
+            goal: Some(p.total().saturating_sub(over)),
+            ..budget
+        };
+        steps.run_to(&which, p, state, &pass)?;
+    }
+    state.only_tool_results = false;
+    if p.tool_results_total() > cap {
+        state.warn(format!(
+            "tool results take {} tokens, over their cap of {cap}: the rest is pinned, recent or may not be evicted",
+            p.tool_results_total()
+        ));
+    }
+    Ok(())
 }
 
 /// Above the trigger: the reducers with a tail that shrinks until the
@@ -746,7 +854,9 @@ fn shrink(
     if p.total() < budget.target() {
         fill_target(p, budget, state, &frozen)?;
     }
-    if p.total() > budget.hard_limit() {
+    // The last resort is a drop, so it is the drop reducer's to make: with
+    // it switched off the request is refused rather than cut.
+    if p.total() > budget.hard_limit() && state.policy.enable.drop {
         window::drop_all_free(p);
         if archive {
             p.archive_evictions(state.redactor);
@@ -880,12 +990,23 @@ pub fn settings_fingerprint(req: &CompactRequest<'_>, engine: &Engine<'_>) -> St
 }
 
 fn fingerprint_of(thread: &Thread, req: &CompactRequest<'_>, engine: &Engine<'_>) -> String {
+    // The workspace slot is hashed with the system prompt (both are fixed
+    // text around the thread), so a request without one keeps the
+    // fingerprint it always had.
+    let system = match req.workspace {
+        None => req.system.map(std::borrow::Cow::Borrowed),
+        Some(w) => Some(std::borrow::Cow::Owned(format!(
+            "{}\u{0}workspace\u{0}{}",
+            req.system.unwrap_or(""),
+            w.content.text()
+        ))),
+    };
     fingerprint(
         thread,
         &(
             req.policy,
             req.max_input_tokens,
-            req.system,
+            system,
             req.tools,
             req.observations,
             req.skip_aggressive,

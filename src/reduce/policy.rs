@@ -72,6 +72,27 @@ pub struct StandingWindow {
     pub max_tokens: Option<u32>,
 }
 
+/// Per-tier caps: guards inside the single total budget that start
+/// eviction early, so one tier cannot starve the others (seed 001: "tool
+/// results ≤ 30% of the window"). A tier over its cap is brought down to
+/// the cap scaled by `target_ratio / trigger_ratio`, the same hysteresis as
+/// the total, so the prompt's prefix changes in chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TierCaps {
+    /// Tool results (as rendered: verbatim, stubs, pointers) may take at
+    /// most this fraction of `max_input_tokens`, in (0, 1].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_results_ratio: Option<f64>,
+}
+
+impl TierCaps {
+    /// No cap set (left out of the serialized policy: fingerprints stay).
+    pub fn is_empty(&self) -> bool {
+        self.tool_results_ratio.is_none()
+    }
+}
+
 /// The whole policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -132,6 +153,9 @@ pub struct Policy {
     /// Unset by default (and then not serialized: fingerprints stay).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<StandingWindow>,
+    /// Per-tier caps inside the total budget (none by default).
+    #[serde(skip_serializing_if = "TierCaps::is_empty")]
+    pub tier_caps: TierCaps,
 }
 
 /// Switches for each reducer.
@@ -209,6 +233,7 @@ impl Default for Policy {
             enable: Enabled::default(),
             render: RenderOptions::default(),
             window: None,
+            tier_caps: TierCaps::default(),
         }
     }
 }
@@ -262,6 +287,11 @@ impl Policy {
             }
             if w.max_tokens == Some(0) {
                 return err("window.max_tokens", "must be at least 1");
+            }
+        }
+        if let Some(r) = self.tier_caps.tool_results_ratio {
+            if !(r > 0.0 && r <= 1.0) {
+                return err("tier_caps.tool_results_ratio", "must be in (0, 1]");
             }
         }
         for (tool, t) in &self.tools {

@@ -135,6 +135,8 @@ pub struct Projection<'a> {
     verbatim: Vec<u32>,
     index: IdIndex<'a>,
     messages_total: u64,
+    /// Of `messages_total`: what tool results render (a per-tier cap's tier).
+    tool_results_total: u64,
     fixed: u32,
     next_pending: usize,
     /// Per pending artifact not redacted yet (by index in `pending`), where
@@ -211,6 +213,7 @@ impl<'a> Projection<'a> {
             verbatim,
             index,
             messages_total: 0,
+            tool_results_total: 0,
             fixed,
             next_pending: 0,
             unsealed: Vec::new(),
@@ -277,6 +280,12 @@ impl<'a> Projection<'a> {
         u32::try_from(self.messages_total + u64::from(self.fixed)).unwrap_or(u32::MAX)
     }
 
+    /// Tokens the tool results render to under the current plan (stubs and
+    /// pointers included; a summary's tokens count for its first message).
+    pub fn tool_results_total(&self) -> u32 {
+        u32::try_from(self.tool_results_total).unwrap_or(u32::MAX)
+    }
+
     /// Current rendered cost of message `i` (0 when it does not render).
     pub fn cost(&self, i: usize) -> u32 {
         self.cost[i]
@@ -318,6 +327,13 @@ impl<'a> Projection<'a> {
     pub fn attribute_clear(&mut self, i: usize, strategy: &str) {
         if let Slot::Clear(r) = self.slots[i] {
             self.plan.clearings[r].strategy = strategy.to_string();
+        }
+    }
+
+    /// Names the plugin that externalized message `i`.
+    pub fn attribute_externalization(&mut self, i: usize, strategy: &str) {
+        if let Slot::Externalize(r) = self.slots[i] {
+            self.plan.externalizations[r].strategy = strategy.to_string();
         }
     }
 
@@ -386,8 +402,7 @@ impl<'a> Projection<'a> {
             Slot::Summarize(_) | Slot::Externalize(_) => None,
         };
         if let Some(new) = quick {
-            self.messages_total = self.messages_total - u64::from(self.cost[i]) + u64::from(new);
-            self.cost[i] = new;
+            self.set_cost(i, new);
             return;
         }
         let new = match render_message(m, self.action(i), self.options) {
@@ -404,7 +419,16 @@ impl<'a> Projection<'a> {
             }
             None => 0,
         };
-        self.messages_total = self.messages_total - u64::from(self.cost[i]) + u64::from(new);
+        self.set_cost(i, new);
+    }
+
+    /// Sets message `i`'s cost and the totals it is part of.
+    fn set_cost(&mut self, i: usize, new: u32) {
+        let old = u64::from(self.cost[i]);
+        self.messages_total = self.messages_total - old + u64::from(new);
+        if self.thread.messages[i].tool_result.is_some() {
+            self.tool_results_total = self.tool_results_total - old + u64::from(new);
+        }
         self.cost[i] = new;
     }
 
@@ -525,6 +549,7 @@ impl<'a> Projection<'a> {
             sensitivity: m.metadata.sensitivity,
             content_hash,
             content_tokens,
+            strategy: String::new(),
         });
         self.slots[i] = Slot::Externalize(self.plan.externalizations.len() - 1);
         self.recost(i);
@@ -806,7 +831,8 @@ impl<'a> Projection<'a> {
                 .summarizer_id
                 .starts_with("plugin:"),
             Slot::Drop(r) => self.plan.drops[r].reason.starts_with("plugin "),
-            Slot::Include | Slot::Externalize(_) => false,
+            Slot::Externalize(r) => !self.plan.externalizations[r].strategy.is_empty(),
+            Slot::Include => false,
         }
     }
 

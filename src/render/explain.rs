@@ -145,7 +145,7 @@ pub fn explain(thread: Option<&Thread>, plan: &CompactionPlan, text: &str) -> Ex
                 action: ActionKind::Externalize,
                 first_message_id: r.span.start_message_id().to_string(),
                 last_message_id: r.span.end_message_id().to_string(),
-                strategy: "externalize".into(),
+                strategy: r.decided_by().into(),
                 artifact_id: r.artifact_id.clone(),
             });
         }
@@ -187,7 +187,7 @@ pub fn explain(thread: Option<&Thread>, plan: &CompactionPlan, text: &str) -> Ex
                 Action::Externalize(r) => evicted(
                     ActionKind::Externalize,
                     &r.span,
-                    "externalize",
+                    r.decided_by(),
                     Some(&r.artifact_id),
                 ),
                 Action::Clear(r) => evicted(

@@ -1,6 +1,7 @@
 //! Rendering: thread + plan → request (neutral form), then the provider
 //! payloads. Pure and deterministic.
 
+pub mod assembly;
 mod count;
 pub mod images;
 
@@ -13,6 +14,7 @@ mod request;
 pub(crate) mod tool_ids;
 pub(crate) mod wire;
 
+pub use assembly::{system_with_bootstrap, workspace_message, ContextFile};
 pub use count::{RequestCounter, RequestTokens};
 pub use rehydrate::{
     artifact_ids_in, fit_rehydrated, hinted, named_recently, named_this_turn, request_identifiers,

@@ -306,6 +306,7 @@ mod tests {
                         options: &RenderOptions::default(),
                         omit_pending_calls: false,
                         summaries: None,
+                        workspace: None,
                     },
                 );
                 req.messages.iter().map(|m| rc.message(m)).sum::<u32>()

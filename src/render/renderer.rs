@@ -99,6 +99,9 @@ pub struct RenderInput<'a> {
     pub omit_pending_calls: bool,
     /// Where summary texts rendered before are kept, if anywhere.
     pub summaries: Option<&'a dyn SummaryTexts>,
+    /// The workspace slot (see [`super::assembly`]), placed after the last
+    /// summary.
+    pub workspace: Option<&'a RenderedMessage>,
 }
 
 /// Summary messages kept between renders: the same record always renders
@@ -122,6 +125,9 @@ pub fn render(thread: &Thread, plan: &CompactionPlan, input: &RenderInput<'_>) -
     let pairing = thread.pairing();
     let (order, mut notes) = canonical_order(thread, &pairing);
     let mut messages = Vec::with_capacity(thread.messages.len() + input.rehydrated.len());
+    // Just past the last summary or dropped-span notice: the compacted
+    // history, after which the workspace slot goes.
+    let mut compacted_end = None;
     for i in order {
         let m = &thread.messages[i];
         let action = actions
@@ -161,6 +167,13 @@ pub fn render(thread: &Thread, plan: &CompactionPlan, input: &RenderInput<'_>) -
             ));
         }
         messages.push(rm);
+        if matches!(action, Action::Summarize(_) | Action::Drop(_)) {
+            compacted_end = Some(messages.len());
+        }
+    }
+    if let Some(w) = input.workspace {
+        let at = super::assembly::workspace_at(&messages, compacted_end);
+        messages.insert(at, w.clone());
     }
     if !input.rehydrated.is_empty() {
         let at = per_turn_at(&messages);
@@ -525,6 +538,7 @@ mod tests {
                 options,
                 omit_pending_calls: false,
                 summaries: None,
+                workspace: None,
             },
         )
     }
@@ -565,6 +579,7 @@ mod tests {
                 options: &options,
                 omit_pending_calls: false,
                 summaries: None,
+                workspace: None,
             },
         );
         let order: Vec<&str> = r.messages.iter().map(|m| m.source_id.as_str()).collect();
@@ -590,6 +605,7 @@ mod tests {
                 options: &options,
                 omit_pending_calls: false,
                 summaries: None,
+                workspace: None,
             },
         );
         assert_eq!(plain.messages[..2], r.messages[..2]);

@@ -24,6 +24,8 @@ pub enum Origin {
     Recalled,
     /// Content a caller's hook adds for this turn; never part of the thread.
     Injected,
+    /// The workspace slot of the assembled context; never part of the thread.
+    Workspace,
 }
 
 /// One message of a rendered request.

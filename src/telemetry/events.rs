@@ -74,11 +74,13 @@ pub fn compaction(c: &Compacted<'_>) {
     tracing::info!(
         target: EVENTS,
         triggered = report.triggered,
-        reason = if report.triggered {
-            "tokens above the trigger"
-        } else {
-            "tokens at or below the trigger"
+        reason = match (report.triggered, report.tier_triggered) {
+            (_, true) => "tool results above their cap",
+            (true, false) => "tokens above the trigger",
+            (false, _) => "tokens at or below the trigger",
         },
+        tool_results_tokens = b.tool_results.map(|t| int(t.tokens_before)),
+        tool_results_cap_tokens = b.tool_results.map(|t| int(t.cap)),
         trigger_tokens = int(b.trigger),
         target_tokens = int(b.target),
         hard_limit_tokens = int(b.hard_limit),

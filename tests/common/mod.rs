@@ -114,6 +114,7 @@ impl Harness {
             max_input_tokens,
             system: self.system.as_deref(),
             tools: &self.tools,
+            workspace: None,
             previous: None,
             observations: &self.observations,
             skip_aggressive,
@@ -264,6 +265,7 @@ impl Harness {
                 options: &self.policy.render,
                 omit_pending_calls: false,
                 summaries: None,
+                workspace: None,
             },
         )
     }

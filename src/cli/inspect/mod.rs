@@ -206,6 +206,7 @@ fn gather(args: &OfflineArgs, off: &Offline, plan_source: String) -> View {
         options: &policy.render,
         omit_pending_calls: args.omit_pending_calls,
         summaries: None,
+        workspace: None,
     };
     let before = render(&off.thread, &CompactionPlan::new(&off.thread.id), &input);
     let after = render(&off.thread, &plan, &input);

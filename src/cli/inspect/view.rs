@@ -537,6 +537,7 @@ pub(super) mod tests {
             sensitivity: Sensitivity::Internal,
             content_hash: String::new(),
             content_tokens: 0,
+            strategy: String::new(),
         });
         plan.drops.push(DropRecord {
             span: SpanReference::of(t, &[6]),
@@ -575,6 +576,7 @@ pub(super) mod tests {
             options: &options,
             omit_pending_calls: false,
             summaries: None,
+            workspace: None,
         };
         let before = render(&t, &CompactionPlan::new(&t.id), &input);
         let after = render(&t, &p, &input);
@@ -692,6 +694,7 @@ pub(super) mod tests {
             options: &options,
             omit_pending_calls: false,
             summaries: None,
+            workspace: None,
         };
         let r = render(&t, &p, &input);
         let target = Format::target(Some(Format::Neutral), "gpt-4o");
