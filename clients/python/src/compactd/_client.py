@@ -13,7 +13,7 @@ import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -32,6 +32,11 @@ _PB_FORMAT = {
     "responses": pb.OUTPUT_FORMAT_OPENAI_RESPONSES,
     "anthropic": pb.OUTPUT_FORMAT_ANTHROPIC_MESSAGES,
     "neutral": pb.OUTPUT_FORMAT_NEUTRAL,
+}
+
+_PB_OUTCOME = {
+    "succeeded": pb.TASK_OUTCOME_SUCCEEDED,
+    "failed": pb.TASK_OUTCOME_FAILED,
 }
 
 
@@ -131,6 +136,46 @@ def _appendable(held: List[str], shape: str) -> bool:
     return last.get("type") == "function_call_output" or last.get("role") in ("user", "system", "developer")
 
 
+def _task_outcome(value: Optional[str]) -> int:
+    if value is None:
+        return pb.TASK_OUTCOME_UNSPECIFIED
+    if not isinstance(value, str) or value not in _PB_OUTCOME:
+        raise ValueError(f"task_outcome must be one of {', '.join(map(repr, _PB_OUTCOME))} or None, not {value!r}")
+    return _PB_OUTCOME[value]
+
+
+def _injections(value: Union[Sequence[Tuple[str, str]], Mapping[str, str], None]) -> List[Any]:
+    """`(hook, text)` pairs (or a hook → text mapping) as Injection messages, in order."""
+    if value is None:
+        return []
+    pairs = value.items() if isinstance(value, Mapping) else value
+    if isinstance(pairs, (str, bytes)):
+        raise ValueError("injections must be (hook, text) pairs or a mapping of hook to text, not a string")
+    out = []
+    for i, pair in enumerate(pairs):
+        if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+            raise ValueError(f"injections[{i}] must be a (hook, text) pair, not {pair!r}")
+        hook, text = pair
+        if not isinstance(hook, str) or not isinstance(text, str):
+            raise ValueError(f"injections[{i}]: hook and text must be strings")
+        out.append(pb.Injection(hook=hook, text=text))
+    return out
+
+
+def _context_files(name: str, files: Optional[Mapping[str, str]]) -> List[Any]:
+    """A name → text mapping as ContextFile messages, in order."""
+    if files is None:
+        return []
+    if not isinstance(files, Mapping):
+        raise ValueError(f"{name} must be a mapping of file name to text")
+    out = []
+    for file_name, text in files.items():
+        if not isinstance(file_name, str) or not isinstance(text, str):
+            raise ValueError(f"{name}[{file_name!r}]: name and text must be strings")
+        out.append(pb.ContextFile(name=file_name, text=text))
+    return out
+
+
 class _Calls:
     """What both clients share: requests, per-thread state, responses."""
 
@@ -172,12 +217,24 @@ class _Calls:
         read_artifact_tool: bool,
         policy: Optional[Mapping[str, Any]],
         omit_pending_calls: bool = False,
+        task_outcome: Optional[str] = None,
+        injections: Union[Sequence[Tuple[str, str]], Mapping[str, str], None] = None,
+        bootstrap: Optional[Mapping[str, str]] = None,
+        workspace: Optional[Mapping[str, str]] = None,
     ) -> _Pending:
         if not thread_id:
             raise ValueError("thread_id is required: plans and artifacts are kept per thread")
         fmt = format or detect_format(plain(conversation), model)
         if fmt not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+        # Per-request fields, not part of the thread: sent on every call,
+        # appends and the whole-conversation retry (_full_again) included.
+        outcome = _task_outcome(task_outcome)
+        hooks = _injections(injections)
+        context = pb.AssemblyContext(
+            bootstrap=_context_files("bootstrap", bootstrap),
+            workspace=_context_files("workspace", workspace),
+        )
         body = body_of(conversation, system=system, tools=tools)
         conversation_json = json.dumps(body, ensure_ascii=False)
         state = self._thread(thread_id)
@@ -198,7 +255,11 @@ class _Calls:
             search_context_tool=search_context_tool,
             read_artifact_tool=read_artifact_tool,
             omit_pending_calls=omit_pending_calls,
+            task_outcome=outcome,
+            injections=hooks,
         )
+        if context.bootstrap or context.workspace:
+            req.context.CopyFrom(context)
         held = state.sent
         if (
             state.session_version is not None
@@ -236,7 +297,8 @@ class _Calls:
         """The call with the whole conversation, for a session the server no
         longer has at the client's version (another client, a restart past
         its idle time, DeleteThread). What the client held of the thread is
-        dropped: after a delete, plan versions start over."""
+        dropped: after a delete, plan versions start over. The per-call
+        fields (task_outcome, injections, context, policy, ...) are kept."""
         self._forget(p.thread_id)
         full = pb.RenderRequest()
         full.CopyFrom(p.request)
@@ -450,11 +512,37 @@ class Client(_Calls):
         read_artifact_tool: bool = False,
         policy: Optional[Mapping[str, Any]] = None,
         omit_pending_calls: bool = False,
+        task_outcome: Optional[str] = None,
+        injections: Union[Sequence[Tuple[str, str]], Mapping[str, str], None] = None,
+        bootstrap: Optional[Mapping[str, str]] = None,
+        workspace: Optional[Mapping[str, str]] = None,
     ) -> Rendered:
         """Compacts the conversation if it needs it and renders it within
         `budget` tokens (0: the server's default) for `model`, in `format`
         (default: the shape the conversation is in; a Claude model's plain
-        text is rendered for Anthropic)."""
+        text is rendered for Anthropic).
+
+        Per-call content around the thread (sent on every call, never kept
+        as part of the thread; docs/api.md, "Context assembly"):
+
+        - `injections`: `(hook, text)` pairs, or a hook → text mapping, in
+          order: per-turn content of the caller's hooks (memory, retrieved
+          documents, the date), placed just before the latest user message.
+          Together they must fit `policy["injection_reserve_tokens"]`
+          (0 unless the server or `policy` sets it); the first that does
+          not raises CompactdError with `field == "injections[i]"`.
+        - `bootstrap`: file name → text, stable instructions (AGENTS.md, a
+          persona) appended to the system prompt as
+          `<bootstrap name="...">` blocks. Change them rarely: they are part
+          of the cached prefix.
+        - `workspace`: file name → text, working files (the open file, a
+          task list) sent as one user message of `<workspace_file
+          name="...">` blocks right after the compacted history.
+          Compaction leaves room for both, and never compacts them.
+        - `task_outcome`: "succeeded" or "failed", how the agent's task
+          ended since the last call (a quality signal the server counts);
+          anything else raises ValueError.
+        """
         # One call per thread at a time: each builds on what the last sent.
         with self._thread_lock(thread_id):
             p = self._render_request(
@@ -470,6 +558,10 @@ class Client(_Calls):
                 read_artifact_tool=read_artifact_tool,
                 policy=policy,
                 omit_pending_calls=omit_pending_calls,
+                task_outcome=task_outcome,
+                injections=injections,
+                bootstrap=bootstrap,
+                workspace=workspace,
             )
             try:
                 resp = self._call(self._stub.Render, p.request)
@@ -572,6 +664,10 @@ class AsyncClient(_Calls):
         read_artifact_tool: bool = False,
         policy: Optional[Mapping[str, Any]] = None,
         omit_pending_calls: bool = False,
+        task_outcome: Optional[str] = None,
+        injections: Union[Sequence[Tuple[str, str]], Mapping[str, str], None] = None,
+        bootstrap: Optional[Mapping[str, str]] = None,
+        workspace: Optional[Mapping[str, str]] = None,
     ) -> Rendered:
         """See [`Client.render`]."""
         async with self._thread_lock(thread_id):
@@ -588,6 +684,10 @@ class AsyncClient(_Calls):
                 read_artifact_tool=read_artifact_tool,
                 policy=policy,
                 omit_pending_calls=omit_pending_calls,
+                task_outcome=task_outcome,
+                injections=injections,
+                bootstrap=bootstrap,
+                workspace=workspace,
             )
             try:
                 resp = await self._call(self._stub.Render, p.request)
