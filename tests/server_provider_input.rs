@@ -389,7 +389,7 @@ async fn a_protected_mark_in_provider_json_keeps_the_message_and_reports_its_lab
             json: json.clone(),
             format: pb::OutputFormat::OpenaiChat as i32,
         });
-        let out = within(client.render(authed(req, &token)))
+        let out = within(client.render(authed(req.clone(), &token)))
             .await
             .unwrap_or_else(|s| panic!("{format:?}: {s:?}"))
             .into_inner();
@@ -399,6 +399,16 @@ async fn a_protected_mark_in_provider_json_keeps_the_message_and_reports_its_lab
             "the budget forces compaction"
         );
         assert_eq!(compaction.pinned_labels, ["Booking constraint"]);
+        // The same request again reuses the committed plan: the rule is
+        // still pinned and still reported.
+        let again = within(client.render(authed(req, &token)))
+            .await
+            .unwrap_or_else(|s| panic!("{format:?}: {s:?}"))
+            .into_inner()
+            .compaction
+            .expect("compaction");
+        assert!(again.reused, "{format:?}: the plan is reused");
+        assert_eq!(again.pinned_labels, ["Booking constraint"]);
         let body: serde_json::Value =
             serde_json::from_str(&out.provider_payload_json).expect("body");
         let text = body.to_string();

@@ -186,7 +186,7 @@ impl App {
             }),
         );
         let tokenizer = r.parts.counter.name().to_string();
-        Ok(Ok(CompactOutcome::reused(plan, tokenizer)))
+        Ok(Ok(CompactOutcome::reused(plan, tokenizer, &r.cmd)))
     }
 }
 

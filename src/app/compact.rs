@@ -142,6 +142,9 @@ pub struct CompactOutcome {
     pub warnings: Vec<String>,
     /// The append session after the call, when the request used one.
     pub session: Option<super::SessionState>,
+    /// Labels of the pinned messages, in thread order, each once (also
+    /// when the plan was reused: the caller's rules are still in force).
+    pub pinned_labels: Vec<String>,
 }
 
 impl CompactOutcome {
@@ -157,7 +160,7 @@ impl CompactOutcome {
         self.plan.compacted_token_count
     }
 
-    pub(super) fn reused(plan: CompactionPlan, tokenizer: String) -> Self {
+    pub(super) fn reused(plan: CompactionPlan, tokenizer: String, cmd: &CompactCommand) -> Self {
         CompactOutcome {
             plan,
             reused: true,
@@ -166,6 +169,7 @@ impl CompactOutcome {
             tokenizer,
             warnings: Vec::new(),
             session: None,
+            pinned_labels: crate::reduce::pinned_labels_of(&cmd.thread, &cmd.policy),
         }
     }
 
@@ -356,6 +360,7 @@ impl App {
             Ok(Staging::Reused(CompactOutcome::reused(
                 plan,
                 tokenizer.clone(),
+                &resolved.cmd,
             )))
         };
         let previous = match previous {
@@ -566,6 +571,7 @@ impl App {
         Ok(CompactOutcome {
             plan,
             reused: false,
+            pinned_labels: report.pinned_labels.clone(),
             report: Some(report),
             artifacts: written,
             tokenizer: resolved.parts.counter.name().to_string(),

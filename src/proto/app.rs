@@ -442,7 +442,7 @@ pub fn compact_response(
             .collect(),
         target_use: report.map_or(0.0, Report::target_use),
         session: out.session.clone().map(Into::into),
-        pinned_labels: report.map_or_else(Vec::new, |r| r.pinned_labels.clone()),
+        pinned_labels: out.pinned_labels.clone(),
     }
 }
 

@@ -928,6 +928,19 @@ fn finish(
     })
 }
 
+/// [`Report::pinned_labels`] without running the pipeline (a reused
+/// plan): nothing to scan further when no message carries a label.
+pub fn pinned_labels_of(thread: &Thread, policy: &Policy) -> Vec<String> {
+    let labelled = thread
+        .messages
+        .iter()
+        .any(|m| m.metadata.label.as_deref().is_some_and(|l| !l.is_empty()));
+    if !labelled {
+        return Vec::new();
+    }
+    pinned_labels(thread, &partition::pinned(thread, policy))
+}
+
 /// Labels of the pinned messages, each once, in thread order.
 fn pinned_labels(thread: &Thread, pinned: &[bool]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
