@@ -928,6 +928,13 @@ fn finish(
     })
 }
 
+/// Per message, whether compaction never touches it (the protected flag, a
+/// never-prune role, or a call still waiting for its result): the one rule,
+/// for views outside the pipeline.
+pub fn pinned_messages(thread: &Thread, policy: &Policy) -> Vec<bool> {
+    partition::pinned(thread, policy)
+}
+
 /// [`Report::pinned_labels`] without running the pipeline (a reused
 /// plan): nothing to scan further when no message carries a label.
 pub fn pinned_labels_of(thread: &Thread, policy: &Policy) -> Vec<String> {

@@ -90,18 +90,15 @@ pub struct Memory {
 }
 
 /// What `plan` leaves the model of `thread` (the plan normalized; `spans`
-/// computed from both).
-pub fn of(
-    thread: &Thread,
-    plan: &CompactionPlan,
-    spans: &Spans,
-    pinned_roles: &[compactd::model::Role],
-) -> Memory {
+/// computed from both); `pinned` is the pipeline's own rule per message
+/// (`compactd::reduce::pinned_messages`).
+pub fn of(thread: &Thread, plan: &CompactionPlan, spans: &Spans, pinned: &[bool]) -> Memory {
     let pinned = thread
         .messages
         .iter()
-        .filter(|m| m.metadata.protected || pinned_roles.contains(&m.role))
-        .map(|m| {
+        .zip(pinned)
+        .filter(|(_, &p)| p)
+        .map(|(m, _)| {
             let text = m.text();
             let line = text
                 .lines()
@@ -298,7 +295,8 @@ mod tests {
         let (mut t, plan, spans) = demo();
         t.messages[0].metadata.protected = true;
         t.messages[0].metadata.label = Some("Runbook \u{1b}[2J policy".into());
-        let m = of(&t, &plan, &spans, &[]);
+        let pinned: Vec<bool> = t.messages.iter().map(|m| m.metadata.protected).collect();
+        let m = of(&t, &plan, &spans, &pinned);
         assert_eq!(m.pinned.len(), 1);
         assert_eq!(m.pinned[0].id, t.messages[0].id);
         assert_eq!(m.summaries.len(), plan.summarizations.len());

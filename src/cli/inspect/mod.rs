@@ -251,7 +251,8 @@ fn gather(args: &OfflineArgs, off: &Offline, plan_source: String) -> View {
             }
         }
     };
-    let remembers = memory::of(&off.thread, &plan, &spans, &policy.roles_never_prune);
+    let pinned = compactd::reduce::pinned_messages(&off.thread, &policy);
+    let remembers = memory::of(&off.thread, &plan, &spans, &pinned);
     let mut view = View {
         thread_id: off.thread.id.clone(),
         model: off.model.clone(),

@@ -229,15 +229,8 @@ pub(super) mod tests {
     /// The demo thread and plan with a budget around them.
     pub(in super::super) fn demo_view() -> View {
         let (t, plan, spans) = demo();
-        let remembers = super::super::memory::of(
-            &t,
-            &plan,
-            &spans,
-            &[
-                compactd::model::Role::System,
-                compactd::model::Role::Developer,
-            ],
-        );
+        let pinned = compactd::reduce::pinned_messages(&t, &compactd::reduce::Policy::default());
+        let remembers = super::super::memory::of(&t, &plan, &spans, &pinned);
         let mut view = View {
             thread_id: t.id.clone(),
             model: "gpt-4o".into(),
