@@ -214,9 +214,27 @@ const STOPWORDS: &[&str] = &[
     "where", "which", "while", "will", "with", "would", "your", "null", "true", "false",
 ];
 
+/// Index words: four characters or more with at least two letters, so the
+/// pieces of timestamps and numbers (`01t00`, `2024`) are not taken for
+/// topics, while identifiers (`sha256`, `ord1234`) are.
 fn words(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_alphanumeric() && c != '_')
-        .filter(|w| w.chars().count() >= 4 && !w.chars().all(|c| c.is_ascii_digit()))
+        .filter(|w| w.chars().count() >= 4 && w.chars().filter(|c| c.is_alphabetic()).count() >= 2)
         .map(str::to_lowercase)
         .filter(|w| !STOPWORDS.contains(&w.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::words;
+
+    #[test]
+    fn index_words_skip_timestamp_pieces_and_keep_identifiers() {
+        let w: Vec<String> =
+            words("2024-01-01T00:00:00Z deploy sha256 ORD1234 finished 8080 Überprüfung").collect();
+        assert_eq!(
+            w,
+            ["deploy", "sha256", "ord1234", "finished", "überprüfung"]
+        );
+    }
 }
