@@ -409,3 +409,62 @@ async fn render_can_offer_the_read_artifact_tool() {
         );
     }
 }
+
+/// An artifact is injected automatically when only the arguments of a
+/// pending tool call name it (000-30): the user's words and the assistant's
+/// text do not, the last assistant message's call does; the same call
+/// without the id injects nothing.
+#[tokio::test]
+async fn a_pending_calls_arguments_naming_an_artifact_inject_it() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let acme = token("acme", ALL);
+    let thread = big_thread("t-call-args", 2000);
+    let id = externalize(&mut client, &acme, thread.clone()).await;
+    let with_call = |arguments: String| {
+        let mut t = with_turn(thread.clone(), "Carry on with the plan.");
+        let turn = t.messages.last().map_or(1, |m| m.turn);
+        let mut pending = call("a-pending", turn, "c-pending", "grep_artifact");
+        pending.tool_calls[0].arguments_json = arguments;
+        t.messages.push(pending);
+        t
+    };
+    // Pending calls are left out of the body; their arguments still count.
+    let render_pending = |t: pb::Thread| {
+        let req = authed(
+            pb::RenderRequest {
+                thread: Some(t),
+                compact_first: true,
+                max_input_tokens: 8000,
+                policy: Some(externalize_policy()),
+                omit_pending_calls: true,
+                ..Default::default()
+            },
+            &acme,
+        );
+        let mut client = client.clone();
+        async move {
+            within(client.render(req))
+                .await
+                .expect("render")
+                .into_inner()
+        }
+    };
+
+    let named = with_call(format!(r#"{{"artifact_id":"{id}","pattern":"batch 512"}}"#));
+    let r = render_pending(named).await;
+    let a = report(&r, &id);
+    assert!(a.auto, "{a:?}");
+    assert_eq!(a.blocked, 0, "{a:?}");
+    assert!(!a.omitted, "{a:?}");
+    let msgs = injected(&r);
+    assert_eq!(msgs.len(), 1);
+    assert_eq!(msgs[0].source_id, id);
+    assert!(msgs[0].text.contains("INFO worker-"));
+
+    // The same pending call without the id: nothing is read back.
+    let unnamed = with_call(r#"{"pattern":"batch 512"}"#.into());
+    let r = render_pending(unnamed).await;
+    assert!(r.rehydrated.is_empty(), "{:?}", r.rehydrated);
+    assert!(injected(&r).is_empty());
+}

@@ -159,6 +159,35 @@ async fn rpc_spans_carry_lifecycle_events_and_no_content() {
     let mut bad = req.clone();
     bad.max_input_tokens = 10;
     let _ = within(client.compact(authed(bad, &acme))).await;
+    // A compaction only the window may make: it drops messages (002-28).
+    let pruned_thread = pb::Thread {
+        id: "t-pruned".into(),
+        messages: (1..=12)
+            .flat_map(|n| agent_turn(n, 20, "shard checksum verified"))
+            .collect(),
+    };
+    let mut req = compact_req(pruned_thread, 2_000);
+    req.policy = Some(pb::PolicyOverrides {
+        enable_retention: Some(false),
+        enable_compress: Some(false),
+        enable_clear: Some(false),
+        enable_externalize: Some(false),
+        enable_summarize: Some(false),
+        keep_recent_turns: Some(2),
+        ..Default::default()
+    });
+    let pruned_plan = within(client.compact(authed(req, &acme)))
+        .await
+        .expect("compact by dropping")
+        .into_inner()
+        .plan
+        .expect("plan");
+    let dropped_ids: Vec<String> = pruned_plan
+        .drops
+        .iter()
+        .flat_map(|d| d.span.as_ref().expect("span").message_ids.clone())
+        .collect();
+    assert!(!dropped_ids.is_empty(), "the window dropped nothing");
     server.stop().await.expect("clean stop");
 
     // Second part: an LLM summarizer, content capture on, and an agent
@@ -353,6 +382,38 @@ async fn rpc_spans_carry_lifecycle_events_and_no_content() {
     let reason = text_attr(&error.attributes, "error_reason").expect("error_reason");
     assert!(!reason.is_empty(), "no reason");
     assert!(text_attr(&error.attributes, "error_field").is_some());
+
+    // 002-28: the messages the window dropped are reported by one
+    // `compact.pruned_messages` event with their count and ids (at most
+    // 50 of them), on the Compact span that dropped them.
+    let expected_ids = dropped_ids
+        .iter()
+        .take(50)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(",");
+    let pruned: Vec<_> = rpc
+        .iter()
+        .filter(|s| s.name.ends_with("/Compact"))
+        .flat_map(|s| &s.events)
+        .filter(|e| e.name == "compact.pruned_messages")
+        .filter(|e| {
+            text_attr(&e.attributes, "pruned_ids").as_deref() == Some(expected_ids.as_str())
+        })
+        .collect();
+    assert_eq!(
+        pruned.len(),
+        1,
+        "no compact.pruned_messages naming {expected_ids}: {:?}",
+        rpc.iter()
+            .flat_map(|s| &s.events)
+            .filter(|e| e.name == "compact.pruned_messages")
+            .map(|e| text_attr(&e.attributes, "pruned_ids"))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(int_of(pruned[0], "pruned_count"), dropped_ids.len() as i64);
+    int_of(pruned[0], "kept_recent_turns");
+    int_of(pruned[0], "kept_tool_pairs");
 
     // Artifact writes are child spans of the call.
     assert!(spans

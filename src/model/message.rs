@@ -746,3 +746,88 @@ mod rfc3339_tests {
         }
     }
 }
+
+#[cfg(test)]
+mod drift_tests {
+    use super::DeterminismMetadata;
+
+    fn meta(
+        hash: Option<&str>,
+        etag: Option<&str>,
+        mtime: Option<f64>,
+        version: Option<&str>,
+    ) -> DeterminismMetadata {
+        DeterminismMetadata {
+            content_hash: hash.map(str::to_string),
+            etag: etag.map(str::to_string),
+            mtime,
+            version: version.map(str::to_string),
+        }
+    }
+
+    /// The content hash decides first (000-24): equal hashes mean unchanged
+    /// even when every later field differs, and different hashes mean
+    /// changed even when every later field agrees.
+    #[test]
+    fn drift_content_hash_decides_before_every_other_field() {
+        let seen = meta(Some("h1"), Some("e1"), Some(100.0), Some("v1"));
+        let others_differ = meta(Some("h1"), Some("e2"), Some(200.0), Some("v2"));
+        assert!(!seen.has_changed(&others_differ));
+        let hash_differs = meta(Some("h2"), Some("e1"), Some(100.0), Some("v1"));
+        assert!(seen.has_changed(&hash_differs));
+    }
+
+    /// Without a hash on both sides the etag decides (000-24), before mtime
+    /// and version.
+    #[test]
+    fn drift_etag_decides_when_no_common_hash() {
+        let seen = meta(Some("h1"), Some("e1"), Some(100.0), Some("v1"));
+        // The current side has no hash: the etag is the first common field.
+        let others_differ = meta(None, Some("e1"), Some(200.0), Some("v2"));
+        assert!(!seen.has_changed(&others_differ));
+        let etag_differs = meta(None, Some("e2"), Some(100.0), Some("v1"));
+        assert!(seen.has_changed(&etag_differs));
+    }
+
+    /// Without a common hash or etag the mtime decides (000-24), before the
+    /// version.
+    #[test]
+    fn drift_mtime_decides_when_no_common_hash_or_etag() {
+        let seen = meta(None, Some("e1"), Some(100.0), Some("v1"));
+        let version_differs = meta(Some("h1"), None, Some(100.0), Some("v2"));
+        assert!(!seen.has_changed(&version_differs));
+        let mtime_differs = meta(Some("h1"), None, Some(100.5), Some("v1"));
+        assert!(seen.has_changed(&mtime_differs));
+    }
+
+    /// The version decides last (000-24), when it is the only field both
+    /// sides have.
+    #[test]
+    fn drift_version_decides_when_it_is_the_only_common_field() {
+        let seen = meta(Some("h1"), None, None, Some("v1"));
+        assert!(!seen.has_changed(&meta(None, Some("e1"), Some(1.0), Some("v1"))));
+        assert!(seen.has_changed(&meta(None, Some("e1"), Some(1.0), Some("v2"))));
+    }
+
+    /// "Cannot tell" counts as changed (000-24): with no field on both
+    /// sides, even two empty records, the source may have drifted.
+    #[test]
+    fn drift_without_a_common_field_counts_as_changed() {
+        let hash_only = meta(Some("h1"), None, None, None);
+        let etag_only = meta(None, Some("e1"), None, None);
+        let mtime_only = meta(None, None, Some(1.0), None);
+        let version_only = meta(None, None, None, Some("v1"));
+        let all = [&hash_only, &etag_only, &mtime_only, &version_only];
+        for (i, a) in all.iter().enumerate() {
+            for (j, b) in all.iter().enumerate() {
+                if i != j {
+                    assert!(a.has_changed(b), "{a:?} vs {b:?}");
+                }
+            }
+        }
+        let empty = DeterminismMetadata::default();
+        assert!(empty.has_changed(&empty));
+        assert!(hash_only.has_changed(&empty));
+        assert!(empty.has_changed(&hash_only));
+    }
+}
