@@ -355,13 +355,15 @@ fn assert_window_order(
 /// The last-resort drop (the window reducer) removes whole units, oldest
 /// first, and keeps the summaries an earlier compaction wrote, although
 /// they are the oldest units of all, while dropping the free middle brings
-/// the request within its limit (000-77). The request starts below the
-/// hard limit here: one that starts above it has its oldest summary
-/// dropped first (window.rs weighs the running total), a separate issue.
+/// the request within its limit (000-77): whether the request starts below
+/// the hard limit (3 more turns) or far above it (14 more; the window once
+/// dropped the oldest summary first then, weighing the running total).
 #[test]
 fn the_window_drops_whole_units_oldest_first_and_keeps_summaries() {
-    let (t, before, out) = summarized_then_windowed(3, 6_000);
-    assert_window_order(&t, &before, &out);
+    for extra in [3, 14] {
+        let (t, before, out) = summarized_then_windowed(extra, 6_000);
+        assert_window_order(&t, &before, &out);
+    }
 }
 
 /// The last `keep_tool_io_pairs` call/result pairs stay verbatim under

@@ -374,9 +374,14 @@ pub struct BudgetReport {
     /// Tool results against their cap, when one is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_results: Option<TierReport>,
-    /// Of `fixed_tokens`: the workspace slot.
-    #[serde(default)]
+    /// Of `fixed_tokens`: the workspace slot (left out of documents when
+    /// there is none).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub workspace_tokens: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What compaction did, for the caller and the audit record.

@@ -29,39 +29,53 @@ impl Reducer for Window {
         if state.skip_aggressive {
             return Ok(());
         }
-        for u in 0..p.units.ranges.len() {
-            if p.total() <= budget.target() {
-                break;
-            }
-            if !p.unit_is_free(u) {
-                continue;
-            }
-            let (s, e) = p.units.ranges[u];
-            if (s..=e).all(|i| p.is_dropped(i)) {
-                continue;
-            }
-            let mut indices: BTreeSet<usize> = (s..=e).collect();
-            let precious = (s..=e).any(|i| {
-                p.is_summarized(i)
-                    || p.message(i)
-                        .tool_result
-                        .as_ref()
-                        .is_some_and(|env| env.outcome == Outcome::Failure && !p.is_dropped(i))
-            });
-            if precious && p.total() <= budget.hard_limit() {
-                continue;
-            }
-            // Each summary the unit touches is dropped whole (looked up once:
-            // summaries are made of whole units, so there is rarely more than one).
-            let mut seen: Vec<usize> = Vec::new();
-            for i in s..=e {
-                if let Some(r) = p.summary_of(i).filter(|r| !seen.contains(r)) {
-                    seen.push(r);
-                    indices.extend(p.summary_span_of(i).unwrap_or_default());
+        // First every other free unit, oldest first, down to the target;
+        // then, only if the request is still over the hard limit, the
+        // precious ones, oldest first, just until it fits. Deciding per
+        // unit on the running total dropped an old summary whenever the
+        // walk began over the hard limit, though the newer units after it
+        // would have been enough.
+        for precious_pass in [false, true] {
+            for u in 0..p.units.ranges.len() {
+                let done = if precious_pass {
+                    p.total() <= budget.hard_limit()
+                } else {
+                    p.total() <= budget.target()
+                };
+                if done {
+                    break;
                 }
+                if !p.unit_is_free(u) {
+                    continue;
+                }
+                let (s, e) = p.units.ranges[u];
+                if (s..=e).all(|i| p.is_dropped(i)) {
+                    continue;
+                }
+                let precious = (s..=e).any(|i| {
+                    p.is_summarized(i)
+                        || p.message(i)
+                            .tool_result
+                            .as_ref()
+                            .is_some_and(|env| env.outcome == Outcome::Failure && !p.is_dropped(i))
+                });
+                if precious != precious_pass {
+                    continue;
+                }
+                let mut indices: BTreeSet<usize> = (s..=e).collect();
+                // Each summary the unit touches is dropped whole (looked up
+                // once: summaries are made of whole units, so there is
+                // rarely more than one).
+                let mut seen: Vec<usize> = Vec::new();
+                for i in s..=e {
+                    if let Some(r) = p.summary_of(i).filter(|r| !seen.contains(r)) {
+                        seen.push(r);
+                        indices.extend(p.summary_span_of(i).unwrap_or_default());
+                    }
+                }
+                let indices: Vec<usize> = indices.into_iter().collect();
+                p.drop_messages(&indices, "window");
             }
-            let indices: Vec<usize> = indices.into_iter().collect();
-            p.drop_messages(&indices, "window");
         }
         Ok(())
     }
