@@ -968,7 +968,7 @@ fn a_tool_results_cap_evicts_tool_output_early_and_only_tool_output() {
         out.report
             .warnings
             .iter()
-            .any(|w| w.contains("over their cap of 4000")),
+            .any(|w| w.contains("over their target of 3294 (cap 4000)")),
         "{:?}",
         out.report.warnings
     );

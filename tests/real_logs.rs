@@ -151,3 +151,84 @@ fn every_real_log_renders_valid_within_budget_at_every_size_and_format() {
         "only {compacted} cells compacted: the test proves little"
     );
 }
+
+/// A per-tier cap on the real logs: with a window well above each log
+/// (so the total never triggers), tool output over 30% of it is reduced
+/// to the cap's target or a warning says why not, every body stays valid
+/// for its provider and within budget, and what a person typed stays
+/// verbatim (the tier pass touches tool output only). At least one log is
+/// tool-heavy enough to trigger it.
+#[test]
+fn a_tool_results_cap_on_real_logs_leaves_dialogue_and_valid_bodies() {
+    let formats = [
+        Format::OpenAiChat,
+        Format::AnthropicMessages,
+        Format::OpenAiResponses,
+    ];
+    let mut triggered = 0;
+    for (name, thread) in logs() {
+        let whole = Harness::default()
+            .render_as(&thread, 10_000_000, None, Format::OpenAiChat, None)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .1
+            .tokens
+            .total;
+        let budget = whole + whole / 2;
+        let typed: Vec<String> = thread
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::User && m.tool_result.is_none())
+            .map(|m| squash(&m.content.text()))
+            .filter(|t| !t.is_empty())
+            .collect();
+        for format in formats {
+            let cell = format!("{name} at {budget} as {format:?}");
+            let mut h = Harness::default();
+            h.policy.tier_caps.tool_results_ratio = Some(0.3);
+            let out = h
+                .render_as(&thread, budget, None, format, Some(model(format)))
+                .unwrap_or_else(|e| panic!("{cell}: refused: {e}"))
+                .1;
+            let RenderedOutput::Payload(json) = &out.output else {
+                panic!("{cell}: a payload was asked for")
+            };
+            let body: Value = serde_json::from_str(json).expect("JSON body");
+            format
+                .check(&body)
+                .unwrap_or_else(|e| panic!("{cell}: invalid body: {e}"));
+            assert!(out.tokens.total <= budget, "{cell}: {}", out.tokens.total);
+            let report = out
+                .compaction
+                .as_ref()
+                .and_then(|c| c.report.clone())
+                .expect("a fresh tenant compacts");
+            let tier = report.budget.tool_results.expect("the cap is reported");
+            if report.tier_triggered {
+                triggered += 1;
+                assert!(
+                    tier.tokens_after <= tier.target
+                        || report
+                            .warnings
+                            .iter()
+                            .any(|w| w.contains("over their target")),
+                    "{cell}: {tier:?} {:?}",
+                    report.warnings
+                );
+                assert!(tier.tokens_after < tier.tokens_before, "{cell}: {tier:?}");
+            } else {
+                assert!(tier.tokens_before <= tier.cap, "{cell}: {tier:?}");
+            }
+            let mut text = String::new();
+            strings(&body, &mut text);
+            let text = squash(&text);
+            for t in &typed {
+                assert!(
+                    text.contains(t.as_str()),
+                    "{cell}: lost {:?}",
+                    &t[..t.len().min(80)]
+                );
+            }
+        }
+    }
+    assert!(triggered >= 3, "only {triggered} cells over the cap");
+}

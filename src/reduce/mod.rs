@@ -792,13 +792,17 @@ fn cap_tool_results(
     partition::mark_kept(p, tail.turns, tail.pairs, tail.tokens);
     p.tail_tool_results_reducible = false;
     state.only_tool_results = true;
-    // Reducers free in steps (a result at a time); a second round aims anew
-    // from where the first left the tier.
-    for _ in 0..2 {
-        let over = p.tool_results_total().saturating_sub(target);
-        if over == 0 {
+    // Reducers free in steps (a result at a time) and naming archives costs
+    // a little: each round aims anew from where the last left the tier,
+    // until it is at its target or a round frees nothing more.
+    let mut last = u32::MAX;
+    loop {
+        let now = p.tool_results_total();
+        let over = now.saturating_sub(target);
+        if over == 0 || now >= last {
             break;
         }
+        last = now;
         let pass = TokenBudget {
             goal: Some(p.total().saturating_sub(over)),
             ..budget
@@ -806,9 +810,9 @@ fn cap_tool_results(
         steps.run_to(&which, p, state, &pass)?;
     }
     state.only_tool_results = false;
-    if p.tool_results_total() > cap {
+    if p.tool_results_total() > target {
         state.warn(format!(
-            "tool results take {} tokens, over their cap of {cap}: the rest is pinned, recent or may not be evicted",
+            "tool results take {} tokens, over their target of {target} (cap {cap}): the rest is pinned, recent or may not be evicted",
             p.tool_results_total()
         ));
     }
