@@ -232,3 +232,71 @@ fn a_tool_results_cap_on_real_logs_leaves_dialogue_and_valid_bodies() {
     }
     assert!(triggered >= 3, "only {triggered} cells over the cap");
 }
+
+/// The real logs with assembled context at 1/4 and 1/10 of their size in
+/// every format: bootstrap text with the system prompt, the workspace file
+/// whole right after the compacted history (or before the first message of
+/// the conversation), the body valid and within budget with both counted.
+#[test]
+fn real_logs_with_bootstrap_and_workspace_stay_valid_and_within_budget() {
+    use compactd::render::{system_with_bootstrap, workspace_message, ContextFile};
+    let formats = [
+        Format::OpenAiChat,
+        Format::AnthropicMessages,
+        Format::OpenAiResponses,
+    ];
+    let workspace_text =
+        "Open file: src/lib.rs\nTODO: keep the public API unchanged; the release is on Friday.";
+    for (name, thread) in logs() {
+        let whole = Harness::default()
+            .render_as(&thread, 10_000_000, None, Format::OpenAiChat, None)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .1
+            .tokens
+            .total;
+        for budget in [(whole / 4).max(8_000), (whole / 10).max(8_000)] {
+            for format in formats {
+                let cell = format!("{name} at {budget} as {format:?}");
+                let mut h = Harness::default();
+                h.system = system_with_bootstrap(
+                    h.system.clone(),
+                    &[ContextFile {
+                        name: "AGENTS.md".into(),
+                        text: "Run the tests before you commit.".into(),
+                    }],
+                );
+                h.workspace = workspace_message(&[ContextFile {
+                    name: "notes.md".into(),
+                    text: workspace_text.into(),
+                }]);
+                let out = h
+                    .render_as(&thread, budget, None, format, Some(model(format)))
+                    .unwrap_or_else(|e| panic!("{cell}: refused: {e}"))
+                    .1;
+                let RenderedOutput::Payload(json) = &out.output else {
+                    panic!("{cell}: a payload was asked for")
+                };
+                let body: Value = serde_json::from_str(json).expect("JSON body");
+                format
+                    .check(&body)
+                    .unwrap_or_else(|e| panic!("{cell}: invalid body: {e}"));
+                assert!(out.tokens.total <= budget, "{cell}: {}", out.tokens.total);
+                let mut text = String::new();
+                strings(&body, &mut text);
+                assert!(text.contains("<bootstrap name=\"AGENTS.md\">"), "{cell}");
+                assert!(
+                    text.contains(&format!(
+                        "<workspace_file name=\"notes.md\">\n{workspace_text}\n</workspace_file>"
+                    )),
+                    "{cell}: the workspace is not whole"
+                );
+                let report = out
+                    .compaction
+                    .as_ref()
+                    .and_then(|c| c.report.clone())
+                    .expect("a fresh tenant compacts");
+                assert!(report.budget.workspace_tokens > 0, "{cell}");
+            }
+        }
+    }
+}

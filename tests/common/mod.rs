@@ -26,6 +26,8 @@ use compactd::tokens::{o200k, TokenLedger};
 pub struct Harness {
     pub policy: Policy,
     pub system: Option<String>,
+    /// The workspace slot of the assembled context (none by default).
+    pub workspace: Option<compactd::render::RenderedMessage>,
     pub tools: Vec<ToolSchema>,
     pub observations: BTreeMap<String, compactd::model::DeterminismMetadata>,
     /// Render with pending tool calls left out (otherwise they are refused).
@@ -59,6 +61,7 @@ impl Default for Harness {
         Harness {
             policy: Policy::default(),
             system: Some("You are a helpful agent.".into()),
+            workspace: None,
             tools: Vec::new(),
             observations: BTreeMap::new(),
             omit_pending_calls: false,
@@ -114,7 +117,7 @@ impl Harness {
             max_input_tokens,
             system: self.system.as_deref(),
             tools: &self.tools,
-            workspace: None,
+            workspace: self.workspace.as_ref(),
             previous: None,
             observations: &self.observations,
             skip_aggressive,
@@ -168,6 +171,7 @@ impl Harness {
             request.max_input_tokens = Some(max_input_tokens);
             request.model = model.map(str::to_string);
             request.system = self.system.clone();
+            request.workspace = self.workspace.clone();
             request.tools = Arc::new(self.tools.clone());
             request.observations = self.observations.clone();
             let out = self
