@@ -986,15 +986,26 @@ fn a_tool_results_cap_evicts_tool_output_early_and_only_tool_output() {
         "the total alone would not trigger"
     );
     assert!(tier.tokens_after <= tier.target, "{tier:?}");
-    // Measured on the prompt: what the tool results render to.
+    // Measured on the prompt: what the tool results render to, counted as
+    // the request counts them.
+    let rc = compactd::render::RequestCounter::for_target(
+        h.counter.as_ref(),
+        &h.ledger,
+        compactd::provider::Format::openai_chat_target(),
+    );
     let rendered: u32 = out
         .request
         .messages
         .iter()
         .filter(|m| m.tool_call_id.is_some())
-        .map(|m| h.counter.count(&m.content.text()) as u32)
+        .map(|m| rc.message(m))
         .sum();
-    assert!(rendered <= tier.tokens_after, "{rendered} > {tier:?}");
+    // The pipeline's count is an upper bound until artifact ids are bound
+    // (each pending id is counted at its longest): close, never under.
+    assert!(
+        rendered <= tier.tokens_after && tier.tokens_after - rendered < tier.tokens_after / 20,
+        "{rendered} vs {tier:?}"
+    );
     // The oldest results went, the recent tail's stayed.
     assert_ne!(rendered_tool(&out, &calls[0]).origin, Origin::Verbatim);
     for call in &calls[6..] {

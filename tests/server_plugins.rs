@@ -176,8 +176,8 @@ fn externalizing(dir: &PluginDir) -> PluginsSettings {
     s.config = serde_json::json!({
         "mode": "externalize",
         "estimate": 7_000,
-        "fact": "900 shipped orders from last month",
-        "hint": "read when you need a specific order row",
+        "fact": "900 shipped orders from last month (export key AKIAIOSFODNN7EXAMPLE)",
+        "hint": "read when you need a specific order row, key AKIAIOSFODNN7EXAMPLE",
     });
     PluginsSettings {
         dir: Some(dir.path().to_path_buf()),
@@ -192,7 +192,17 @@ async fn a_plugins_externalization_is_written_read_back_and_shown_as_a_pointer()
     let server = TestServer::start_with(|s| s.plugins = externalizing(&dir)).await;
     let mut client = server.client().await;
     let acme = token("acme", ALL);
-    let mut req = compact_req(thread("t-ext"), 6_000);
+    // A secret in the output, and in the plugin's own fact and hint: none
+    // of the three is kept as it is.
+    let mut t = thread("t-ext");
+    if let Some(pb::tool_result_envelope::Content::ContentText(body)) = t.messages[2]
+        .tool_result
+        .as_mut()
+        .and_then(|r| r.content.as_mut())
+    {
+        body.push_str("export key: AKIAIOSFODNN7EXAMPLE\n");
+    }
+    let mut req = compact_req(t, 6_000);
     // Only the plugin may externalize, and nothing else writes artifacts.
     req.policy = Some(pb::PolicyOverrides {
         keep_recent_turns: Some(1),
@@ -222,19 +232,25 @@ async fn a_plugins_externalization_is_written_read_back_and_shown_as_a_pointer()
         ext.span.as_ref().map(|s| s.message_ids.clone()),
         Some(vec!["t1".to_string()])
     );
-    // The plugin's pointer, not the host's defaults.
-    assert_eq!(
-        ext.rehydrate_hint,
-        "read when you need a specific order row"
+    // The plugin's pointer, not the host's defaults, with the secret
+    // redacted from both.
+    assert!(
+        ext.rehydrate_hint
+            .starts_with("read when you need a specific order row, key [REDACTED:"),
+        "{}",
+        ext.rehydrate_hint
     );
     let facts = ext
         .summary
         .as_ref()
         .map(|s| s.facts.clone())
         .unwrap_or_default();
-    assert_eq!(
-        facts,
-        vec!["900 shipped orders from last month".to_string()]
+    let [fact] = facts.as_slice() else {
+        panic!("one fact: {facts:?}");
+    };
+    assert!(
+        fact.starts_with("900 shipped orders from last month (export key [REDACTED:"),
+        "{fact}"
     );
     // Credited to the plugin (name@version), as its clears are.
     assert!(ext.strategy.starts_with("misbehave@"), "{}", ext.strategy);
@@ -265,6 +281,9 @@ async fn a_plugins_externalization_is_written_read_back_and_shown_as_a_pointer()
         "{}",
         back.content
     );
+    // Stored redacted.
+    assert!(!back.content.contains("AKIAIOSFODNN7EXAMPLE"));
+    assert!(back.content.contains("export key: [REDACTED:"));
     assert_eq!(back.content_hash, ext.content_hash);
 
     let render = pb::RenderRequest {
@@ -283,6 +302,10 @@ async fn a_plugins_externalization_is_written_read_back_and_shown_as_a_pointer()
     assert!(prompt.contains(&ext.artifact_id), "no pointer in {prompt}");
     // The hint stays in the plan record (pointers render without it).
     assert!(prompt.contains("900 shipped orders from last month"));
+    assert!(
+        !prompt[prompt.find(&ext.artifact_id).unwrap_or(0)..].contains("AKIAIOSFODNN7EXAMPLE"),
+        "the pointer quotes the secret"
+    );
     assert!(
         !prompt.contains("order-00150"),
         "the rows are still in the prompt"

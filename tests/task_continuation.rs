@@ -255,7 +255,7 @@ async fn a_scripted_agent_finishes_its_task_at_every_budget() {
         );
     }
     // The whole thread needed nothing; the small budgets really compacted
-    // (to under a tenth of the thread at the smallest), and there the
+    // (about 15x at the smallest), and there the
     // agent had to reach for what compactd moved out.
     let whole = results.iter().filter(|r| r.0 == 200_000);
     assert!(whole
@@ -265,7 +265,7 @@ async fn a_scripted_agent_finishes_its_task_at_every_budget() {
     assert!(results
         .iter()
         .filter(|r| r.0 == 3_500)
-        .all(|r| r.3 * 10 < r.2));
+        .all(|r| r.3 * 14 < r.2));
     assert!(
         results
             .iter()

@@ -43,6 +43,9 @@ pub(super) struct Carry {
     tokens_after: u32,
     /// Above this the pipeline compacts.
     trigger: u32,
+    /// Tool results' tokens with the plan, and above what (the per-tier
+    /// cap, when one is set) the pipeline reduces them.
+    tool_results: Option<(u32, u32)>,
     /// What `thread` weighs in memory (kept: weighing walks every message).
     bytes: u64,
     /// The thread the check found `thread` to extend, while something else
@@ -107,6 +110,7 @@ impl App {
             tokens_before: plan.original_token_count,
             tokens_after: plan.compacted_token_count,
             trigger: report.budget.trigger,
+            tool_results: report.budget.tool_results.map(|t| (t.tokens_after, t.cap)),
             bytes: super::session::weight(&r.cmd.thread.messages),
             extends: None,
         };
@@ -154,18 +158,29 @@ impl App {
             }
             let parts = &r2.parts;
             let rc = RequestCounter::for_target(parts.counter.as_ref(), &parts.ledger, r2.target);
-            let added = thread.messages[have..]
-                .iter()
-                .map(|m| u64::from(rc.verbatim(m, &r2.cmd.policy.render)))
-                .sum::<u64>();
-            u32::try_from(added).ok()
+            let (mut added, mut tools) = (0u64, 0u64);
+            for m in &thread.messages[have..] {
+                let n = u64::from(rc.verbatim(m, &r2.cmd.policy.render));
+                added += n;
+                if m.tool_result.is_some() {
+                    tools += n;
+                }
+            }
+            Some((u32::try_from(added).ok()?, u32::try_from(tools).ok()?))
         })
         .await?;
-        let Some(added) = added else {
+        let Some((added, added_tools)) = added else {
             return Ok(Err(committed));
         };
         let after = carry.tokens_after.saturating_add(added);
         if after > carry.trigger {
+            return Ok(Err(committed));
+        }
+        // A per-tier cap triggers on its own, far below the total's trigger.
+        let tool_results = carry
+            .tool_results
+            .map(|(tokens, cap)| (tokens.saturating_add(added_tools), cap));
+        if tool_results.is_some_and(|(tokens, cap)| tokens > cap) {
             return Ok(Err(committed));
         }
         let mut plan = committed;
@@ -181,6 +196,7 @@ impl App {
                 tokens_before: plan.original_token_count,
                 tokens_after: after,
                 trigger: carry.trigger,
+                tool_results,
                 bytes: carry.bytes + super::session::weight(&r.cmd.thread.messages[have..]),
                 extends: Some(Arc::downgrade(&carry.thread)),
             }),

@@ -155,6 +155,11 @@ impl AuditRecord {
                 out.insert(c.strategy.clone());
             }
         }
+        for e in &plan.externalizations {
+            if !e.strategy.is_empty() {
+                out.insert(e.strategy.clone());
+            }
+        }
         for s in &plan.summarizations {
             if let Some(plugin) = s.summarizer_id.strip_prefix("plugin:") {
                 out.insert(plugin.to_string());

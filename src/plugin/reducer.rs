@@ -139,8 +139,9 @@ fn short(text: &str) -> String {
 /// Longest placeholder a plugin may put in place of a message.
 const MAX_REPLACEMENT_BYTES: usize = 16 * 1024;
 
-/// Longest rehydration hint a plugin may give a pointer (it renders in
-/// the prompt with every pointer).
+/// Longest rehydration hint a plugin may give a pointer (kept in the plan,
+/// matched for automatic read-back, and listed by a summary that later
+/// absorbs the pointer).
 const MAX_HINT_BYTES: usize = 1024;
 
 /// A plugin's summary of the messages at `indices`, checked as the API
@@ -329,7 +330,7 @@ impl PluginReducer {
                     state.redactor.redact_summary(&mut s);
                     s
                 });
-                // The hint renders in the prompt and may quote content.
+                // The hint is kept and returned with the plan, and may quote content.
                 let hint = hint.map(|h| state.redactor.redact(&h).into_owned());
                 let done = Externalize::message(p, i, state, content, summary, hint);
                 if done {

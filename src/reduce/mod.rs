@@ -231,8 +231,8 @@ pub enum CompactError {
     /// Even with everything reducible reduced, the request does not fit.
     #[error(
         "insufficient budget: the smallest valid request needs {required} tokens but the limit is {limit} \
-         (system+tools {fixed}, pinned messages {pinned}, last user message and newest call group {tail}, \
-         the rest {rest}); reduce protected content or raise max_input_tokens",
+         (fixed parts: system, tools and workspace {fixed}; pinned messages {pinned}; last user message and \
+         newest call group {tail}; the rest {rest}); reduce protected content or the workspace, or raise max_input_tokens",
          rest = required.saturating_sub(*fixed).saturating_sub(*pinned).saturating_sub(*tail)
     )]
     InsufficientBudget {
@@ -363,12 +363,13 @@ pub struct BudgetReport {
     pub trigger: u32,
     /// Compaction aims for this.
     pub target: u32,
-    /// System prompt, tools and framing.
+    /// System prompt, tools, the workspace slot and framing.
     pub fixed_tokens: u32,
     /// Of `fixed_tokens`: the system prompt.
     #[serde(default)]
     pub system_tokens: u32,
-    /// Of `fixed_tokens`: the tool schemas (the rest is framing).
+    /// Of `fixed_tokens`: the tool schemas (the rest is the workspace and
+    /// framing).
     #[serde(default)]
     pub tool_tokens: u32,
     /// Tool results against their cap, when one is set.
@@ -1019,16 +1020,18 @@ pub fn settings_fingerprint(req: &CompactRequest<'_>, engine: &Engine<'_>) -> St
 }
 
 fn fingerprint_of(thread: &Thread, req: &CompactRequest<'_>, engine: &Engine<'_>) -> String {
-    // The workspace slot is hashed with the system prompt (both are fixed
-    // text around the thread), so a request without one keeps the
-    // fingerprint it always had.
+    /// The system prompt alone (as it always was hashed: a request without
+    /// a workspace keeps its fingerprint), or with the workspace slot as a
+    /// pair, which no system prompt's text can spell.
+    #[derive(Serialize)]
+    #[serde(untagged)]
+    enum FixedText<'a> {
+        System(Option<&'a str>),
+        WithWorkspace(Option<&'a str>, String),
+    }
     let system = match req.workspace {
-        None => req.system.map(std::borrow::Cow::Borrowed),
-        Some(w) => Some(std::borrow::Cow::Owned(format!(
-            "{}\u{0}workspace\u{0}{}",
-            req.system.unwrap_or(""),
-            w.content.text()
-        ))),
+        None => FixedText::System(req.system),
+        Some(w) => FixedText::WithWorkspace(req.system, w.content.text().into_owned()),
     };
     fingerprint(
         thread,

@@ -33,11 +33,11 @@ impl ContextFile {
         if self
             .name
             .chars()
-            .any(|c| c.is_control() || matches!(c, '"' | '<' | '>'))
+            .any(|c| c.is_control() || invisible(c) || matches!(c, '"' | '<' | '>'))
         {
             return Some((
                 "name",
-                "may not hold quotes, angle brackets or control characters",
+                "may not hold quotes, angle brackets, control, format or separator characters",
             ));
         }
         if self.text.trim().is_empty() {
@@ -47,14 +47,48 @@ impl ContextFile {
     }
 }
 
+/// Format and separator characters (bidi controls, zero-width marks, line
+/// and paragraph separators): invisible in a tag, so a name may not hold them.
+fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{AD}'
+            | '\u{61C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+    )
+}
+
+/// `text` with every closing `tag` in it — any case, with spaces after
+/// `</` — opened as `&lt;/`, so the content cannot end its block early.
+/// Other markup stays as it is.
+fn neutralize(text: &str, tag: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("</") {
+        let after = rest[at + 2..].trim_start_matches([' ', '\t', '\n', '\r']);
+        let closes = after
+            .get(..tag.len())
+            .is_some_and(|t| t.eq_ignore_ascii_case(tag));
+        out.push_str(&rest[..at]);
+        out.push_str(if closes { "&lt;/" } else { "</" });
+        rest = &rest[at + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// `<tag name="...">`, the text, `</tag>`; a closing tag inside the text is
 /// neutralized so the content cannot end its block early.
 fn block(tag: &str, f: &ContextFile) -> String {
-    let close = format!("</{tag}");
     format!(
         "<{tag} name=\"{}\">\n{}\n</{tag}>",
         f.name,
-        f.text.replace(&close, &format!("&lt;/{tag}"))
+        neutralize(&f.text, tag)
     )
 }
 
@@ -134,9 +168,37 @@ mod tests {
     }
 
     #[test]
+    fn a_closing_tag_in_any_spelling_is_neutralized_and_other_markup_kept() {
+        let text = "a </workspace_file> b </ WORKSPACE_FILE> c </Workspace_File d </div> é";
+        let out = neutralize(text, "workspace_file");
+        assert_eq!(
+            out,
+            "a &lt;/workspace_file> b &lt;/ WORKSPACE_FILE> c &lt;/Workspace_File d </div> é"
+        );
+        let w = workspace_message(&[file("f", text)]).unwrap();
+        assert_eq!(
+            w.content
+                .text()
+                .to_lowercase()
+                .matches("</workspace_file")
+                .count(),
+            1
+        );
+    }
+
+    #[test]
     fn names_that_would_break_the_tag_are_refused() {
         assert_eq!(file("ok.md", "t").problem(), None);
-        for bad in ["", "a\"b", "a<b", "a>b", "a\nb"] {
+        for bad in [
+            "",
+            "a\"b",
+            "a<b",
+            "a>b",
+            "a\nb",
+            "a\u{2028}b",
+            "a\u{202E}b",
+            "a\u{200B}b",
+        ] {
             assert_eq!(
                 file(bad, "t").problem().map(|p| p.0),
                 Some("name"),

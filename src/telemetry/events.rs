@@ -61,7 +61,11 @@ pub fn compaction(c: &Compacted<'_>) {
         fixed_tokens = int(b.fixed_tokens),
         system_tokens = int(b.system_tokens),
         tools_schema_tokens = int(b.tool_tokens),
-        framing_tokens = int(b.fixed_tokens.saturating_sub(b.system_tokens + b.tool_tokens)),
+        framing_tokens = int(
+            b.fixed_tokens
+                .saturating_sub(b.system_tokens + b.tool_tokens + b.workspace_tokens)
+        ),
+        workspace_tokens = int(b.workspace_tokens),
         developer_tokens = int(report.developer_tokens),
         message_tokens = int(
             report
@@ -74,10 +78,15 @@ pub fn compaction(c: &Compacted<'_>) {
     tracing::info!(
         target: EVENTS,
         triggered = report.triggered,
-        reason = match (report.triggered, report.tier_triggered) {
-            (_, true) => "tool results above their cap",
-            (true, false) => "tokens above the trigger",
-            (false, _) => "tokens at or below the trigger",
+        reason = match (
+            report.tier_triggered,
+            report.tokens_before > b.trigger,
+            report.triggered,
+        ) {
+            (true, true, _) => "tokens above the trigger and tool results above their cap",
+            (true, false, _) => "tool results above their cap",
+            (false, _, true) => "tokens above the trigger",
+            (false, _, false) => "tokens at or below the trigger",
         },
         tool_results_tokens = b.tool_results.map(|t| int(t.tokens_before)),
         tool_results_cap_tokens = b.tool_results.map(|t| int(t.cap)),
