@@ -57,6 +57,16 @@ fn strings(v: &Value, out: &mut String) {
     }
 }
 
+/// The log's size as the OpenAI body counts it.
+fn whole_tokens(name: &str, thread: &Thread) -> u32 {
+    Harness::default()
+        .render_as(thread, 10_000_000, None, Format::OpenAiChat, None)
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .1
+        .tokens
+        .total
+}
+
 fn model(format: Format) -> &'static str {
     match format {
         Format::AnthropicMessages => "claude-sonnet-4-5",
@@ -73,13 +83,7 @@ fn every_real_log_renders_valid_within_budget_at_every_size_and_format() {
     ];
     let mut compacted = 0;
     for (name, thread) in logs() {
-        // The log's size as the OpenAI body counts it.
-        let whole = Harness::default()
-            .render_as(&thread, 10_000_000, None, Format::OpenAiChat, None)
-            .unwrap_or_else(|e| panic!("{name}: {e}"))
-            .1
-            .tokens
-            .total;
+        let whole = whole_tokens(&name, &thread);
         let budgets: BTreeSet<u32> = [4, 10, 40].iter().map(|d| (whole / d).max(8_000)).collect();
         // What a person typed (the last user message stays verbatim; the
         // earlier ones are quoted in a summary when they leave).
@@ -167,12 +171,7 @@ fn a_tool_results_cap_on_real_logs_leaves_dialogue_and_valid_bodies() {
     ];
     let mut triggered = 0;
     for (name, thread) in logs() {
-        let whole = Harness::default()
-            .render_as(&thread, 10_000_000, None, Format::OpenAiChat, None)
-            .unwrap_or_else(|e| panic!("{name}: {e}"))
-            .1
-            .tokens
-            .total;
+        let whole = whole_tokens(&name, &thread);
         let budget = whole + whole / 2;
         let typed: Vec<String> = thread
             .messages
@@ -248,12 +247,7 @@ fn real_logs_with_bootstrap_and_workspace_stay_valid_and_within_budget() {
     let workspace_text =
         "Open file: src/lib.rs\nTODO: keep the public API unchanged; the release is on Friday.";
     for (name, thread) in logs() {
-        let whole = Harness::default()
-            .render_as(&thread, 10_000_000, None, Format::OpenAiChat, None)
-            .unwrap_or_else(|e| panic!("{name}: {e}"))
-            .1
-            .tokens
-            .total;
+        let whole = whole_tokens(&name, &thread);
         for budget in [(whole / 4).max(8_000), (whole / 10).max(8_000)] {
             for format in formats {
                 let cell = format!("{name} at {budget} as {format:?}");
