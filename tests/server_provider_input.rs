@@ -422,3 +422,88 @@ async fn a_protected_mark_in_provider_json_keeps_the_message_and_reports_its_lab
         );
     }
 }
+
+/// A server configured with its own protected mark (`policy.protected_flag:
+/// pinned`, seed 002's configurable flag name) reads that key, at the top
+/// level or under `metadata`, in full bodies and in appended JSON; a
+/// `"protected"` key is then the caller's own and pins nothing; a mark of
+/// the wrong type is named by its configured key.
+#[tokio::test]
+async fn a_configured_protected_flag_name_is_the_mark_read() {
+    let server = TestServer::start_with(|s| s.policy.protected_flag = "pinned".into()).await;
+    let mut client = server.client().await;
+    let token = token("acme", PERMS);
+    let mut value: serde_json::Value =
+        serde_json::from_str(&data("tau_bench_airline.json")).expect("json");
+    let messages = value.as_array_mut().expect("a messages array");
+    let rule = "Do not change the flights or the passengers, only the cabin.";
+    // Long enough that compaction takes it unless it is pinned.
+    let decoy = "Please also keep my seat preference, my meal choice and my loyalty number on file for later trips. "
+        .repeat(60);
+    let decoy = decoy.trim_end();
+    messages.insert(
+        1,
+        serde_json::json!({"role": "user", "content": rule, "metadata": {"pinned": true, "label": "Booking constraint"}}),
+    );
+    messages.insert(
+        2,
+        serde_json::json!({"role": "assistant", "content": "Understood."}),
+    );
+    messages.insert(
+        3,
+        serde_json::json!({"role": "user", "content": decoy, "protected": true}),
+    );
+    messages.insert(
+        4,
+        serde_json::json!({"role": "assistant", "content": "Noted."}),
+    );
+    let mut req = render_req(pb::OutputFormat::OpenaiChat);
+    req.max_input_tokens = 6_000;
+    req.input = Some(pb::ProviderInput {
+        thread_id: "flag".into(),
+        json: value.to_string(),
+        format: pb::OutputFormat::OpenaiChat as i32,
+    });
+    let out = within(client.render(authed(req, &token)))
+        .await
+        .expect("render")
+        .into_inner();
+    let compaction = out.compaction.expect("compaction");
+    assert!(
+        compaction.tokens_before > 6_000,
+        "the budget forces compaction"
+    );
+    assert_eq!(compaction.pinned_labels, ["Booking constraint"]);
+    let body: serde_json::Value = serde_json::from_str(&out.provider_payload_json).expect("body");
+    let verbatim = |text: &str| {
+        body["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .any(|m| m["content"] == text)
+    };
+    assert!(verbatim(rule), "the configured mark pins the rule");
+    // (A person's words may still be quoted in a summary.)
+    assert!(!verbatim(decoy), "`protected` is an ordinary key here");
+    assert!(
+        !out.provider_payload_json.contains("\"pinned\""),
+        "marks are not sent on"
+    );
+
+    // The wrong type is refused by the configured key's name.
+    let mut bad = render_req(pb::OutputFormat::OpenaiChat);
+    bad.input = Some(pb::ProviderInput {
+        thread_id: "flag-bad".into(),
+        json: r#"[{"role": "user", "content": "hi", "pinned": "yes"}]"#.into(),
+        format: pb::OutputFormat::OpenaiChat as i32,
+    });
+    let e = within(client.render(authed(bad, &token)))
+        .await
+        .expect_err("a string mark");
+    assert_status(
+        &e,
+        Code::InvalidArgument,
+        Some("input.json.messages[0].pinned"),
+    );
+    server.stop().await.expect("clean stop");
+}

@@ -121,15 +121,21 @@ fn from_v0(root: &mut Map<String, Value>, notes: &mut Vec<String>) -> Result<(),
         }
     }
     if let Some(flag) = take(root, "policy.protected_flag") {
-        if flag.as_str() != Some("protected") {
+        let Some(name) = flag.as_str() else {
             return Err(format!(
-                "policy.protected_flag: only \"protected\" is read (messages[].metadata.protected); found {flag}"
+                "policy.protected_flag: must be a string, found {flag}"
             ));
+        };
+        if name != "protected" {
+            put(
+                root,
+                "policy.protected_flag",
+                serde_json::Value::String(name.into()),
+            )?;
         }
-        notes.push(
-            "policy.protected_flag is deprecated and ignored: the flag is always `protected`"
-                .into(),
-        );
+        notes.push(format!(
+            "policy.protected_flag is kept as it is (`{name}`): provider JSON marks a message protected with it; typed messages use metadata.protected"
+        ));
     }
     if let Some(overrides) = take(root, "tool_durability_overrides") {
         tool_overrides(root, overrides, notes)?;
@@ -319,6 +325,15 @@ mod tests {
     }
 
     #[test]
+    fn a_version_zero_protected_flag_is_kept() {
+        let m = migrate(json!({"version": 0, "policy": {"protected_flag": "pinned"}})).unwrap();
+        assert_eq!(m.doc["policy"]["protected_flag"], "pinned");
+        let m = migrate(json!({"version": 0, "policy": {"protected_flag": "protected"}})).unwrap();
+        assert!(m.doc["policy"].get("protected_flag").is_none());
+        assert!(migrate(json!({"version": 0, "policy": {"protected_flag": 3}})).is_err());
+    }
+
+    #[test]
     fn version_zero_keys_move_with_a_deprecation_each() {
         let m = migrate(json!({
             "version": 0,
@@ -381,10 +396,6 @@ mod tests {
             (
                 json!({"version": 0, "redaction": {"enabled": false}}),
                 "redaction.enabled",
-            ),
-            (
-                json!({"version": 0, "policy": {"protected_flag": "pinned"}}),
-                "policy.protected_flag",
             ),
             (
                 json!({"version": 0, "model": "a", "default_model": "b"}),

@@ -22,8 +22,13 @@ use crate::app::{SessionInput, SessionState};
 /// overrides applied to `base`. Expands to an expression that uses `?`.
 macro_rules! shared_command {
     ($r:ident, $base:expr) => {{
-        let (thread, session, imported) =
-            provider_input($r.thread, $r.append, $r.input, $r.start_session)?;
+        let (thread, session, imported) = provider_input(
+            $r.thread,
+            $r.append,
+            $r.input,
+            $r.start_session,
+            &$base.protected_flag,
+        )?;
         let mut tools = each::<_, ToolSchema>($r.tools, "tools")?;
         let mut system = $r.system_prompt;
         // A provider body's own system prompt and tools, unless the
@@ -122,9 +127,10 @@ fn provider_input(
     append: Option<pb::ThreadAppend>,
     input: Option<pb::ProviderInput>,
     start_session: bool,
+    flag: &str,
 ) -> Result<(Thread, SessionInput, Option<Imported>)> {
     let Some(input) = input else {
-        let (thread, session) = thread_input(thread, append, start_session)?;
+        let (thread, session) = thread_input(thread, append, start_session, flag)?;
         return Ok((thread, session, None));
     };
     if thread.is_some() || append.is_some() {
@@ -136,11 +142,16 @@ fn provider_input(
     if input.thread_id.trim().is_empty() {
         return Err(ConvertError::new("input.thread_id", "is required"));
     }
-    let value: serde_json::Value = serde_json::from_str(&input.json)
+    let mut value: serde_json::Value = serde_json::from_str(&input.json)
         .map_err(|e| ConvertError::new("input.json", format!("is not JSON: {e}")))?;
+    crate::provider::read_protected_flag_as(&mut value, flag);
     let shape = stated_shape(input.format, "input.format")?;
-    let read = thread_from_json_as(&value, &input.thread_id, shape)
-        .map_err(|e| ConvertError::new(e.field_under("input.json"), e.reason))?;
+    let read = thread_from_json_as(&value, &input.thread_id, shape).map_err(|e| {
+        ConvertError::new(
+            crate::provider::field_with_flag(e.field_under("input.json"), flag),
+            e.reason,
+        )
+    })?;
     let mut thread = read.thread;
     // The request names the thread, whatever a canonical body says.
     thread.id = input.thread_id;
@@ -162,6 +173,7 @@ fn thread_input(
     thread: Option<pb::Thread>,
     append: Option<pb::ThreadAppend>,
     start_session: bool,
+    flag: &str,
 ) -> Result<(Thread, SessionInput)> {
     match (thread, append) {
         (Some(_), Some(_)) => Err(ConvertError::new(
@@ -186,9 +198,21 @@ fn thread_input(
                     "neutral messages are sent as append.messages",
                 ));
             }
+            // A configured mark is read as `protected` here, once: the
+            // append is small, and the session reads it later as it is.
+            let json = if a.messages_json.is_empty() || flag == "protected" {
+                a.messages_json
+            } else {
+                let mut v: serde_json::Value =
+                    serde_json::from_str(&a.messages_json).map_err(|e| {
+                        ConvertError::new("append.messages_json", format!("is not JSON: {e}"))
+                    })?;
+                crate::provider::read_protected_flag_as(&mut v, flag);
+                v.to_string()
+            };
             let input = SessionInput::Append {
                 base_version: a.base_version,
-                json: (!a.messages_json.is_empty()).then(|| (a.messages_json.into(), shape)),
+                json: (!json.is_empty()).then(|| (json.into(), shape)),
             };
             let t = pb::Thread {
                 id: a.thread_id,
@@ -275,7 +299,7 @@ pub fn render_command(r: pb::RenderRequest, base: &Policy) -> Result<RenderComma
 }
 
 /// An Explain request as a command (the use case checks the text and ids).
-pub fn explain_command(r: pb::ExplainRequest) -> Result<ExplainCommand> {
+pub fn explain_command(r: pb::ExplainRequest, base: &Policy) -> Result<ExplainCommand> {
     if r.append
         .as_ref()
         .is_some_and(|a| a.thread_id != r.thread_id)
@@ -288,7 +312,7 @@ pub fn explain_command(r: pb::ExplainRequest) -> Result<ExplainCommand> {
     let (thread, session) = match (r.thread, r.append) {
         (None, None) => (None, SessionInput::Off),
         (thread, append) => {
-            let (thread, session) = thread_input(thread, append, false)?;
+            let (thread, session) = thread_input(thread, append, false, &base.protected_flag)?;
             (Some(thread), session)
         }
     };
@@ -367,8 +391,9 @@ impl From<ExplainOutcome> for pb::ExplainResponse {
 }
 
 /// A SearchContext request as a command (the use case checks the query).
-pub fn search_command(r: pb::SearchContextRequest) -> Result<SearchCommand> {
-    let (thread, session, _) = provider_input(r.thread, r.append, r.input, false)?;
+pub fn search_command(r: pb::SearchContextRequest, base: &Policy) -> Result<SearchCommand> {
+    let (thread, session, _) =
+        provider_input(r.thread, r.append, r.input, false, &base.protected_flag)?;
     Ok(SearchCommand {
         session,
         thread: Arc::new(thread),

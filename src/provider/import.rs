@@ -256,6 +256,51 @@ impl Earlier {
     }
 }
 
+/// Reads `flag` as the protected mark of every message of `v` (a message
+/// array, or a body's `messages` or `input`), at the top level or under
+/// `metadata`: its value moves to `protected`, and a `protected` key of the
+/// caller's own is dropped, so the importer reads the configured mark
+/// alone. Nothing to do for the default flag.
+pub fn read_protected_flag_as(v: &mut Value, flag: &str) {
+    if flag == "protected" {
+        return;
+    }
+    fn rename(o: &mut serde_json::Map<String, Value>, flag: &str) {
+        o.remove("protected");
+        if let Some(mark) = o.remove(flag) {
+            o.insert("protected".into(), mark);
+        }
+    }
+    let lists: Vec<&mut Value> = match v {
+        Value::Array(_) => vec![v],
+        Value::Object(o) => o
+            .iter_mut()
+            .filter(|(k, _)| *k == "messages" || *k == "input")
+            .map(|(_, x)| x)
+            .collect(),
+        _ => Vec::new(),
+    };
+    for list in lists {
+        let Value::Array(items) = list else { continue };
+        for item in items {
+            let Value::Object(o) = item else { continue };
+            rename(o, flag);
+            if let Some(Value::Object(meta)) = o.get_mut("metadata") {
+                rename(meta, flag);
+            }
+        }
+    }
+}
+
+/// A field an import error names, with the configured mark's key where
+/// the importer saw `protected`.
+pub fn field_with_flag(field: String, flag: &str) -> String {
+    match field.strip_suffix(".protected") {
+        Some(head) if flag != "protected" => format!("{head}.{flag}"),
+        _ => field,
+    }
+}
+
 /// What a JSON message says about itself beyond its provider's fields:
 /// `"protected": true` (never compacted) and a `"label"` for reports, at the
 /// top level or under `"metadata"`. compactd reads them and never sends them
@@ -750,6 +795,43 @@ mod tests {
         let v = json!([{"role": "user", "content": "a"}, {"role": "wizard", "content": "b"}]);
         let e = thread_from_json(&v, "t").unwrap_err();
         assert_eq!(e.path, "messages[1].role");
+    }
+
+    #[test]
+    fn a_configured_mark_is_read_in_every_shape_and_protected_is_then_ignored() {
+        let rule = "Never rebook.";
+        for mut v in [
+            json!([{"role": "user", "content": rule, "pinned": true}, {"role": "user", "content": "b", "protected": true}]),
+            json!({"messages": [{"role": "user", "content": rule, "metadata": {"pinned": true}}, {"role": "user", "content": "b", "metadata": {"protected": true}}]}),
+            json!({"input": [{"role": "user", "content": rule, "pinned": true}, {"role": "user", "content": "b", "protected": true}]}),
+        ] {
+            read_protected_flag_as(&mut v, "pinned");
+            let t = thread_from_json(&v, "t").unwrap().thread;
+            let pinned: Vec<bool> = t.messages.iter().map(|m| m.metadata.protected).collect();
+            assert_eq!(pinned, [true, false], "{v}");
+        }
+        // The default leaves a body as it is.
+        let mut v = json!([{"role": "user", "content": rule, "protected": true}]);
+        read_protected_flag_as(&mut v, "protected");
+        assert!(
+            thread_from_json(&v, "t").unwrap().thread.messages[0]
+                .metadata
+                .protected
+        );
+        assert_eq!(
+            field_with_flag("m[0].protected".into(), "pinned"),
+            "m[0].pinned"
+        );
+        assert_eq!(
+            field_with_flag("m[0].protected".into(), "protected"),
+            "m[0].protected"
+        );
+        // A key messages already use cannot be the mark.
+        let mut p = crate::reduce::Policy::default();
+        for taken in ["", "role", "label", "metadata"] {
+            p.protected_flag = taken.into();
+            assert_eq!(p.validate().unwrap_err().field, "policy.protected_flag");
+        }
     }
 
     #[test]

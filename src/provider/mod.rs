@@ -46,7 +46,8 @@ use crate::tokens::{encoding_known, normalize_model, ChatOverhead, Framing, Targ
 
 pub use body::BodyCounter;
 pub use import::{
-    appended_from_json, thread_from_json, thread_from_json_as, ImportError, ThreadInput,
+    appended_from_json, field_with_flag, read_protected_flag_as, thread_from_json,
+    thread_from_json_as, ImportError, ThreadInput,
 };
 
 /// The form a rendered request is returned in.

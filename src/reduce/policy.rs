@@ -156,6 +156,26 @@ pub struct Policy {
     /// Per-tier caps inside the total budget (none by default).
     #[serde(skip_serializing_if = "TierCaps::is_empty")]
     pub tier_caps: TierCaps,
+    /// The key that marks a message protected in a provider's JSON (top
+    /// level or under `metadata`): `protected` unless the server's config
+    /// names another (then `protected` is an ordinary key). Server config
+    /// only; typed messages carry `metadata.protected`.
+    #[serde(
+        default = "default_protected_flag",
+        skip_serializing_if = "is_default_protected_flag"
+    )]
+    pub protected_flag: String,
+}
+
+/// The protected mark's default key.
+pub const DEFAULT_PROTECTED_FLAG: &str = "protected";
+
+fn default_protected_flag() -> String {
+    DEFAULT_PROTECTED_FLAG.to_string()
+}
+
+fn is_default_protected_flag(f: &str) -> bool {
+    f == DEFAULT_PROTECTED_FLAG
 }
 
 /// Switches for each reducer.
@@ -234,6 +254,7 @@ impl Default for Policy {
             render: RenderOptions::default(),
             window: None,
             tier_caps: TierCaps::default(),
+            protected_flag: default_protected_flag(),
         }
     }
 }
@@ -288,6 +309,26 @@ impl Policy {
             if w.max_tokens == Some(0) {
                 return err("window.max_tokens", "must be at least 1");
             }
+        }
+        // A provider's own message keys cannot be the mark.
+        const TAKEN: [&str; 10] = [
+            "role",
+            "content",
+            "name",
+            "label",
+            "metadata",
+            "tool_calls",
+            "tool_call_id",
+            "type",
+            "id",
+            "created_at",
+        ];
+        let flag = self.protected_flag.as_str();
+        if flag.is_empty() || flag.len() > 64 || TAKEN.contains(&flag) {
+            return err(
+                "protected_flag",
+                "must be 1 to 64 bytes and not a key messages already use",
+            );
         }
         if let Some(r) = self.tier_caps.tool_results_ratio {
             if !(r > 0.0 && r <= 1.0) {

@@ -275,7 +275,7 @@ impl CompactionService for CompactionApi {
             }
             .authorize(&ctx, r.tenant_id.as_deref())?;
             let cmd = self
-                .admit_and_convert(&ctx, r, |r, _| explain_command(r))
+                .admit_and_convert(&ctx, r, |r, app| explain_command(r, &app.defaults().policy))
                 .await?;
             let out = self.app.explain(&ctx, cmd).await?;
             entry.plan(out.plan_version, None, None);
@@ -301,7 +301,7 @@ impl CompactionService for CompactionApi {
         let result = async {
             UseCase::SearchContext.authorize(&ctx, r.tenant_id.as_deref())?;
             let cmd = self
-                .admit_and_convert(&ctx, r, |r, _| search_command(r))
+                .admit_and_convert(&ctx, r, |r, app| search_command(r, &app.defaults().policy))
                 .await?;
             let out = self.app.search_context(&ctx, cmd).await?;
             entry.plan(out.plan_version, None, None);

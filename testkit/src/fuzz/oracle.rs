@@ -600,7 +600,7 @@ impl Oracle {
         };
         let mut ignored = Tally::default();
         // A text the wire refuses (blank, too long) is a documented refusal.
-        if let Ok(cmd) = explain_command(explain) {
+        if let Ok(cmd) = explain_command(explain, &compactd::reduce::Policy::default()) {
             match self.runtime.block_on(self.app.explain(ctx, cmd)) {
                 Ok(e) => {
                     let _ = pb::ExplainResponse::from(e);
