@@ -200,16 +200,17 @@ fn thread_input(
             }
             // A configured mark is read as `protected` here, once: the
             // append is small, and the session reads it later as it is.
-            let json = if a.messages_json.is_empty() || flag == "protected" {
-                a.messages_json
-            } else {
-                let mut v: serde_json::Value =
-                    serde_json::from_str(&a.messages_json).map_err(|e| {
-                        ConvertError::new("append.messages_json", format!("is not JSON: {e}"))
-                    })?;
-                crate::provider::read_protected_flag_as(&mut v, flag);
-                v.to_string()
-            };
+            let json =
+                if a.messages_json.is_empty() || flag == crate::reduce::DEFAULT_PROTECTED_FLAG {
+                    a.messages_json
+                } else {
+                    let mut v: serde_json::Value =
+                        serde_json::from_str(&a.messages_json).map_err(|e| {
+                            ConvertError::new("append.messages_json", format!("is not JSON: {e}"))
+                        })?;
+                    crate::provider::read_protected_flag_as(&mut v, flag);
+                    v.to_string()
+                };
             let input = SessionInput::Append {
                 base_version: a.base_version,
                 json: (!json.is_empty()).then(|| (json.into(), shape)),

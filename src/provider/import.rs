@@ -262,13 +262,14 @@ impl Earlier {
 /// caller's own is dropped, so the importer reads the configured mark
 /// alone. Nothing to do for the default flag.
 pub fn read_protected_flag_as(v: &mut Value, flag: &str) {
-    if flag == "protected" {
+    use crate::reduce::DEFAULT_PROTECTED_FLAG as MARK;
+    if flag == MARK {
         return;
     }
     fn rename(o: &mut serde_json::Map<String, Value>, flag: &str) {
-        o.remove("protected");
+        o.remove(MARK);
         if let Some(mark) = o.remove(flag) {
-            o.insert("protected".into(), mark);
+            o.insert(MARK.into(), mark);
         }
     }
     let lists: Vec<&mut Value> = match v {
@@ -296,7 +297,7 @@ pub fn read_protected_flag_as(v: &mut Value, flag: &str) {
 /// the importer saw `protected`.
 pub fn field_with_flag(field: String, flag: &str) -> String {
     match field.strip_suffix(".protected") {
-        Some(head) if flag != "protected" => format!("{head}.{flag}"),
+        Some(head) if flag != crate::reduce::DEFAULT_PROTECTED_FLAG => format!("{head}.{flag}"),
         _ => field,
     }
 }

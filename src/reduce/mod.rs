@@ -52,6 +52,7 @@ pub use externalize::Externalize;
 pub use memo::{KeyHasher, Memo};
 pub use policy::{
     Enabled, Policy, PolicyError, ReplayCost, StandingWindow, TierCaps, ToolPolicy, ToolRetention,
+    DEFAULT_PROTECTED_FLAG,
 };
 pub use projection::{PendingArtifact, Projection, Units, PENDING_ARTIFACT_PREFIX};
 pub use retention::Retention;
@@ -1027,11 +1028,11 @@ fn fingerprint_of(thread: &Thread, req: &CompactRequest<'_>, engine: &Engine<'_>
     #[serde(untagged)]
     enum FixedText<'a> {
         System(Option<&'a str>),
-        WithWorkspace(Option<&'a str>, String),
+        WithWorkspace(Option<&'a str>, std::borrow::Cow<'a, str>),
     }
     let system = match req.workspace {
         None => FixedText::System(req.system),
-        Some(w) => FixedText::WithWorkspace(req.system, w.content.text().into_owned()),
+        Some(w) => FixedText::WithWorkspace(req.system, w.content.text()),
     };
     fingerprint(
         thread,
