@@ -620,7 +620,11 @@ async fn session_section(
         echo_full.push(t.elapsed());
     }
     // The session: each turn appends four messages.
-    let turns = if full { 200 } else { 6 };
+    // `GRPC_ROUNDTRIP_TURNS=N`: a longer session, for profiling the turn.
+    let turns = std::env::var("GRPC_ROUNDTRIP_TURNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if full { 200 } else { 6 });
     let first_turn = thread.messages.last().map_or(1, |m| m.turn);
     let (mut per_turn, mut echo_turn) = (Vec::new(), Vec::new());
     let (mut reuse, mut matches, mut in_bytes) = (0usize, 0usize, 0usize);

@@ -97,7 +97,8 @@ fn the_fingerprint_is_stable_and_content_sensitive() {
     assert_eq!(a, b);
     assert_eq!(a.len(), 64);
     let mut changed = t.clone();
-    changed.messages[5].content = compactd::model::Content::Text("Which orders failed?".into());
+    std::sync::Arc::make_mut(&mut changed.messages[5]).content =
+        compactd::model::Content::Text("Which orders failed?".into());
     let c = h.compact(&changed, 6_000, None).unwrap().plan.fingerprint;
     assert_ne!(a, c);
     let d = h.compact(&t, 7_000, None).unwrap().plan.fingerprint;

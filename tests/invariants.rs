@@ -171,8 +171,11 @@ proptest! {
 #[test]
 fn protected_content_beyond_the_budget_is_insufficient_budget() {
     let mut t = thread(&SynthParams::default());
-    t.messages[1].metadata.protected = true;
-    t.messages[1].content = Content::Text("constraint ".repeat(5_000));
+    std::sync::Arc::make_mut(&mut t.messages[1])
+        .metadata
+        .protected = true;
+    std::sync::Arc::make_mut(&mut t.messages[1]).content =
+        Content::Text("constraint ".repeat(5_000));
     let h = Harness::default();
     match h.core_compact(&t, 3_000, false) {
         Err(CompactError::InsufficientBudget { pinned, limit, .. }) => assert!(pinned > limit),

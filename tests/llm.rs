@@ -109,7 +109,9 @@ fn thread(turns: usize) -> Thread {
     let mut t = thread_from_json(&Value::Array(msgs), "support-1")
         .expect("thread")
         .thread;
-    t.messages[restricted].metadata.sensitivity = Sensitivity::Restricted;
+    std::sync::Arc::make_mut(&mut t.messages[restricted])
+        .metadata
+        .sensitivity = Sensitivity::Restricted;
     t
 }
 

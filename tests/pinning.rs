@@ -205,11 +205,7 @@ fn a_plan_the_thread_outgrew_is_superseded_not_a_dead_end() {
         })
         .expect("the plan names a message");
     let mut edited = t.clone();
-    edited
-        .messages
-        .iter_mut()
-        .find(|m| m.id == named)
-        .unwrap()
+    std::sync::Arc::make_mut(edited.messages.iter_mut().find(|m| m.id == named).unwrap())
         .metadata
         .protected = true;
     let second = h

@@ -735,7 +735,9 @@ fn decisions_and_dropped_spans_carry_the_time_of_their_messages() {
     }
     // A time that is not RFC 3339 is refused, naming the field.
     let mut bad = t.clone();
-    bad.messages[3].metadata.created_at = Some("March 1st".into());
+    std::sync::Arc::make_mut(&mut bad.messages[3])
+        .metadata
+        .created_at = Some("March 1st".into());
     match h.compact(&bad, 3_000, None) {
         Err(compactd::app::AppError::InvalidArgument { field, .. }) => {
             assert_eq!(field, "thread.messages[3].metadata.created_at")

@@ -314,11 +314,12 @@ fn reasoning_items_go_back_to_responses_before_their_calls() {
     }
     // Model reasoning is only allowed on assistant messages.
     let mut bad = t.clone();
-    bad.messages[0].content = Content::Parts(vec![ContentPart::Reasoning {
-        id: "rs_x".into(),
-        summary: vec![],
-        encrypted_content: None,
-    }]);
+    std::sync::Arc::make_mut(&mut bad.messages[0]).content =
+        Content::Parts(vec![ContentPart::Reasoning {
+            id: "rs_x".into(),
+            summary: vec![],
+            encrypted_content: None,
+        }]);
     assert!(bad.validate(&Default::default()).is_err());
     assert_eq!(bad.messages[0].role, Role::User);
 }
@@ -462,9 +463,9 @@ fn an_image_sent_as_text_is_counted_as_text() {
         "https://cdn.example.com/render?{}",
         "q=0123456789abcdef&".repeat(1200)
     );
-    let t = Thread {
-        id: "long-url".into(),
-        messages: vec![
+    let t = Thread::new(
+        "long-url",
+        vec![
             msg(
                 "m0",
                 Role::User,
@@ -481,7 +482,7 @@ fn an_image_sent_as_text_is_counted_as_text() {
                 ]),
             ),
         ],
-    };
+    );
     let h = Harness::default();
     for (format, model) in [
         (Format::OpenAiChat, "gpt-4o"),
@@ -498,9 +499,9 @@ fn an_image_sent_as_text_is_counted_as_text() {
 /// message was left with nothing to precede is not sent.
 #[test]
 fn responses_bodies_never_carry_empty_messages_or_dangling_reasoning() {
-    let t = Thread {
-        id: "blank".into(),
-        messages: vec![
+    let t = Thread::new(
+        "blank",
+        vec![
             msg("m0", Role::User, Content::Parts(vec![])),
             msg(
                 "m1",
@@ -513,7 +514,7 @@ fn responses_bodies_never_carry_empty_messages_or_dangling_reasoning() {
             ),
             msg("m2", Role::User, Content::Text("And now?".into())),
         ],
-    };
+    );
     let out = Harness::default()
         .compact(&t, 100_000, None)
         .expect("renders");
@@ -610,9 +611,10 @@ fn earlier_turns_thinking_is_neither_sent_nor_counted() {
         .unwrap(),
     };
     let mut without = with.clone();
-    without.messages[1].content = Content::Parts(vec![ContentPart::Text {
-        text: "12C and clear.".into(),
-    }]);
+    std::sync::Arc::make_mut(&mut without.messages[1]).content =
+        Content::Parts(vec![ContentPart::Text {
+            text: "12C and clear.".into(),
+        }]);
     let h = Harness::default();
     let body = |t: &Thread| {
         let (_, out) = h

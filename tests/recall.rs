@@ -276,7 +276,7 @@ fn a_question_about_lost_content_brings_it_back_at_render() {
         let step = lost.len().div_ceil(4).max(1);
         for term in lost.iter().step_by(step) {
             let mut asking = thread.clone();
-            let mut question = asking.messages.last().expect("messages").clone();
+            let mut question = (**asking.messages.last().expect("messages")).clone();
             question.id = "question".into();
             question.role = compactd::model::Role::User;
             question.turn += 1;
@@ -284,7 +284,7 @@ fn a_question_about_lost_content_brings_it_back_at_render() {
             question.tool_result = None;
             question.content =
                 compactd::model::Content::Text(format!("Remind me: what was {term} about?"));
-            asking.messages.push(question);
+            asking.messages.push(question.into());
             let cell = format!("{name} at {budget}: {term}");
             let render = |recall| {
                 harness
@@ -406,7 +406,7 @@ fn an_index_following_a_growing_thread_answers_as_a_fresh_one() {
     more.user("Which table timed out?");
     more.assistant("Checking.");
     for (k, mut m) in more.build("follow").messages.into_iter().enumerate() {
-        m.id = format!("late-{k}");
+        std::sync::Arc::make_mut(&mut m).id = format!("late-{k}");
         grown.messages.push(m);
     }
     let grown = Arc::new(grown);
@@ -436,7 +436,10 @@ fn an_index_following_a_growing_thread_answers_as_a_fresh_one() {
         .iter()
         .position(|m| m.tool_result.is_some())
         .expect("the log");
-    let result = edited.messages[at].tool_result.as_mut().expect("result");
+    let result = std::sync::Arc::make_mut(&mut edited.messages[at])
+        .tool_result
+        .as_mut()
+        .expect("result");
     result.content = ToolContent::Text("migration 0042 passed after ERR_DEADLOCK_RETRY".into());
     let edited = Arc::new(edited);
     index.update(&edited, None, plan, Redactor::standard());

@@ -479,7 +479,7 @@ async fn stored_plan(aws: &Aws, tenant: &str, thread: &str) -> Option<Compaction
         .get(tenant, thread)
         .await
         .expect("plan read")
-        .map(|p| p.plan)
+        .map(|p| Arc::unwrap_or_clone(p.plan))
 }
 
 #[tokio::test]
@@ -547,7 +547,7 @@ async fn two_replicas_on_one_bucket_get_one_winner_per_version() {
             async move {
                 let current = store.get("acme", thread).await.expect("get");
                 let (version, mut plan) = match current {
-                    Some(p) => (p.version, p.plan),
+                    Some(p) => (p.version, Arc::unwrap_or_clone(p.plan)),
                     None => (0, CompactionPlan::new(thread)),
                 };
                 plan.fingerprint = format!("{}+r{i}", plan.fingerprint);

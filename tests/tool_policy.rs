@@ -399,7 +399,7 @@ fn key_fields_survive_every_clear_and_stub() {
             let mut expect: Vec<(String, String)> = Vec::new();
             let mut h = Harness::default();
             for (j, m) in t.messages.iter_mut().enumerate() {
-                let Some(env) = m.tool_result.as_mut() else {
+                let Some(env) = std::sync::Arc::make_mut(m).tool_result.as_mut() else {
                     continue;
                 };
                 match (marks >> (j % 64)) & 3 {

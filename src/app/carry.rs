@@ -216,7 +216,7 @@ mod tests {
 
     fn with(cmd: &CompactCommand, messages: Vec<Message>) -> CompactCommand {
         let mut thread = (*cmd.thread).clone();
-        thread.messages.extend(messages);
+        thread.messages.extend(messages.into_iter().map(Arc::new));
         CompactCommand {
             thread: Arc::new(thread),
             ..cmd.clone()
@@ -225,7 +225,7 @@ mod tests {
 
     fn said(thread: &Thread, role: Role, text: &str) -> Message {
         let last = thread.messages.last().expect("a message");
-        let mut m = last.clone();
+        let mut m = (**last).clone();
         m.id = format!("m{}", thread.messages.len());
         m.role = role;
         m.content = Content::Text(text.into());
@@ -306,7 +306,8 @@ mod tests {
         app.compact(&ctx, base.clone()).await.expect("back");
         // History edited under the same ids.
         let mut edited = (*grown.thread).clone();
-        edited.messages[0].content = Content::Text("Run the other batch job.".into());
+        std::sync::Arc::make_mut(&mut edited.messages[0]).content =
+            Content::Text("Run the other batch job.".into());
         let edited = CompactCommand {
             thread: Arc::new(edited),
             ..grown.clone()

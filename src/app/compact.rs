@@ -278,7 +278,7 @@ impl App {
             .in_session(&ctx.tenant_id, sent, input, run, |_| None)
             .await?;
         if let Some(o) = outcome {
-            crate::telemetry::events::task_outcome(o.as_str(), basis.as_ref(), &ctx.tenant_id);
+            crate::telemetry::events::task_outcome(o.as_str(), basis.as_deref(), &ctx.tenant_id);
         }
         Ok(CompactOutcome {
             session: done.session,
@@ -325,18 +325,16 @@ impl App {
         &self,
         tenant: &str,
         thread_id: &str,
-    ) -> Result<Option<CompactionPlan>> {
+    ) -> Result<Option<Arc<CompactionPlan>>> {
+        // Every store hands the plan out with `plan.version` set to its
+        // store version.
         let stored = self
             .inner
             .plans
             .get(tenant, thread_id)
             .await
             .map_err(plan_store_error)?;
-        Ok(stored.map(|StoredPlan { version, plan, .. }| {
-            let mut plan = plan;
-            plan.version = version;
-            plan
-        }))
+        Ok(stored.map(|StoredPlan { plan, .. }| plan))
     }
 
     /// Load → (reuse | compact → write artifacts → bind → verify): all of
@@ -364,7 +362,10 @@ impl App {
             )))
         };
         let previous = match previous {
-            Some(committed) => match self.carried(tenant, &resolved, committed).await? {
+            Some(committed) => match self
+                .carried(tenant, &resolved, Arc::unwrap_or_clone(committed))
+                .await?
+            {
                 Ok(out) => {
                     crate::telemetry::metrics().compaction(true, false, 0, 0, tenant);
                     return Ok(Staging::Reused(out));

@@ -172,6 +172,7 @@ impl App {
             return self
                 .current_plan(&ctx.tenant_id, &cmd.thread_id)
                 .await?
+                .map(Arc::unwrap_or_clone)
                 .ok_or_else(|| AppError::NotFound("plan for this thread".into()));
         }
         self.inner
@@ -179,11 +180,7 @@ impl App {
             .get_version(&ctx.tenant_id, &cmd.thread_id, cmd.plan_version)
             .await
             .map_err(super::error::plan_store_error)?
-            .map(|p| {
-                let mut plan = p.plan;
-                plan.version = p.version;
-                plan
-            })
+            .map(|p| Arc::unwrap_or_clone(p.plan))
             .ok_or_else(|| {
                 AppError::NotFound(format!(
                     "plan version {} of this thread (the last {} versions are kept)",

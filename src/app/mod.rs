@@ -339,7 +339,7 @@ impl App {
         outcome: Option<TaskOutcome>,
         tenant: &str,
         thread_id: &str,
-    ) -> Option<crate::model::CompactionPlan> {
+    ) -> Option<Arc<crate::model::CompactionPlan>> {
         outcome?;
         self.current_plan(tenant, thread_id).await.ok().flatten()
     }

@@ -135,7 +135,7 @@ impl App {
             .in_session(&ctx.tenant_id, sent, input, run, |out| out.trace.as_ref())
             .await?;
         if let Some(o) = outcome {
-            crate::telemetry::events::task_outcome(o.as_str(), basis.as_ref(), &ctx.tenant_id);
+            crate::telemetry::events::task_outcome(o.as_str(), basis.as_deref(), &ctx.tenant_id);
         }
         let unchanged_prefix_tokens = match (&done.out.trace, &done.previous) {
             (Some(now), Some(previous)) => Some(now.unchanged_since(previous).0),
@@ -390,7 +390,7 @@ impl App {
             .map_err(|e| AppError::PlanMismatch {
                 message: e.to_string(),
             })?;
-        Ok((plan, None))
+        Ok((Arc::unwrap_or_clone(plan), None))
     }
 
     /// Reads artifacts for injection, checking the sensitivity permission;
@@ -1016,8 +1016,8 @@ mod tests {
         assert!(!compaction.artifacts.is_empty());
         assert_eq!(committed.version, 1);
         assert_eq!((out.plan.version, out.audit.plan_version), (1, 1));
-        assert_eq!(compaction.plan, committed);
-        assert_eq!(out.plan, committed);
+        assert_eq!(compaction.plan, *committed);
+        assert_eq!(out.plan, *committed);
         assert!(out.tokens.total <= 2_000);
     }
 
@@ -1049,7 +1049,7 @@ mod tests {
         .into_iter()
         .enumerate()
         {
-            thread.messages.push(Message {
+            thread.messages.push(std::sync::Arc::new(Message {
                 id: format!("late{k}"),
                 role,
                 content: Content::Text(text),
@@ -1057,7 +1057,7 @@ mod tests {
                 tool_result: None,
                 turn: turn + 1,
                 metadata: MessageMetadata::default(),
-            });
+            }));
         }
         let second = app
             .render(&ctx, render_first(grown))

@@ -247,7 +247,7 @@ fn seed() -> [u8; 32] {
     Sha256::digest(DIGEST_SEED).into()
 }
 
-fn encode(messages: &[Message]) -> Result<Vec<Vec<u8>>> {
+fn encode(messages: &[Arc<Message>]) -> Result<Vec<Vec<u8>>> {
     messages
         .iter()
         .map(|m| {
@@ -272,7 +272,7 @@ fn segment_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
     bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty())
 }
 
-fn parse_segment(bytes: &[u8]) -> Result<Vec<Message>> {
+fn parse_segment(bytes: &[u8]) -> Result<Vec<Arc<Message>>> {
     segment_lines(bytes)
         .map(|l| {
             serde_json::from_slice(l)
@@ -561,7 +561,7 @@ impl Sessions {
 }
 
 /// Rough bytes of a thread in memory: its text plus a fixed cost per message.
-pub(super) fn weight(messages: &[Message]) -> u64 {
+pub(super) fn weight(messages: &[Arc<Message>]) -> u64 {
     messages.iter().map(|m| 256 + m.byte_len() as u64).sum()
 }
 
@@ -570,7 +570,7 @@ fn appended_from_json(
     json: &str,
     shape: Option<crate::provider::Format>,
     prefix: &Thread,
-) -> Result<Vec<Message>> {
+) -> Result<Vec<Arc<Message>>> {
     const FIELD: &str = "append.messages_json";
     let value: serde_json::Value = serde_json::from_str(json)
         .map_err(|e| AppError::invalid(FIELD, format!("is not JSON: {e}")))?;

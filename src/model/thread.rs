@@ -1,6 +1,8 @@
 //! A thread and its validation. Every later stage relies on the invariants
 //! checked here, so they are checked once, with errors that name the message.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -12,8 +14,10 @@ use super::message::{Message, Role};
 pub struct Thread {
     /// Stable id chosen by the caller.
     pub id: String,
-    /// Messages in order.
-    pub messages: Vec<Message>,
+    /// Messages in order. Shared: an append session's next turn, the
+    /// carried plan and the recall index hold the same messages, so a turn
+    /// copies pointers, not the thread.
+    pub messages: Vec<Arc<Message>>,
 }
 
 /// Size limits enforced on every thread before any work is done.
@@ -242,6 +246,14 @@ impl ThreadError {
 }
 
 impl Thread {
+    /// A thread of `messages`, each put behind its shared pointer.
+    pub fn new(id: impl Into<String>, messages: Vec<Message>) -> Thread {
+        Thread {
+            id: id.into(),
+            messages: messages.into_iter().map(Arc::new).collect(),
+        }
+    }
+
     /// Checks every invariant the pipeline relies on.
     ///
     /// Tool results pair with calls by position: a result answers the
@@ -433,7 +445,7 @@ impl Thread {
             .iter()
             .rposition(|m| m.role == Role::User && m.tool_result.is_none())
             .unwrap_or(0);
-        let earlier_reasoning = |m: &Message| match &m.content {
+        let earlier_reasoning = |m: &Arc<Message>| match &m.content {
             super::message::Content::Parts(parts) => parts.iter().any(|p| p.is_reasoning()),
             super::message::Content::Text(_) => false,
         };
@@ -454,8 +466,9 @@ impl Thread {
                 continue;
             }
             let mut m = m.clone();
+            let edit = Arc::make_mut(&mut m);
             if strip {
-                if let super::message::Content::Parts(parts) = &mut m.content {
+                if let super::message::Content::Parts(parts) = &mut edit.content {
                     parts.retain(|p| !p.is_reasoning());
                 }
             }
@@ -470,7 +483,7 @@ impl Thread {
                 .map(|&j| format!("{} ({})", m.tool_calls[j].id, m.tool_calls[j].name))
                 .collect();
             let mut j = 0;
-            m.tool_calls.retain(|_| {
+            Arc::make_mut(&mut m).tool_calls.retain(|_| {
                 j += 1;
                 !calls.contains(&(j - 1))
             });

@@ -199,7 +199,7 @@ fn message() -> impl Strategy<Value = Message> {
 }
 
 fn thread() -> impl Strategy<Value = Thread> {
-    (text(), vec(message(), 0..6)).prop_map(|(id, messages)| Thread { id, messages })
+    (text(), vec(message(), 0..6)).prop_map(|(id, messages)| Thread::new(id, messages))
 }
 
 fn span() -> impl Strategy<Value = SpanReference> {

@@ -278,7 +278,7 @@ impl From<&Thread> for pb::Thread {
     fn from(t: &Thread) -> Self {
         pb::Thread {
             id: t.id.clone(),
-            messages: t.messages.iter().map(pb::Message::from).collect(),
+            messages: t.messages.iter().map(|m| pb::Message::from(&**m)).collect(),
         }
     }
 }
@@ -286,10 +286,7 @@ impl From<&Thread> for pb::Thread {
 impl TryFrom<pb::Thread> for Thread {
     type Error = ConvertError;
     fn try_from(t: pb::Thread) -> Result<Self> {
-        Ok(Thread {
-            id: t.id,
-            messages: each(t.messages, "messages")?,
-        })
+        Ok(Thread::new(t.id, each(t.messages, "messages")?))
     }
 }
 

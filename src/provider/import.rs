@@ -172,7 +172,7 @@ pub fn appended_from_json(
     v: &Value,
     prefix: &Thread,
     shape: Option<Format>,
-) -> Result<Vec<Message>, ImportError> {
+) -> Result<Vec<std::sync::Arc<Message>>, ImportError> {
     let earlier = Earlier::of(prefix);
     let responses = responses_input(v, shape);
     let mut messages = if let Some(input) = responses {
@@ -204,7 +204,7 @@ pub fn appended_from_json(
         if m.role == Role::User {
             turn += 1;
         }
-        m.turn = turn;
+        std::sync::Arc::make_mut(m).turn = turn;
     }
     Ok(messages)
 }
@@ -421,10 +421,7 @@ impl Builder {
     }
 
     pub(super) fn thread(self, id: String) -> Thread {
-        let mut thread = Thread {
-            id,
-            messages: self.messages,
-        };
+        let mut thread = Thread::new(id, self.messages);
         assign_turns_if_absent(&mut thread);
         thread
     }
@@ -454,7 +451,7 @@ pub(super) fn assign_turns_if_absent(thread: &mut Thread) {
             if m.role == Role::User {
                 turn += 1;
             }
-            m.turn = turn;
+            std::sync::Arc::make_mut(m).turn = turn;
         }
     }
 }

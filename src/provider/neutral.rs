@@ -88,10 +88,7 @@ pub(super) mod import {
             }
             parsed.push(msg);
         }
-        let mut thread = Thread {
-            id,
-            messages: parsed,
-        };
+        let mut thread = Thread::new(id, parsed);
         assign_turns_if_absent(&mut thread);
         Ok(thread)
     }

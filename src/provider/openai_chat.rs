@@ -417,7 +417,7 @@ pub(super) mod import {
             }
             out.push(message);
         }
-        let mut thread = Thread { id, messages: out };
+        let mut thread = Thread::new(id, out);
         assign_turns_if_absent(&mut thread);
         Ok(thread)
     }

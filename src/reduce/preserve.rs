@@ -41,7 +41,7 @@ pub fn enriched(thread: &Thread, policy: &Policy) -> HashMap<usize, Message> {
         if found.keys().all(|k| env.key_fields.contains_key(k)) {
             continue;
         }
-        let mut copy = m.clone();
+        let mut copy = (**m).clone();
         if let Some(e) = copy.tool_result.as_mut() {
             for (k, v) in found {
                 e.key_fields.entry(k).or_insert(v);

@@ -262,10 +262,7 @@ mod tests {
                     metadata: MessageMetadata::default(),
                 });
             }
-            let thread = Thread {
-                id: "t".into(),
-                messages,
-            };
+            let thread = Thread::new("t", messages);
             let policy = Policy::default();
             let memo = Memo::default();
             let observations = BTreeMap::new();

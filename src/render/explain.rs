@@ -248,14 +248,14 @@ mod tests {
     }
 
     fn thread() -> Thread {
-        Thread {
-            id: "t".into(),
-            messages: vec![
+        Thread::new(
+            "t",
+            vec![
                 msg("m0", 0, "The vendor is Acme Freight."),
                 msg("m1", 1, "Ticket OPS-1142 tracks the outage."),
                 msg("m2", 2, "Acme Freight confirmed pickup."),
             ],
-        }
+        )
     }
 
     #[test]

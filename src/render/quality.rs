@@ -44,7 +44,8 @@ pub struct AskedForCompacted {
 
 /// Reads the signals; `tool` is the rehydration tool's name.
 pub fn quality_signals(thread: &Thread, plan: &CompactionPlan, tool: &str) -> QualitySignals {
-    let calls = |m: &Message| m.tool_calls.iter().filter(|c| c.name == tool).count() as u32;
+    let calls =
+        |m: &std::sync::Arc<Message>| m.tool_calls.iter().filter(|c| c.name == tool).count() as u32;
     let mut out = QualitySignals {
         read_artifact_calls_in_thread: thread.messages.iter().map(calls).sum(),
         ..Default::default()
@@ -370,10 +371,7 @@ mod tests {
     }
 
     fn thread(msgs: Vec<Message>) -> Thread {
-        Thread {
-            id: "t".into(),
-            messages: msgs,
-        }
+        Thread::new("t", msgs)
     }
 
     fn dropping(t: &Thread, ids: &[usize]) -> CompactionPlan {
@@ -502,7 +500,12 @@ mod tests {
         assert_eq!(s.read_artifact_calls_new, 1);
         // Once a reply follows, those calls were seen by an earlier Render.
         let mut t = t;
-        t.messages.push(msg("a3", Role::Assistant, 1, "Read it."));
+        t.messages.push(std::sync::Arc::new(msg(
+            "a3",
+            Role::Assistant,
+            1,
+            "Read it.",
+        )));
         let s = quality_signals(&t, &CompactionPlan::new("t"), "read_artifact");
         assert_eq!(s.read_artifact_calls_new, 0);
     }

@@ -544,9 +544,9 @@ mod tests {
     }
 
     fn thread() -> Thread {
-        Thread {
-            id: "t".into(),
-            messages: vec![
+        Thread::new(
+            "t",
+            vec![
                 msg("a", Role::User, "first question"),
                 msg("b", Role::Assistant, "first answer"),
                 msg(
@@ -556,7 +556,7 @@ mod tests {
                 ),
                 msg("d", Role::Assistant, "thinking"),
             ],
-        }
+        )
     }
 
     #[test]
@@ -667,7 +667,7 @@ mod tests {
             started_at: None,
             completed_at: None,
         });
-        t.messages.extend([call, result]);
+        t.messages.extend([call, result].map(std::sync::Arc::new));
         let r = render_plain(&t, &RenderOptions::default());
         let text = r
             .messages

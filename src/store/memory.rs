@@ -64,7 +64,7 @@ impl PlanStore for MemoryPlanStore {
             k,
             StoredPlan {
                 version,
-                plan,
+                plan: plan.into(),
                 committed_at_unix_ms: now_unix_ms(),
             },
         );

@@ -109,8 +109,9 @@ pub enum StoreError {
 pub struct StoredPlan {
     /// Store version, starting at 1; `plan.version` equals it.
     pub version: u64,
-    /// The plan.
-    pub plan: CompactionPlan,
+    /// The plan; shared, so a cached plan is handed out without copying
+    /// its summaries.
+    pub plan: std::sync::Arc<CompactionPlan>,
     /// Commit time.
     pub committed_at_unix_ms: u64,
 }

@@ -153,7 +153,7 @@ pub(super) async fn seal_plan(
             bytes,
             StoredPlan {
                 version,
-                plan,
+                plan: plan.into(),
                 committed_at_unix_ms,
             },
         ))
@@ -202,7 +202,7 @@ pub(super) async fn open_plan(
         plan.version = meta.version;
         Ok(StoredPlan {
             version: meta.version,
-            plan,
+            plan: plan.into(),
             committed_at_unix_ms: meta.committed_at_unix_ms,
         })
     })
@@ -354,7 +354,7 @@ fn decode_plan(bytes: &[u8], tenant: &str, thread_id: &str) -> Result<StoredPlan
     plan.version = file.version;
     Ok(StoredPlan {
         version: file.version,
-        plan,
+        plan: plan.into(),
         committed_at_unix_ms: file.committed_at_unix_ms,
     })
 }

@@ -307,10 +307,7 @@ pub fn thread(p: &HardParams) -> Thread {
             );
         }
     }
-    Thread {
-        id: format!("hard-{}", p.seed),
-        messages,
-    }
+    Thread::new(format!("hard-{}", p.seed), messages)
 }
 
 /// True when the thread has a call without a result.

@@ -199,10 +199,7 @@ pub fn thread(p: &SynthParams) -> Thread {
             metadata: MessageMetadata::default(),
         });
     }
-    Thread {
-        id: format!("synth-{}", p.seed),
-        messages,
-    }
+    Thread::new(format!("synth-{}", p.seed), messages)
 }
 
 type ToolOut = (

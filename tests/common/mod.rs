@@ -379,10 +379,7 @@ impl ThreadBuilder {
     }
 
     pub fn build(&self, id: &str) -> Thread {
-        Thread {
-            id: id.into(),
-            messages: self.messages.clone(),
-        }
+        Thread::new(id, self.messages.clone())
     }
 }
 

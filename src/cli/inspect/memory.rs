@@ -293,8 +293,11 @@ mod tests {
     #[test]
     fn pinned_messages_summaries_read_backs_and_the_tail_are_listed() {
         let (mut t, plan, spans) = demo();
-        t.messages[0].metadata.protected = true;
-        t.messages[0].metadata.label = Some("Runbook \u{1b}[2J policy".into());
+        std::sync::Arc::make_mut(&mut t.messages[0])
+            .metadata
+            .protected = true;
+        std::sync::Arc::make_mut(&mut t.messages[0]).metadata.label =
+            Some("Runbook \u{1b}[2J policy".into());
         let pinned: Vec<bool> = t.messages.iter().map(|m| m.metadata.protected).collect();
         let m = of(&t, &plan, &spans, &pinned);
         assert_eq!(m.pinned.len(), 1);

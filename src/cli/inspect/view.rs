@@ -478,9 +478,7 @@ pub(super) mod tests {
             started_at: None,
             completed_at: None,
         });
-        Thread {
-            id: "inspect-demo".into(),
-            messages: vec![
+        Thread::new("inspect-demo", vec![
                 msg("m0", 0, Role::User, "Deploy the api service to eu-west-1."),
                 call,
                 result,
@@ -496,8 +494,7 @@ pub(super) mod tests {
                 msg("m7", 3, Role::User, "Ticket OPS-1142 tracks the rollback of release 1.4.2."),
                 msg("m8", 3, Role::Assistant, "I will reference OPS-1142 in the report."),
                 msg("m9", 4, Role::User, "Now write the report for OPS-1142."),
-            ],
-        }
+            ])
     }
 
     fn summary(t: &Thread, idx: &[usize], fact: &str) -> compactd::model::StructuredSummary {
