@@ -449,4 +449,17 @@ fn an_index_following_a_growing_thread_answers_as_a_fresh_one() {
     assert!(top(&index, "ERR_DEADLOCK_RETRY")
         .iter()
         .any(|(_, _, t)| t.contains("ERR_DEADLOCK_RETRY")));
+    // The same thread sent in full again (equal messages, none shared):
+    // found as before, and as an index built from it finds it.
+    let before = top(&index, "ERR_DEADLOCK_RETRY");
+    let again = Arc::new(compactd::model::Thread::new(
+        edited.id.clone(),
+        edited.messages.iter().map(|m| (**m).clone()).collect(),
+    ));
+    index.update(&again, None, plan, Redactor::standard());
+    assert_eq!(top(&index, "ERR_DEADLOCK_RETRY"), before);
+    let rebuilt = RecallIndex::build(&again, plan, Redactor::standard());
+    for q in ["ERR_DEADLOCK_RETRY", "migration 0042", "worker batch"] {
+        assert_eq!(top(&index, q), top(&rebuilt, q), "{q}");
+    }
 }

@@ -130,11 +130,13 @@ pub(super) fn fit_recall<'a>(
         return None;
     }
     let shown = squash(&stand_in_text(request));
+    // Looked for only until enough are found: what is shown can be most
+    // of the prompt.
     let mut hits: Vec<Hit<'a>> = found
         .into_iter()
         .filter(|h| !shown.contains(&squash(&h.passage.text)))
+        .take(wanted)
         .collect();
-    hits.truncate(wanted);
     while !hits.is_empty() {
         let text = if delimit {
             delimited_block(&hits)

@@ -212,7 +212,10 @@ impl RecallIndex {
         let same = match &self.last {
             Some((last, _)) if Arc::ptr_eq(last, thread) => thread.messages.len(),
             Some((last, _)) if extends.is_some_and(|e| Arc::ptr_eq(last, e)) => last.messages.len(),
-            _ => 0,
+            // A thread sent in full again: comparing is a fraction of
+            // digesting every evicted message again.
+            Some((last, _)) => common_prefix(&last.messages, &thread.messages),
+            None => 0,
         };
         let unchanged = self
             .last
@@ -699,6 +702,15 @@ fn cut(line: &str) -> Vec<String> {
         at = stop;
     }
     out
+}
+
+/// How many leading messages `a` and `b` share (the same message, or an
+/// equal one).
+fn common_prefix(a: &[Arc<Message>], b: &[Arc<Message>]) -> usize {
+    a.iter()
+        .zip(b)
+        .take_while(|(x, y)| Arc::ptr_eq(x, y) || x == y)
+        .count()
 }
 
 #[cfg(test)]
