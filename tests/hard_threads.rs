@@ -267,7 +267,7 @@ fn one_case(
             .plan
             .validate_against(&t, &h.policy.roles_never_prune)
             .is_ok());
-        let mut plan = out.plan.clone();
+        let mut plan = (*out.plan).clone();
         prop_assert!(plan.normalize().is_empty());
         // Pending calls are never sent: the last assistant turn's calls that
         // reached the body all have their results (checked above), and none

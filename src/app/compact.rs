@@ -128,7 +128,7 @@ pub struct WrittenArtifact {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompactOutcome {
     /// The committed plan; `plan.version` is its store version.
-    pub plan: CompactionPlan,
+    pub plan: Arc<CompactionPlan>,
     /// The committed plan already had this fingerprint: nothing was compacted.
     pub reused: bool,
     /// What the pipeline did; `None` when the plan was reused.
@@ -162,7 +162,7 @@ impl CompactOutcome {
 
     pub(super) fn reused(plan: CompactionPlan, tokenizer: String, cmd: &CompactCommand) -> Self {
         CompactOutcome {
-            plan,
+            plan: Arc::new(plan),
             reused: true,
             report: None,
             artifacts: Vec::new(),
@@ -570,7 +570,7 @@ impl App {
             self.schedule_upgrade(upgrade, c, version);
         }
         Ok(CompactOutcome {
-            plan,
+            plan: Arc::new(plan),
             reused: false,
             pinned_labels: report.pinned_labels.clone(),
             report: Some(report),

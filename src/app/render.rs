@@ -86,7 +86,7 @@ pub enum RenderedOutput {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RenderOutcome {
     /// The plan rendered.
-    pub plan: CompactionPlan,
+    pub plan: Arc<CompactionPlan>,
     /// With `compact_first`: what Compact did.
     pub compaction: Option<CompactOutcome>,
     /// The request.
@@ -195,7 +195,9 @@ impl App {
             },
         };
         if let Some(mut c) = compaction {
-            out.plan.version = c.plan.version;
+            if out.plan.version != c.plan.version {
+                Arc::make_mut(&mut out.plan).version = c.plan.version;
+            }
             out.audit.plan_version = c.plan.version;
             c.warnings = thread_warnings;
             out.compaction = Some(c);
@@ -256,7 +258,7 @@ impl App {
         ctx: &SecurityContext,
         cmd: RenderCommand,
         resolved: &Arc<Resolved>,
-        plan: CompactionPlan,
+        plan: Arc<CompactionPlan>,
         (fetched, auto): (Vec<(String, String)>, AutoRehydration),
         thread_warnings: Vec<String>,
     ) -> Result<(RenderOutcome, QualitySignals)> {
@@ -362,12 +364,12 @@ impl App {
         ctx: &SecurityContext,
         cmd: &RenderCommand,
         resolved: &Arc<Resolved>,
-    ) -> Result<(CompactionPlan, Option<Staging>)> {
+    ) -> Result<(Arc<CompactionPlan>, Option<Staging>)> {
         if cmd.compact_first {
             let staging = self.stage(&ctx.tenant_id, Arc::clone(resolved)).await?;
             let plan = match &staging {
-                Staging::Reused(out) => out.plan.clone(),
-                Staging::Staged(staged) => staged.plan.clone(),
+                Staging::Reused(out) => Arc::clone(&out.plan),
+                Staging::Staged(staged) => Arc::new(staged.plan.clone()),
             };
             return Ok((plan, Some(staging)));
         }
@@ -390,7 +392,7 @@ impl App {
             .map_err(|e| AppError::PlanMismatch {
                 message: e.to_string(),
             })?;
-        Ok((Arc::unwrap_or_clone(plan), None))
+        Ok((plan, None))
     }
 
     /// Reads artifacts for injection, checking the sensitivity permission;
@@ -1016,8 +1018,8 @@ mod tests {
         assert!(!compaction.artifacts.is_empty());
         assert_eq!(committed.version, 1);
         assert_eq!((out.plan.version, out.audit.plan_version), (1, 1));
-        assert_eq!(compaction.plan, *committed);
-        assert_eq!(out.plan, *committed);
+        assert_eq!(*compaction.plan, *committed);
+        assert_eq!(*out.plan, *committed);
         assert!(out.tokens.total <= 2_000);
     }
 

@@ -450,7 +450,7 @@ pub fn compact_response(
     let report = out.report.as_ref();
     let omitted = known_plan_version == Some(out.plan.version);
     pb::CompactResponse {
-        plan: (!omitted).then(|| (&out.plan).into()),
+        plan: (!omitted).then(|| out.plan.as_ref().into()),
         plan_omitted: omitted,
         version: out.plan.version,
         tokens_before: out.tokens_before(),

@@ -252,7 +252,7 @@ impl Harness {
             contents,
             report: compaction.report.expect("a fresh tenant never reuses"),
             artifacts: compaction.artifacts,
-            plan: out.plan,
+            plan: std::sync::Arc::unwrap_or_clone(out.plan),
             request,
             tokens: out.tokens,
         })

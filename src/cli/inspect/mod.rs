@@ -195,7 +195,7 @@ fn gather(args: &OfflineArgs, off: &Offline, plan_source: String) -> View {
     let ledger = TokenLedger::new(DEFAULT_MAX_ENTRIES);
     let rc = RequestCounter::for_target(counter.as_ref(), &ledger, target);
     let mut warnings = off.warnings.clone();
-    let mut plan = out.plan.clone();
+    let mut plan = (*out.plan).clone();
     for w in plan.normalize() {
         warnings.push(w.to_string());
     }
