@@ -28,6 +28,23 @@ fn render_req(format: pb::OutputFormat) -> pb::RenderRequest {
     }
 }
 
+/// A Render of the Chat Completions body `json` as thread `thread_id`, at
+/// a budget (6,000 tokens) that forces compaction of the real logs.
+fn tight_chat_input(
+    format: pb::OutputFormat,
+    thread_id: String,
+    json: String,
+) -> pb::RenderRequest {
+    let mut req = render_req(format);
+    req.max_input_tokens = 6_000;
+    req.input = Some(pb::ProviderInput {
+        thread_id,
+        json,
+        format: pb::OutputFormat::OpenaiChat as i32,
+    });
+    req
+}
+
 #[tokio::test]
 async fn a_provider_body_renders_as_the_thread_it_imports_to() {
     let server = TestServer::start().await;
@@ -382,13 +399,11 @@ async fn a_protected_mark_in_provider_json_keeps_the_message_and_reports_its_lab
         pb::OutputFormat::AnthropicMessages,
         pb::OutputFormat::OpenaiResponses,
     ] {
-        let mut req = render_req(format);
-        req.max_input_tokens = 6_000;
-        req.input = Some(pb::ProviderInput {
-            thread_id: format!("protected-{}", format.as_str_name()),
-            json: json.clone(),
-            format: pb::OutputFormat::OpenaiChat as i32,
-        });
+        let req = tight_chat_input(
+            format,
+            format!("protected-{}", format.as_str_name()),
+            json.clone(),
+        );
         let out = within(client.render(authed(req.clone(), &token)))
             .await
             .unwrap_or_else(|s| panic!("{format:?}: {s:?}"))
@@ -457,13 +472,11 @@ async fn a_configured_protected_flag_name_is_the_mark_read() {
         4,
         serde_json::json!({"role": "assistant", "content": "Noted."}),
     );
-    let mut req = render_req(pb::OutputFormat::OpenaiChat);
-    req.max_input_tokens = 6_000;
-    req.input = Some(pb::ProviderInput {
-        thread_id: "flag".into(),
-        json: value.to_string(),
-        format: pb::OutputFormat::OpenaiChat as i32,
-    });
+    let req = tight_chat_input(
+        pb::OutputFormat::OpenaiChat,
+        "flag".into(),
+        value.to_string(),
+    );
     let out = within(client.render(authed(req, &token)))
         .await
         .expect("render")

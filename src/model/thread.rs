@@ -465,16 +465,16 @@ impl Thread {
                 messages.push(m.clone());
                 continue;
             }
-            let mut m = m.clone();
-            let edit = Arc::make_mut(&mut m);
+            // Every path from here edits the message: an owned copy.
+            let mut m = Message::clone(m);
             if strip {
-                if let super::message::Content::Parts(parts) = &mut edit.content {
+                if let super::message::Content::Parts(parts) = &mut m.content {
                     parts.retain(|p| !p.is_reasoning());
                 }
             }
             let Some(calls) = calls else {
                 if !m.tool_calls.is_empty() || !m.content.text().trim().is_empty() {
-                    messages.push(m);
+                    messages.push(Arc::new(m));
                 }
                 continue;
             };
@@ -483,7 +483,7 @@ impl Thread {
                 .map(|&j| format!("{} ({})", m.tool_calls[j].id, m.tool_calls[j].name))
                 .collect();
             let mut j = 0;
-            Arc::make_mut(&mut m).tool_calls.retain(|_| {
+            m.tool_calls.retain(|_| {
                 j += 1;
                 !calls.contains(&(j - 1))
             });
@@ -500,7 +500,7 @@ impl Thread {
                 named.join(", "),
                 m.id
             ));
-            messages.push(m);
+            messages.push(Arc::new(m));
         }
         Some((
             Thread {
