@@ -40,6 +40,11 @@ use compactd::security::AuthConfig;
 use compactd::settings::Settings;
 use compactd_testkit::synth::{thread, SynthParams};
 
+/// The allocator the `compactd` binary ships with (src/main.rs), so the
+/// server measured here is the one that runs; the echo runs on it too.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[allow(clippy::all, clippy::pedantic)]
 mod echo_pb {
     tonic::include_proto!("compactd.bench.v1");
