@@ -294,3 +294,96 @@ fn real_logs_with_bootstrap_and_workspace_stay_valid_and_within_budget() {
         }
     }
 }
+
+/// The extractive summarizer, counting the threads it runs on and saying
+/// whether the pipeline may run it ahead.
+struct Counting {
+    ahead: bool,
+    threads: std::sync::Mutex<BTreeSet<String>>,
+}
+
+impl compactd::summarize::Summarizer for Counting {
+    fn id(&self) -> &str {
+        compactd::summarize::ExtractiveSummarizer.id()
+    }
+
+    fn summarize(
+        &self,
+        req: &compactd::summarize::SummaryRequest<'_>,
+    ) -> Result<compactd::model::StructuredSummary, compactd::summarize::SummarizeError> {
+        self.threads
+            .lock()
+            .expect("lock")
+            .insert(format!("{:?}", std::thread::current().id()));
+        compactd::summarize::ExtractiveSummarizer.summarize(req)
+    }
+
+    fn may_run_ahead(&self) -> bool {
+        self.ahead
+    }
+}
+
+/// Summaries made ahead on every core (a long thread's chunks) are the
+/// ones the pipeline would make one by one: the same plan, byte for byte,
+/// for every real log at small budgets with small chunks (many of them).
+#[test]
+fn summaries_made_ahead_leave_the_plan_unchanged() {
+    use compactd::reduce::{compact, CompactRequest, Engine, Memo};
+    let mut h = Harness::default();
+    h.policy.summary_chunk_tokens = 600;
+    let mut ran_ahead = false;
+    for (name, thread) in logs() {
+        for max_input_tokens in [3_000, 6_000] {
+            let run = |ahead: bool| {
+                let summarizer = Counting {
+                    ahead,
+                    threads: Default::default(),
+                };
+                let memo = Memo::default();
+                let engine = Engine {
+                    cancel: compactd::reduce::Cancel::never(),
+                    redactor: compactd::redact::Redactor::standard(),
+                    counter: h.counter.as_ref(),
+                    ledger: &h.ledger,
+                    summarizer: &summarizer,
+                    memo: &memo,
+                };
+                let req = CompactRequest {
+                    thread: &thread,
+                    policy: &h.policy,
+                    max_input_tokens,
+                    system: h.system.as_deref(),
+                    tools: &h.tools,
+                    workspace: None,
+                    previous: None,
+                    observations: &h.observations,
+                    skip_aggressive: false,
+                    limits: Default::default(),
+                    target: Format::openai_chat_target(),
+                };
+                let out = compact(&req, &engine).unwrap_or_else(|e| panic!("{name}: {e}"));
+                let threads = summarizer.threads.lock().expect("lock").len();
+                (
+                    serde_json::to_string(&out.plan).expect("plan JSON"),
+                    threads,
+                )
+            };
+            let (one_by_one, threads) = run(false);
+            assert!(
+                threads <= 1,
+                "{name}: summarized on {threads} threads without ahead"
+            );
+            let (ahead, threads) = run(true);
+            assert_eq!(
+                ahead, one_by_one,
+                "{name} at {max_input_tokens}: plans differ"
+            );
+            ran_ahead |= threads > 1;
+        }
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(
+        cores < 2 || ran_ahead,
+        "{cores} cores, yet no summary was made ahead on another thread"
+    );
+}

@@ -74,6 +74,56 @@ pub trait Reducer {
     ) -> Result<(), CompactError>;
 }
 
+/// The summarizer behind the memo, with the redaction around it.
+#[derive(Clone, Copy)]
+pub struct Summarizing<'a> {
+    summarizer: &'a dyn Summarizer,
+    memo: &'a Memo,
+    redactor: &'a crate::redact::Redactor,
+}
+
+impl Summarizing<'_> {
+    /// See [`PipelineState::summarize`].
+    pub fn summarize(
+        &self,
+        req: &SummaryRequest<'_>,
+    ) -> Result<crate::model::StructuredSummary, crate::summarize::SummarizeError> {
+        let mut k = self.memo.key();
+        k.part(self.summarizer.id().as_bytes())
+            .part(crate::model::SUMMARY_SCHEMA_VERSION.as_bytes())
+            .part(&(req.max_chars as u64).to_le_bytes())
+            .part(&[u8::from(req.rereads_prior)]);
+        for m in req.messages {
+            k.part(&crate::model::message_digest(m).to_le_bytes());
+        }
+        for p in req.prior {
+            k.part(&serde_json::to_vec(p).unwrap_or_default());
+        }
+        // The span is part of the summary; same content under other ids differs.
+        k.part(&serde_json::to_vec(&req.span).unwrap_or_default());
+        k.part(self.redactor.id().as_bytes());
+        // The summarizer reads redacted messages (a value it pulls out of a
+        // sentence has lost the context that marked it secret), and what it
+        // returns is redacted again, for what prior summaries carried.
+        let mut summary = self.memo.summary(k.finish(), || {
+            let redacted: Vec<std::borrow::Cow<'_, crate::model::Message>> = crate::par::map(
+                req.messages,
+                |m| m.byte_len(),
+                |m| self.redactor.redact_message(m),
+            );
+            let messages: Vec<&crate::model::Message> =
+                redacted.iter().map(std::convert::AsRef::as_ref).collect();
+            self.summarizer.summarize(&SummaryRequest {
+                messages: &messages,
+                scans: Some(self.memo),
+                ..req.clone()
+            })
+        })?;
+        self.redactor.redact_summary(&mut summary);
+        Ok(summary)
+    }
+}
+
 /// What reducers share across one call.
 pub struct PipelineState<'a> {
     /// The policy.
@@ -141,39 +191,17 @@ impl<'a> PipelineState<'a> {
         &self,
         req: &SummaryRequest<'_>,
     ) -> Result<crate::model::StructuredSummary, crate::summarize::SummarizeError> {
-        let mut k = self.memo.key();
-        k.part(self.summarizer.id().as_bytes())
-            .part(crate::model::SUMMARY_SCHEMA_VERSION.as_bytes())
-            .part(&(req.max_chars as u64).to_le_bytes())
-            .part(&[u8::from(req.rereads_prior)]);
-        for m in req.messages {
-            k.part(&crate::model::message_digest(m).to_le_bytes());
+        self.summarizing().summarize(req)
+    }
+
+    /// What summarizing needs, shareable across threads (the state itself
+    /// holds per-call cells): for summaries made ahead on every core.
+    pub fn summarizing(&self) -> Summarizing<'a> {
+        Summarizing {
+            summarizer: self.summarizer,
+            memo: self.memo,
+            redactor: self.redactor,
         }
-        for p in req.prior {
-            k.part(&serde_json::to_vec(p).unwrap_or_default());
-        }
-        // The span is part of the summary; same content under other ids differs.
-        k.part(&serde_json::to_vec(&req.span).unwrap_or_default());
-        k.part(self.redactor.id().as_bytes());
-        // The summarizer reads redacted messages (a value it pulls out of a
-        // sentence has lost the context that marked it secret), and what it
-        // returns is redacted again, for what prior summaries carried.
-        let mut summary = self.memo.summary(k.finish(), || {
-            let redacted: Vec<std::borrow::Cow<'_, crate::model::Message>> = crate::par::map(
-                req.messages,
-                |m| m.byte_len(),
-                |m| self.redactor.redact_message(m),
-            );
-            let messages: Vec<&crate::model::Message> =
-                redacted.iter().map(std::convert::AsRef::as_ref).collect();
-            self.summarizer.summarize(&SummaryRequest {
-                messages: &messages,
-                scans: Some(self.memo),
-                ..req.clone()
-            })
-        })?;
-        self.redactor.redact_summary(&mut summary);
-        Ok(summary)
     }
 
     /// Arguments of the call that result message `i` answers (by position:

@@ -260,6 +260,10 @@ impl Summarizer for ExtractiveSummarizer {
         EXTRACTIVE_ID
     }
 
+    fn may_run_ahead(&self) -> bool {
+        true
+    }
+
     fn summarize(&self, req: &SummaryRequest<'_>) -> Result<StructuredSummary, SummarizeError> {
         let fresh = extract(req.span.clone(), req.messages, req.scans);
         let mut merged = merge_summaries(req.span.clone(), req.prior, &fresh);

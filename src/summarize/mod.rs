@@ -67,4 +67,11 @@ pub trait Summarizer: Send + Sync {
     fn id(&self) -> &str;
     /// Summarizes `req`; the result renders within `req.max_chars`.
     fn summarize(&self, req: &SummaryRequest<'_>) -> Result<StructuredSummary, SummarizeError>;
+    /// Pure CPU and free to call: the pipeline may then make the summaries
+    /// of chunks it is certain to summarize ahead of time, on every core,
+    /// and drop any it ends up not using. A summarizer that calls a model
+    /// (cost, rate limits) keeps the default.
+    fn may_run_ahead(&self) -> bool {
+        false
+    }
 }
