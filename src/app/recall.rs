@@ -129,12 +129,15 @@ pub(super) fn fit_recall<'a>(
     if found.is_empty() {
         return None;
     }
-    let shown = squash(&stand_in_text(request));
-    // Looked for only until enough are found: what is shown can be most
-    // of the prompt.
+    let shown = shown_among(
+        &squash(&stand_in_text(request)),
+        found.iter().map(|h| squash(&h.passage.text)),
+    );
     let mut hits: Vec<Hit<'a>> = found
         .into_iter()
-        .filter(|h| !shown.contains(&squash(&h.passage.text)))
+        .zip(shown)
+        .filter(|(_, shown)| !shown)
+        .map(|(h, _)| h)
         .take(wanted)
         .collect();
     while !hits.is_empty() {
@@ -163,8 +166,38 @@ fn stand_in_text(r: &Request) -> String {
     out
 }
 
+/// For each of `texts`, whether `shown` contains it (SIMD substring
+/// search: the shown text can be most of the prompt, read every turn).
+fn shown_among(shown: &str, texts: impl Iterator<Item = String>) -> Vec<bool> {
+    texts
+        .map(|t| memchr::memmem::find(shown.as_bytes(), t.as_bytes()).is_some())
+        .collect()
+}
+
 /// Whitespace collapsed, so a passage is found in the prompt however its
 /// lines were joined.
 fn squash(s: &str) -> String {
     crate::summarize::text::collapse_ws(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_among;
+
+    #[test]
+    fn shown_among_finds_each_text_as_contains_does() {
+        let shown = "the summary names abc-123 and the path src/lib.rs; é ü";
+        let texts = [
+            "abc-123",
+            "src/lib.rs;",
+            "missing",
+            "é ü",
+            "abc-123 and",
+            "123 and the",
+        ];
+        let got = shown_among(shown, texts.iter().map(|t| t.to_string()));
+        let expected: Vec<bool> = texts.iter().map(|t| shown.contains(t)).collect();
+        assert_eq!(got, expected);
+        assert_eq!(got, [true, true, false, true, true, true]);
+    }
 }

@@ -638,6 +638,23 @@ impl Message {
         s
     }
 
+    /// At least [`Self::byte_len`], without formatting any tool call's
+    /// arguments: a size check needs the exact size only near its limit,
+    /// and every message of a thread is checked on every call.
+    pub fn byte_len_bound(&self) -> usize {
+        let calls: usize = self
+            .tool_calls
+            .iter()
+            .map(|c| c.id.len() + c.name.len() + json_len_bound(&c.arguments))
+            .sum();
+        let result = self
+            .tool_result
+            .as_ref()
+            .map(|e| e.content.to_text().len())
+            .unwrap_or(0);
+        self.content.byte_len() + calls + result
+    }
+
     /// Byte size of everything the message carries, for size limits.
     pub fn byte_len(&self) -> usize {
         let calls: usize = self
@@ -651,6 +668,23 @@ impl Message {
             .map(|e| e.content.to_text().len())
             .unwrap_or(0);
         self.content.byte_len() + calls + result
+    }
+}
+
+/// At least the JSON text's length of `v`, found without formatting it:
+/// every string as if each byte were escaped.
+fn json_len_bound(v: &Value) -> usize {
+    match v {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(n) => n.to_string().len(),
+        Value::String(s) => 2 + 6 * s.len(),
+        Value::Array(items) => 2 + items.iter().map(|i| json_len_bound(i) + 1).sum::<usize>(),
+        Value::Object(map) => {
+            2 + map
+                .iter()
+                .map(|(k, v)| 2 + 6 * k.len() + 1 + json_len_bound(v) + 1)
+                .sum::<usize>()
+        }
     }
 }
 
@@ -829,5 +863,48 @@ mod drift_tests {
         assert!(empty.has_changed(&empty));
         assert!(hash_only.has_changed(&empty));
         assert!(empty.has_changed(&hash_only));
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::{json_len, json_len_bound};
+    use serde_json::{json, Value};
+
+    proptest::proptest! {
+        /// The bound a size check trusts below its limit is never under the
+        /// exact length, whatever the arguments hold.
+        #[test]
+        fn json_len_bound_is_never_below_json_len(
+            keys in proptest::collection::vec("\\PC{0,6}|[\"\\\\\\x00-\\x1f]{1,4}", 0..5),
+            strings in proptest::collection::vec("\\PC{0,12}|[\"\\\\\\x00-\\x1f]{1,8}", 0..5),
+            ints in proptest::collection::vec(proptest::num::i64::ANY, 0..3),
+            floats in proptest::collection::vec(proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL, 0..3),
+        ) {
+            let mut obj = serde_json::Map::new();
+            for (i, k) in keys.iter().enumerate() {
+                let v = match i % 3 {
+                    0 => Value::from(strings.clone()),
+                    1 => json!({ "n": ints.clone(), "f": floats.clone(), "b": [true, null] }),
+                    _ => Value::from(strings.get(i).cloned().unwrap_or_default()),
+                };
+                obj.insert(k.clone(), v);
+            }
+            let v = Value::Object(obj);
+            proptest::prop_assert!(json_len_bound(&v) >= json_len(&v));
+        }
+    }
+
+    #[test]
+    fn json_len_bound_covers_escapes_and_numbers() {
+        for v in [
+            json!("\u{0}\u{1f}\"\\"),
+            json!(u64::MAX),
+            json!(i64::MIN),
+            json!(-1.7976931348623157e308),
+            json!({"a\u{1}": [null, false, 1.5e-300, "é"]}),
+        ] {
+            assert!(json_len_bound(&v) >= json_len(&v), "{v}");
+        }
     }
 }

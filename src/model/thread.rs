@@ -314,7 +314,10 @@ impl Thread {
                     });
                 }
             }
-            let bytes = m.byte_len();
+            let bytes = match m.byte_len_bound() {
+                b if b <= limits.max_message_bytes => b,
+                _ => m.byte_len(),
+            };
             if bytes > limits.max_message_bytes {
                 return Err(ThreadError::OversizeContent {
                     index,

@@ -380,8 +380,14 @@ impl RecallIndex {
             })
             .filter(|(_, s)| *s > 0.0)
             .collect();
-        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        hits.truncate(k);
+        // Best first, ties in passage order: a total order, so picking the
+        // `k` best before sorting them gives what sorting all would.
+        let order = |a: &(usize, f32), b: &(usize, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if hits.len() > k {
+            hits.select_nth_unstable_by(k - 1, order);
+            hits.truncate(k);
+        }
+        hits.sort_by(order);
         hits.into_iter()
             .map(|(i, score)| Hit {
                 passage: &self.passages[i],

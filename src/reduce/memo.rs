@@ -317,7 +317,9 @@ impl crate::render::SummaryTexts for Memo {
         let mut k = self.key();
         k.part(b"summary message");
         k.part(crate::model::SUMMARY_RENDER_VERSION.as_bytes());
-        if serde_json::to_writer(&mut k, r).is_err() {
+        // Named fields: a field left out cannot shift the next one into
+        // its place, so distinct records never stream the same bytes.
+        if rmp_serde::encode::write_named(&mut k, r).is_err() {
             return crate::render::summary_text(r);
         }
         self.text(k.finish(), || crate::render::summary_text(r))

@@ -3,13 +3,46 @@
 
 /// Collapses every run of whitespace to one space and trims the ends, so the
 /// same sentence always yields the same bytes whatever its line wrapping.
+///
+/// The same bytes as joining `split_whitespace()` with single spaces, but
+/// ASCII is classified and copied a byte at a time: it runs over the whole
+/// prompt's stand-in text on every Render.
 pub(crate) fn collapse_ws(s: &str) -> String {
+    let bytes = s.as_bytes();
     let mut out = String::with_capacity(s.len());
-    for w in s.split_whitespace() {
-        if !out.is_empty() {
-            out.push(' ');
+    // A space is owed before the next word (never at the start).
+    let mut gap = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b < 0x80 {
+            i += 1;
+            // `char::is_whitespace` in ASCII: tab to carriage return, space.
+            if b == b' ' || (b'\t'..=b'\r').contains(&b) {
+                gap = !out.is_empty();
+                continue;
+            }
+            if gap {
+                out.push(' ');
+                gap = false;
+            }
+            out.push(char::from(b));
+        } else {
+            // A non-ASCII char: Unicode decides (as `split_whitespace`).
+            let Some(c) = s[i..].chars().next() else {
+                break;
+            };
+            i += c.len_utf8();
+            if c.is_whitespace() {
+                gap = !out.is_empty();
+                continue;
+            }
+            if gap {
+                out.push(' ');
+                gap = false;
+            }
+            out.push(c);
         }
-        out.push_str(w);
     }
     out
 }
@@ -142,6 +175,33 @@ pub(crate) fn dedup_key(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The fast path is `split_whitespace` joined by spaces, for any
+        /// text: ASCII controls, Unicode spaces, every plane.
+        #[test]
+        fn collapse_ws_is_split_whitespace_joined(s in "(\\PC|[ \t\n\r\x0b\x0c\u{85}\u{a0}\u{2028}\u{3000}\u{1680}])*") {
+            let expected = s.split_whitespace().collect::<Vec<_>>().join(" ");
+            proptest::prop_assert_eq!(collapse_ws(&s), expected);
+        }
+    }
+
+    #[test]
+    fn collapse_ws_handles_edges() {
+        for s in [
+            "",
+            " ",
+            "a",
+            " a ",
+            "a\u{3000}b",
+            "\u{85}x\u{85}",
+            "a\x0bb",
+            "é  è\n\t",
+        ] {
+            let expected = s.split_whitespace().collect::<Vec<_>>().join(" ");
+            assert_eq!(collapse_ws(s), expected, "{s:?}");
+        }
+    }
 
     #[test]
     fn cap_chars_respects_utf8_and_cap() {
