@@ -50,7 +50,7 @@ fn plans_never_touch_or_straddle_pinned_roles() {
     let span = |ids: &[usize]| SpanReference::of(&t, ids);
     let summary = |ids: &[usize]| SummarizationRecord {
         span: span(ids),
-        summary: StructuredSummary::empty(span(ids)),
+        summary: StructuredSummary::empty(span(ids)).into(),
         summary_token_count: 10,
         archive_artifact_id: None,
         summarizer_id: String::new(),

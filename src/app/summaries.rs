@@ -138,7 +138,7 @@ fn material<'a>(
                 .all(|id| span.contains(id.as_str()))
         })
         .collect();
-    let prior: Vec<&StructuredSummary> = inside.iter().map(|p| &p.summary).collect();
+    let prior: Vec<&StructuredSummary> = inside.iter().map(|p| &*p.summary).collect();
     let covered: HashSet<&str> = inside
         .iter()
         .flat_map(|p| p.span.message_ids.iter().map(String::as_str))
@@ -334,7 +334,7 @@ impl App {
             match self.llm_summary(&llm, input, i, &c, cap).await {
                 Ok(Some(summary)) => {
                     let r = &mut c.plan.summarizations[i];
-                    r.summary = summary;
+                    r.summary = summary.into();
                     r.summarizer_id = llm.llm.id(style_of(&llm, input));
                     upgraded += 1;
                 }

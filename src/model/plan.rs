@@ -96,8 +96,9 @@ impl ExternalizationRecord {
 pub struct SummarizationRecord {
     /// What was summarized.
     pub span: SpanReference,
-    /// The summary.
-    pub summary: StructuredSummary,
+    /// The summary; shared, so a plan carried from turn to turn is copied
+    /// without copying its summaries (they never change in place).
+    pub summary: std::sync::Arc<StructuredSummary>,
     /// Tokens of the rendered summary message.
     pub summary_token_count: u32,
     /// The artifact holding the summarized messages' originals (shown in the
@@ -929,7 +930,7 @@ mod tests {
         });
         plan.summarizations.push(SummarizationRecord {
             span: span(&["m3", "m5", "m7"]),
-            summary: StructuredSummary::empty(span(&["m3"])),
+            summary: StructuredSummary::empty(span(&["m3"])).into(),
             summary_token_count: 1,
             archive_artifact_id: None,
             summarizer_id: String::new(),

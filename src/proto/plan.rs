@@ -102,7 +102,7 @@ impl From<&SummarizationRecord> for pb::SummarizationRecord {
     fn from(r: &SummarizationRecord) -> Self {
         pb::SummarizationRecord {
             span: Some((&r.span).into()),
-            summary: Some((&r.summary).into()),
+            summary: Some((&*r.summary).into()),
             summary_token_count: r.summary_token_count,
             archive_artifact_id: r.archive_artifact_id.clone(),
             summarizer_id: r.summarizer_id.clone(),
@@ -115,7 +115,7 @@ impl TryFrom<pb::SummarizationRecord> for SummarizationRecord {
     fn try_from(r: pb::SummarizationRecord) -> Result<Self> {
         Ok(SummarizationRecord {
             span: required(r.span, "span")?,
-            summary: required(r.summary, "summary")?,
+            summary: std::sync::Arc::new(required(r.summary, "summary")?),
             summary_token_count: r.summary_token_count,
             archive_artifact_id: r.archive_artifact_id,
             summarizer_id: r.summarizer_id,

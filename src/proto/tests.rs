@@ -329,7 +329,7 @@ fn plan() -> impl Strategy<Value = CompactionPlan> {
     )
         .prop_map(|(span, summary, n, a, by)| SummarizationRecord {
             span,
-            summary,
+            summary: summary.into(),
             summary_token_count: n,
             archive_artifact_id: a,
             summarizer_id: by,

@@ -385,7 +385,7 @@ mod tests {
         let m = Memo::new(1 << 20).scoped(&["tenant", "thread"]);
         let mut r = SummarizationRecord {
             span: summary(3).span.clone(),
-            summary: summary(3),
+            summary: summary(3).into(),
             summary_token_count: 200,
             archive_artifact_id: None,
             summarizer_id: "extractive".into(),
@@ -394,7 +394,7 @@ mod tests {
             assert_eq!(m.summary_text(&r), crate::render::summary_text(&r));
         }
         assert!(m.caches.texts.weight() > 0, "the text was kept");
-        r.summary
+        std::sync::Arc::make_mut(&mut r.summary)
             .facts
             .push("the deploy key rotates on Fridays".into());
         assert!(m.summary_text(&r).contains("rotates on Fridays"));

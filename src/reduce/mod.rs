@@ -1199,7 +1199,7 @@ pub fn bind_artifacts(plan: &mut CompactionPlan, ids: &BTreeMap<String, String>)
             .for_each(|a| swap(&mut a.artifact_id));
     }
     for s in &mut plan.summarizations {
-        s.summary
+        std::sync::Arc::make_mut(&mut s.summary)
             .artifacts
             .iter_mut()
             .for_each(|a| swap(&mut a.artifact_id));

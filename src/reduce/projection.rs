@@ -720,7 +720,7 @@ impl<'a> Projection<'a> {
         let span = SpanReference::of(self.thread, indices);
         self.plan.summarizations.push(SummarizationRecord {
             span,
-            summary,
+            summary: summary.into(),
             summary_token_count: 0,
             archive_artifact_id: None,
             summarizer_id: String::new(),

@@ -264,7 +264,7 @@ fn inputs<'p>(p: &'p Projection<'_>, indices: &[usize], reread: bool) -> Inputs<
         .map(|&i| p.message(i))
         .collect();
     let (prior, externalized) = p.covering(indices);
-    let prior = prior.iter().map(|r| &r.summary).collect();
+    let prior = prior.iter().map(|r| &*r.summary).collect();
     Inputs {
         span,
         messages,

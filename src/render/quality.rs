@@ -247,7 +247,7 @@ fn asked_for_compacted(thread: &Thread, plan: &CompactionPlan) -> Option<AskedFo
     let in_summary = plan
         .summarizations
         .iter()
-        .map(|s| &s.summary)
+        .map(|s| &*s.summary)
         .chain(plan.externalizations.iter().map(|e| &e.summary))
         .any(|s| !found_in(&s.render_as_message().to_lowercase(), &lost_terms).is_empty());
     Some(AskedForCompacted {

@@ -521,7 +521,7 @@ pub(super) mod tests {
         });
         plan.summarizations.push(SummarizationRecord {
             span: SpanReference::of(t, &[3, 4]),
-            summary: summary(t, &[3, 4], "The status page markup <script> is not ours."),
+            summary: summary(t, &[3, 4], "The status page markup <script> is not ours.").into(),
             summary_token_count: 0,
             archive_artifact_id: None,
             summarizer_id: String::new(),
