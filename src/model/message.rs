@@ -642,25 +642,21 @@ impl Message {
     /// arguments: a size check needs the exact size only near its limit,
     /// and every message of a thread is checked on every call.
     pub fn byte_len_bound(&self) -> usize {
-        let calls: usize = self
-            .tool_calls
-            .iter()
-            .map(|c| c.id.len() + c.name.len() + json_len_bound(&c.arguments))
-            .sum();
-        let result = self
-            .tool_result
-            .as_ref()
-            .map(|e| e.content.to_text().len())
-            .unwrap_or(0);
-        self.content.byte_len() + calls + result
+        self.sized(json_len_bound)
     }
 
     /// Byte size of everything the message carries, for size limits.
     pub fn byte_len(&self) -> usize {
+        self.sized(json_len)
+    }
+
+    /// The content's, ids', names' and result's bytes, with each call's
+    /// arguments sized by `args`.
+    fn sized(&self, args: fn(&Value) -> usize) -> usize {
         let calls: usize = self
             .tool_calls
             .iter()
-            .map(|c| c.id.len() + c.name.len() + json_len(&c.arguments))
+            .map(|c| c.id.len() + c.name.len() + args(&c.arguments))
             .sum();
         let result = self
             .tool_result
