@@ -97,7 +97,7 @@ pub struct SummarizationRecord {
     /// What was summarized.
     pub span: SpanReference,
     /// The summary; shared, so a plan carried from turn to turn is copied
-    /// without copying its summaries (they never change in place).
+    /// without copying its summaries (a change copies the one it changes).
     pub summary: std::sync::Arc<StructuredSummary>,
     /// Tokens of the rendered summary message.
     pub summary_token_count: u32,
