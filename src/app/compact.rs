@@ -685,7 +685,7 @@ impl App {
             size_bytes: a.content.len() as u64,
             message_ids: a.message_ids.clone(),
         };
-        let (store, content) = (Arc::clone(&self.inner.artifacts), a.content.clone());
+        let (store, content) = (Arc::clone(&self.inner.artifacts), Arc::clone(&a.content));
         let span = tracing::info_span!(
             "compactd.artifact",
             otel.name = "artifact put",

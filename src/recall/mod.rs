@@ -502,6 +502,8 @@ impl Weights {
         });
         identifiers.sort_unstable();
         identifiers.dedup();
+        // Kept per passage for the index's life.
+        identifiers.shrink_to_fit();
         let norm = K1 * (1.0 - B + B * hashes.len() as f32 / AVERAGE_PASSAGE_TERMS);
         hashes.sort_unstable();
         // Runs of one hash are its occurrences; in hash order.
@@ -632,9 +634,11 @@ fn windows(text: &str) -> Vec<(u32, String)> {
     let mut current = String::new();
     let mut start = 1u32;
     let mut lines_in = 0;
+    // A window is kept as long as its thread is: copied at its length
+    // (the buffer it grew in keeps its room for the next one).
     let flush = |current: &mut String, start: u32, out: &mut Vec<(u32, String)>| {
         if !current.trim().is_empty() {
-            out.push((start, std::mem::take(current)));
+            out.push((start, current.as_str().to_owned()));
         }
         current.clear();
     };

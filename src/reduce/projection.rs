@@ -30,8 +30,9 @@ pub struct PendingArtifact {
     pub placeholder: String,
     /// Messages whose content it holds.
     pub message_ids: Vec<String>,
-    /// The content, as the model saw it.
-    pub content: String,
+    /// The content, as the model saw it; shared, so the write of every
+    /// artifact of a compaction can hold it without a copy of it all.
+    pub content: std::sync::Arc<str>,
     /// Highest sensitivity among the messages.
     pub sensitivity: Sensitivity,
     /// SHA-256 of the content.
@@ -536,7 +537,7 @@ impl<'a> Projection<'a> {
         self.pending.push(PendingArtifact {
             placeholder: placeholder.clone(),
             message_ids: span.message_ids.clone(),
-            content,
+            content: content.into(),
             sensitivity: m.metadata.sensitivity,
             content_hash: content_hash.clone(),
             tokens: content_tokens,

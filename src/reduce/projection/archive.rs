@@ -71,7 +71,7 @@ impl Projection<'_> {
                 }
             }
             if changed {
-                artifact.content = joined;
+                artifact.content = joined.into();
             }
             artifact.content_hash = hex::encode(Sha256::digest(artifact.content.as_bytes()));
         }
@@ -252,7 +252,7 @@ impl Projection<'_> {
             placeholder: placeholder.clone(),
             message_ids,
             content_hash: String::new(),
-            content,
+            content: content.into(),
             sensitivity,
             tokens: u32::try_from(tokens).unwrap_or(u32::MAX),
         });
