@@ -29,6 +29,9 @@ const PASSAGE_LINES: usize = 3;
 /// Characters in one passage at most (a longer line is cut at a sentence
 /// end, or at this length).
 const PASSAGE_CHARS: usize = 480;
+/// Message bytes whose passages are prepared (redacted, cut, weighed) at
+/// once before the index takes them.
+const PREPARE_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// A matched identifier multiplies a passage's score by this much more.
 const IDENTIFIER_BOOST: f32 = 1.0;
 
@@ -274,39 +277,54 @@ impl RecallIndex {
             fresh.push((m, artifact_id, digest));
         }
         // Redacting, cutting and weighing a message's passages depends on
-        // nothing else: on every core; the index takes them in order.
-        let prepared = crate::par::map(
-            &fresh,
-            |(m, ..)| m.byte_len(),
-            |(m, ..)| {
-                let text = readable_text(m);
-                let text = redactor.redact(&text);
-                windows(&text)
-                    .into_iter()
-                    .map(|(line, window)| {
-                        let weights = Weights::of(&window);
-                        (line, window, weights)
-                    })
-                    .collect::<Vec<_>>()
-            },
-        );
-        for ((m, artifact_id, digest), passages) in fresh.into_iter().zip(prepared) {
-            let mut at = Vec::with_capacity(passages.len());
-            for (line, text, weights) in passages {
-                let i = self.insert(
-                    Passage {
-                        message_id: m.id.clone(),
-                        artifact_id: artifact_id.clone(),
-                        line,
-                        text,
-                        sensitivity: m.metadata.sensitivity,
-                    },
-                    weights,
-                );
-                self.searchable[i] = true;
-                at.push(i);
+        // nothing else: on every core; the index takes them in order. A
+        // batch at a time: every evicted message's weights held at once
+        // would take more memory than the index they go into.
+        let mut rest = &fresh[..];
+        while !rest.is_empty() {
+            let mut bytes = 0;
+            let end = rest
+                .iter()
+                .position(|(m, ..)| {
+                    bytes += m.byte_len_bound();
+                    bytes > PREPARE_BATCH_BYTES
+                })
+                .map_or(rest.len(), |i| i.max(1));
+            let (batch, later) = rest.split_at(end);
+            rest = later;
+            let prepared = crate::par::map(
+                batch,
+                |(m, ..)| m.byte_len_bound(),
+                |(m, ..)| {
+                    let text = readable_text(m);
+                    let text = redactor.redact(&text);
+                    windows(&text)
+                        .into_iter()
+                        .map(|(line, window)| {
+                            let weights = Weights::of(&window);
+                            (line, window, weights)
+                        })
+                        .collect::<Vec<_>>()
+                },
+            );
+            for ((m, artifact_id, digest), passages) in batch.iter().zip(prepared) {
+                let mut at = Vec::with_capacity(passages.len());
+                for (line, text, weights) in passages {
+                    let i = self.insert(
+                        Passage {
+                            message_id: m.id.clone(),
+                            artifact_id: artifact_id.clone(),
+                            line,
+                            text,
+                            sensitivity: m.metadata.sensitivity,
+                        },
+                        weights,
+                    );
+                    self.searchable[i] = true;
+                    at.push(i);
+                }
+                self.indexed.insert(m.id.clone(), (*digest, at));
             }
-            self.indexed.insert(m.id.clone(), (digest, at));
         }
     }
 
