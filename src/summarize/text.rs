@@ -4,45 +4,23 @@
 /// Collapses every run of whitespace to one space and trims the ends, so the
 /// same sentence always yields the same bytes whatever its line wrapping.
 ///
-/// The same bytes as joining `split_whitespace()` with single spaces, but
-/// ASCII is classified and copied a byte at a time: it runs over the whole
-/// prompt's stand-in text on every Render.
+/// The same bytes as joining `split_whitespace()` with single spaces, built
+/// a char at a time into one buffer: it runs over the whole prompt's
+/// stand-in text on every Render.
 pub(crate) fn collapse_ws(s: &str) -> String {
-    let bytes = s.as_bytes();
     let mut out = String::with_capacity(s.len());
     // A space is owed before the next word (never at the start).
     let mut gap = false;
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        if b < 0x80 {
-            i += 1;
-            // `char::is_whitespace` in ASCII: tab to carriage return, space.
-            if b == b' ' || (b'\t'..=b'\r').contains(&b) {
-                gap = !out.is_empty();
-                continue;
-            }
-            if gap {
-                out.push(' ');
-                gap = false;
-            }
-            out.push(char::from(b));
-        } else {
-            // A non-ASCII char: Unicode decides (as `split_whitespace`).
-            let Some(c) = s[i..].chars().next() else {
-                break;
-            };
-            i += c.len_utf8();
-            if c.is_whitespace() {
-                gap = !out.is_empty();
-                continue;
-            }
-            if gap {
-                out.push(' ');
-                gap = false;
-            }
-            out.push(c);
+    for c in s.chars() {
+        if c.is_whitespace() {
+            gap = !out.is_empty();
+            continue;
         }
+        if gap {
+            out.push(' ');
+            gap = false;
+        }
+        out.push(c);
     }
     out
 }
