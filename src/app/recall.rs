@@ -21,8 +21,43 @@ const MESSAGE_FRAMING: u32 = 16;
 /// and an index grows while it is cached.
 #[derive(Clone)]
 struct Entry {
-    index: Arc<Mutex<RecallIndex>>,
+    index: Arc<Mutex<Recall>>,
     weight: u64,
+}
+
+/// A thread's recall index, and the stand-in text of the last render it
+/// served with that text squashed: the stand-ins change only when the plan
+/// does, and squashing them was a tenth of a turn.
+#[derive(Default)]
+pub(super) struct Recall {
+    pub(super) index: RecallIndex,
+    shown: Shown,
+}
+
+/// [`stand_in_text`] of a request and its [`squash`].
+#[derive(Default)]
+struct Shown {
+    text: String,
+    squashed: String,
+}
+
+impl Recall {
+    fn bytes(&self) -> usize {
+        self.index.bytes() + self.shown.text.len() + self.shown.squashed.len()
+    }
+
+    /// The index, and the squashed stand-in text of `request` (squashed
+    /// again only when it differs from the last one's).
+    fn with_shown(&mut self, request: &Request) -> (&RecallIndex, &str) {
+        let text = stand_in_text(request);
+        if text != self.shown.text {
+            self.shown = Shown {
+                squashed: squash(&text),
+                text,
+            };
+        }
+        (&self.index, &self.shown.squashed)
+    }
 }
 
 impl Weigh for Entry {
@@ -57,20 +92,23 @@ impl RecallIndexes {
         extends: Option<&Arc<Thread>>,
         plan: &CompactionPlan,
         redactor: &Redactor,
-    ) -> Arc<Mutex<RecallIndex>> {
+    ) -> Arc<Mutex<Recall>> {
         let key = format!("{tenant}\0{}\0{}", thread.id, redactor.id());
         let cached = self.0.get(&key);
         let index = cached
             .as_ref()
             .map_or_else(Default::default, |e| Arc::clone(&e.index));
         let weight = match index.lock() {
-            Ok(mut i) => {
-                i.update(thread, extends, plan, redactor);
-                i.bytes() as u64
+            Ok(mut r) => {
+                r.index.update(thread, extends, plan, redactor);
+                r.bytes() as u64
             }
             // A panic while updating left it half done: start over.
             Err(_) => {
-                let fresh = RecallIndex::build(thread, plan, redactor);
+                let fresh = Recall {
+                    index: RecallIndex::build(thread, plan, redactor),
+                    shown: Shown::default(),
+                };
                 let weight = fresh.bytes() as u64;
                 let fresh = Arc::new(Mutex::new(fresh));
                 self.0.insert(
@@ -108,7 +146,7 @@ impl RecallIndexes {
 /// them), as many as fit `room` tokens and the settings' count, best first.
 /// `None` when nothing matches or nothing fits.
 pub(super) fn fit_recall<'a>(
-    index: &'a RecallIndex,
+    recall: &'a mut Recall,
     thread: &Thread,
     request: &Request,
     rc: &RequestCounter<'_>,
@@ -116,7 +154,7 @@ pub(super) fn fit_recall<'a>(
     room: u32,
     delimit: bool,
 ) -> Option<(String, Vec<Hit<'a>>)> {
-    if index.is_empty() || room <= MESSAGE_FRAMING {
+    if recall.index.is_empty() || room <= MESSAGE_FRAMING {
         return None;
     }
     let queries = queries_of(thread);
@@ -125,14 +163,12 @@ pub(super) fn fit_recall<'a>(
     }
     // Twice the count: some passages are already in the prompt.
     let wanted = settings.max_passages as usize;
+    let (index, shown) = recall.with_shown(request);
     let found = index.search_all(&queries, wanted * 2);
     if found.is_empty() {
         return None;
     }
-    let shown = shown_among(
-        &squash(&stand_in_text(request)),
-        found.iter().map(|h| squash(&h.passage.text)),
-    );
+    let shown = shown_among(shown, found.iter().map(|h| squash(&h.passage.text)));
     let mut hits: Vec<Hit<'a>> = found
         .into_iter()
         .zip(shown)

@@ -651,12 +651,12 @@ fn render_and_count(
     let mut recalled = Vec::new();
     if let Some((index, settings)) = recall {
         let room = settings.reserve_tokens.min(ceiling - tokens.total);
-        let index = index
+        let mut index = index
             .lock()
             .map_err(|_| AppError::Internal("recall index poisoned".into()))?;
         let thread = &cmd.request.thread;
         if let Some((text, hits)) = fit_recall(
-            &index,
+            &mut index,
             thread,
             &request,
             rc,
@@ -719,7 +719,7 @@ struct TurnExtras {
     auto: AutoRehydration,
     auto_cap: u32,
     recall: Option<(
-        Arc<std::sync::Mutex<crate::recall::RecallIndex>>,
+        Arc<std::sync::Mutex<super::recall::Recall>>,
         crate::recall::RecallSettings,
     )>,
 }

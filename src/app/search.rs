@@ -117,14 +117,14 @@ impl App {
                 app.inner
                     .recall
                     .get(&ctx2.tenant_id, &thread, None, &plan, &app.inner.redactor);
-            let index = index
+            let recall = index
                 .lock()
                 .map_err(|_| AppError::Internal("recall index poisoned".into()))?;
             let mut withheld = 0u32;
             let mut passages = Vec::new();
             // Every match is looked at, so what the caller may not read is
             // counted, never silently dropped.
-            for h in index.search(&cmd.query, usize::MAX) {
+            for h in recall.index.search(&cmd.query, usize::MAX) {
                 let p = h.passage;
                 if !ctx2.can_read(p.sensitivity) {
                     withheld += 1;

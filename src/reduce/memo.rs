@@ -25,6 +25,41 @@ struct Caches {
     salient: BoundedCache<ScopedKey, Salient>,
     redacted: BoundedCache<ScopedKey, Redacted>,
     texts: BoundedCache<ScopedKey, Text>,
+    digests: std::sync::Mutex<SummaryDigests>,
+}
+
+/// Digests of summaries by the allocation that holds them. A carried plan
+/// shares its summaries from turn to turn, and serializing every summary
+/// into its text's key on every render was an eighth of rendering. The
+/// weak pointer keeps the address from being reused while the entry lives,
+/// and stops upgrading once the summary is dropped or moved out by
+/// `Arc::make_mut`, so a live entry always describes the bytes it names.
+#[derive(Default)]
+struct SummaryDigests {
+    by_address: std::collections::HashMap<usize, (std::sync::Weak<StructuredSummary>, u128)>,
+    /// Entries after the last sweep of dead ones.
+    swept: usize,
+}
+
+impl SummaryDigests {
+    /// The digest recorded for `s`'s allocation while it is alive.
+    fn get(&self, s: &std::sync::Arc<StructuredSummary>) -> Option<u128> {
+        let (weak, digest) = self.by_address.get(&(std::sync::Arc::as_ptr(s) as usize))?;
+        let live = weak.upgrade()?;
+        std::sync::Arc::ptr_eq(&live, s).then_some(*digest)
+    }
+
+    fn insert(&mut self, s: &std::sync::Arc<StructuredSummary>, digest: u128) {
+        // Dead entries hold only their allocation; sweep them when the map
+        // has doubled since the last sweep.
+        if self.by_address.len() >= 2 * self.swept.max(1024) {
+            self.by_address.retain(|_, (w, _)| w.strong_count() > 0);
+            self.swept = self.by_address.len();
+        }
+        let address = std::sync::Arc::as_ptr(s) as usize;
+        self.by_address
+            .insert(address, (std::sync::Arc::downgrade(s), digest));
+    }
 }
 
 /// A rendered text (a summary's message).
@@ -107,6 +142,7 @@ impl Memo {
                 salient: BoundedCache::new(bytes_per_kind / 4),
                 redacted: BoundedCache::new(bytes_per_kind / 4),
                 texts: BoundedCache::new(bytes_per_kind / 4),
+                digests: Default::default(),
             }),
             scope: 0,
         }
@@ -314,14 +350,45 @@ impl Weigh for Option<Compressed> {
 /// a fraction of rendering it.
 impl crate::render::SummaryTexts for Memo {
     fn summary_text(&self, r: &crate::model::SummarizationRecord) -> String {
+        // Named fields: a field left out cannot shift the next one into
+        // its place, so distinct summaries never stream the same bytes.
+        let crate::model::SummarizationRecord {
+            span,
+            summary,
+            summary_token_count,
+            archive_artifact_id,
+            summarizer_id,
+        } = r;
+        // The map is whole between calls: a panic cannot leave half an entry.
+        let digests = || {
+            self.caches
+                .digests
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let known = digests().get(summary);
+        let digest = known.or_else(|| {
+            let mut k = self.key();
+            rmp_serde::encode::write_named(&mut k, &**summary).ok()?;
+            let digest = k.finish();
+            digests().insert(summary, digest);
+            Some(digest)
+        });
         let mut k = self.key();
         k.part(b"summary message");
         k.part(crate::model::SUMMARY_RENDER_VERSION.as_bytes());
-        // Named fields: a field left out cannot shift the next one into
-        // its place, so distinct records never stream the same bytes.
-        if rmp_serde::encode::write_named(&mut k, r).is_err() {
+        // The rest of the record (every field, or this does not compile):
+        // MessagePack is self-delimiting, so they cannot run into each other.
+        let rest = (
+            span,
+            summary_token_count,
+            archive_artifact_id,
+            summarizer_id,
+        );
+        let (Some(digest), Ok(())) = (digest, rmp_serde::encode::write(&mut k, &rest)) else {
             return crate::render::summary_text(r);
-        }
+        };
+        k.part(&digest.to_le_bytes());
         self.text(k.finish(), || crate::render::summary_text(r))
     }
 }
@@ -401,6 +468,41 @@ mod tests {
         r.archive_artifact_id = Some("art_9".into());
         assert_eq!(m.summary_text(&r), crate::render::summary_text(&r));
         assert!(m.summary_text(&r).contains("art_9"));
+    }
+
+    /// A summary changed through a shared copy, or dropped and replaced,
+    /// is digested anew; digests of dropped summaries are swept.
+    #[test]
+    fn summary_digests_follow_the_allocation() {
+        use crate::model::SummarizationRecord;
+        use crate::render::SummaryTexts;
+        let m = Memo::new(1 << 20).scoped(&["tenant", "thread"]);
+        let record = |s: std::sync::Arc<StructuredSummary>| SummarizationRecord {
+            span: s.span.clone(),
+            summary: s,
+            summary_token_count: 200,
+            archive_artifact_id: None,
+            summarizer_id: String::new(),
+        };
+        let a = record(summary(4).into());
+        let mut b = a.clone();
+        assert_eq!(m.summary_text(&b), crate::render::summary_text(&a));
+        // Shared: `make_mut` copies, and the copy is a new allocation.
+        std::sync::Arc::make_mut(&mut b.summary)
+            .facts
+            .push("the cache is cold after a deploy".into());
+        assert!(m.summary_text(&b).contains("cold after a deploy"));
+        assert!(!m.summary_text(&a).contains("cold after a deploy"));
+        for n in 0..5000 {
+            let r = record(summary(n).into());
+            assert_eq!(m.summary_text(&r), crate::render::summary_text(&r));
+        }
+        let held = m
+            .caches
+            .digests
+            .lock()
+            .map_or(usize::MAX, |d| d.by_address.len());
+        assert!(held < 5000, "dead digests are swept: {held} held");
     }
 
     #[test]
