@@ -197,7 +197,7 @@ fn passages_are_the_evicted_originals_redacted_with_their_artifact() {
     );
     assert!(!index.is_empty(), "the log left the prompt");
     let actions = out.plan.actions();
-    let hits = index.search_all(&compactd::recall::queries_of(&thread), 3);
+    let hits = index.search_all(&compactd::recall::queries_of(&thread, &thread.pairing()), 3);
     let top = hits.first().expect("a passage matches");
     assert!(top.passage.text.contains("ERR_QUOTA_EXCEEDED"), "{hits:#?}");
     assert!(!matches!(

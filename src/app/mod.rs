@@ -257,7 +257,17 @@ impl App {
     /// left out. Returns the warnings naming the calls, for the response,
     /// the audit record and the CLI.
     fn settle_thread(thread: &mut Arc<Thread>, extends: &mut Option<Arc<Thread>>) -> Vec<String> {
-        match thread.provider_view() {
+        let abandoned = thread.abandoned_calls(&thread.pairing());
+        Self::settle_thread_without(thread, extends, &abandoned)
+    }
+
+    /// [`App::settle_thread`] given the thread's abandoned calls.
+    fn settle_thread_without(
+        thread: &mut Arc<Thread>,
+        extends: &mut Option<Arc<Thread>>,
+        abandoned: &[(usize, usize)],
+    ) -> Vec<String> {
+        match thread.provider_view_without(abandoned) {
             Some((view, warnings)) => {
                 *thread = Arc::new(view);
                 // What the thread was known to extend, it may not now.

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::cache::{BoundedCache, Weigh};
-use crate::model::{CompactionPlan, Thread};
+use crate::model::{CompactionPlan, Pairing, Thread};
 use crate::recall::{block, delimited_block, queries_of, Hit, RecallIndex, RecallSettings};
 use crate::redact::Redactor;
 use crate::render::{Origin, Request, RequestCounter};
@@ -147,7 +147,7 @@ impl RecallIndexes {
 /// `None` when nothing matches or nothing fits.
 pub(super) fn fit_recall<'a>(
     recall: &'a mut Recall,
-    thread: &Thread,
+    (thread, pairing): (&Thread, &Pairing),
     request: &Request,
     rc: &RequestCounter<'_>,
     settings: RecallSettings,
@@ -157,7 +157,7 @@ pub(super) fn fit_recall<'a>(
     if recall.index.is_empty() || room <= MESSAGE_FRAMING {
         return None;
     }
-    let queries = queries_of(thread);
+    let queries = queries_of(thread, pairing);
     if queries.is_empty() {
         return None;
     }

@@ -14,7 +14,7 @@ use crate::model::{Eviction, Sensitivity, ToolSchema};
 use crate::reduce::{referenced_artifacts, ReserveUse, TokenBudget};
 use crate::render::quality::QualitySignals;
 use crate::render::{
-    fit_rehydrated, render, ProviderOptions, RehydrationReport, RenderInput, Request,
+    fit_rehydrated, render_paired, ProviderOptions, RehydrationReport, RenderInput, Request,
     RequestCounter, RequestTokens, RENDER_FORMAT_VERSION,
 };
 use crate::render::{
@@ -215,10 +215,13 @@ impl App {
     /// as sent leaves out, as warnings.
     fn admit(&self, cmd: RenderCommand) -> Result<(RenderCommand, Vec<String>)> {
         self.validate_thread(&cmd.request.thread)?;
+        // Found once for the pending check and the provider view.
+        let pairing = cmd.request.thread.pairing();
+        let abandoned = cmd.request.thread.abandoned_calls(&pairing);
         if !cmd.omit_pending_calls {
             // Before anything is compacted or committed: the request cannot
             // be rendered as it stands.
-            refuse_pending(&cmd.request.thread)?;
+            refuse_pending(&cmd.request.thread, &pairing, &abandoned)?;
         }
         // Chat Completions refuses an empty `messages` (Anthropic and
         // Responses bodies get a continuation turn instead): with no
@@ -232,7 +235,8 @@ impl App {
         }
         let mut cmd = cmd;
         let request = &mut cmd.request;
-        let warnings = Self::settle_thread(&mut request.thread, &mut request.extends);
+        let warnings =
+            Self::settle_thread_without(&mut request.thread, &mut request.extends, &abandoned);
         cmd.request.policy = self.effective_policy(&cmd.request.policy)?;
         for (wanted, tool) in [
             (
@@ -583,9 +587,12 @@ fn render_and_count(
     Vec<RecalledPassage>,
 )> {
     let policy = &cmd.request.policy;
+    // Found once for every render below and the recall queries.
+    let pairing = cmd.request.thread.pairing();
     let render_with = |rehydrated: &[crate::render::Rehydrated]| {
-        render(
+        render_paired(
             &cmd.request.thread,
+            &pairing,
             plan,
             &RenderInput {
                 system: cmd.request.system.as_deref(),
@@ -657,7 +664,7 @@ fn render_and_count(
         let thread = &cmd.request.thread;
         if let Some((text, hits)) = fit_recall(
             &mut index,
-            thread,
+            (thread, &pairing),
             &request,
             rc,
             settings,
@@ -767,9 +774,11 @@ fn fit_read_backs(
 /// FAILED_PRECONDITION naming the first pending call: one of the last
 /// assistant message without a result (earlier ones are abandoned and left
 /// out). Checked on the thread as sent, so the field path is the caller's.
-fn refuse_pending(thread: &crate::model::Thread) -> Result<()> {
-    let pairing = thread.pairing();
-    let abandoned = thread.abandoned_calls(&pairing);
+fn refuse_pending(
+    thread: &crate::model::Thread,
+    pairing: &crate::model::Pairing,
+    abandoned: &[(usize, usize)],
+) -> Result<()> {
     let pending = pairing.pending().find(|c| !abandoned.contains(c));
     match pending {
         Some((i, j)) => {

@@ -667,12 +667,16 @@ impl Message {
     }
 }
 
+/// The longest text a JSON number (i64, u64 or f64) formats to.
+const NUMBER_TEXT_MAX: usize = 24;
+
 /// At least the JSON text's length of `v`, found without formatting it:
 /// every string as if each byte were escaped.
 fn json_len_bound(v: &Value) -> usize {
     match v {
         Value::Null | Value::Bool(_) => 5,
-        Value::Number(n) => n.to_string().len(),
+        // Formatting each number to measure it allocated.
+        Value::Number(_) => NUMBER_TEXT_MAX,
         Value::String(s) => 2 + 6 * s.len(),
         Value::Array(items) => 2 + items.iter().map(|i| json_len_bound(i) + 1).sum::<usize>(),
         Value::Object(map) => {
@@ -864,7 +868,7 @@ mod drift_tests {
 
 #[cfg(test)]
 mod size_tests {
-    use super::{json_len, json_len_bound};
+    use super::{json_len, json_len_bound, NUMBER_TEXT_MAX};
     use serde_json::{json, Value};
 
     proptest::proptest! {
@@ -901,6 +905,18 @@ mod size_tests {
             json!({"a\u{1}": [null, false, 1.5e-300, "é"]}),
         ] {
             assert!(json_len_bound(&v) >= json_len(&v), "{v}");
+        }
+        // The longest numbers serde_json writes.
+        for v in [
+            json!(i64::MIN),
+            json!(u64::MAX),
+            json!(-2.2250738585072014e-308),
+            json!(-1.2345678901234567e-100),
+            json!(-f64::MIN_POSITIVE),
+            json!(-5e-324),
+            json!(f64::MIN),
+        ] {
+            assert!(v.to_string().len() <= NUMBER_TEXT_MAX, "{v}");
         }
     }
 }

@@ -485,7 +485,16 @@ impl CompactionPlan {
     /// precedence first so a higher one overwrites; within one kind the first
     /// record wins (normalization removes such duplicates anyway).
     pub fn actions(&self) -> ActionMap<'_> {
-        let mut map: ActionMap<'_> = HashMap::default();
+        // Sized once: growing it rehashed every id of a long plan again.
+        let ids = |spans: &mut dyn Iterator<Item = &SpanReference>| -> usize {
+            spans.map(|s| s.message_ids.len()).sum()
+        };
+        let capacity = ids(&mut self.clearings.iter().map(|r| &r.span))
+            + ids(&mut self.summarizations.iter().map(|r| &r.span))
+            + ids(&mut self.externalizations.iter().map(|r| &r.span))
+            + ids(&mut self.drops.iter().map(|r| &r.span));
+        let mut map: ActionMap<'_> =
+            HashMap::with_capacity_and_hasher(capacity, Default::default());
         fn put<'a>(map: &mut ActionMap<'a>, ids: &'a [String], a: Action<'a>) {
             for id in ids {
                 match map.get(id.as_str()) {

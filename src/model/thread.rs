@@ -442,7 +442,16 @@ impl Thread {
     ///
     /// `None` when the thread already is that view.
     pub fn provider_view(&self) -> Option<(Thread, Vec<String>)> {
-        let abandoned = self.abandoned_calls(&self.pairing());
+        self.provider_view_without(&self.abandoned_calls(&self.pairing()))
+    }
+
+    /// [`Thread::provider_view`] given the thread's
+    /// [`abandoned_calls`](Thread::abandoned_calls), for a caller that
+    /// found them already.
+    pub fn provider_view_without(
+        &self,
+        abandoned: &[(usize, usize)],
+    ) -> Option<(Thread, Vec<String>)> {
         let loop_start = self
             .messages
             .iter()
@@ -456,7 +465,7 @@ impl Thread {
             return None;
         }
         let mut by_message: IdMap<usize, Vec<usize>> = IdMap::default();
-        for &(i, j) in &abandoned {
+        for &(i, j) in abandoned {
             by_message.entry(i).or_default().push(j);
         }
         let mut warnings = Vec::new();

@@ -17,8 +17,6 @@
 //! Output is a `serde_json::Value` whose maps are BTreeMaps, so the serialized
 //! body is byte-identical for identical input.
 
-use std::collections::BTreeSet;
-
 use serde_json::{json, Map, Value};
 
 use super::body::{array, BodyCounter};
@@ -155,9 +153,9 @@ pub fn check_pairing(body: &Value) -> Result<(), String> {
         .and_then(Value::as_array)
         .ok_or("body has no \"messages\" array")?;
     // Calls of the latest assistant message still waiting for their result.
-    let mut pending: Vec<String> = Vec::new();
+    let mut pending: Vec<&str> = Vec::new();
     // Every call id seen so far, to tell "answered twice" from "never called".
-    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut seen: crate::model::IdSet<&str> = Default::default();
     let mut pending_from = 0usize;
     for (i, m) in messages.iter().enumerate() {
         let role = m
@@ -170,7 +168,7 @@ pub fn check_pairing(body: &Value) -> Result<(), String> {
                 .and_then(Value::as_str)
                 .filter(|id| !id.is_empty())
                 .ok_or_else(|| format!("messages[{i}] is a tool message without tool_call_id"))?;
-            if let Some(pos) = pending.iter().position(|p| p == id) {
+            if let Some(pos) = pending.iter().position(|p| *p == id) {
                 pending.remove(pos);
             } else if seen.contains(id) {
                 return Err(format!(
@@ -201,13 +199,13 @@ pub fn check_pairing(body: &Value) -> Result<(), String> {
                         .ok_or_else(|| format!("messages[{i}].tool_calls[{j}] has no id"))?;
                     // An id may come back in a later turn once answered;
                     // twice in one message, a result could not tell which.
-                    if pending.iter().any(|p| p == id) {
+                    if pending.iter().any(|p| *p == id) {
                         return Err(format!(
                             "messages[{i}].tool_calls[{j}].id {id:?} repeats an id of the same message"
                         ));
                     }
-                    seen.insert(id.to_string());
-                    pending.push(id.to_string());
+                    seen.insert(id);
+                    pending.push(id);
                 }
                 pending_from = i;
             }

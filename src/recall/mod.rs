@@ -419,13 +419,12 @@ impl RecallIndex {
 /// the latest user message, the arguments of calls still waiting for
 /// their result, and the last assistant text. Searched one after the
 /// other, so a long assistant turn cannot drown the request.
-pub fn queries_of(thread: &Thread) -> Vec<String> {
+pub fn queries_of(thread: &Thread, pairing: &crate::model::Pairing) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     if let Some(u) = thread.messages.iter().rev().find(|m| m.role == Role::User) {
         out.push(u.text().into_owned());
     }
-    let pairing = thread.pairing();
-    let abandoned = thread.abandoned_calls(&pairing);
+    let abandoned = thread.abandoned_calls(pairing);
     let args: Vec<String> = pairing
         .pending()
         .filter(|c| !abandoned.contains(c))

@@ -379,6 +379,10 @@ impl crate::render::SummaryTexts for Memo {
         k.part(crate::model::SUMMARY_RENDER_VERSION.as_bytes());
         // The rest of the record (every field, or this does not compile):
         // MessagePack is self-delimiting, so they cannot run into each other.
+        // The span is most often the summary's own, which its digest
+        // covers: comparing is cheaper than hashing every id again. `None`
+        // cannot stand for another span (a span never encodes as nil).
+        let span = (*span != summary.span).then_some(span);
         let rest = (
             span,
             summary_token_count,
@@ -468,6 +472,9 @@ mod tests {
         r.archive_artifact_id = Some("art_9".into());
         assert_eq!(m.summary_text(&r), crate::render::summary_text(&r));
         assert!(m.summary_text(&r).contains("art_9"));
+        // A record spanning other messages than its summary names.
+        r.span.message_ids.push("m-extra".into());
+        assert_eq!(m.summary_text(&r), crate::render::summary_text(&r));
     }
 
     /// A summary changed through a shared copy, or dropped and replaced,

@@ -22,7 +22,7 @@ pub use rehydrate::{
 };
 pub use renderer::{
     delimit_data, externalization_text, injected_message, per_turn_position, recall_message,
-    render, render_message, summary_text, Rehydrated, RenderInput, RenderOptions, SummaryTexts,
-    DEFAULT_TOOL_RESULT_MAX_CHARS, RENDER_FORMAT_VERSION,
+    render, render_message, render_paired, summary_text, Rehydrated, RenderInput, RenderOptions,
+    SummaryTexts, DEFAULT_TOOL_RESULT_MAX_CHARS, RENDER_FORMAT_VERSION,
 };
 pub use request::{Origin, ProviderOptions, RenderedMessage, Request};

@@ -121,9 +121,19 @@ impl std::fmt::Debug for dyn SummaryTexts + '_ {
 /// Renders the request the model sees. The plan must have been validated
 /// against the thread (the pipeline's plans always are).
 pub fn render(thread: &Thread, plan: &CompactionPlan, input: &RenderInput<'_>) -> Request {
+    render_paired(thread, &thread.pairing(), plan, input)
+}
+
+/// [`render`] given the thread's [`Thread::pairing`], for a caller that
+/// needs it too.
+pub fn render_paired(
+    thread: &Thread,
+    pairing: &crate::model::Pairing,
+    plan: &CompactionPlan,
+    input: &RenderInput<'_>,
+) -> Request {
     let actions = plan.actions();
-    let pairing = thread.pairing();
-    let (order, mut notes) = canonical_order(thread, &pairing);
+    let (order, mut notes) = canonical_order(thread, pairing);
     let mut messages = Vec::with_capacity(thread.messages.len() + input.rehydrated.len());
     // Just past the last summary or dropped-span notice: the compacted
     // history, after which the workspace slot goes.
