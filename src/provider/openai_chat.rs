@@ -199,7 +199,7 @@ pub fn check_pairing(body: &Value) -> Result<(), String> {
                         .ok_or_else(|| format!("messages[{i}].tool_calls[{j}] has no id"))?;
                     // An id may come back in a later turn once answered;
                     // twice in one message, a result could not tell which.
-                    if pending.iter().any(|p| *p == id) {
+                    if pending.contains(&id) {
                         return Err(format!(
                             "messages[{i}].tool_calls[{j}].id {id:?} repeats an id of the same message"
                         ));
