@@ -25,9 +25,9 @@ struct Entry {
     weight: u64,
 }
 
-/// A thread's recall index, and the stand-in text of the last render it
-/// served with that text squashed: the stand-ins change only when the plan
-/// does, and squashing them was a tenth of a turn.
+/// A thread's recall index, and the last render's stand-in text, kept
+/// squashed: stand-ins change only when the plan does, and squashing them
+/// on every render was a tenth of a turn.
 #[derive(Default)]
 pub(super) struct Recall {
     pub(super) index: RecallIndex,

@@ -486,13 +486,12 @@ impl CompactionPlan {
     /// record wins (normalization removes such duplicates anyway).
     pub fn actions(&self) -> ActionMap<'_> {
         // Sized once: growing it rehashed every id of a long plan again.
-        let ids = |spans: &mut dyn Iterator<Item = &SpanReference>| -> usize {
-            spans.map(|s| s.message_ids.len()).sum()
-        };
-        let capacity = ids(&mut self.clearings.iter().map(|r| &r.span))
-            + ids(&mut self.summarizations.iter().map(|r| &r.span))
-            + ids(&mut self.externalizations.iter().map(|r| &r.span))
-            + ids(&mut self.drops.iter().map(|r| &r.span));
+        let capacity: usize = (self.clearings.iter().map(|r| &r.span))
+            .chain(self.summarizations.iter().map(|r| &r.span))
+            .chain(self.externalizations.iter().map(|r| &r.span))
+            .chain(self.drops.iter().map(|r| &r.span))
+            .map(|span| span.message_ids.len())
+            .sum();
         let mut map: ActionMap<'_> =
             HashMap::with_capacity_and_hasher(capacity, Default::default());
         fn put<'a>(map: &mut ActionMap<'a>, ids: &'a [String], a: Action<'a>) {

@@ -350,8 +350,6 @@ impl Weigh for Option<Compressed> {
 /// a fraction of rendering it.
 impl crate::render::SummaryTexts for Memo {
     fn summary_text(&self, r: &crate::model::SummarizationRecord) -> String {
-        // Named fields: a field left out cannot shift the next one into
-        // its place, so distinct summaries never stream the same bytes.
         let crate::model::SummarizationRecord {
             span,
             summary,
@@ -369,6 +367,8 @@ impl crate::render::SummaryTexts for Memo {
         let known = digests().get(summary);
         let digest = known.or_else(|| {
             let mut k = self.key();
+            // Named fields: a field left out cannot shift the next one into
+            // its place, so distinct summaries never stream the same bytes.
             rmp_serde::encode::write_named(&mut k, &**summary).ok()?;
             let digest = k.finish();
             digests().insert(summary, digest);
