@@ -234,7 +234,7 @@ impl RecallIndex {
         let was_evicted = std::mem::take(&mut self.evicted);
         self.searchable.iter_mut().for_each(|s| *s = false);
         // Messages to index: (message, its artifact, its digest).
-        let mut fresh: Vec<(&Message, Option<String>, u128)> = Vec::new();
+        let mut fresh: Vec<(&Message, Option<String>, u128, usize)> = Vec::new();
         for (k, m) in thread.messages.iter().enumerate() {
             // Confidential and restricted content comes back only on an
             // explicit read, as with automatic rehydration.
@@ -274,7 +274,8 @@ impl RecallIndex {
                 }
                 None => {}
             }
-            fresh.push((m, artifact_id, digest));
+            // Its size cuts the batches and weighs the work in one.
+            fresh.push((m, artifact_id, digest, m.byte_len_bound()));
         }
         // Redacting, cutting and weighing a message's passages depends on
         // nothing else: on every core; the index takes them in order. A
@@ -285,8 +286,8 @@ impl RecallIndex {
             let mut bytes = 0;
             let end = rest
                 .iter()
-                .position(|(m, ..)| {
-                    bytes += m.byte_len_bound();
+                .position(|&(.., size)| {
+                    bytes += size;
                     bytes > PREPARE_BATCH_BYTES
                 })
                 .map_or(rest.len(), |i| i.max(1));
@@ -294,7 +295,7 @@ impl RecallIndex {
             rest = later;
             let prepared = crate::par::map(
                 batch,
-                |(m, ..)| m.byte_len_bound(),
+                |&(.., size)| size,
                 |(m, ..)| {
                     let text = readable_text(m);
                     let text = redactor.redact(&text);
@@ -307,7 +308,7 @@ impl RecallIndex {
                         .collect::<Vec<_>>()
                 },
             );
-            for ((m, artifact_id, digest), passages) in batch.iter().zip(prepared) {
+            for ((m, artifact_id, digest, _), passages) in batch.iter().zip(prepared) {
                 let mut at = Vec::with_capacity(passages.len());
                 for (line, text, weights) in passages {
                     let i = self.insert(

@@ -5,8 +5,8 @@
 /// same sentence always yields the same bytes whatever its line wrapping.
 ///
 /// The same bytes as joining `split_whitespace()` with single spaces, built
-/// a char at a time into one buffer: it runs over the whole prompt's
-/// stand-in text on every Render.
+/// a char at a time into one buffer: recall runs it over every candidate
+/// passage on every Render.
 pub(crate) fn collapse_ws(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     // A space is owed before the next word (never at the start).
