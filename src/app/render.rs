@@ -12,6 +12,7 @@ use crate::model::{
 };
 use crate::model::{Eviction, Sensitivity, ToolSchema};
 use crate::reduce::{referenced_artifacts, ReserveUse, TokenBudget};
+use crate::render::prefix::PrefixTrace;
 use crate::render::quality::QualitySignals;
 use crate::render::{
     fit_rehydrated, render_paired, ProviderOptions, RehydrationReport, RenderInput, Request,
@@ -101,7 +102,7 @@ pub struct RenderOutcome {
     pub recalled: Vec<RecalledPassage>,
     /// The body unit by unit, for the next render's unchanged prefix
     /// (provider formats only).
-    pub trace: Option<crate::render::prefix::PrefixTrace>,
+    pub trace: Option<PrefixTrace>,
     /// Tokens of the leading part of the body the previous render of this
     /// thread sent byte for byte; `None` when no previous render is known.
     pub unchanged_prefix_tokens: Option<u32>,
@@ -326,7 +327,7 @@ impl App {
                 ReserveUse::default(),
             )
             .ceiling();
-            let output = output(
+            let (output, trace) = output(
                 request,
                 cmd.format,
                 r.model.clone(),
@@ -334,15 +335,6 @@ impl App {
                 &rc,
                 (&mut tokens, window),
             )?;
-            // Counted through the ledger: units sent last turn are hits.
-            let trace = match &output {
-                RenderedOutput::Payload(json) => {
-                    crate::render::prefix::PrefixTrace::of_body(json, |t| {
-                        parts.ledger.count(parts.counter.as_ref(), t)
-                    })
-                }
-                RenderedOutput::Neutral(_) => None,
-            };
             let out = RenderOutcome {
                 plan,
                 compaction: None,
@@ -826,7 +818,7 @@ fn output(
     max_output_tokens: Option<u32>,
     rc: &RequestCounter<'_>,
     (budgeted, window): (&mut RequestTokens, u32),
-) -> Result<RenderedOutput> {
+) -> Result<(RenderedOutput, Option<PrefixTrace>)> {
     let opts = ProviderOptions {
         model,
         max_output_tokens,
@@ -835,7 +827,7 @@ fn output(
         .encode(request, &opts)
         .map_err(|e| broken(format, &e))?
     {
-        Encoded::Neutral(request) => return Ok(RenderedOutput::Neutral(request)),
+        Encoded::Neutral(request) => return Ok((RenderedOutput::Neutral(request), None)),
         Encoded::Body(body) => body,
     };
     if let Some(sent) = body_tokens(format, &payload, rc) {
@@ -850,11 +842,18 @@ fn output(
             budgeted.total = sent;
         }
     }
-    // `to_string` writes bytes directly; `Value`'s `Display` goes through
-    // `fmt` and was 1.5× slower on a 340 KB payload.
-    serde_json::to_string(&payload)
-        .map(RenderedOutput::Payload)
-        .map_err(|e| AppError::Internal(format!("payload serialization: {e}")))
+    // Written as bytes directly (`Value`'s `Display` goes through `fmt` and
+    // was 1.5× slower on a 340 KB payload), and traced for the prompt
+    // cache as it is written; the units are counted through the ledger, so
+    // those sent last turn are hits.
+    let (json, trace) = crate::render::prefix::to_json_traced(&payload, |t| rc.text(t))
+        .map_err(|e| AppError::Internal(format!("payload serialization: {e}")))?;
+    debug_assert_eq!(
+        trace,
+        PrefixTrace::of_body(&json, |t| rc.text(t)),
+        "the trace written with the body is the one read from it"
+    );
+    Ok((RenderedOutput::Payload(json), trace))
 }
 
 fn audit(
@@ -942,14 +941,17 @@ mod tests {
         let orphan = request(vec![msg(Role::User, "hi"), result("c9")]);
         for format in Format::ALL {
             assert!(
-                refused(output(
-                    orphan.clone(),
-                    format,
-                    "gpt-4o".into(),
-                    None,
-                    &rc(),
-                    (&mut RequestTokens::default(), u32::MAX)
-                )),
+                refused(
+                    output(
+                        orphan.clone(),
+                        format,
+                        "gpt-4o".into(),
+                        None,
+                        &rc(),
+                        (&mut RequestTokens::default(), u32::MAX)
+                    )
+                    .map(|(o, _)| o)
+                ),
                 "{format:?}"
             );
         }
@@ -969,7 +971,8 @@ mod tests {
                 None,
                 &rc(),
                 (&mut RequestTokens::default(), u32::MAX),
-            );
+            )
+            .map(|(o, _)| o);
             let repairable = matches!(format, Format::AnthropicMessages | Format::OpenAiResponses);
             assert_eq!(refused(r), !repairable, "{format:?}");
         }

@@ -50,19 +50,31 @@ fn hash64(parts: &[&str]) -> u64 {
 impl PrefixTrace {
     /// The trace of a provider body (JSON); `None` when it is not one.
     /// `count` gives the tokens of a unit's text.
-    pub fn of_body(json: &str, mut count: impl FnMut(&str) -> u32) -> Option<PrefixTrace> {
+    pub fn of_body(json: &str, count: impl FnMut(&str) -> u32) -> Option<PrefixTrace> {
         let body: Body<'_> = serde_json::from_str(json).ok()?;
         let messages = body.messages.or(body.input)?;
-        let head: Vec<&str> = [body.model, body.tools, body.system, body.instructions]
-            .iter()
-            .map(|v| v.map_or("", RawValue::get))
-            .collect();
+        let head = [body.model, body.tools, body.system, body.instructions]
+            .map(|v| v.map_or("", RawValue::get));
+        Some(Self::of_units(
+            head,
+            messages.iter().map(|m| m.get()),
+            count,
+        ))
+    }
+
+    /// The trace of a body whose head parts (model, tools, system,
+    /// instructions; empty when absent) and message elements are given.
+    fn of_units<'a>(
+        head: [&str; 4],
+        messages: impl ExactSizeIterator<Item = &'a str>,
+        mut count: impl FnMut(&str) -> u32,
+    ) -> PrefixTrace {
         let mut units = Vec::with_capacity(messages.len() + 1);
         units.push((hash64(&head), head.iter().map(|t| count(t)).sum()));
         for m in messages {
-            units.push((hash64(&[m.get()]), count(m.get())));
+            units.push((hash64(&[m]), count(m)));
         }
-        Some(PrefixTrace { units })
+        PrefixTrace { units }
     }
 
     /// Tokens of the leading units `self` shares with `previous`, and how
@@ -81,8 +93,241 @@ impl PrefixTrace {
     }
 }
 
+/// Serializes a provider body to compact JSON and traces it in the same
+/// pass: the text `serde_json::to_string` writes and the trace
+/// [`PrefixTrace::of_body`] finds in it, without parsing the body again
+/// (a second pass over every body a turn sends).
+pub fn to_json_traced(
+    body: &serde_json::Value,
+    count: impl FnMut(&str) -> u32,
+) -> serde_json::Result<(String, Option<PrefixTrace>)> {
+    let at = std::rc::Rc::new(std::cell::Cell::new(0));
+    let writer = Tracked {
+        bytes: Vec::with_capacity(128),
+        at: std::rc::Rc::clone(&at),
+    };
+    let mut spans = Spans::new(at);
+    let mut ser = serde_json::Serializer::with_formatter(writer, Recorder(&mut spans));
+    serde::Serialize::serialize(body, &mut ser)?;
+    let bytes = ser.into_inner().bytes;
+    // serde_json writes valid UTF-8 (its strings come from `str`).
+    let json = String::from_utf8(bytes).map_err(serde::ser::Error::custom)?;
+    let messages = spans.messages.or(spans.input);
+    let trace = messages.filter(|_| !spans.not_a_body).map(|elements| {
+        let text = |(start, end): (usize, usize)| json.get(start..end).unwrap_or_default();
+        let head = spans.head.map(|h| h.map_or("", text));
+        PrefixTrace::of_units(head, elements.into_iter().map(text), count)
+    });
+    Ok((json, trace))
+}
+
+/// A byte sink that publishes how much it holds, so the formatter can note
+/// where each unit starts and ends.
+struct Tracked {
+    bytes: Vec<u8>,
+    at: std::rc::Rc<std::cell::Cell<usize>>,
+}
+
+impl std::io::Write for Tracked {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.bytes.extend_from_slice(buf);
+        self.at.set(self.bytes.len());
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Compact JSON, noting the byte span of each top-level value the trace
+/// reads and of each element of a top-level `messages` or `input` array.
+struct Spans {
+    at: std::rc::Rc<std::cell::Cell<usize>>,
+    /// Objects and arrays open around the writer: the body is depth 1.
+    depth: usize,
+    /// The top-level key being written, and whether it is still being read.
+    key: String,
+    in_key: bool,
+    value_start: usize,
+    element_start: usize,
+    /// Model, tools, system, instructions.
+    head: [Option<(usize, usize)>; 4],
+    messages: Option<Vec<(usize, usize)>>,
+    input: Option<Vec<(usize, usize)>>,
+    /// What the top-level value being written is: `null` reads as absent,
+    /// and a message list that is not an array makes the body no body.
+    null_value: bool,
+    not_a_body: bool,
+}
+
+impl Spans {
+    fn new(at: std::rc::Rc<std::cell::Cell<usize>>) -> Self {
+        Spans {
+            at,
+            depth: 0,
+            key: String::new(),
+            in_key: false,
+            value_start: 0,
+            element_start: 0,
+            head: [None; 4],
+            messages: None,
+            input: None,
+            null_value: false,
+            not_a_body: false,
+        }
+    }
+
+    /// The element list the current top-level value fills, when it is one.
+    fn elements(&mut self) -> Option<&mut Vec<(usize, usize)>> {
+        match self.key.as_str() {
+            "messages" => self.messages.as_mut(),
+            "input" => self.input.as_mut(),
+            _ => None,
+        }
+    }
+}
+
+use serde_json::ser::{CompactFormatter, Formatter};
+
+/// The formatter: [`Spans`] borrowed, so they can be read once written.
+struct Recorder<'a>(&'a mut Spans);
+
+impl std::ops::Deref for Recorder<'_> {
+    type Target = Spans;
+    fn deref(&self) -> &Spans {
+        self.0
+    }
+}
+
+impl std::ops::DerefMut for Recorder<'_> {
+    fn deref_mut(&mut self) -> &mut Spans {
+        self.0
+    }
+}
+
+impl Formatter for Recorder<'_> {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.depth += 1;
+        if self.depth == 2 {
+            match self.key.as_str() {
+                "messages" => self.messages = Some(Vec::new()),
+                "input" => self.input = Some(Vec::new()),
+                _ => {}
+            }
+        }
+        CompactFormatter.begin_array(w)
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.depth -= 1;
+        CompactFormatter.end_array(w)
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        CompactFormatter.begin_array_value(w, first)?;
+        if self.depth == 2 {
+            self.element_start = self.at.get();
+        }
+        Ok(())
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        CompactFormatter.end_array_value(w)?;
+        if self.depth == 2 {
+            let span = (self.element_start, self.at.get());
+            if let Some(elements) = self.elements() {
+                elements.push(span);
+            }
+        }
+        Ok(())
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.depth += 1;
+        CompactFormatter.begin_object(w)
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.depth -= 1;
+        CompactFormatter.end_object(w)
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if self.depth == 1 {
+            self.key.clear();
+            self.in_key = true;
+        }
+        CompactFormatter.begin_object_key(w, first)
+    }
+    fn end_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        if self.depth == 1 {
+            self.in_key = false;
+        }
+        CompactFormatter.end_object_key(w)
+    }
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        if self.in_key {
+            self.key.push_str(fragment);
+        }
+        CompactFormatter.write_string_fragment(w, fragment)
+    }
+    fn write_char_escape<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        escape: serde_json::ser::CharEscape,
+    ) -> std::io::Result<()> {
+        if self.in_key {
+            // No key the trace reads needs escaping.
+            self.key.push('\u{fffd}');
+        }
+        CompactFormatter.write_char_escape(w, escape)
+    }
+    fn write_null<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        if self.depth == 1 {
+            self.null_value = true;
+        }
+        CompactFormatter.write_null(w)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        CompactFormatter.begin_object_value(w)?;
+        if self.depth == 1 {
+            self.value_start = self.at.get();
+            self.null_value = false;
+        }
+        Ok(())
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        CompactFormatter.end_object_value(w)?;
+        if self.depth == 1 {
+            let span = (!self.null_value).then_some((self.value_start, self.at.get()));
+            let listed = match self.key.as_str() {
+                "messages" => Some(self.messages.is_some()),
+                "input" => Some(self.input.is_some()),
+                _ => None,
+            };
+            self.not_a_body |= listed == Some(false) && !self.null_value;
+            match self.key.as_str() {
+                "model" => self.head[0] = span,
+                "tools" => self.head[1] = span,
+                "system" => self.head[2] = span,
+                "instructions" => self.head[3] = span,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn words(t: &str) -> u32 {
@@ -113,6 +358,71 @@ mod tests {
         // Whitespace inside a unit is a byte change too.
         let spaced = r#"{"model":"m","input":[{"role":"user","content":"x" },{"role":"user","content":"y"}]}"#;
         assert_eq!(t(spaced).unchanged_since(&t(a)).1, 1);
+    }
+
+    /// Object keys: the ones the trace reads, often, and any other.
+    fn key() -> impl Strategy<Value = String> + Clone {
+        prop_oneof![
+            Just("model".to_string()),
+            Just("tools".to_string()),
+            Just("system".to_string()),
+            Just("instructions".to_string()),
+            Just("messages".to_string()),
+            Just("input".to_string()),
+            "\\PC{0,6}",
+        ]
+    }
+
+    /// Any JSON value, with the keys the trace reads likely at every level.
+    /// (Bodies are objects: `of_body` would read an array as a body.)
+    fn json() -> impl Strategy<Value = serde_json::Value> {
+        let key = key();
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<f64>().prop_map(serde_json::Value::from),
+            "\\PC{0,12}|[\"\\\\\n\t\u{0}-\u{1f}]{0,4}".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::from),
+                proptest::collection::vec((key.clone(), inner), 0..6)
+                    .prop_map(|kv| serde_json::Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(crate::testing::cases(256)))]
+        /// The body written with its trace is `to_string`'s, and the trace
+        /// is the one read back from it.
+        #[test]
+        fn tracing_while_writing_matches_reading_back(
+            v in proptest::collection::vec((key(), json()), 0..8)
+                .prop_map(|kv| serde_json::Value::Object(kv.into_iter().collect()))
+        ) {
+            let (text, trace) = to_json_traced(&v, words).unwrap();
+            proptest::prop_assert_eq!(&text, &serde_json::to_string(&v).unwrap());
+            proptest::prop_assert_eq!(trace, PrefixTrace::of_body(&text, words));
+        }
+    }
+
+    #[test]
+    fn bodies_are_traced_as_they_are_written() {
+        let bodies = [
+            r#"{"model":"m","tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}}],"messages":[{"role":"system","content":"a \"quoted\" \u0007 bell"},{"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"u"}}]},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"q\":[1,2]}"}}]}]}"#,
+            r#"{"model":"m","system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],"max_tokens":9,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#,
+            r#"{"model":"m","instructions":"be brief","input":[{"type":"message","role":"user","content":"x"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}]}"#,
+            r#"{"model":"m","messages":[],"input":[{"a":1}]}"#,
+            r#"{"model":"m"}"#,
+        ];
+        for b in bodies {
+            let v: serde_json::Value = serde_json::from_str(b).unwrap();
+            let (text, trace) = to_json_traced(&v, words).unwrap();
+            assert_eq!(text, serde_json::to_string(&v).unwrap());
+            assert_eq!(trace, PrefixTrace::of_body(&text, words), "{b}");
+        }
     }
 
     #[test]
