@@ -156,7 +156,7 @@ impl App {
             if t.id != cmd.thread_id {
                 return Err(AppError::invalid("thread.id", "must equal thread_id"));
             }
-            self.validate_thread(t)?;
+            self.check_thread(t, 0)?;
         }
         Ok(())
     }

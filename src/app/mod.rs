@@ -110,6 +110,9 @@ struct Inner {
     recall: recall::RecallIndexes,
     /// What the committed plans were counted for: the per-turn path.
     carries: carry::Carries,
+    /// Threads this process validated: an append session's next turn
+    /// checks only what was appended to one.
+    validated: Validated,
     /// What the plugins are and how they are set up, as the fingerprint
     /// hashes it (formed once: plugins are fixed at start-up).
     plugin_setup: Vec<u8>,
@@ -170,6 +173,7 @@ impl App {
                 plugin_setup: plugin_setup(&extensions.plugins),
                 recall: recall::RecallIndexes::default(),
                 carries: carry::Carries::default(),
+                validated: Validated::default(),
                 plugins: extensions.plugins,
             }),
         }
@@ -245,9 +249,32 @@ impl App {
         Ok(())
     }
 
-    fn validate_thread(&self, thread: &Thread) -> Result<()> {
+    /// [`Thread::validate`] under the service's limits. A thread that
+    /// `extends` one this process validated, sharing its messages, has only
+    /// its appended messages checked one by one.
+    fn validate_thread(&self, thread: &Arc<Thread>, extends: Option<&Arc<Thread>>) -> Result<()> {
+        let validated = &self.inner.validated;
+        let checked = extends
+            .filter(|base| {
+                base.messages.len() <= thread.messages.len()
+                    && base
+                        .messages
+                        .iter()
+                        .zip(&thread.messages)
+                        .all(|(a, b)| Arc::ptr_eq(a, b))
+                    && validated.holds(base)
+            })
+            .map_or(0, |base| base.messages.len());
+        self.check_thread(thread, checked)?;
+        validated.insert(thread);
+        Ok(())
+    }
+
+    /// [`Thread::validate_from`] under the service's limits, as the API's
+    /// error.
+    fn check_thread(&self, thread: &Thread, checked: usize) -> Result<()> {
         thread
-            .validate(&self.inner.limits)
+            .validate_from(&self.inner.limits, checked)
             .map_err(|e| AppError::invalid(e.field_path(), e.to_string()))
     }
 
@@ -365,6 +392,49 @@ fn plugin_setup(plugins: &[Arc<crate::plugin::LoadedPlugin>]) -> Vec<u8> {
         out.extend_from_slice(part.to_string().as_bytes());
     }
     out
+}
+
+/// Threads that passed [`Thread::validate`] in this process, under its
+/// limits, by allocation. Each entry's weak pointer keeps the address from
+/// being reused while the entry lives; a thread is never changed in place
+/// once shared, so a live entry describes the thread at that address.
+#[derive(Default)]
+struct Validated(std::sync::Mutex<ValidatedThreads>);
+
+#[derive(Default)]
+struct ValidatedThreads {
+    by_address: std::collections::HashMap<usize, std::sync::Weak<Thread>>,
+    /// Entries after the last sweep of dead ones.
+    swept: usize,
+}
+
+impl Validated {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ValidatedThreads> {
+        // Each operation leaves the map whole.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn holds(&self, thread: &Arc<Thread>) -> bool {
+        let address = Arc::as_ptr(thread) as usize;
+        self.lock()
+            .by_address
+            .get(&address)
+            .is_some_and(|w| w.strong_count() > 0)
+    }
+
+    fn insert(&self, thread: &Arc<Thread>) {
+        let mut v = self.lock();
+        // Every call validates a thread: sweep the dropped ones whenever
+        // the map has doubled since the last sweep.
+        if v.by_address.len() >= 2 * v.swept.max(64) {
+            v.by_address.retain(|_, w| w.strong_count() > 0);
+            v.swept = v.by_address.len();
+        }
+        v.by_address
+            .insert(Arc::as_ptr(thread) as usize, Arc::downgrade(thread));
+    }
 }
 
 /// The parts of a core [`Engine`], owned so that they can move into

@@ -215,7 +215,7 @@ impl App {
     /// `read_artifact` tool added when asked for. Returns what the thread
     /// as sent leaves out, as warnings.
     fn admit(&self, cmd: RenderCommand) -> Result<(RenderCommand, Vec<String>)> {
-        self.validate_thread(&cmd.request.thread)?;
+        self.validate_thread(&cmd.request.thread, cmd.request.extends.as_ref())?;
         // Found once for the pending check and the provider view.
         let pairing = cmd.request.thread.pairing();
         let abandoned = cmd.request.thread.abandoned_calls(&pairing);

@@ -88,7 +88,7 @@ impl App {
         ctx: &SecurityContext,
         cmd: SearchCommand,
     ) -> Result<SearchOutcome> {
-        self.validate_thread(&cmd.thread)?;
+        self.validate_thread(&cmd.thread, None)?;
         Self::validate_text("query", &cmd.query, MAX_SEARCH_QUERY_CHARS)?;
         if cmd.max_results > MAX_SEARCH_RESULTS {
             return Err(AppError::invalid(

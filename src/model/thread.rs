@@ -263,6 +263,15 @@ impl Thread {
     /// a tool still running): accepted here, kept verbatim by compaction, and
     /// refused by Render unless the request asks to omit pending calls.
     pub fn validate(&self, limits: &ThreadLimits) -> Result<(), ThreadError> {
+        self.validate_from(limits, 0)
+    }
+
+    /// [`Thread::validate`] when the first `checked` messages are known to
+    /// form a thread that passed it under the same `limits` (an append
+    /// session's base): those are not checked one by one again, only
+    /// walked for the ids and calls the rest is checked against. The result
+    /// is `validate`'s.
+    pub fn validate_from(&self, limits: &ThreadLimits, checked: usize) -> Result<(), ThreadError> {
         if self.id.is_empty() {
             return Err(ThreadError::EmptyThreadId);
         }
@@ -280,10 +289,12 @@ impl Thread {
         let mut seen: IdSet<&str> = IdSet::default();
         let mut previous_turn = 0u32;
         for (index, m) in self.messages.iter().enumerate() {
-            if m.id.is_empty() {
+            // What depends on this message alone was checked with the base.
+            let known = index < checked;
+            if !known && m.id.is_empty() {
                 return Err(ThreadError::EmptyId { index });
             }
-            if m.id.len() > limits.max_id_bytes {
+            if !known && m.id.len() > limits.max_id_bytes {
                 return Err(ThreadError::IdTooLong {
                     index,
                     len: m.id.len(),
@@ -306,6 +317,16 @@ impl Thread {
                 });
             }
             previous_turn = m.turn;
+            if known {
+                for c in &m.tool_calls {
+                    open.insert(&c.id, &c.name);
+                    seen.insert(&c.id);
+                }
+                if let Some(env) = &m.tool_result {
+                    open.remove(env.tool_call_id.as_str());
+                }
+                continue;
+            }
             if let Some(t) = m.metadata.created_at.as_deref() {
                 if !super::message::is_rfc3339(t) {
                     return Err(ThreadError::BadTimestamp {
@@ -566,5 +587,117 @@ impl Pairing {
         self.answers
             .get(i)
             .is_some_and(|c| c.iter().any(Option::is_none))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Limits small enough for every size check to be reached.
+    const LIMITS: ThreadLimits = ThreadLimits {
+        max_messages: 100,
+        max_message_bytes: 40,
+        max_id_bytes: 2,
+        warn_message_bytes: 1000,
+    };
+
+    /// Messages from small alphabets, mostly well formed, so that valid
+    /// prefixes are common and repeated ids, orphan and twice-answered
+    /// results, misplaced calls and bad sizes all occur.
+    fn message() -> impl Strategy<Value = Message> {
+        let id = prop_oneof![
+            1 => Just(String::new()),
+            1 => Just("eee".to_string()),
+            12 => "[a-h]",
+        ];
+        let role = prop_oneof![
+            4 => Just("user"),
+            4 => Just("assistant"),
+            4 => Just("tool"),
+            1 => Just("system"),
+        ];
+        let text = prop_oneof![
+            1 => Just(""),
+            8 => Just("hi"),
+            1 => Just("long enough to be over forty bytes, surely"),
+        ];
+        let created = prop_oneof![
+            8 => Just(None),
+            2 => Just(Some("2026-11-27T10:00:00Z")),
+            1 => Just(Some("yesterday")),
+        ];
+        let call = (
+            prop_oneof![1 => Just(""), 6 => Just("c1"), 6 => Just("c2")],
+            prop_oneof![1 => Just(""), 6 => Just("f")],
+        );
+        let result = (
+            prop_oneof![4 => Just("c1"), 4 => Just("c2"), 1 => Just("c3")],
+            prop_oneof![6 => Just("f"), 1 => Just("g")],
+        );
+        // Calls belong to assistants and results to tools, but not always.
+        let misplaced = proptest::bool::weighted(0.1);
+        (
+            (id, role, 0u32..2, text, created),
+            proptest::collection::vec(call, 0..3),
+            result,
+            misplaced,
+        )
+            .prop_map(|((id, role, turn, text, created), calls, result, misplaced)| {
+                let mut m = serde_json::json!({"id": id, "role": role, "turn": turn, "content": text});
+                if let Some(at) = created {
+                    m["metadata"] = serde_json::json!({"created_at": at});
+                }
+                if !calls.is_empty() && (role == "assistant" || misplaced) {
+                    m["tool_calls"] = calls
+                        .iter()
+                        .map(|(id, name)| serde_json::json!({"id": id, "name": name}))
+                        .collect();
+                }
+                if (role == "tool") != misplaced {
+                    let (call, name) = result;
+                    m["tool_result"] =
+                        serde_json::json!({"tool_call_id": call, "tool_name": name, "content": "ok"});
+                }
+                serde_json::from_value(m).expect("a message")
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(crate::testing::cases(4096)))]
+        /// Checking only what follows a valid prefix gives what checking
+        /// the whole thread gives, error for error.
+        #[test]
+        fn validating_from_a_valid_prefix_is_validating(
+            messages in proptest::collection::vec(
+                (message(), proptest::bool::weighted(0.05)),
+                2..12,
+            )
+        ) {
+            // Turns mostly non-decreasing: each message's drawn turn is a
+            // step, now and then one goes back to 0.
+            let mut turn = 0;
+            let messages = messages
+                .into_iter()
+                .map(|(mut m, back)| {
+                    turn = if back { 0 } else { turn + m.turn };
+                    m.turn = turn;
+                    m
+                })
+                .collect();
+            let thread = Thread::new("t", messages);
+            let whole = thread.validate(&LIMITS);
+            for k in 0..=thread.messages.len() {
+                let prefix = Thread {
+                    id: thread.id.clone(),
+                    messages: thread.messages[..k].to_vec(),
+                };
+                if prefix.validate(&LIMITS).is_ok() {
+                    prop_assert_eq!(thread.validate_from(&LIMITS, k), whole.clone(), "prefix {}", k);
+                }
+            }
+        }
     }
 }
