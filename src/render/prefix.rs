@@ -10,6 +10,7 @@
 //! leading units as have equal hashes.
 
 use serde::{Deserialize, Serialize};
+use serde_json::ser::{CompactFormatter, Formatter};
 use serde_json::value::RawValue;
 
 /// A render, unit by unit (see the module documentation).
@@ -186,8 +187,6 @@ impl Spans {
         }
     }
 }
-
-use serde_json::ser::{CompactFormatter, Formatter};
 
 /// The formatter: [`Spans`] borrowed, so they can be read once written.
 struct Recorder<'a>(&'a mut Spans);
