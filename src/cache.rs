@@ -97,6 +97,57 @@ impl<K: Eq + Hash + Clone, V: Clone + Weigh> BoundedCache<K, V> {
     }
 }
 
+/// Values derived from what an `Arc` holds, kept by the allocation's
+/// address: state that is shared from call to call (a carried plan's
+/// summaries, a session's thread) is worked on once per allocation.
+///
+/// Each entry keeps a weak pointer, so the address cannot be reused while
+/// the entry lives, and a value dropped or moved out by `Arc::make_mut`
+/// stops matching. Dead entries are swept whenever the map has doubled.
+pub(crate) struct ByAddress<T, V> {
+    by_address: std::collections::HashMap<usize, (std::sync::Weak<T>, V)>,
+    /// Entries after the last sweep of dead ones.
+    swept: usize,
+}
+
+impl<T, V> Default for ByAddress<T, V> {
+    fn default() -> Self {
+        ByAddress {
+            by_address: std::collections::HashMap::new(),
+            swept: 0,
+        }
+    }
+}
+
+impl<T, V: Copy> ByAddress<T, V> {
+    /// The value recorded for `of`'s allocation while it is alive.
+    pub(crate) fn get(&self, of: &std::sync::Arc<T>) -> Option<V> {
+        let (weak, value) = self
+            .by_address
+            .get(&(std::sync::Arc::as_ptr(of) as usize))?;
+        let live = weak.upgrade()?;
+        std::sync::Arc::ptr_eq(&live, of).then_some(*value)
+    }
+
+    /// Records `value` for `of`'s allocation.
+    pub(crate) fn insert(&mut self, of: &std::sync::Arc<T>, value: V) {
+        // Dead entries hold only their allocation.
+        if self.by_address.len() >= 2 * self.swept.max(256) {
+            self.by_address.retain(|_, (w, _)| w.strong_count() > 0);
+            self.swept = self.by_address.len();
+        }
+        let address = std::sync::Arc::as_ptr(of) as usize;
+        self.by_address
+            .insert(address, (std::sync::Arc::downgrade(of), value));
+    }
+
+    /// Entries held, live or not yet swept.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.by_address.len()
+    }
+}
+
 /// Heap bytes of a JSON value (strings, keys and a node overhead).
 pub(crate) fn json_weight(v: &serde_json::Value) -> u64 {
     use serde_json::Value;

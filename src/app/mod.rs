@@ -395,21 +395,13 @@ fn plugin_setup(plugins: &[Arc<crate::plugin::LoadedPlugin>]) -> Vec<u8> {
 }
 
 /// Threads that passed [`Thread::validate`] in this process, under its
-/// limits, by allocation. Each entry's weak pointer keeps the address from
-/// being reused while the entry lives; a thread is never changed in place
-/// once shared, so a live entry describes the thread at that address.
+/// limits, by allocation: a thread is never changed in place once shared,
+/// so a live entry describes the thread at that address.
 #[derive(Default)]
-struct Validated(std::sync::Mutex<ValidatedThreads>);
-
-#[derive(Default)]
-struct ValidatedThreads {
-    by_address: std::collections::HashMap<usize, std::sync::Weak<Thread>>,
-    /// Entries after the last sweep of dead ones.
-    swept: usize,
-}
+struct Validated(std::sync::Mutex<crate::cache::ByAddress<Thread, ()>>);
 
 impl Validated {
-    fn lock(&self) -> std::sync::MutexGuard<'_, ValidatedThreads> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, crate::cache::ByAddress<Thread, ()>> {
         // Each operation leaves the map whole.
         self.0
             .lock()
@@ -417,23 +409,11 @@ impl Validated {
     }
 
     fn holds(&self, thread: &Arc<Thread>) -> bool {
-        let address = Arc::as_ptr(thread) as usize;
-        self.lock()
-            .by_address
-            .get(&address)
-            .is_some_and(|w| w.strong_count() > 0)
+        self.lock().get(thread).is_some()
     }
 
     fn insert(&self, thread: &Arc<Thread>) {
-        let mut v = self.lock();
-        // Every call validates a thread: sweep the dropped ones whenever
-        // the map has doubled since the last sweep.
-        if v.by_address.len() >= 2 * v.swept.max(64) {
-            v.by_address.retain(|_, w| w.strong_count() > 0);
-            v.swept = v.by_address.len();
-        }
-        v.by_address
-            .insert(Arc::as_ptr(thread) as usize, Arc::downgrade(thread));
+        self.lock().insert(thread, ());
     }
 }
 

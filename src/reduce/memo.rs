@@ -25,41 +25,10 @@ struct Caches {
     salient: BoundedCache<ScopedKey, Salient>,
     redacted: BoundedCache<ScopedKey, Redacted>,
     texts: BoundedCache<ScopedKey, Text>,
-    digests: std::sync::Mutex<SummaryDigests>,
-}
-
-/// Digests of summaries by the allocation that holds them. A carried plan
-/// shares its summaries from turn to turn, and serializing every summary
-/// into its text's key on every render was an eighth of rendering. The
-/// weak pointer keeps the address from being reused while the entry lives,
-/// and stops upgrading once the summary is dropped or moved out by
-/// `Arc::make_mut`, so a live entry always describes the bytes it names.
-#[derive(Default)]
-struct SummaryDigests {
-    by_address: std::collections::HashMap<usize, (std::sync::Weak<StructuredSummary>, u128)>,
-    /// Entries after the last sweep of dead ones.
-    swept: usize,
-}
-
-impl SummaryDigests {
-    /// The digest recorded for `s`'s allocation while it is alive.
-    fn get(&self, s: &std::sync::Arc<StructuredSummary>) -> Option<u128> {
-        let (weak, digest) = self.by_address.get(&(std::sync::Arc::as_ptr(s) as usize))?;
-        let live = weak.upgrade()?;
-        std::sync::Arc::ptr_eq(&live, s).then_some(*digest)
-    }
-
-    fn insert(&mut self, s: &std::sync::Arc<StructuredSummary>, digest: u128) {
-        // Dead entries hold only their allocation; sweep them when the map
-        // has doubled since the last sweep.
-        if self.by_address.len() >= 2 * self.swept.max(1024) {
-            self.by_address.retain(|_, (w, _)| w.strong_count() > 0);
-            self.swept = self.by_address.len();
-        }
-        let address = std::sync::Arc::as_ptr(s) as usize;
-        self.by_address
-            .insert(address, (std::sync::Arc::downgrade(s), digest));
-    }
+    /// Digests of summaries by allocation: a carried plan shares its
+    /// summaries from turn to turn, and serializing every summary into its
+    /// text's key on every render was an eighth of rendering.
+    digests: std::sync::Mutex<crate::cache::ByAddress<StructuredSummary, u128>>,
 }
 
 /// A rendered text (a summary's message).
@@ -504,11 +473,7 @@ mod tests {
             let r = record(summary(n).into());
             assert_eq!(m.summary_text(&r), crate::render::summary_text(&r));
         }
-        let held = m
-            .caches
-            .digests
-            .lock()
-            .map_or(usize::MAX, |d| d.by_address.len());
+        let held = m.caches.digests.lock().map_or(usize::MAX, |d| d.len());
         assert!(held < 5000, "dead digests are swept: {held} held");
     }
 
