@@ -1099,3 +1099,110 @@ fn with_drop_switched_off_an_unfittable_thread_is_refused_not_cut() {
         ),
     }
 }
+
+/// A span summarized again (rolled up with what follows it) frees only what
+/// its earlier summary still took: each new record says what its messages
+/// cost under the previous plan, and lifecycle events report what it freed
+/// beyond that, so their sum over a thread counts each token once.
+#[test]
+fn a_record_that_absorbs_earlier_ones_frees_only_what_they_still_took() {
+    use compactd::model::CompactionPlan;
+    use std::collections::{BTreeMap, HashMap};
+    let whole = compactd_testkit::synth::thread(&compactd_testkit::synth::SynthParams {
+        seed: 11,
+        turns: 60,
+        tool_density: 0.6,
+        max_output_lines: 120,
+        protected: 0,
+    });
+    let h = Harness::default();
+    let mut previous: Option<(CompactionPlan, HashMap<(ActionKind, String), u32>)> = None;
+    let mut absorbing = 0;
+    for turn in 1..=60 {
+        let t = compactd_testkit::up_to(&whole, turn);
+        let mut c = h
+            .core_compact_after(&t, 6_000, false, previous.as_ref().map(|(p, _)| p))
+            .unwrap();
+        let ids: BTreeMap<String, String> = c
+            .pending
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.placeholder.clone(), format!("art_{turn:016x}{i:016x}")))
+            .collect();
+        c.bind(&ids, &t, &h.policy.render, &h.engine());
+        let spans = |p: &CompactionPlan| -> Vec<(ActionKind, Vec<String>)> {
+            let e = p
+                .externalizations
+                .iter()
+                .map(|r| (ActionKind::Externalize, &r.span));
+            let s = p
+                .summarizations
+                .iter()
+                .map(|r| (ActionKind::Summarize, &r.span));
+            let cl = p.clearings.iter().map(|r| (ActionKind::Clear, &r.span));
+            let d = p.drops.iter().map(|r| (ActionKind::Drop, &r.span));
+            e.chain(s)
+                .chain(cl)
+                .chain(d)
+                .map(|(a, span)| (a, span.message_ids.clone()))
+                .collect()
+        };
+        let records: HashMap<(ActionKind, String), &compactd::reduce::RecordTokens> = c
+            .report
+            .records
+            .iter()
+            .map(|r| ((r.action, r.first_message_id.clone()), r))
+            .collect();
+        if let Some((old, old_after)) = &previous {
+            let old_spans = spans(old);
+            let evicted = old.actions();
+            for (action, ids) in spans(&c.plan) {
+                if old_spans.contains(&(action, ids.clone())) {
+                    continue;
+                }
+                let r = records[&(action, ids[0].clone())];
+                assert_eq!(
+                    r.tokens_freed(),
+                    r.tokens_previous.saturating_sub(r.tokens_after)
+                );
+                let absorbed: Vec<&(ActionKind, Vec<String>)> = old_spans
+                    .iter()
+                    .filter(|(_, o)| o.iter().all(|id| ids.contains(id)))
+                    .collect();
+                let untouched = ids.iter().all(|id| !evicted.contains_key(id.as_str()));
+                if untouched {
+                    // Every message was verbatim under the previous plan.
+                    assert_eq!(r.tokens_previous, r.tokens_before, "{action:?} {ids:?}");
+                }
+                let summaries: Vec<_> = absorbed
+                    .iter()
+                    .filter(|(a, _)| *a == ActionKind::Summarize)
+                    .collect();
+                let covered = absorbed.iter().map(|(_, o)| o.len()).sum::<usize>();
+                if !summaries.is_empty() && covered == ids.len() {
+                    // Wholly made of earlier records: what they took then
+                    // (counted before their artifact ids were bound, an
+                    // upper bound), not what the messages took verbatim.
+                    absorbing += 1;
+                    let then: u32 = absorbed
+                        .iter()
+                        .map(|(a, o)| old_after[&(*a, o[0].clone())])
+                        .sum();
+                    assert!(r.tokens_previous <= then, "{} > {then}", r.tokens_previous);
+                    assert!(
+                        r.tokens_previous < r.tokens_before,
+                        "a roll-up counted as freeing its messages verbatim again"
+                    );
+                }
+            }
+        }
+        let after = c
+            .report
+            .records
+            .iter()
+            .map(|r| ((r.action, r.first_message_id.clone()), r.tokens_after))
+            .collect();
+        previous = Some((c.plan, after));
+    }
+    assert!(absorbing > 0, "no roll-up of earlier summaries happened");
+}

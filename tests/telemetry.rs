@@ -338,6 +338,8 @@ async fn rpc_spans_carry_lifecycle_events_and_no_content() {
         let (before, after) = (int_of(e, "tokens_before"), int_of(e, "tokens_after"));
         assert!(before > after && after > 0, "{before} -> {after}");
         assert_eq!(int_of(e, "tokens_freed"), before - after);
+        // The thread's first compaction: everything was verbatim.
+        assert_eq!(int_of(e, "tokens_previous"), before);
         assert!(int_of(e, "message_count") >= 1);
         assert!(text_attr(&e.attributes, "first_message_id").is_some());
     }

@@ -479,6 +479,20 @@ pub struct RecordTokens {
     pub tokens_before: u32,
     /// Its messages' tokens as rendered under the plan.
     pub tokens_after: u32,
+    /// Its messages' tokens under the plan the call started from (the
+    /// previous one): `tokens_before` for messages that were verbatim, what
+    /// an earlier summary, stub or pointer took for those it absorbs.
+    #[serde(default)]
+    pub tokens_previous: u32,
+}
+
+impl RecordTokens {
+    /// What the record freed beyond the plan before it: summed over every
+    /// compaction's new records, each token is counted once, however often
+    /// its span is summarized again.
+    pub fn tokens_freed(&self) -> u32 {
+        self.tokens_previous.saturating_sub(self.tokens_after)
+    }
 }
 
 impl Report {
@@ -604,6 +618,9 @@ pub fn compact_with(
     )
     .reading(&enriched);
     let tokens_before = p.verbatim_total();
+    // What each message cost under the plan this call started from: a
+    // record that absorbs earlier ones frees only what they still took.
+    let start_costs: Vec<u32> = (0..p.len()).map(|i| p.cost(i)).collect();
     let mut state = PipelineState::new(
         thread,
         policy,
@@ -683,7 +700,7 @@ pub fn compact_with(
         pinned_labels: pinned_labels(thread, &p.pinned),
         records: Vec::new(),
     };
-    finish(req, engine, p, state, report)
+    finish(req, engine, p, state, report, &start_costs)
 }
 
 /// One warning naming the messages over `limits.warn_message_bytes` (the
@@ -931,6 +948,7 @@ fn finish(
     mut p: Projection<'_>,
     mut state: PipelineState<'_>,
     mut report: Report,
+    start_costs: &[u32],
 ) -> Result<Compaction, CompactError> {
     p.purge();
     window::index_drops(&mut p);
@@ -946,7 +964,7 @@ fn finish(
     }
     plan.validate_against(req.thread, &req.policy.roles_never_prune)
         .map_err(|e| CompactError::Internal(format!("pipeline produced an invalid plan: {e}")))?;
-    report.records = record_tokens(&plan, &p);
+    report.records = record_tokens(&plan, &p, start_costs);
     let referenced = referenced_artifacts(&plan);
     pending.retain(|a| referenced.contains(&a.placeholder));
     plan.original_token_count = report.tokens_before;
@@ -1000,8 +1018,13 @@ fn pinned_labels(thread: &Thread, pinned: &[bool]) -> Vec<String> {
     out
 }
 
-/// [`RecordTokens`] of every record of `plan`, from the projection's counts.
-fn record_tokens(plan: &CompactionPlan, p: &Projection<'_>) -> Vec<RecordTokens> {
+/// [`RecordTokens`] of every record of `plan`, from the projection's counts
+/// and each message's cost when the call started.
+fn record_tokens(
+    plan: &CompactionPlan,
+    p: &Projection<'_>,
+    start_costs: &[u32],
+) -> Vec<RecordTokens> {
     use crate::model::ActionKind;
     let spans = plan
         .externalizations
@@ -1016,16 +1039,18 @@ fn record_tokens(plan: &CompactionPlan, p: &Projection<'_>) -> Vec<RecordTokens>
         .chain(plan.drops.iter().map(|r| (ActionKind::Drop, &r.span)));
     spans
         .map(|(action, span)| {
-            let (mut before, mut after) = (0u32, 0u32);
+            let (mut before, mut after, mut previous) = (0u32, 0u32, 0u32);
             for i in span.message_ids.iter().filter_map(|id| p.position(id)) {
                 before = before.saturating_add(p.verbatim_cost(i));
                 after = after.saturating_add(p.cost(i));
+                previous = previous.saturating_add(start_costs[i]);
             }
             RecordTokens {
                 action,
                 first_message_id: span.start_message_id().to_string(),
                 tokens_before: before,
                 tokens_after: after,
+                tokens_previous: previous,
             }
         })
         .collect()

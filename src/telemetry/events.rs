@@ -12,7 +12,7 @@ use crate::model::{
     ActionKind, AuditRecord, CompactionPlan, Eviction, Sensitivity, SummarizationRecord, Thread,
 };
 use crate::redact::Redactor;
-use crate::reduce::{Policy, Report};
+use crate::reduce::{Policy, RecordTokens, Report};
 use crate::render::quality::QualitySignals;
 use crate::render::RehydrationReport;
 
@@ -135,8 +135,10 @@ pub fn compaction(c: &Compacted<'_>) {
 /// A lifecycle event per record the plan did not have before
 /// (`compact.externalized`, `compact.summarized`, `compact.cleared`,
 /// `compact.dropped`), at most [`AUDIT_EVENT_EVICTIONS`]: what it did, which
-/// strategy, its span, and its tokens before and after. Returns how many
-/// records are new and how many of them got no event.
+/// strategy, its span, its tokens verbatim, under the previous plan and
+/// now, and what it freed beyond the previous plan (so a span summarized
+/// again is not counted as freed twice). Returns how many records are new
+/// and how many of them got no event.
 fn records_created(c: &Compacted<'_>) -> (usize, usize) {
     let old: HashSet<(ActionKind, &[String])> = c
         .previous
@@ -162,14 +164,11 @@ fn records_created(c: &Compacted<'_>) -> (usize, usize) {
         .chain(c.plan.drops.iter().map(|r| &r.span));
     // `Eviction::of` lists the records in the same order as `spans`.
     let evictions = Eviction::of(c.plan, crate::summarize::EXTRACTIVE_ID);
-    let tokens: HashMap<(ActionKind, &str), (u32, u32)> = c
+    let tokens: HashMap<(ActionKind, &str), &RecordTokens> = c
         .report
         .records
         .iter()
-        .map(|r| {
-            let key = (r.action, r.first_message_id.as_str());
-            (key, (r.tokens_before, r.tokens_after))
-        })
+        .map(|r| ((r.action, r.first_message_id.as_str()), r))
         .collect();
     let mut created = 0;
     for (e, span) in evictions.iter().zip(spans) {
@@ -180,10 +179,15 @@ fn records_created(c: &Compacted<'_>) -> (usize, usize) {
         if created > AUDIT_EVENT_EVICTIONS {
             continue;
         }
-        let (before, after) = tokens
-            .get(&(e.action, e.first_message_id.as_str()))
-            .copied()
-            .unwrap_or_default();
+        let record = tokens.get(&(e.action, e.first_message_id.as_str()));
+        let (before, after, previous, freed) = record.map_or((0, 0, 0, 0), |r| {
+            (
+                r.tokens_before,
+                r.tokens_after,
+                r.tokens_previous,
+                r.tokens_freed(),
+            )
+        });
         let fields = (
             e.strategy.as_str(),
             e.reason.as_str(),
@@ -191,7 +195,7 @@ fn records_created(c: &Compacted<'_>) -> (usize, usize) {
             e.last_message_id.as_str(),
         );
         let artifact = e.artifact_id.as_str();
-        let (count, freed) = (int(e.message_count), int(before.saturating_sub(after)));
+        let (count, freed) = (int(e.message_count), int(freed));
         macro_rules! record_event {
             ($name:literal) => {
                 tracing::info!(
@@ -203,6 +207,7 @@ fn records_created(c: &Compacted<'_>) -> (usize, usize) {
                     message_count = count,
                     tokens_before = int(before),
                     tokens_after = int(after),
+                    tokens_previous = int(previous),
                     tokens_freed = freed,
                     artifact_id = %artifact,
                     $name

@@ -111,6 +111,18 @@ impl Harness {
         max_input_tokens: u32,
         skip_aggressive: bool,
     ) -> Result<Compaction, CompactError> {
+        self.core_compact_after(thread, max_input_tokens, skip_aggressive, None)
+    }
+
+    /// [`Self::core_compact`] starting from `previous`, the plan of an
+    /// earlier turn.
+    pub fn core_compact_after(
+        &self,
+        thread: &Thread,
+        max_input_tokens: u32,
+        skip_aggressive: bool,
+        previous: Option<&CompactionPlan>,
+    ) -> Result<Compaction, CompactError> {
         let req = CompactRequest {
             thread,
             policy: &self.policy,
@@ -118,7 +130,7 @@ impl Harness {
             system: self.system.as_deref(),
             tools: &self.tools,
             workspace: self.workspace.as_ref(),
-            previous: None,
+            previous,
             observations: &self.observations,
             skip_aggressive,
             limits: Default::default(),
