@@ -264,7 +264,7 @@ impl App {
         let basis = self
             .outcome_basis(outcome, &ctx.tenant_id, &cmd.thread.id)
             .await;
-        let run = |thread, extends| {
+        let run = |thread, extends, _| {
             self.compact_thread(
                 ctx,
                 CompactCommand {

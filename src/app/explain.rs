@@ -82,7 +82,7 @@ impl App {
             return self.explain_thread(ctx, cmd).await;
         };
         let input = std::mem::take(&mut cmd.session);
-        let run = |thread: Arc<Thread>, _| {
+        let run = |thread: Arc<Thread>, _, _| {
             let thread = Arc::try_unwrap(thread).unwrap_or_else(|t| (*t).clone());
             self.explain_thread(
                 ctx,

@@ -10,7 +10,7 @@ use crate::model::{
     AuditRecord, CompactionPlan, EvictionCounts, PLAN_FORMAT_VERSION, SUMMARY_RENDER_VERSION,
     SUMMARY_SCHEMA_VERSION,
 };
-use crate::model::{Eviction, Sensitivity, ToolSchema};
+use crate::model::{Eviction, Pairing, Sensitivity, Thread, ToolSchema};
 use crate::reduce::{referenced_artifacts, ReserveUse, TokenBudget};
 use crate::render::prefix::PrefixTrace;
 use crate::render::quality::QualitySignals;
@@ -126,11 +126,11 @@ impl App {
         let basis = self
             .outcome_basis(outcome, &ctx.tenant_id, &cmd.request.thread.id)
             .await;
-        let run = |thread, extends| {
+        let run = |thread, extends, previous| {
             let mut cmd = cmd;
             cmd.request.thread = thread;
             cmd.request.extends = extends;
-            self.render_thread(ctx, cmd)
+            self.render_thread(ctx, cmd, previous)
         };
         let done = self
             .in_session(&ctx.tenant_id, sent, input, run, |out| out.trace.as_ref())
@@ -154,8 +154,9 @@ impl App {
         &self,
         ctx: &SecurityContext,
         cmd: RenderCommand,
+        previous: Option<Arc<PrefixTrace>>,
     ) -> Result<RenderOutcome> {
-        let (mut cmd, thread_warnings) = self.admit(cmd)?;
+        let (mut cmd, thread_warnings, paired) = self.admit(cmd)?;
         let limits = self.inner.defaults.auto_rehydrate;
         let auto = if cmd.auto_rehydrate.unwrap_or(limits.enabled) {
             self.auto_rehydration(ctx, &cmd, limits).await
@@ -181,7 +182,8 @@ impl App {
                 &resolved,
                 plan,
                 (fetched, auto),
-                thread_warnings.clone(),
+                (thread_warnings.clone(), paired),
+                previous,
             )
             .await;
         let ((mut out, quality), compaction) = match staging {
@@ -213,8 +215,9 @@ impl App {
     /// The command checked and settled: the thread valid and without a
     /// pending call (unless those are left out), the policy effective, the
     /// `read_artifact` tool added when asked for. Returns what the thread
-    /// as sent leaves out, as warnings.
-    fn admit(&self, cmd: RenderCommand) -> Result<(RenderCommand, Vec<String>)> {
+    /// as sent leaves out, as warnings, and the settled thread's pairing
+    /// when settling left the thread as it was.
+    fn admit(&self, cmd: RenderCommand) -> Result<(RenderCommand, Vec<String>, Option<Paired>)> {
         self.validate_thread(&cmd.request.thread, cmd.request.extends.as_ref())?;
         // Found once for the pending check and the provider view.
         let pairing = cmd.request.thread.pairing();
@@ -236,8 +239,13 @@ impl App {
         }
         let mut cmd = cmd;
         let request = &mut cmd.request;
+        let sent = Arc::clone(&request.thread);
         let warnings =
             Self::settle_thread_without(&mut request.thread, &mut request.extends, &abandoned);
+        let paired = Arc::ptr_eq(&sent, &request.thread).then_some(Paired {
+            thread: sent,
+            pairing,
+        });
         cmd.request.policy = self.effective_policy(&cmd.request.policy)?;
         for (wanted, tool) in [
             (
@@ -253,11 +261,12 @@ impl App {
                 }
             }
         }
-        Ok((cmd, warnings))
+        Ok((cmd, warnings, paired))
     }
 
     /// Renders, counts and encodes `plan` on the blocking pool, with what
-    /// is read back fitted in; the quality signals beside it.
+    /// is read back fitted in; the quality signals beside it. `previous` is
+    /// the last render's trace (its units need not be counted again).
     async fn render_plan(
         &self,
         ctx: &SecurityContext,
@@ -265,7 +274,8 @@ impl App {
         resolved: &Arc<Resolved>,
         plan: Arc<CompactionPlan>,
         (fetched, auto): (Vec<(String, String)>, AutoRehydration),
-        thread_warnings: Vec<String>,
+        (thread_warnings, paired): (Vec<String>, Option<Paired>),
+        previous: Option<Arc<PrefixTrace>>,
     ) -> Result<(RenderOutcome, QualitySignals)> {
         let auto_cap = self.inner.defaults.auto_rehydrate.max_tokens_per_artifact;
         let summarizer_id = self.inner.summarizer.id().to_string();
@@ -301,8 +311,15 @@ impl App {
                 auto_cap,
                 recall,
             };
-            let (request, mut tokens, rehydrated, recalled) =
-                render_and_count(&cmd, &plan, &rc, extras, r.max_input_tokens, &parts.memo)?;
+            let (request, mut tokens, rehydrated, recalled) = render_and_count(
+                &cmd,
+                paired,
+                &plan,
+                &rc,
+                extras,
+                r.max_input_tokens,
+                &parts.memo,
+            )?;
             let quality = crate::render::quality::quality_signals(
                 &cmd.request.thread,
                 &plan,
@@ -334,6 +351,7 @@ impl App {
                 cmd.max_output_tokens,
                 &rc,
                 (&mut tokens, window),
+                previous.as_deref(),
             )?;
             let out = RenderOutcome {
                 plan,
@@ -567,6 +585,7 @@ impl App {
 /// reported as one.
 fn render_and_count(
     cmd: &RenderCommand,
+    paired: Option<Paired>,
     plan: &CompactionPlan,
     rc: &RequestCounter<'_>,
     extras: TurnExtras,
@@ -579,8 +598,12 @@ fn render_and_count(
     Vec<RecalledPassage>,
 )> {
     let policy = &cmd.request.policy;
-    // Found once for every render below and the recall queries.
-    let pairing = cmd.request.thread.pairing();
+    // Found once for every render below and the recall queries (at
+    // admission, unless settling the thread changed it).
+    let pairing = match paired {
+        Some(p) if Arc::ptr_eq(&p.thread, &cmd.request.thread) => p.pairing,
+        _ => cmd.request.thread.pairing(),
+    };
     let render_with = |rehydrated: &[crate::render::Rehydrated]| {
         render_paired(
             &cmd.request.thread,
@@ -713,6 +736,13 @@ fn render_and_count(
 }
 
 /// What a turn adds to the plan's prompt: content read back, and recall.
+/// A thread's tool pairing, found once per turn (at admission) for the
+/// render that follows.
+struct Paired {
+    thread: Arc<Thread>,
+    pairing: Pairing,
+}
+
 struct TurnExtras {
     fetched: Vec<(String, String)>,
     auto: AutoRehydration,
@@ -818,6 +848,7 @@ fn output(
     max_output_tokens: Option<u32>,
     rc: &RequestCounter<'_>,
     (budgeted, window): (&mut RequestTokens, u32),
+    known: Option<&PrefixTrace>,
 ) -> Result<(RenderedOutput, Option<PrefixTrace>)> {
     let opts = ProviderOptions {
         model,
@@ -844,9 +875,9 @@ fn output(
     }
     // Written as bytes directly (`Value`'s `Display` goes through `fmt` and
     // was 1.5× slower on a 340 KB payload), and traced for the prompt
-    // cache as it is written; the units are counted through the ledger, so
-    // those sent last turn are hits.
-    let (json, trace) = crate::render::prefix::to_json_traced(&payload, |t| rc.text(t))
+    // cache as it is written; units the last render sent keep its counts,
+    // the others are counted through the ledger.
+    let (json, trace) = crate::render::prefix::to_json_traced(&payload, |t| rc.text(t), known)
         .map_err(|e| AppError::Internal(format!("payload serialization: {e}")))?;
     debug_assert_eq!(
         trace,
@@ -948,7 +979,8 @@ mod tests {
                         "gpt-4o".into(),
                         None,
                         &rc(),
-                        (&mut RequestTokens::default(), u32::MAX)
+                        (&mut RequestTokens::default(), u32::MAX),
+                        None,
                     )
                     .map(|(o, _)| o)
                 ),
@@ -971,6 +1003,7 @@ mod tests {
                 None,
                 &rc(),
                 (&mut RequestTokens::default(), u32::MAX),
+                None,
             )
             .map(|(o, _)| o);
             let repairable = matches!(format, Format::AnthropicMessages | Format::OpenAiResponses);

@@ -72,7 +72,7 @@ impl App {
     ) -> Result<SearchOutcome> {
         UseCase::SearchContext.authorize(ctx, None)?;
         let (sent, input) = (Arc::clone(&cmd.thread), cmd.session.clone());
-        let run = |thread, _| self.search_thread(ctx, SearchCommand { thread, ..cmd });
+        let run = |thread, _, _| self.search_thread(ctx, SearchCommand { thread, ..cmd });
         let done = self
             .in_session(&ctx.tenant_id, sent, input, run, |_| None)
             .await?;

@@ -163,15 +163,15 @@ pub(super) struct InSession<T> {
 
 impl App {
     /// Runs a use case on the thread a request gives (`sent`, in full or
-    /// appended to a session), then keeps the append (and the render trace
-    /// `trace` finds in the outcome) once it succeeded. Every session-aware
-    /// use case goes through here.
+    /// appended to a session) and the previous render's trace, then keeps
+    /// the append (and the render trace `trace` finds in the outcome) once
+    /// it succeeded. Every session-aware use case goes through here.
     pub(super) async fn in_session<T, Fut>(
         &self,
         tenant: &str,
         sent: Arc<Thread>,
         input: SessionInput,
-        run: impl FnOnce(Arc<Thread>, Option<Arc<Thread>>) -> Fut,
+        run: impl FnOnce(Arc<Thread>, Option<Arc<Thread>>, Option<Arc<PrefixTrace>>) -> Fut,
         trace: impl Fn(&T) -> Option<&PrefixTrace>,
     ) -> Result<InSession<T>>
     where
@@ -181,9 +181,16 @@ impl App {
         let (thread, ticket) = sessions.open(tenant, sent, input).await?;
         let Some(ticket) = ticket else {
             let thread_id = thread.id.clone();
-            let out = run(thread, None).await?;
-            let previous = trace(&out)
-                .and_then(|t| sessions.swap_trace(tenant, &thread_id, Arc::new(t.clone())));
+            let previous = sessions.trace(tenant, &thread_id);
+            let out = run(thread, None, previous.clone()).await?;
+            let Some(now) = trace(&out) else {
+                return Ok(InSession {
+                    out,
+                    session: None,
+                    previous: None,
+                });
+            };
+            sessions.keep_trace(tenant, &thread_id, Arc::new(now.clone()));
             return Ok(InSession {
                 out,
                 session: None,
@@ -191,11 +198,11 @@ impl App {
             });
         };
         let extends = ticket.base.as_ref().map(|(c, _)| Arc::clone(&c.thread));
-        let out = match run(Arc::clone(&thread), extends).await {
+        let previous = ticket.prefix().cloned().map(Arc::new);
+        let out = match run(Arc::clone(&thread), extends, previous.clone()).await {
             Ok(out) => out,
             Err(e) => return Err(sessions.failed(&ticket, e).await),
         };
-        let previous = ticket.prefix().cloned().map(Arc::new);
         let session = sessions
             .commit(ticket, thread, trace(&out).cloned())
             .await?;
@@ -526,18 +533,15 @@ impl Sessions {
         }
     }
 
-    /// Keeps `trace` as the last render of a thread sent in full and
-    /// returns the one before.
-    fn swap_trace(
-        &self,
-        tenant: &str,
-        thread_id: &str,
-        trace: Arc<PrefixTrace>,
-    ) -> Option<Arc<PrefixTrace>> {
-        let key = (tenant.to_owned(), thread_id.to_owned());
-        let previous = self.traces.get(&key);
-        self.traces.insert(key, trace);
-        previous
+    /// The last render of a thread sent in full, when one is kept.
+    fn trace(&self, tenant: &str, thread_id: &str) -> Option<Arc<PrefixTrace>> {
+        self.traces.get(&(tenant.to_owned(), thread_id.to_owned()))
+    }
+
+    /// Keeps `trace` as the last render of a thread sent in full.
+    fn keep_trace(&self, tenant: &str, thread_id: &str, trace: Arc<PrefixTrace>) {
+        self.traces
+            .insert((tenant.to_owned(), thread_id.to_owned()), trace);
     }
 
     /// Forgets the thread's session (DeleteThread).

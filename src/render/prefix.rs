@@ -9,9 +9,14 @@
 //! 64-bit hash and its tokens; two renders share a prefix for as many
 //! leading units as have equal hashes.
 
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
 use serde::{Deserialize, Serialize};
 use serde_json::ser::{CompactFormatter, Formatter};
 use serde_json::value::RawValue;
+
+use crate::tokens::PassThrough;
 
 /// A render, unit by unit (see the module documentation).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,20 +65,38 @@ impl PrefixTrace {
             head,
             messages.iter().map(|m| m.get()),
             count,
+            None,
         ))
     }
 
     /// The trace of a body whose head parts (model, tools, system,
     /// instructions; empty when absent) and message elements are given.
+    /// A unit `known` (the previous render's trace) has already has its
+    /// tokens taken from there: most of a turn's body was sent last turn,
+    /// and looking each unit up in the ledger hashed its text a second time.
     fn of_units<'a>(
         head: [&str; 4],
         messages: impl ExactSizeIterator<Item = &'a str>,
         mut count: impl FnMut(&str) -> u32,
+        known: Option<&PrefixTrace>,
     ) -> PrefixTrace {
+        let known: HashMap<u64, u32, BuildHasherDefault<PassThrough>> = known
+            .map(|k| k.units.iter().copied().collect())
+            .unwrap_or_default();
         let mut units = Vec::with_capacity(messages.len() + 1);
-        units.push((hash64(&head), head.iter().map(|t| count(t)).sum()));
+        let h = hash64(&head);
+        let tokens = match known.get(&h) {
+            Some(&t) => t,
+            None => head.iter().map(|t| count(t)).sum(),
+        };
+        units.push((h, tokens));
         for m in messages {
-            units.push((hash64(&[m]), count(m)));
+            let h = hash64(&[m]);
+            let tokens = match known.get(&h) {
+                Some(&t) => t,
+                None => count(m),
+            };
+            units.push((h, tokens));
         }
         PrefixTrace { units }
     }
@@ -97,10 +120,12 @@ impl PrefixTrace {
 /// Serializes a provider body to compact JSON and traces it in the same
 /// pass: the text `serde_json::to_string` writes and the trace
 /// [`PrefixTrace::of_body`] finds in it, without parsing the body again
-/// (a second pass over every body a turn sends).
+/// (a second pass over every body a turn sends). Units of `known` (the
+/// previous render's trace) keep the tokens it gives them.
 pub fn to_json_traced(
     body: &serde_json::Value,
     count: impl FnMut(&str) -> u32,
+    known: Option<&PrefixTrace>,
 ) -> serde_json::Result<(String, Option<PrefixTrace>)> {
     let at = std::rc::Rc::new(std::cell::Cell::new(0));
     let writer = Tracked {
@@ -117,7 +142,7 @@ pub fn to_json_traced(
     let trace = messages.filter(|_| !spans.not_a_body).map(|elements| {
         let text = |(start, end): (usize, usize)| json.get(start..end).unwrap_or_default();
         let head = spans.head.map(|h| h.map_or("", text));
-        PrefixTrace::of_units(head, elements.into_iter().map(text), count)
+        PrefixTrace::of_units(head, elements.into_iter().map(text), count, known)
     });
     Ok((json, trace))
 }
@@ -401,9 +426,13 @@ mod tests {
             v in proptest::collection::vec((key(), json()), 0..8)
                 .prop_map(|kv| serde_json::Value::Object(kv.into_iter().collect()))
         ) {
-            let (text, trace) = to_json_traced(&v, words).unwrap();
+            let (text, trace) = to_json_traced(&v, words, None).unwrap();
             proptest::prop_assert_eq!(&text, &serde_json::to_string(&v).unwrap());
-            proptest::prop_assert_eq!(trace, PrefixTrace::of_body(&text, words));
+            proptest::prop_assert_eq!(&trace, &PrefixTrace::of_body(&text, words));
+            // Counts taken from a previous trace are the ones counting gives.
+            let (again, retraced) = to_json_traced(&v, words, trace.as_ref()).unwrap();
+            proptest::prop_assert_eq!(&again, &text);
+            proptest::prop_assert_eq!(retraced, trace);
         }
     }
 
@@ -418,10 +447,39 @@ mod tests {
         ];
         for b in bodies {
             let v: serde_json::Value = serde_json::from_str(b).unwrap();
-            let (text, trace) = to_json_traced(&v, words).unwrap();
+            let (text, trace) = to_json_traced(&v, words, None).unwrap();
             assert_eq!(text, serde_json::to_string(&v).unwrap());
             assert_eq!(trace, PrefixTrace::of_body(&text, words), "{b}");
         }
+    }
+
+    /// A unit sent last time keeps the tokens the previous trace gave it,
+    /// wherever it now stands; only new units are counted.
+    #[test]
+    fn units_sent_before_are_not_counted_again() {
+        let before: serde_json::Value = serde_json::from_str(
+            r#"{"model":"m","messages":[{"role":"user","content":"a b"},{"role":"assistant","content":"c"}]}"#,
+        )
+        .unwrap();
+        let now: serde_json::Value = serde_json::from_str(
+            r#"{"model":"m","messages":[{"role":"user","content":"recall d e"},{"role":"user","content":"a b"},{"role":"assistant","content":"c"},{"role":"user","content":"f g h"}]}"#,
+        )
+        .unwrap();
+        let (_, previous) = to_json_traced(&before, |_| 100, None).unwrap();
+        let counted = std::cell::RefCell::new(Vec::new());
+        let (_, trace) = to_json_traced(
+            &now,
+            |t| {
+                counted.borrow_mut().push(t.to_string());
+                words(t)
+            },
+            previous.as_ref(),
+        )
+        .unwrap();
+        let tokens: Vec<u32> = trace.unwrap().units.iter().map(|u| u.1).collect();
+        // The head is four parts, each counted 100 before.
+        assert_eq!(tokens, [400, 3, 100, 100, 3]);
+        assert_eq!(counted.borrow().len(), 2, "{:?}", counted.borrow());
     }
 
     #[test]
