@@ -182,8 +182,11 @@ impl App {
                 &resolved,
                 plan,
                 (fetched, auto),
-                (thread_warnings.clone(), paired),
-                previous,
+                Known {
+                    warnings: thread_warnings.clone(),
+                    paired,
+                    previous,
+                },
             )
             .await;
         let ((mut out, quality), compaction) = match staging {
@@ -265,8 +268,7 @@ impl App {
     }
 
     /// Renders, counts and encodes `plan` on the blocking pool, with what
-    /// is read back fitted in; the quality signals beside it. `previous` is
-    /// the last render's trace (its units need not be counted again).
+    /// is read back fitted in; the quality signals beside it.
     async fn render_plan(
         &self,
         ctx: &SecurityContext,
@@ -274,9 +276,13 @@ impl App {
         resolved: &Arc<Resolved>,
         plan: Arc<CompactionPlan>,
         (fetched, auto): (Vec<(String, String)>, AutoRehydration),
-        (thread_warnings, paired): (Vec<String>, Option<Paired>),
-        previous: Option<Arc<PrefixTrace>>,
+        known: Known,
     ) -> Result<(RenderOutcome, QualitySignals)> {
+        let Known {
+            warnings: thread_warnings,
+            paired,
+            previous,
+        } = known;
         let auto_cap = self.inner.defaults.auto_rehydrate.max_tokens_per_artifact;
         let summarizer_id = self.inner.summarizer.id().to_string();
         let requester = ctx.requester_id.clone();
@@ -736,6 +742,15 @@ fn render_and_count(
 }
 
 /// What a turn adds to the plan's prompt: content read back, and recall.
+/// What a render starts from besides the plan: the warnings and the tool
+/// pairing of admission, and the last render's trace (its units need not be
+/// counted again).
+struct Known {
+    warnings: Vec<String>,
+    paired: Option<Paired>,
+    previous: Option<Arc<PrefixTrace>>,
+}
+
 /// A thread's tool pairing, found once per turn (at admission) for the
 /// render that follows.
 struct Paired {
