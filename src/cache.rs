@@ -128,17 +128,35 @@ impl<T, V: Copy> ByAddress<T, V> {
         let live = weak.upgrade()?;
         std::sync::Arc::ptr_eq(&live, of).then_some(*value)
     }
+}
 
+impl<T, V> ByAddress<T, V> {
     /// Records `value` for `of`'s allocation.
     pub(crate) fn insert(&mut self, of: &std::sync::Arc<T>, value: V) {
-        // Dead entries hold only their allocation.
         if self.by_address.len() >= 2 * self.swept.max(256) {
-            self.by_address.retain(|_, (w, _)| w.strong_count() > 0);
-            self.swept = self.by_address.len();
+            self.sweep();
         }
         let address = std::sync::Arc::as_ptr(of) as usize;
         self.by_address
             .insert(address, (std::sync::Arc::downgrade(of), value));
+    }
+
+    /// Removes the value recorded for `of`'s allocation and returns it, if
+    /// it is alive.
+    pub(crate) fn take(&mut self, of: &std::sync::Arc<T>) -> Option<V> {
+        let address = std::sync::Arc::as_ptr(of) as usize;
+        let (weak, _) = self.by_address.get(&address)?;
+        let live = weak.upgrade()?;
+        if !std::sync::Arc::ptr_eq(&live, of) {
+            return None;
+        }
+        self.by_address.remove(&address).map(|(_, v)| v)
+    }
+
+    /// Drops the entries whose allocation is gone, with their values.
+    pub(crate) fn sweep(&mut self) {
+        self.by_address.retain(|_, (w, _)| w.strong_count() > 0);
+        self.swept = self.by_address.len();
     }
 
     /// Entries held, live or not yet swept.
@@ -194,6 +212,21 @@ mod tests {
         let c: BoundedCache<u32, Blob> = BoundedCache::new(64 * 1024 * 1024);
         c.insert(1, Blob(4_000_000));
         assert!(c.get(&1).is_some());
+    }
+
+    #[test]
+    fn a_value_taken_is_gone_and_only_its_own_allocation_matches() {
+        let mut m: ByAddress<u32, String> = ByAddress::default();
+        let a = std::sync::Arc::new(1);
+        let b = std::sync::Arc::new(1);
+        m.insert(&a, "a".into());
+        assert_eq!(m.take(&b), None);
+        assert_eq!(m.take(&a).as_deref(), Some("a"));
+        assert_eq!(m.take(&a), None);
+        m.insert(&b, "b".into());
+        drop(b);
+        m.sweep();
+        assert_eq!(m.len(), 0, "a value of a dropped allocation is swept");
     }
 
     #[test]

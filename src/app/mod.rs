@@ -35,7 +35,7 @@ pub use search::{
 pub use session::{SessionInput, SessionSettings, SessionState};
 pub use summaries::LlmSummaries;
 
-use crate::model::{DeterminismMetadata, Thread, ThreadLimits, ToolSchema};
+use crate::model::{DeterminismMetadata, Thread, ThreadLimits, ToolSchema, Validation};
 use crate::redact::Redactor;
 use crate::reduce::{Cancel, Engine, Memo, Policy};
 use crate::runtime::Call;
@@ -254,7 +254,10 @@ impl App {
     /// its appended messages checked one by one.
     fn validate_thread(&self, thread: &Arc<Thread>, extends: Option<&Arc<Thread>>) -> Result<()> {
         let validated = &self.inner.validated;
-        let checked = extends
+        let limits = &self.inner.limits;
+        // What validating the base left moves to the thread that extends
+        // it (a concurrent call on the same base validates in full).
+        let base = extends
             .filter(|base| {
                 base.messages.len() <= thread.messages.len()
                     && base
@@ -262,12 +265,27 @@ impl App {
                         .iter()
                         .zip(&thread.messages)
                         .all(|(a, b)| Arc::ptr_eq(a, b))
-                    && validated.holds(base)
             })
-            .map_or(0, |base| base.messages.len());
-        self.check_thread(thread, checked)?;
-        validated.insert(thread);
-        Ok(())
+            .and_then(|base| Some((base, validated.take(base)?)));
+        let Some((base, state)) = base else {
+            self.check_thread(thread, 0)?;
+            validated.insert(thread, None);
+            return Ok(());
+        };
+        // Kept from the second turn on: a thread sent in full never pays
+        // for it.
+        let mut state = state.unwrap_or_else(|| base.validation());
+        match thread.validate_appended(limits, &mut state) {
+            Ok(()) => {
+                validated.insert(thread, Some(state));
+                Ok(())
+            }
+            Err(e) => {
+                // Untouched by the failed append: the base's still.
+                validated.insert(base, Some(state));
+                Err(thread_error(e))
+            }
+        }
     }
 
     /// [`Thread::validate_from`] under the service's limits, as the API's
@@ -275,7 +293,7 @@ impl App {
     fn check_thread(&self, thread: &Thread, checked: usize) -> Result<()> {
         thread
             .validate_from(&self.inner.limits, checked)
-            .map_err(|e| AppError::invalid(e.field_path(), e.to_string()))
+            .map_err(thread_error)
     }
 
     /// Replaces a validated thread with the view every later step works on
@@ -394,26 +412,53 @@ fn plugin_setup(plugins: &[Arc<crate::plugin::LoadedPlugin>]) -> Vec<u8> {
     out
 }
 
+/// A thread's validation error as the API's.
+fn thread_error(e: crate::model::ThreadError) -> AppError {
+    AppError::invalid(e.field_path(), e.to_string())
+}
+
 /// Threads that passed [`Thread::validate`] in this process, under its
 /// limits, by allocation: a thread is never changed in place once shared,
-/// so a live entry describes the thread at that address.
+/// so a live entry describes the thread at that address. A session's
+/// thread keeps what validating it left (see [`Validation`]), for the next
+/// turn's append.
 #[derive(Default)]
-struct Validated(std::sync::Mutex<crate::cache::ByAddress<Thread, ()>>);
+struct Validated(std::sync::Mutex<ValidatedThreads>);
+
+#[derive(Default)]
+struct ValidatedThreads {
+    by_thread: crate::cache::ByAddress<Thread, Option<Validation>>,
+    /// Bytes of the states recorded since dead entries were last dropped.
+    recorded: usize,
+}
+
+/// Bytes of validation states recorded before the entries of threads gone
+/// are dropped (besides the map's own sweep as it doubles): a session that
+/// ends leaves its last state behind until then.
+const VALIDATED_SWEEP_BYTES: usize = 64 * 1024 * 1024;
 
 impl Validated {
-    fn lock(&self) -> std::sync::MutexGuard<'_, crate::cache::ByAddress<Thread, ()>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ValidatedThreads> {
         // Each operation leaves the map whole.
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn holds(&self, thread: &Arc<Thread>) -> bool {
-        self.lock().get(thread).is_some()
+    /// What validating `thread` left, taken out; `None` when it was not
+    /// validated here (or is being extended by another call).
+    fn take(&self, thread: &Arc<Thread>) -> Option<Option<Validation>> {
+        self.lock().by_thread.take(thread)
     }
 
-    fn insert(&self, thread: &Arc<Thread>) {
-        self.lock().insert(thread, ());
+    fn insert(&self, thread: &Arc<Thread>, state: Option<Validation>) {
+        let mut v = self.lock();
+        v.recorded += state.as_ref().map_or(0, Validation::bytes);
+        if v.recorded > VALIDATED_SWEEP_BYTES {
+            v.by_thread.sweep();
+            v.recorded = 0;
+        }
+        v.by_thread.insert(thread, state);
     }
 }
 
@@ -525,3 +570,57 @@ pub type Observations = BTreeMap<String, DeterminismMetadata>;
 
 /// Tool schemas, shared between the compaction and the render of one call.
 pub type Tools = Arc<Vec<ToolSchema>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Message;
+
+    fn said(id: &str) -> Arc<Message> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({"id": id, "role": "user", "content": id}))
+                .expect("a message"),
+        )
+    }
+
+    fn grown(from: &Arc<Thread>, ids: &[&str]) -> Arc<Thread> {
+        let mut t = Thread::clone(from);
+        t.messages.extend(ids.iter().map(|id| said(id)));
+        Arc::new(t)
+    }
+
+    /// A session's turns validate what they append against the state the
+    /// last turn left; a bad append is refused as in full and leaves that
+    /// state for the next try.
+    #[test]
+    fn a_sessions_turns_validate_their_appends() {
+        let app = App::offline(Defaults::default());
+        let validated = &app.inner.validated;
+        let base = Arc::new(Thread::new("t", vec![]));
+        let base = grown(&base, &["a", "b"]);
+        app.validate_thread(&base, None).expect("valid");
+        let second = grown(&base, &["c"]);
+        app.validate_thread(&second, Some(&base)).expect("valid");
+        // The base's state moved on to the thread that extends it.
+        assert_eq!(validated.take(&base), None);
+        let state = validated
+            .take(&second)
+            .expect("validated")
+            .expect("a state");
+        assert_eq!(state, second.validation());
+        validated.insert(&second, Some(state));
+        let bad = grown(&second, &["a"]);
+        let refused = app
+            .validate_thread(&bad, Some(&second))
+            .expect_err("a duplicate id");
+        let whole = bad.validate(&app.inner.limits).expect_err("a duplicate id");
+        assert_eq!(refused.to_string(), thread_error(whole).to_string());
+        let third = grown(&second, &["d"]);
+        app.validate_thread(&third, Some(&second)).expect("valid");
+        assert_eq!(
+            validated.take(&third),
+            Some(Some(third.validation())),
+            "the failed append left the state of its base"
+        );
+    }
+}

@@ -27,4 +27,4 @@ pub use summary::{
     words_of, ArtifactReference, Decision, OpenItem, Priority, StructuredSummary, ToolOutcome,
     SUMMARY_RENDER_VERSION, SUMMARY_SCHEMA_VERSION,
 };
-pub use thread::{Pairing, Thread, ThreadError, ThreadLimits};
+pub use thread::{Pairing, Thread, ThreadError, ThreadLimits, Validation};

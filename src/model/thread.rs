@@ -1,6 +1,8 @@
 //! A thread and its validation. Every later stage relies on the invariants
 //! checked here, so they are checked once, with errors that name the message.
 
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -8,6 +10,7 @@ use thiserror::Error;
 
 use super::ids::{IdMap, IdSet};
 use super::message::{Message, Role};
+use crate::tokens::PassThrough;
 
 /// The immutable conversation that compaction projects.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -327,35 +330,7 @@ impl Thread {
                 }
                 continue;
             }
-            if let Some(t) = m.metadata.created_at.as_deref() {
-                if !super::message::is_rfc3339(t) {
-                    return Err(ThreadError::BadTimestamp {
-                        index,
-                        value: crate::summarize::text::head(t, 64).to_string(),
-                    });
-                }
-            }
-            let bytes = match m.byte_len_bound() {
-                b if b <= limits.max_message_bytes => b,
-                _ => m.byte_len(),
-            };
-            if bytes > limits.max_message_bytes {
-                return Err(ThreadError::OversizeContent {
-                    index,
-                    bytes,
-                    limit: limits.max_message_bytes,
-                });
-            }
-            if m.role != Role::Assistant {
-                if let super::message::Content::Parts(parts) = &m.content {
-                    if let Some(part) = parts.iter().position(|p| p.is_reasoning()) {
-                        return Err(ThreadError::ReasoningOutsideAssistant { index, part });
-                    }
-                }
-            }
-            if !m.tool_calls.is_empty() && m.role != Role::Assistant {
-                return Err(ThreadError::UnexpectedToolCalls { index });
-            }
+            m.check_alone(index, limits)?;
             for (call, c) in m.tool_calls.iter().enumerate() {
                 if c.id.is_empty() {
                     return Err(ThreadError::EmptyToolCallField {
@@ -409,6 +384,106 @@ impl Thread {
             }
         }
         Ok(())
+    }
+
+    /// What validating this thread leaves for validating it again with
+    /// messages appended (see [`Thread::validate_appended`]). Meant for a
+    /// thread that passed [`Thread::validate`].
+    pub fn validation(&self) -> Validation {
+        let mut v = Validation {
+            ids: HashSet::with_capacity_and_hasher(self.messages.len(), Default::default()),
+            ..Validation::default()
+        };
+        for m in &self.messages {
+            v.ids.insert(id_hash(&m.id));
+            for c in &m.tool_calls {
+                v.open.insert(c.id.clone(), c.name.clone());
+            }
+            if let Some(env) = &m.tool_result {
+                v.open.remove(env.tool_call_id.as_str());
+            }
+            v.last_turn = m.turn;
+        }
+        v.len = self.messages.len();
+        v
+    }
+
+    /// [`Thread::validate`] of a thread whose first `state.len` messages
+    /// passed it under the same `limits` and left `state`: only the
+    /// appended messages are read, against the ids and open calls `state`
+    /// holds, so a session's turn costs what it appends. On success `state`
+    /// describes the whole thread. Any error is the one `validate` gives
+    /// (found by the full walk, which also settles an id hash that only
+    /// collided).
+    pub fn validate_appended(
+        &self,
+        limits: &ThreadLimits,
+        state: &mut Validation,
+    ) -> Result<(), ThreadError> {
+        match self.appended_checks(limits, state) {
+            Some((ids, open, last_turn)) => {
+                state.ids.extend(ids);
+                state.open = open;
+                state.last_turn = last_turn;
+                state.len = self.messages.len();
+                Ok(())
+            }
+            None => {
+                self.validate_from(limits, state.len)?;
+                *state = self.validation();
+                Ok(())
+            }
+        }
+    }
+
+    /// The checks of [`Thread::validate_from`] on the messages after
+    /// `state.len`, against `state`: the appended ids and what the open
+    /// calls and last turn become, or `None` at the first doubt.
+    fn appended_checks(
+        &self,
+        limits: &ThreadLimits,
+        state: &Validation,
+    ) -> Option<(Vec<u64>, IdMap<String, String>, u32)> {
+        let n = self.messages.len();
+        if self.id.is_empty() || n > limits.max_messages || state.len > n {
+            return None;
+        }
+        let mut ids = Vec::with_capacity(n - state.len);
+        let mut open = state.open.clone();
+        let mut last_turn = state.last_turn;
+        for (index, m) in self.messages.iter().enumerate().skip(state.len) {
+            if m.id.is_empty() || m.id.len() > limits.max_id_bytes {
+                return None;
+            }
+            let h = id_hash(&m.id);
+            if state.ids.contains(&h) || ids.contains(&h) {
+                return None;
+            }
+            ids.push(h);
+            if index > 0 && m.turn < last_turn {
+                return None;
+            }
+            last_turn = m.turn;
+            m.check_alone(index, limits).ok()?;
+            for c in &m.tool_calls {
+                if c.id.is_empty()
+                    || c.name.is_empty()
+                    || open.insert(c.id.clone(), c.name.clone()).is_some()
+                {
+                    return None;
+                }
+            }
+            match (m.role, &m.tool_result) {
+                (Role::Tool, Some(env)) => {
+                    if open.remove(env.tool_call_id.as_str())? != env.tool_name {
+                        return None;
+                    }
+                }
+                (Role::Tool, None) | (_, Some(_)) => return None,
+                (_, None) => {}
+            }
+        }
+        Some((ids, open, last_turn))
     }
 
     /// Which message answers which call, by position (see [`Thread::validate`]).
@@ -555,6 +630,83 @@ impl Thread {
     }
 }
 
+impl Message {
+    /// The checks of [`Thread::validate`] that read this message alone
+    /// (at `index`): its timestamp, size, reasoning and tool calls' role.
+    fn check_alone(&self, index: usize, limits: &ThreadLimits) -> Result<(), ThreadError> {
+        if let Some(t) = self.metadata.created_at.as_deref() {
+            if !super::message::is_rfc3339(t) {
+                return Err(ThreadError::BadTimestamp {
+                    index,
+                    value: crate::summarize::text::head(t, 64).to_string(),
+                });
+            }
+        }
+        let bytes = match self.byte_len_bound() {
+            b if b <= limits.max_message_bytes => b,
+            _ => self.byte_len(),
+        };
+        if bytes > limits.max_message_bytes {
+            return Err(ThreadError::OversizeContent {
+                index,
+                bytes,
+                limit: limits.max_message_bytes,
+            });
+        }
+        if self.role != Role::Assistant {
+            if let super::message::Content::Parts(parts) = &self.content {
+                if let Some(part) = parts.iter().position(|p| p.is_reasoning()) {
+                    return Err(ThreadError::ReasoningOutsideAssistant { index, part });
+                }
+            }
+        }
+        if !self.tool_calls.is_empty() && self.role != Role::Assistant {
+            return Err(ThreadError::UnexpectedToolCalls { index });
+        }
+        Ok(())
+    }
+}
+
+/// What [`Thread::validate`] found in a valid thread that validating its
+/// extensions reads: its message ids (hashed), its calls still open, its
+/// last turn and length.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Validation {
+    ids: HashSet<u64, BuildHasherDefault<PassThrough>>,
+    /// Call id -> tool name.
+    open: IdMap<String, String>,
+    last_turn: u32,
+    len: usize,
+}
+
+impl Validation {
+    /// Messages it describes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when it describes an empty thread.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Heap bytes, roughly (for what holds it).
+    pub fn bytes(&self) -> usize {
+        16 * self.ids.capacity()
+            + self
+                .open
+                .iter()
+                .map(|(k, v)| 64 + k.len() + v.len())
+                .sum::<usize>()
+    }
+}
+
+/// A message id's hash for [`Validation`]: a match is confirmed by the full
+/// walk, so a collision costs time, never a wrong answer.
+fn id_hash(id: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(id.as_bytes())
+}
+
 /// Calls and results matched by position.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pairing {
@@ -696,8 +848,49 @@ mod tests {
                 };
                 if prefix.validate(&LIMITS).is_ok() {
                     prop_assert_eq!(thread.validate_from(&LIMITS, k), whole.clone(), "prefix {}", k);
+                    // From what validating the prefix left: the same answer,
+                    // and the state of the whole thread (or, on an error,
+                    // the prefix's, untouched).
+                    let before = prefix.validation();
+                    let mut state = before.clone();
+                    prop_assert_eq!(thread.validate_appended(&LIMITS, &mut state), whole.clone(), "prefix {}", k);
+                    let expected = if whole.is_ok() { thread.validation() } else { before };
+                    prop_assert_eq!(state, expected, "prefix {}", k);
                 }
             }
         }
+    }
+
+    /// An append is checked against the state alone: the base is not read
+    /// again (here a state that says a call is open lets its result in).
+    #[test]
+    fn an_append_is_checked_against_the_state_alone() {
+        let msg = |v: serde_json::Value| -> Message { serde_json::from_value(v).unwrap() };
+        let base = Thread::new(
+            "t",
+            vec![msg(
+                serde_json::json!({"id": "a", "role": "user", "turn": 0, "content": "hi"}),
+            )],
+        );
+        let mut state = base.validation();
+        state.open.insert("c1".into(), "search".into());
+        let mut thread = base.clone();
+        thread.messages.push(Arc::new(msg(serde_json::json!({
+            "id": "b", "role": "tool", "turn": 0,
+            "tool_result": {"tool_call_id": "c1", "tool_name": "search", "content": "ok"}
+        }))));
+        assert!(thread.validate(&LIMITS).is_err());
+        assert_eq!(thread.validate_appended(&LIMITS, &mut state), Ok(()));
+        assert_eq!(state.len(), 2);
+        assert!(state.open.is_empty());
+        // A duplicate id is still refused, with the full walk's error.
+        let mut state = base.validation();
+        let mut dup = base.clone();
+        dup.messages.push(Arc::clone(&base.messages[0]));
+        assert_eq!(
+            dup.validate_appended(&LIMITS, &mut state),
+            dup.validate(&LIMITS)
+        );
+        assert_eq!(state, base.validation());
     }
 }
