@@ -1116,7 +1116,9 @@ fn a_record_that_absorbs_earlier_ones_frees_only_what_they_still_took() {
         protected: 0,
     });
     let h = Harness::default();
-    let mut previous: Option<(CompactionPlan, HashMap<(ActionKind, String), u32>)> = None;
+    // The last plan, and each of its records' tokens as that call rendered them.
+    type Last = (CompactionPlan, HashMap<(ActionKind, String), u32>);
+    let mut previous: Option<Last> = None;
     let mut absorbing = 0;
     for turn in 1..=60 {
         let t = compactd_testkit::up_to(&whole, turn);
