@@ -166,6 +166,10 @@ pub fn words_of(text: &str) -> std::collections::HashSet<&str> {
     .collect()
 }
 
+/// Fact-and-quote pairs up to which [`StructuredSummary::facts_said_by_requests`]
+/// compares each pair rather than building an automaton.
+const SAID_ONE_BY_ONE: usize = 64;
+
 impl StructuredSummary {
     /// An empty summary of `span`.
     pub fn empty(span: SpanReference) -> Self {
@@ -214,11 +218,16 @@ impl StructuredSummary {
         }
         // A contiguous NFA: built in time linear in the facts (a DFA's
         // build is what a long thread's summary paid for on every render).
-        let Ok(automaton) = aho_corasick::AhoCorasick::builder()
-            .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
-            .build(&distinct)
-        else {
-            // Too large for the automaton: compare one by one.
+        // A small summary (a tool result's, rendered on every turn) is
+        // cheaper compared one by one than the automaton is to build.
+        let small = distinct.len() * self.requests.len() <= SAID_ONE_BY_ONE;
+        let automaton = (!small).then(|| {
+            aho_corasick::AhoCorasick::builder()
+                .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
+                .build(&distinct)
+        });
+        let Some(Ok(automaton)) = automaton else {
+            // Small, or too large for the automaton: one by one.
             for (k, f) in distinct.iter().enumerate() {
                 let by: Vec<usize> = (0..self.requests.len())
                     .filter(|&r| self.requests[r].contains(f))
@@ -447,5 +456,43 @@ mod tests {
         // Hiding nothing renders every fact.
         let all = s.render_hiding_facts(&[]);
         assert_eq!(all.matches("Never touch prod-db.").count(), 3, "{all}");
+    }
+
+    /// Large summaries find quoted facts with an automaton, small ones pair
+    /// by pair: both answer what comparing every pair answers.
+    #[test]
+    fn quoted_facts_are_found_alike_at_any_size() {
+        for (facts, quotes) in [(3, 2), (8, 8), (30, 12)] {
+            let facts: Vec<String> = (0..facts)
+                .map(|i| match i % 4 {
+                    0 => format!("port {}", 8000 + i / 4),
+                    1 => format!("ポート {i}"),
+                    2 => String::new(),
+                    _ => format!("port {}", 8000 + i / 8),
+                })
+                .collect();
+            let quotes: Vec<String> = (0..quotes)
+                .map(|r| format!("(turn {r}) use port {} and ポート {}", 8000 + r, 4 * r + 1))
+                .collect();
+            let fact_refs: Vec<&str> = facts.iter().map(String::as_str).collect();
+            let quote_refs: Vec<&str> = quotes.iter().map(String::as_str).collect();
+            let s = summary(&quote_refs, &fact_refs);
+            let pairwise: Vec<Vec<usize>> = s
+                .facts
+                .iter()
+                .map(|f| {
+                    (0..s.requests.len())
+                        .filter(|&r| !f.is_empty() && s.requests[r].contains(f.as_str()))
+                        .collect()
+                })
+                .collect();
+            assert_eq!(
+                s.facts_said_by_requests(),
+                pairwise,
+                "{} facts",
+                facts.len()
+            );
+            assert!(pairwise.iter().any(|by| !by.is_empty()));
+        }
     }
 }
