@@ -976,6 +976,12 @@ mod tests {
         )
     }
 
+    /// `request` as `format`'s output, unbounded and with no earlier trace.
+    fn output_as(request: Request, format: Format) -> Result<RenderedOutput> {
+        let budget = (&mut RequestTokens::default(), u32::MAX);
+        output(request, format, "gpt-4o".into(), None, &rc(), budget, None).map(|(o, _)| o)
+    }
+
     fn refused(r: Result<RenderedOutput>) -> bool {
         matches!(r, Err(AppError::Internal(m)) if m.contains("structure check"))
     }
@@ -986,21 +992,7 @@ mod tests {
         // A result whose call is not in the request at all.
         let orphan = request(vec![msg(Role::User, "hi"), result("c9")]);
         for format in Format::ALL {
-            assert!(
-                refused(
-                    output(
-                        orphan.clone(),
-                        format,
-                        "gpt-4o".into(),
-                        None,
-                        &rc(),
-                        (&mut RequestTokens::default(), u32::MAX),
-                        None,
-                    )
-                    .map(|(o, _)| o)
-                ),
-                "{format:?}"
-            );
+            assert!(refused(output_as(orphan.clone(), format)), "{format:?}");
         }
         // A message between a call and its result: refused where the format
         // cannot repair it; Anthropic's merge and Responses' items can.
@@ -1011,16 +1003,7 @@ mod tests {
             result("c1"),
         ]);
         for format in Format::ALL {
-            let r = output(
-                interleaved.clone(),
-                format,
-                "gpt-4o".into(),
-                None,
-                &rc(),
-                (&mut RequestTokens::default(), u32::MAX),
-                None,
-            )
-            .map(|(o, _)| o);
+            let r = output_as(interleaved.clone(), format);
             let repairable = matches!(format, Format::AnthropicMessages | Format::OpenAiResponses);
             assert_eq!(refused(r), !repairable, "{format:?}");
         }
