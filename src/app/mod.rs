@@ -251,7 +251,8 @@ impl App {
 
     /// [`Thread::validate`] under the service's limits. A thread that
     /// `extends` one this process validated, sharing its messages, has only
-    /// its appended messages checked one by one.
+    /// its appended messages checked, against what validating that one
+    /// left.
     fn validate_thread(&self, thread: &Arc<Thread>, extends: Option<&Arc<Thread>>) -> Result<()> {
         let validated = &self.inner.validated;
         let limits = &self.inner.limits;

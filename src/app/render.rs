@@ -741,7 +741,6 @@ fn render_and_count(
     Ok((request, tokens, report, recalled))
 }
 
-/// What a turn adds to the plan's prompt: content read back, and recall.
 /// What a render starts from besides the plan: the warnings and the tool
 /// pairing of admission, and the last render's trace (its units need not be
 /// counted again).
@@ -758,6 +757,7 @@ struct Paired {
     pairing: Pairing,
 }
 
+/// What a turn adds to the plan's prompt: content read back, and recall.
 struct TurnExtras {
     fetched: Vec<(String, String)>,
     auto: AutoRehydration,

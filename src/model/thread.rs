@@ -391,7 +391,7 @@ impl Thread {
     /// thread that passed [`Thread::validate`].
     pub fn validation(&self) -> Validation {
         let mut v = Validation {
-            ids: HashSet::with_capacity_and_hasher(self.messages.len(), Default::default()),
+            ids: IdHashes::with_capacity_and_hasher(self.messages.len(), Default::default()),
             ..Validation::default()
         };
         for m in &self.messages {
@@ -443,12 +443,12 @@ impl Thread {
         &self,
         limits: &ThreadLimits,
         state: &Validation,
-    ) -> Option<(Vec<u64>, IdMap<String, String>, u32)> {
+    ) -> Option<(IdHashes, IdMap<String, String>, u32)> {
         let n = self.messages.len();
         if self.id.is_empty() || n > limits.max_messages || state.len > n {
             return None;
         }
-        let mut ids = Vec::with_capacity(n - state.len);
+        let mut ids = IdHashes::with_capacity_and_hasher(n - state.len, Default::default());
         let mut open = state.open.clone();
         let mut last_turn = state.last_turn;
         for (index, m) in self.messages.iter().enumerate().skip(state.len) {
@@ -456,10 +456,9 @@ impl Thread {
                 return None;
             }
             let h = id_hash(&m.id);
-            if state.ids.contains(&h) || ids.contains(&h) {
+            if state.ids.contains(&h) || !ids.insert(h) {
                 return None;
             }
-            ids.push(h);
             if index > 0 && m.turn < last_turn {
                 return None;
             }
@@ -672,7 +671,7 @@ impl Message {
 /// last turn and length.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Validation {
-    ids: HashSet<u64, BuildHasherDefault<PassThrough>>,
+    ids: IdHashes,
     /// Call id -> tool name.
     open: IdMap<String, String>,
     last_turn: u32,
@@ -700,6 +699,9 @@ impl Validation {
                 .sum::<usize>()
     }
 }
+
+/// Message ids as [`id_hash`]es (already hashed: the set does not hash again).
+type IdHashes = HashSet<u64, BuildHasherDefault<PassThrough>>;
 
 /// A message id's hash for [`Validation`]: a match is confirmed by the full
 /// walk, so a collision costs time, never a wrong answer.
