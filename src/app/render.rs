@@ -890,8 +890,11 @@ fn output(
     }
     // Written as bytes directly (`Value`'s `Display` goes through `fmt` and
     // was 1.5× slower on a 340 KB payload), and traced for the prompt
-    // cache as it is written; units the last render sent keep its counts,
-    // the others are counted through the ledger.
+    // cache as it is written; units the last render sent keep its counts
+    // (when it counted with the same counter), the others are counted
+    // through the ledger.
+    let counter = rc.counter.name();
+    let known = known.filter(|k| k.counted_by == counter);
     let (json, trace) = crate::render::prefix::to_json_traced(&payload, |t| rc.text(t), known)
         .map_err(|e| AppError::Internal(format!("payload serialization: {e}")))?;
     debug_assert_eq!(
@@ -899,6 +902,10 @@ fn output(
         PrefixTrace::of_body(&json, |t| rc.text(t)),
         "the trace written with the body is the one read from it"
     );
+    let trace = trace.map(|t| PrefixTrace {
+        counted_by: counter.to_string(),
+        ..t
+    });
     Ok((RenderedOutput::Payload(json), trace))
 }
 
@@ -980,6 +987,48 @@ mod tests {
     fn output_as(request: Request, format: Format) -> Result<RenderedOutput> {
         let budget = (&mut RequestTokens::default(), u32::MAX);
         output(request, format, "gpt-4o".into(), None, &rc(), budget, None).map(|(o, _)| o)
+    }
+
+    /// A trace's counts are reused only in the counter that made them: a
+    /// thread rendered for another model is counted again.
+    #[test]
+    fn a_trace_counted_by_another_counter_is_counted_again() {
+        let req = request(vec![
+            msg(
+                Role::User,
+                "Deploy the worker to eu-west-1 and check the logs.",
+            ),
+            msg(Role::Assistant, "Deployed; the logs show two warnings."),
+        ]);
+        let traced = |rc: &RequestCounter<'_>, known: Option<&PrefixTrace>| {
+            let budget = (&mut RequestTokens::default(), u32::MAX);
+            let (_, trace) = output(
+                req.clone(),
+                Format::OpenAiChat,
+                "gpt-4o".into(),
+                None,
+                rc,
+                budget,
+                known,
+            )
+            .expect("a body");
+            trace.expect("a provider body has a trace")
+        };
+        let o200k = traced(&rc(), None);
+        let ledger = crate::tokens::TokenLedger::new(1000);
+        let cl100k = crate::tokens::cl100k();
+        let other = RequestCounter::for_target(
+            cl100k.as_ref(),
+            &ledger,
+            crate::provider::Format::openai_chat_target(),
+        );
+        let fresh = traced(&other, None);
+        assert_eq!(fresh.counted_by, "cl100k_base");
+        assert_ne!(fresh.units, o200k.units, "the counters differ on this text");
+        // (Taking o200k's counts would fail the check every debug build
+        // makes: the trace must be what counting the body gives.)
+        assert_eq!(traced(&other, Some(&o200k)), fresh);
+        assert_eq!(traced(&other, Some(&fresh)), fresh);
     }
 
     fn refused(r: Result<RenderedOutput>) -> bool {

@@ -24,6 +24,10 @@ pub struct PrefixTrace {
     /// Per unit, in order: a 64-bit hash of its bytes and its tokens
     /// (counted on the unit's JSON text).
     pub units: Vec<(u64, u32)>,
+    /// The counter the tokens are in (empty: not said, as in traces kept
+    /// before it was): a later render takes them only in the same counter.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub counted_by: String,
 }
 
 #[derive(Deserialize)]
@@ -71,9 +75,10 @@ impl PrefixTrace {
 
     /// The trace of a body whose head parts (model, tools, system,
     /// instructions; empty when absent) and message elements are given.
-    /// A unit `known` (the previous render's trace) has already has its
-    /// tokens taken from there: most of a turn's body was sent last turn,
-    /// and looking each unit up in the ledger hashed its text a second time.
+    /// A unit in `known` (the previous render's trace, in the same
+    /// counter) takes its tokens from there: most of a turn's body was sent
+    /// last turn, and looking each unit up in the ledger hashed its text a
+    /// second time.
     fn of_units<'a>(
         head: [&str; 4],
         messages: impl ExactSizeIterator<Item = &'a str>,
@@ -98,7 +103,10 @@ impl PrefixTrace {
             };
             units.push((h, tokens));
         }
-        PrefixTrace { units }
+        PrefixTrace {
+            units,
+            counted_by: String::new(),
+        }
     }
 
     /// Tokens of the leading units `self` shares with `previous`, and how
