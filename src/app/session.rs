@@ -183,14 +183,11 @@ impl App {
             let thread_id = thread.id.clone();
             let previous = sessions.trace(tenant, &thread_id);
             let out = run(thread, None, previous.clone()).await?;
-            let Some(now) = trace(&out) else {
-                return Ok(InSession {
-                    out,
-                    session: None,
-                    previous: None,
-                });
-            };
-            sessions.keep_trace(tenant, &thread_id, Arc::new(now.clone()));
+            // Only a render that traced a body has a previous one to report.
+            let previous = trace(&out).and_then(|now| {
+                sessions.keep_trace(tenant, &thread_id, Arc::new(now.clone()));
+                previous
+            });
             return Ok(InSession {
                 out,
                 session: None,

@@ -679,16 +679,6 @@ pub struct Validation {
 }
 
 impl Validation {
-    /// Messages it describes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when it describes an empty thread.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Heap bytes, roughly (for what holds it).
     pub fn bytes(&self) -> usize {
         16 * self.ids.capacity()
@@ -883,7 +873,7 @@ mod tests {
         }))));
         assert!(thread.validate(&LIMITS).is_err());
         assert_eq!(thread.validate_appended(&LIMITS, &mut state), Ok(()));
-        assert_eq!(state.len(), 2);
+        assert_eq!(state.len, 2);
         assert!(state.open.is_empty());
         // A duplicate id is still refused, with the full walk's error.
         let mut state = base.validation();

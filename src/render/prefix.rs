@@ -90,18 +90,14 @@ impl PrefixTrace {
             .unwrap_or_default();
         let mut units = Vec::with_capacity(messages.len() + 1);
         let h = hash64(&head);
-        let tokens = match known.get(&h) {
-            Some(&t) => t,
-            None => head.iter().map(|t| count(t)).sum(),
-        };
-        units.push((h, tokens));
+        let tokens = known.get(&h).copied();
+        units.push((
+            h,
+            tokens.unwrap_or_else(|| head.iter().map(|t| count(t)).sum()),
+        ));
         for m in messages {
             let h = hash64(&[m]);
-            let tokens = match known.get(&h) {
-                Some(&t) => t,
-                None => count(m),
-            };
-            units.push((h, tokens));
+            units.push((h, known.get(&h).copied().unwrap_or_else(|| count(m))));
         }
         PrefixTrace {
             units,
