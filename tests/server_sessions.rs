@@ -409,7 +409,11 @@ async fn delete_thread_removes_the_session_and_its_files() {
     let files: Vec<_> = std::fs::read_dir(&folder)
         .expect("session folder")
         .collect();
-    assert_eq!(files.len(), 3, "a head and two segments");
+    assert_eq!(
+        files.len(),
+        2,
+        "a head (carrying the append) and the start's segment"
+    );
     // Sealed: no conversation text in any of them.
     for f in &files {
         let bytes = std::fs::read(f.as_ref().expect("entry").path()).expect("read");

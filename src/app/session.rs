@@ -5,10 +5,11 @@
 //! The copy lives in the thread store (sealed per tenant, shared by every
 //! replica on S3) and, for threads in use, in memory: a turn reads the
 //! session's header (to learn whether another replica appended), reads the
-//! segments it has not seen — usually none — and writes one segment with
-//! what was appended. A stale or unknown base is refused with the current
-//! version, so the client resends the thread in full (which restarts the
-//! session). The append is kept only when the call succeeds.
+//! segments it has not seen — usually none — and writes the head again with
+//! what was appended in its tail (a segment of its own once the tail is
+//! large). A stale or unknown base is refused with the current version, so
+//! the client resends the thread in full (which restarts the session). The
+//! append is kept only when the call succeeds.
 
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ use crate::cache::{BoundedCache, Weigh};
 use crate::model::{Message, Thread};
 use crate::store::{
     Peek, PrefixTrace, SegmentRef, SessionWrite, StoreError, ThreadStore, MAX_SEGMENTS,
+    MAX_TAIL_BYTES,
 };
 
 use super::error::store_error;
@@ -82,6 +84,12 @@ struct Copy {
     digest: [u8; 32],
     thread: Arc<Thread>,
     segments: Vec<SegmentRef>,
+    /// The messages after the segments, encoded one per line (the head's
+    /// tail).
+    tail: Vec<u8>,
+    /// The digest after the segments' messages, and how many they hold: a
+    /// replica that reads a newer head starts there.
+    at_segments: ([u8; 32], usize),
     prefix: Option<PrefixTrace>,
     bytes: u64,
 }
@@ -101,7 +109,7 @@ pub(crate) struct Ticket {
     base: Option<(Arc<Copy>, Peek)>,
     digest: [u8; 32],
     /// The appended messages, encoded (all of them for a start).
-    segment: Option<(Vec<u8>, u64)>,
+    appended: Vec<Vec<u8>>,
 }
 
 impl Ticket {
@@ -336,7 +344,7 @@ impl Sessions {
                     thread_id: sent.id.clone(),
                     base: None,
                     digest: extend_digest(seed(), encoded.iter().map(Vec::as_slice)),
-                    segment: Some((segment_bytes(&encoded), encoded.len() as u64)),
+                    appended: encoded,
                 };
                 Ok((sent, Some(ticket)))
             }
@@ -364,8 +372,7 @@ impl Sessions {
                     tenant: tenant.to_owned(),
                     thread_id: sent.id.clone(),
                     digest: extend_digest(base.digest, encoded.iter().map(Vec::as_slice)),
-                    segment: (!encoded.is_empty())
-                        .then(|| (segment_bytes(&encoded), encoded.len() as u64)),
+                    appended: encoded,
                     base: Some((base, peek)),
                 };
                 Ok((
@@ -408,7 +415,11 @@ impl Sessions {
             .as_ref()
             .filter(|c| head.segments.starts_with(&c.segments))
         {
-            Some(c) => (c.thread.messages.clone(), c.digest, c.segments.len()),
+            Some(c) => (
+                c.thread.messages[..c.at_segments.1].to_vec(),
+                c.at_segments.0,
+                c.segments.len(),
+            ),
             None => (Vec::new(), seed(), 0),
         };
         for segment in &head.segments[have..] {
@@ -420,13 +431,16 @@ impl Sessions {
             digest = extend_digest(digest, segment_lines(&bytes));
             messages.extend(parse_segment(&bytes)?);
         }
+        let at_segments = (digest, messages.len());
+        digest = extend_digest(digest, segment_lines(&head.tail));
+        messages.extend(parse_segment(&head.tail)?);
         if hex::encode(digest) != head.digest || messages.len() as u64 != head.messages {
             return Err(AppError::Internal(
                 "an append session's segments do not match its head".into(),
             ));
         }
         let copy = Arc::new(Copy {
-            bytes: weight(&messages),
+            bytes: weight(&messages) + head.tail.len() as u64,
             session: head.session,
             version,
             digest,
@@ -435,6 +449,8 @@ impl Sessions {
                 messages,
             }),
             segments: head.segments,
+            tail: head.tail,
+            at_segments,
             prefix: head.prefix,
         });
         self.copies.insert(key, Arc::clone(&copy));
@@ -453,36 +469,33 @@ impl Sessions {
         // A call that renders nothing leaves the last render's trace.
         let prefix = prefix.or_else(|| ticket.prefix().cloned());
         let base = ticket.base.as_ref().map(|(copy, _)| copy);
-        if let Some(base) = base.filter(|b| ticket.segment.is_none() && b.prefix == prefix) {
+        if let Some(base) = base.filter(|b| ticket.appended.is_empty() && b.prefix == prefix) {
             return Ok(SessionState {
                 version: base.version,
                 digest: hex::encode(base.digest),
                 messages: base.thread.messages.len() as u64,
             });
         }
+        let layout = Layout::after(base.map(|b| &**b), &ticket, &thread)?;
         // What the copy weighs: the base's, plus what was appended.
-        let bytes = base.map_or_else(
-            || weight(&thread.messages),
-            |b| b.bytes + weight(&thread.messages[b.thread.messages.len()..]),
-        );
-        let mut keep = base.map_or_else(Vec::new, |b| b.segments.clone());
-        let mut retire = Vec::new();
-        let mut segment = ticket.segment;
-        if keep.len() >= MAX_SEGMENTS {
-            // Rewrite the whole thread as one segment.
-            let encoded = encode(&thread.messages)?;
-            segment = Some((segment_bytes(&encoded), encoded.len() as u64));
-            retire = std::mem::take(&mut keep);
-        }
+        let bytes = layout.tail.len() as u64
+            + base.map_or_else(
+                || weight(&thread.messages),
+                |b| {
+                    b.bytes.saturating_sub(b.tail.len() as u64)
+                        + weight(&thread.messages[b.thread.messages.len()..])
+                },
+            );
         let base_version = ticket.base.as_ref().map_or(0, |(_, p)| p.version);
         let write = SessionWrite {
             base: ticket.base.map(|(_, peek)| peek),
             digest: hex::encode(ticket.digest),
             messages: thread.messages.len() as u64,
-            keep,
-            segment,
+            keep: layout.keep,
+            segment: layout.segment,
+            tail: layout.tail.clone(),
             prefix: prefix.clone(),
-            retire,
+            retire: layout.retire,
         };
         let head = self
             .store
@@ -496,6 +509,8 @@ impl Sessions {
             digest: ticket.digest,
             thread,
             segments: head.segments,
+            tail: layout.tail,
+            at_segments: layout.at_segments,
             prefix,
         });
         self.copies.insert((ticket.tenant, ticket.thread_id), copy);
@@ -561,6 +576,68 @@ impl Sessions {
     }
 }
 
+/// Where a write puts the session's messages: the segments kept and
+/// retired, the new segment and the head's tail.
+struct Layout {
+    keep: Vec<SegmentRef>,
+    retire: Vec<SegmentRef>,
+    segment: Option<(Vec<u8>, u64)>,
+    tail: Vec<u8>,
+    /// The digest after the segments, and their messages.
+    at_segments: ([u8; 32], usize),
+}
+
+impl Layout {
+    /// The layout after `ticket` appends to `base` (`None`: a start), for
+    /// the combined `thread`. An append joins the base's tail while the
+    /// tail stays under [`MAX_TAIL_BYTES`]; past it, the tail and the
+    /// append become one segment; past [`MAX_SEGMENTS`], the whole thread.
+    fn after(base: Option<&Copy>, ticket: &Ticket, thread: &Thread) -> Result<Layout> {
+        let whole = (ticket.digest, thread.messages.len());
+        let Some(base) = base else {
+            return Ok(Layout {
+                keep: Vec::new(),
+                retire: Vec::new(),
+                segment: Some((
+                    segment_bytes(&ticket.appended),
+                    ticket.appended.len() as u64,
+                )),
+                tail: Vec::new(),
+                at_segments: whole,
+            });
+        };
+        if base.segments.len() >= MAX_SEGMENTS {
+            let encoded = encode(&thread.messages)?;
+            return Ok(Layout {
+                keep: Vec::new(),
+                retire: base.segments.clone(),
+                segment: Some((segment_bytes(&encoded), encoded.len() as u64)),
+                tail: Vec::new(),
+                at_segments: whole,
+            });
+        }
+        let mut tail = base.tail.clone();
+        tail.extend(segment_bytes(&ticket.appended));
+        if tail.len() <= MAX_TAIL_BYTES {
+            return Ok(Layout {
+                keep: base.segments.clone(),
+                retire: Vec::new(),
+                segment: None,
+                tail,
+                at_segments: base.at_segments,
+            });
+        }
+        let messages = (thread.messages.len() - base.at_segments.1) as u64;
+        Ok(Layout {
+            keep: base.segments.clone(),
+            retire: Vec::new(),
+            segment: Some((tail, messages)),
+            tail: Vec::new(),
+            at_segments: whole,
+        })
+    }
+}
+
 /// Rough bytes of a thread in memory: its text plus a fixed cost per message.
 pub(super) fn weight(messages: &[Arc<Message>]) -> u64 {
     messages.iter().map(|m| 256 + m.byte_len() as u64).sum()
@@ -577,4 +654,98 @@ fn appended_from_json(
         .map_err(|e| AppError::invalid(FIELD, format!("is not JSON: {e}")))?;
     crate::provider::appended_from_json(&value, prefix, shape)
         .map_err(|e| AppError::invalid(e.field_under(FIELD), e.reason))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn said(id: &str, bytes: usize) -> Arc<Message> {
+        let text = format!("{id} {}", "x".repeat(bytes));
+        Arc::new(
+            serde_json::from_value(serde_json::json!({"id": id, "role": "user", "content": text}))
+                .expect("a message"),
+        )
+    }
+
+    fn sent(ids: &[String], bytes: usize) -> Arc<Thread> {
+        Arc::new(Thread {
+            id: "t".into(),
+            messages: ids.iter().map(|id| said(id, bytes)).collect(),
+        })
+    }
+
+    async fn append(sessions: &Sessions, version: u64, ids: &[String]) -> (Arc<Thread>, u64) {
+        let input = SessionInput::Append {
+            base_version: version,
+            json: None,
+        };
+        let (thread, ticket) = sessions
+            .open("acme", sent(ids, 4000), input)
+            .await
+            .expect("open");
+        let state = sessions
+            .commit(ticket.expect("a ticket"), Arc::clone(&thread), None)
+            .await
+            .expect("commit");
+        (thread, state.version)
+    }
+
+    /// Appends ride in the head's tail until it is full, then move to a
+    /// segment; a replica that did not see them reads the same thread from
+    /// the head and its segments, and appends on top.
+    #[tokio::test]
+    async fn appends_ride_in_the_head_until_they_fill_a_segment() {
+        let store = Arc::new(ThreadStore::memory());
+        let (one, two) = (
+            Sessions::new(Arc::clone(&store), SessionSettings::default()),
+            Sessions::new(Arc::clone(&store), SessionSettings::default()),
+        );
+        let (_, ticket) = one
+            .open("acme", sent(&["m0".into()], 10), SessionInput::Start)
+            .await
+            .expect("start");
+        let (mut version, mut n) = (1, 1);
+        let ticket = ticket.expect("a ticket");
+        let start = sent(&["m0".into()], 10);
+        one.commit(ticket, start, None).await.expect("commit");
+        let head = || async {
+            store
+                .head("acme", "t", 0)
+                .await
+                .expect("head")
+                .expect("some")
+        };
+        let mut flushed = None;
+        for turn in 0..40 {
+            let ids: Vec<String> = (n..n + 2).map(|i| format!("m{i}")).collect();
+            n += 2;
+            // Alternate replicas every few turns.
+            let at = if turn % 6 < 3 { &one } else { &two };
+            let (thread, v) = append(at, version, &ids).await;
+            version = v;
+            let h = head().await;
+            assert_eq!(h.messages as usize, thread.messages.len());
+            assert_eq!(h.messages as usize, n);
+            assert!(h.tail.len() <= MAX_TAIL_BYTES);
+            if h.segments.len() > 1 && flushed.is_none() {
+                flushed = Some(turn);
+                assert!(h.tail.is_empty(), "the tail moved into the segment");
+            }
+            if flushed.is_none() {
+                assert_eq!(h.segments.len(), 1, "turn {turn}: only the start's segment");
+                assert_eq!(segment_lines(&h.tail).count(), n - 1);
+            }
+            // The other replica reads the same thread from the store.
+            let other = if std::ptr::eq(at, &one) { &two } else { &one };
+            let (copy, _) = other.base("acme", "t", version).await.expect("base");
+            assert_eq!(copy.thread.messages, thread.messages);
+            assert_eq!(hex::encode(copy.digest), h.digest);
+        }
+        let flushed = flushed.expect("the tail filled a segment within 40 turns");
+        assert!(
+            flushed >= 5,
+            "a tail of {MAX_TAIL_BYTES} bytes holds several turns"
+        );
+    }
 }

@@ -42,6 +42,7 @@ pub use memory::{MemoryArtifactStore, MemoryPlanStore};
 pub use plan::FsPlanStore;
 pub use session::{
     Peek, PrefixTrace, SegmentRef, SessionHead, SessionWrite, ThreadStore, MAX_SEGMENTS,
+    MAX_TAIL_BYTES,
 };
 
 /// One AWS API request in a client span of its own (`S3.PutObject`,

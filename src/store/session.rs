@@ -8,13 +8,15 @@
 //! {thread}/session/seg-{version}-{random}    the messages one append added
 //! ```
 //!
-//! An append writes one new segment (the appended messages only) and
-//! replaces the head with a compare-and-swap on the version the client
-//! based its append on, so the bytes written per turn follow what was
-//! appended, not the thread. Segment names carry a random part: two
-//! replicas racing on one base never overwrite each other's segment, and
-//! the loser's is removed. Past [`MAX_SEGMENTS`] the next append writes
-//! the whole thread as one segment instead.
+//! An append replaces the head with a compare-and-swap on the version the
+//! client based its append on, so the bytes written per turn follow what
+//! was appended, not the thread. Small appends ride in the head itself (its
+//! **tail**), so a turn is one write; once the tail would pass
+//! [`MAX_TAIL_BYTES`], the tail and the append become one new segment.
+//! Segment names carry a random part: two replicas racing on one base never
+//! overwrite each other's segment, and the loser's is removed. Past
+//! [`MAX_SEGMENTS`] the next append writes the whole thread as one segment
+//! instead.
 //!
 //! Both are sealed like plans: a data key per head version, wrapped by the
 //! tenant's key under `{tenant, thread, artifact: "session/v{N}", kind:
@@ -49,6 +51,11 @@ const SEGMENT_MAGIC: &[u8] = b"compactd-segment v1\n";
 /// one (bounds the head's size and a cold read's object count).
 pub const MAX_SEGMENTS: usize = 64;
 
+/// Bytes of appended messages a head carries before they move to a segment:
+/// a turn then writes one object, not two (half the PUTs on S3), and the
+/// head each turn rewrites stays small.
+pub const MAX_TAIL_BYTES: usize = 64 * 1024;
+
 /// One segment of a session, as the head lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SegmentRef {
@@ -78,6 +85,8 @@ pub struct SessionHead {
     pub messages: u64,
     /// The segments, in thread order.
     pub segments: Vec<SegmentRef>,
+    /// The messages after the segments, one JSON value per line.
+    pub tail: Vec<u8>,
     /// The last render's trace, when there was one.
     pub prefix: Option<PrefixTrace>,
 }
@@ -98,8 +107,36 @@ struct HeadBody {
     digest: String,
     messages: u64,
     segments: Vec<SegmentRef>,
+    /// The messages after the segments, as written (heads of earlier
+    /// versions have none). A reader that predates it fails closed: the
+    /// message count and digest no longer match its segments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    tail: Vec<Box<serde_json::value::RawValue>>,
     #[serde(default)]
     prefix: Option<PrefixTrace>,
+}
+
+/// `tail` as the head stores it: each line one JSON value.
+fn tail_values(tail: &[u8]) -> Result<Vec<Box<serde_json::value::RawValue>>, StoreError> {
+    tail.split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            std::str::from_utf8(l)
+                .ok()
+                .and_then(|l| serde_json::value::RawValue::from_string(l.to_owned()).ok())
+                .ok_or_else(|| StoreError::Corrupt("session tail line is not JSON".into()))
+        })
+        .collect()
+}
+
+/// The head's tail as lines again.
+fn tail_bytes(values: &[Box<serde_json::value::RawValue>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.iter().map(|v| v.get().len() + 1).sum());
+    for v in values {
+        out.extend_from_slice(v.get().as_bytes());
+        out.push(b'\n');
+    }
+    out
 }
 
 /// A session's head as read, not yet opened: what compare-and-swap and a
@@ -131,6 +168,9 @@ pub struct SessionWrite {
     pub keep: Vec<SegmentRef>,
     /// The new segment's content and message count, if any.
     pub segment: Option<(Vec<u8>, u64)>,
+    /// The messages after the segments, one JSON value per line: carried
+    /// in the head.
+    pub tail: Vec<u8>,
     /// The render trace to keep.
     pub prefix: Option<PrefixTrace>,
     /// Segments of the base the new head no longer lists (rewritten into
@@ -321,6 +361,7 @@ impl ThreadStore {
             digest: body.digest,
             messages: body.messages,
             segments: body.segments,
+            tail: tail_bytes(&body.tail),
             prefix: body.prefix,
         })
     }
@@ -409,6 +450,8 @@ impl ThreadStore {
         thread_id: &str,
         write: SessionWrite,
     ) -> Result<SessionHead, StoreError> {
+        // Checked before anything is written.
+        let tail = tail_values(&write.tail)?;
         let (expect, version, dropped) = match &write.base {
             // The head read when the append began: the write holds only if
             // it is still there.
@@ -465,6 +508,7 @@ impl ThreadStore {
             digest: write.digest.clone(),
             messages: write.messages,
             segments: segments.clone(),
+            tail,
             prefix: write.prefix.clone(),
         };
         let body = serde_json::to_vec(&body)
@@ -505,6 +549,7 @@ impl ThreadStore {
             digest: write.digest,
             messages: write.messages,
             segments,
+            tail: write.tail,
             prefix: write.prefix,
         })
     }

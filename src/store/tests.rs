@@ -1087,6 +1087,7 @@ fn session_write(base: Option<Peek>, keep: Vec<SegmentRef>, content: &str) -> Se
         messages: keep.iter().map(|s| s.messages).sum::<u64>() + 1,
         keep,
         segment: Some((content.as_bytes().to_vec(), 1)),
+        tail: Vec::new(),
         prefix: None,
         retire: Vec::new(),
     }
@@ -1184,6 +1185,60 @@ async fn sessions_append_by_compare_and_swap_and_are_sealed_per_tenant() {
     assert_ne!(h3.session, h1.session);
     assert_eq!(h3.version, 3);
     assert_eq!(std::fs::read_dir(&folder).expect("dir").count(), 2);
+}
+
+#[tokio::test]
+async fn a_head_carries_its_tail_sealed_in_one_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = session_store(dir.path());
+    let h1 = store
+        .write("acme", "t", session_write(None, vec![], "first message"))
+        .await
+        .expect("start");
+    let folder = thread_dir(dir.path(), "acme", "t").join("session");
+    let objects = || std::fs::read_dir(&folder).expect("dir").count();
+    assert_eq!(objects(), 2, "a head and the start's segment");
+    let tail = b"{\"role\":\"user\",\"text\":\"tail secret\"}\n[1,2]\n".to_vec();
+    let base = store.peek("acme", "t", 0).await.expect("peek");
+    let append = SessionWrite {
+        segment: None,
+        tail: tail.clone(),
+        messages: 3,
+        ..session_write(base, h1.segments.clone(), "")
+    };
+    let h2 = store.write("acme", "t", append).await.expect("append");
+    assert_eq!(objects(), 2, "the append is in the head: no new object");
+    assert_eq!((h2.segments.len(), &h2.tail), (1, &tail));
+    let read = store
+        .head("acme", "t", 0)
+        .await
+        .expect("head")
+        .expect("some");
+    assert_eq!(read.tail, tail, "the tail comes back byte for byte");
+    assert_eq!(read.segments, h1.segments);
+    for f in std::fs::read_dir(&folder).expect("dir") {
+        let bytes = std::fs::read(f.expect("entry").path()).expect("read");
+        assert!(!String::from_utf8_lossy(&bytes).contains("tail secret"));
+    }
+    // A tail that is not one JSON value per line is refused, nothing
+    // written.
+    let base = store.peek("acme", "t", 0).await.expect("peek");
+    let broken = SessionWrite {
+        segment: None,
+        tail: b"{\"open\":\n".to_vec(),
+        ..session_write(base, h1.segments.clone(), "")
+    };
+    let e = store
+        .write("acme", "t", broken)
+        .await
+        .expect_err("not JSON");
+    assert!(matches!(e, StoreError::Corrupt(_)), "{e:?}");
+    let now = store
+        .head("acme", "t", 0)
+        .await
+        .expect("head")
+        .expect("some");
+    assert_eq!((now.version, now.tail), (2, tail));
 }
 
 #[tokio::test]
