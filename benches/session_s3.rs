@@ -19,14 +19,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use compactd::proto::pb;
-use compactd::proto::pb::compaction_service_client::CompactionServiceClient;
-use compactd::server::access::AccessLogSink;
-use compactd::settings::Settings;
-use compactd::store::backend::{self, ArtifactsSettings, Backend, Local, PlansSettings};
-use compactd_testkit::moto::{credentials, Moto, REGION};
+use compactd::store::backend::{ArtifactsSettings, Backend};
+use compactd_testkit::moto::{Moto, REGION};
 use compactd_testkit::synth::{thread, SynthParams};
 
-type Client = CompactionServiceClient<tonic::transport::Channel>;
+#[path = "common/server.rs"]
+mod server;
+
+use server::Client;
 
 struct Server {
     name: &'static str,
@@ -36,46 +36,7 @@ struct Server {
 }
 
 async fn start(name: &'static str, artifacts: ArtifactsSettings) -> Server {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let stores = backend::open(
-        Local {
-            data_dir: &dir.path().join("data"),
-            keyring_file: None,
-        },
-        &artifacts,
-        &PlansSettings::default(),
-        Some(credentials()),
-    )
-    .await
-    .expect("stores");
-    let mut settings = Settings {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        data_dir: dir.path().join("data"),
-        access_log: AccessLogSink::Off,
-        ..Settings::default()
-    };
-    settings.auth.dev = true;
-    settings.per_tenant_rps = 0.0;
-    settings.per_tenant_bytes_per_second = 0.0;
-    settings.per_tenant_messages_per_second = 0.0;
-    let listener = tokio::net::TcpListener::bind(settings.listen)
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(compactd::startup::serve_stores(
-        settings,
-        stores,
-        listener,
-        async {
-            let _ = stopped.await;
-        },
-    ));
-    let client = CompactionServiceClient::connect(format!("http://{addr}"))
-        .await
-        .expect("connect")
-        .max_decoding_message_size(256 * 1024 * 1024)
-        .max_encoding_message_size(256 * 1024 * 1024);
+    let (client, stop, dir) = server::start(&artifacts).await;
     Server {
         name,
         client,
