@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use compactd::proto::pb;
-use compactd::store::backend::{ArtifactsSettings, Backend};
-use compactd_testkit::moto::{Moto, REGION};
+use compactd_testkit::moto::Moto;
 use compactd_testkit::synth::{thread, SynthParams};
 
 #[path = "common/server.rs"]
@@ -41,20 +40,7 @@ async fn start(
     bucket: &'static str,
     archive: bool,
 ) -> Mode {
-    s3.create_bucket()
-        .bucket(bucket)
-        .send()
-        .await
-        .expect("bucket");
-    let mut artifacts = ArtifactsSettings {
-        backend: Backend::S3,
-        ..Default::default()
-    };
-    artifacts.s3.bucket = bucket.into();
-    artifacts.s3.region = Some(REGION.into());
-    artifacts.s3.endpoint_url = Some(moto.endpoint());
-    artifacts.kms.key_id = Some(key.into());
-    artifacts.kms.endpoint_url = Some(moto.endpoint());
+    let artifacts = server::on_bucket(moto, s3, key, bucket).await;
     let (client, stop, dir) = server::start(&artifacts).await;
     Mode {
         name,
@@ -89,24 +75,8 @@ async fn usage(s3: &aws_sdk_s3::Client, bucket: &str) -> (u64, u64) {
     }
 }
 
-fn percentile(v: &mut [Duration], p: f64) -> Duration {
-    v.sort_unstable();
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
-
 async fn bench(full: bool) {
-    let moto = tokio::task::spawn_blocking(Moto::start)
-        .await
-        .expect("moto");
-    let (s3, kms) = moto.clients().await;
-    let key = kms
-        .create_key()
-        .send()
-        .await
-        .expect("key")
-        .key_metadata
-        .and_then(|m| m.arn)
-        .expect("arn");
+    let (moto, s3, key) = server::moto_with_key().await;
     let mut modes = vec![
         start(&moto, &s3, &key, "archive on", "bench-archive-on", true).await,
         start(&moto, &s3, &key, "archive off", "bench-archive-off", false).await,
@@ -157,7 +127,7 @@ async fn bench(full: bool) {
             let (n, bytes) = usage(&s3, m.bucket).await;
             let puts = (n - before[k].0) as f64 / calls as f64;
             let kib = (bytes - before[k].1) as f64 / calls as f64 / 1024.0;
-            let median = percentile(&mut times[k], 0.5);
+            let median = server::percentile(&mut times[k], 0.5);
             p50.push(median);
             rows.push((m.name, median, puts, kib));
         }

@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use compactd::proto::pb;
-use compactd::store::backend::{ArtifactsSettings, Backend};
-use compactd_testkit::moto::{Moto, REGION};
+use compactd::store::backend::ArtifactsSettings;
 use compactd_testkit::synth::{thread, SynthParams};
 
 #[path = "common/server.rs"]
@@ -70,40 +69,9 @@ fn turns(t: &pb::Thread) -> Vec<Vec<pb::Message>> {
     out
 }
 
-fn percentile(v: &[Duration], p: f64) -> Duration {
-    let mut v = v.to_vec();
-    v.sort_unstable();
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
-
 async fn bench(full: bool) {
-    let moto = tokio::task::spawn_blocking(Moto::start)
-        .await
-        .expect("moto");
-    let (s3, kms) = moto.clients().await;
-    let key = kms
-        .create_key()
-        .send()
-        .await
-        .expect("key")
-        .key_metadata
-        .and_then(|m| m.arn)
-        .expect("arn");
-    let bucket = "bench-sessions";
-    s3.create_bucket()
-        .bucket(bucket)
-        .send()
-        .await
-        .expect("bucket");
-    let mut on_s3 = ArtifactsSettings {
-        backend: Backend::S3,
-        ..Default::default()
-    };
-    on_s3.s3.bucket = bucket.into();
-    on_s3.s3.region = Some(REGION.into());
-    on_s3.s3.endpoint_url = Some(moto.endpoint());
-    on_s3.kms.key_id = Some(key);
-    on_s3.kms.endpoint_url = Some(moto.endpoint());
+    let (moto, s3, key) = server::moto_with_key().await;
+    let on_s3 = server::on_bucket(&moto, &s3, &key, "bench-sessions").await;
     let mut servers = [
         start("S3 + KMS (moto)", on_s3).await,
         start("filesystem", ArtifactsSettings::default()).await,
@@ -152,14 +120,17 @@ async fn bench(full: bool) {
         }
     }
     let mean = |v: &[Duration]| v.iter().map(Duration::as_secs_f64).sum::<f64>() / v.len() as f64;
-    let base = (percentile(&times[1], 0.5).as_secs_f64(), mean(&times[1]));
+    let base = (
+        server::percentile(&mut times[1], 0.5).as_secs_f64(),
+        mean(&times[1]),
+    );
     println!(
         "append session: {first} turns started, {appended} appended one at a time; max_input_tokens 32000"
     );
     println!("| session store | p50 ms | mean ms | p50 vs filesystem | mean vs filesystem |");
     println!("|---|---:|---:|---:|---:|");
     for (k, s) in servers.iter().enumerate() {
-        let p50 = percentile(&times[k], 0.5).as_secs_f64();
+        let p50 = server::percentile(&mut times[k], 0.5).as_secs_f64();
         let m = mean(&times[k]);
         println!(
             "| {} | {:.2} | {:.2} | {:.2}x | {:.2}x |",

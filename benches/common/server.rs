@@ -1,13 +1,15 @@
 //! An in-process server over opened stores, for the benches that measure a
 //! backend (`#[path]`-included: benches share no crate of their own).
 
+use std::time::Duration;
+
 use tokio::sync::oneshot;
 
 use compactd::proto::pb::compaction_service_client::CompactionServiceClient;
 use compactd::server::access::AccessLogSink;
 use compactd::settings::Settings;
-use compactd::store::backend::{self, ArtifactsSettings, Local, PlansSettings};
-use compactd_testkit::moto::credentials;
+use compactd::store::backend::{self, ArtifactsSettings, Backend, Local, PlansSettings};
+use compactd_testkit::moto::{credentials, Moto, REGION};
 
 pub type Client = CompactionServiceClient<tonic::transport::Channel>;
 
@@ -57,4 +59,52 @@ pub async fn start(
         .max_decoding_message_size(256 * 1024 * 1024)
         .max_encoding_message_size(256 * 1024 * 1024);
     (client, stop, dir)
+}
+
+/// moto, its S3 client and the ARN of a new KMS key.
+pub async fn moto_with_key() -> (Moto, aws_sdk_s3::Client, String) {
+    let moto = tokio::task::spawn_blocking(Moto::start)
+        .await
+        .expect("moto");
+    let (s3, kms) = moto.clients().await;
+    let key = kms
+        .create_key()
+        .send()
+        .await
+        .expect("key")
+        .key_metadata
+        .and_then(|m| m.arn)
+        .expect("arn");
+    (moto, s3, key)
+}
+
+/// A new `bucket` on moto, and settings that keep everything in it, sealed
+/// under `key`.
+pub async fn on_bucket(
+    moto: &Moto,
+    s3: &aws_sdk_s3::Client,
+    key: &str,
+    bucket: &str,
+) -> ArtifactsSettings {
+    s3.create_bucket()
+        .bucket(bucket)
+        .send()
+        .await
+        .expect("bucket");
+    let mut artifacts = ArtifactsSettings {
+        backend: Backend::S3,
+        ..Default::default()
+    };
+    artifacts.s3.bucket = bucket.into();
+    artifacts.s3.region = Some(REGION.into());
+    artifacts.s3.endpoint_url = Some(moto.endpoint());
+    artifacts.kms.key_id = Some(key.into());
+    artifacts.kms.endpoint_url = Some(moto.endpoint());
+    artifacts
+}
+
+/// The `p` quantile of `v` (sorted in place).
+pub fn percentile(v: &mut [Duration], p: f64) -> Duration {
+    v.sort_unstable();
+    v[((v.len() - 1) as f64 * p).round() as usize]
 }
