@@ -376,7 +376,7 @@ impl App {
         llm: &LlmSummaries,
         input: &UpgradeInput,
         mut c: Compaction,
-        originals: Vec<crate::model::SummarizationRecord>,
+        originals: crate::model::Records<crate::model::SummarizationRecord>,
         limit: u32,
     ) -> Result<Compaction, AppError> {
         let mut warnings = std::mem::take(&mut c.report.warnings);

@@ -6,6 +6,7 @@ pub(crate) mod image;
 mod message;
 mod outcome;
 mod plan;
+mod records;
 mod summary;
 mod thread;
 
@@ -23,6 +24,7 @@ pub use plan::{
     ClearReason, ClearRecord, CompactionPlan, DropRecord, DroppedSpanIndex, ExternalizationRecord,
     NormalizationWarning, PlanError, SpanReference, SummarizationRecord, PLAN_FORMAT_VERSION,
 };
+pub use records::Records;
 pub use summary::{
     words_of, ArtifactReference, Decision, OpenItem, Priority, StructuredSummary, ToolOutcome,
     SUMMARY_RENDER_VERSION, SUMMARY_SCHEMA_VERSION,

@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use super::message::{Role, Sensitivity};
+use super::records::Records;
 use super::summary::StructuredSummary;
 use super::thread::Thread;
 
@@ -314,16 +315,16 @@ pub struct CompactionPlan {
     pub fingerprint: String,
     /// Externalized spans.
     #[serde(default)]
-    pub externalizations: Vec<ExternalizationRecord>,
+    pub externalizations: Records<ExternalizationRecord>,
     /// Summarized spans.
     #[serde(default)]
-    pub summarizations: Vec<SummarizationRecord>,
+    pub summarizations: Records<SummarizationRecord>,
     /// Cleared messages.
     #[serde(default)]
-    pub clearings: Vec<ClearRecord>,
+    pub clearings: Records<ClearRecord>,
     /// Dropped spans.
     #[serde(default)]
-    pub drops: Vec<DropRecord>,
+    pub drops: Records<DropRecord>,
     /// Tokens of the request rendered without the plan.
     #[serde(default)]
     pub original_token_count: u32,

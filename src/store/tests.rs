@@ -23,7 +23,8 @@ fn plan(thread_id: &str, marker: &str) -> CompactionPlan {
                 timestamp: None,
             },
             archive_artifact_id: None,
-        }],
+        }]
+        .into(),
         original_token_count: 1000,
         compacted_token_count: 400,
         ..CompactionPlan::new(thread_id)
