@@ -86,7 +86,7 @@ struct Copy {
     segments: Vec<SegmentRef>,
     /// The messages after the segments, encoded one per line (the head's
     /// tail).
-    tail: Vec<u8>,
+    tail: String,
     /// The digest after the segments' messages, and how many they hold: a
     /// replica that reads a newer head starts there.
     at_segments: ([u8; 32], usize),
@@ -432,8 +432,8 @@ impl Sessions {
             messages.extend(parse_segment(&bytes)?);
         }
         let at_segments = (digest, messages.len());
-        digest = extend_digest(digest, segment_lines(&head.tail));
-        messages.extend(parse_segment(&head.tail)?);
+        digest = extend_digest(digest, segment_lines(head.tail.as_bytes()));
+        messages.extend(parse_segment(head.tail.as_bytes())?);
         if hex::encode(digest) != head.digest || messages.len() as u64 != head.messages {
             return Err(AppError::Internal(
                 "an append session's segments do not match its head".into(),
@@ -582,7 +582,7 @@ struct Layout {
     keep: Vec<SegmentRef>,
     retire: Vec<SegmentRef>,
     segment: Option<(Vec<u8>, u64)>,
-    tail: Vec<u8>,
+    tail: String,
     /// The digest after the segments, and their messages.
     at_segments: ([u8; 32], usize),
 }
@@ -602,7 +602,7 @@ impl Layout {
                     segment_bytes(&ticket.appended),
                     ticket.appended.len() as u64,
                 )),
-                tail: Vec::new(),
+                tail: String::new(),
                 at_segments: whole,
             });
         };
@@ -612,12 +612,17 @@ impl Layout {
                 keep: Vec::new(),
                 retire: base.segments.clone(),
                 segment: Some((segment_bytes(&encoded), encoded.len() as u64)),
-                tail: Vec::new(),
+                tail: String::new(),
                 at_segments: whole,
             });
         }
         let mut tail = base.tail.clone();
-        tail.extend(segment_bytes(&ticket.appended));
+        for m in &ticket.appended {
+            tail.push_str(std::str::from_utf8(m).map_err(|e| {
+                AppError::Internal(format!("an encoded message is not UTF-8: {e}"))
+            })?);
+            tail.push('\n');
+        }
         if tail.len() <= MAX_TAIL_BYTES {
             return Ok(Layout {
                 keep: base.segments.clone(),
@@ -631,8 +636,8 @@ impl Layout {
         Ok(Layout {
             keep: base.segments.clone(),
             retire: Vec::new(),
-            segment: Some((tail, messages)),
-            tail: Vec::new(),
+            segment: Some((tail.into_bytes(), messages)),
+            tail: String::new(),
             at_segments: whole,
         })
     }
@@ -734,7 +739,7 @@ mod tests {
             }
             if flushed.is_none() {
                 assert_eq!(h.segments.len(), 1, "turn {turn}: only the start's segment");
-                assert_eq!(segment_lines(&h.tail).count(), n - 1);
+                assert_eq!(segment_lines(h.tail.as_bytes()).count(), n - 1);
             }
             // The other replica reads the same thread from the store.
             let other = if std::ptr::eq(at, &one) { &two } else { &one };

@@ -85,8 +85,9 @@ pub struct SessionHead {
     pub messages: u64,
     /// The segments, in thread order.
     pub segments: Vec<SegmentRef>,
-    /// The messages after the segments, one JSON value per line.
-    pub tail: Vec<u8>,
+    /// The messages after the segments, as the caller wrote them (opaque,
+    /// like a segment's content).
+    pub tail: String,
     /// The last render's trace, when there was one.
     pub prefix: Option<PrefixTrace>,
 }
@@ -110,33 +111,10 @@ struct HeadBody {
     /// The messages after the segments, as written (heads of earlier
     /// versions have none). A reader that predates it fails closed: the
     /// message count and digest no longer match its segments.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    tail: Vec<Box<serde_json::value::RawValue>>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    tail: String,
     #[serde(default)]
     prefix: Option<PrefixTrace>,
-}
-
-/// `tail` as the head stores it: each line one JSON value.
-fn tail_values(tail: &[u8]) -> Result<Vec<Box<serde_json::value::RawValue>>, StoreError> {
-    tail.split(|&b| b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            std::str::from_utf8(l)
-                .ok()
-                .and_then(|l| serde_json::value::RawValue::from_string(l.to_owned()).ok())
-                .ok_or_else(|| StoreError::Corrupt("session tail line is not JSON".into()))
-        })
-        .collect()
-}
-
-/// The head's tail as lines again.
-fn tail_bytes(values: &[Box<serde_json::value::RawValue>]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(values.iter().map(|v| v.get().len() + 1).sum());
-    for v in values {
-        out.extend_from_slice(v.get().as_bytes());
-        out.push(b'\n');
-    }
-    out
 }
 
 /// A session's head as read, not yet opened: what compare-and-swap and a
@@ -168,9 +146,9 @@ pub struct SessionWrite {
     pub keep: Vec<SegmentRef>,
     /// The new segment's content and message count, if any.
     pub segment: Option<(Vec<u8>, u64)>,
-    /// The messages after the segments, one JSON value per line: carried
-    /// in the head.
-    pub tail: Vec<u8>,
+    /// The messages after the segments, carried in the head (opaque, like
+    /// a segment's content).
+    pub tail: String,
     /// The render trace to keep.
     pub prefix: Option<PrefixTrace>,
     /// Segments of the base the new head no longer lists (rewritten into
@@ -361,7 +339,7 @@ impl ThreadStore {
             digest: body.digest,
             messages: body.messages,
             segments: body.segments,
-            tail: tail_bytes(&body.tail),
+            tail: body.tail,
             prefix: body.prefix,
         })
     }
@@ -450,8 +428,6 @@ impl ThreadStore {
         thread_id: &str,
         write: SessionWrite,
     ) -> Result<SessionHead, StoreError> {
-        // Checked before anything is written.
-        let tail = tail_values(&write.tail)?;
         let (expect, version, dropped) = match &write.base {
             // The head read when the append began: the write holds only if
             // it is still there.
@@ -508,7 +484,7 @@ impl ThreadStore {
             digest: write.digest.clone(),
             messages: write.messages,
             segments: segments.clone(),
-            tail,
+            tail: write.tail.clone(),
             prefix: write.prefix.clone(),
         };
         let body = serde_json::to_vec(&body)
