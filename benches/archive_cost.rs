@@ -146,10 +146,5 @@ async fn bench(full: bool) {
 }
 
 fn main() {
-    let full = std::env::args().any(|a| a == "--bench");
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(bench(full));
+    server::main(bench);
 }

@@ -108,3 +108,14 @@ pub fn percentile(v: &mut [Duration], p: f64) -> Duration {
     v.sort_unstable();
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
+
+/// Runs `bench` on a multi-threaded runtime; `--bench` asks for the full
+/// run, anything else for a smoke test.
+pub fn main<F: std::future::Future>(bench: impl FnOnce(bool) -> F) -> F::Output {
+    let full = std::env::args().any(|a| a == "--bench");
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(bench(full))
+}

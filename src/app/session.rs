@@ -616,13 +616,9 @@ impl Layout {
                 at_segments: whole,
             });
         }
-        let mut tail = base.tail.clone();
-        for m in &ticket.appended {
-            tail.push_str(std::str::from_utf8(m).map_err(|e| {
-                AppError::Internal(format!("an encoded message is not UTF-8: {e}"))
-            })?);
-            tail.push('\n');
-        }
+        let appended = String::from_utf8(segment_bytes(&ticket.appended))
+            .map_err(|e| AppError::Internal(format!("an encoded message is not UTF-8: {e}")))?;
+        let tail = base.tail.clone() + &appended;
         if tail.len() <= MAX_TAIL_BYTES {
             return Ok(Layout {
                 keep: base.segments.clone(),

@@ -87,24 +87,22 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Records<T> {
     }
 }
 
-impl<T> Records<T> {
-    /// Whether `self` and `other` are the same list, not only equal.
-    pub fn same(&self, other: &Records<T>) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether `a` and `b` are the same list, not only equal.
+    fn same<T>(a: &Records<T>, b: &Records<T>) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
 
     #[test]
     fn copies_share_until_one_changes() {
         let a: Records<u32> = vec![1, 2, 3].into();
         let mut b = a.clone();
-        assert!(a.same(&b));
+        assert!(same(&a, &b));
         b.push(4);
-        assert!(!a.same(&b), "the change copied the list");
+        assert!(!same(&a, &b), "the change copied the list");
         assert_eq!((&a[..], &b[..]), (&[1, 2, 3][..], &[1, 2, 3, 4][..]));
         assert_eq!(
             serde_json::to_string(&b).expect("json"),
