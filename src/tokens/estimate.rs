@@ -626,13 +626,14 @@ mod tests {
             corpus::prose(&mut rng, 20_000),
         ];
         parts.extend(corpus::edge_cases());
+        let breaks = |c: char| matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c');
+        let head = |t: &str| t.chars().take(40).collect::<String>();
         for e in [Estimator::default(), Estimator::claude()] {
             for a in &parts {
                 for b in &parts {
                     let joined = format!("{a}\n\n{b}");
                     // The breaks where the parts meet join the line before
                     // them, and may fill its cap: a token a byte at most.
-                    let breaks = |c: char| matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c');
                     let run = (a.len() - a.trim_end_matches(breaks).len())
                         + 2
                         + (b.len() - b.trim_start_matches(breaks).len());
@@ -641,8 +642,8 @@ mod tests {
                         e.count(&joined) <= apart,
                         "{} joined > {apart} apart for {:?} and {:?}",
                         e.count(&joined),
-                        &a[..a.len().min(40)],
-                        &b[..b.len().min(40)]
+                        head(a),
+                        head(b)
                     );
                 }
             }
