@@ -286,7 +286,10 @@ impl Estimator {
 /// another the headroom under the whole text's cap.
 fn lines(text: &str) -> impl Iterator<Item = &str> {
     let bytes = text.as_bytes();
-    let is_break = |b: u8| b == b'\n' || b == b'\r';
+    // Line breaks and spaces are ASCII, and no byte of a wider character
+    // reads as one: bytes can be classed like characters.
+    let is = |b: u8, k: Class| class(char::from(b)) == k;
+    let is_break = move |b: u8| is(b, Class::Newline);
     let mut start = 0;
     std::iter::from_fn(move || {
         if start >= bytes.len() {
@@ -299,7 +302,7 @@ fn lines(text: &str) -> impl Iterator<Item = &str> {
                 end += 1;
             }
             let mut probe = end;
-            while probe < bytes.len() && matches!(bytes[probe], b' ' | b'\t' | 0x0b | 0x0c) {
+            while probe < bytes.len() && is(bytes[probe], Class::Space) {
                 probe += 1;
             }
             if probe < bytes.len() && is_break(bytes[probe]) {
@@ -423,7 +426,8 @@ impl TokenCounter for Estimator {
         let est: f64 = lines(text)
             .map(|line| (self.raw(line) * scale).min(line.len() as f64))
             .sum();
-        // `as` saturates; the cap keeps huge multipliers meaningful.
+        // Every line is capped already; the clamp only absorbs the sum's
+        // float rounding.
         (est.ceil() as usize).clamp(1, cap)
     }
 
