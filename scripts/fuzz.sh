@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The fuzz harness (tests/fuzz.rs) for COMPACTD_FUZZ_SECONDS (default 60),
-# built like the long property run (the `proptest` profile: optimized, with
+# built like the long property run (the `checked` profile: optimized, with
 # debug assertions and overflow checks, so an overflow is a finding too).
 # The crash corpus (tests/fuzz_corpus/) is replayed alongside. A finding is
 # written, with a shrunk copy, under $CARGO_TARGET_DIR/tmp/fuzz-crashes (or
@@ -12,7 +12,7 @@ export COMPACTD_FUZZ_SECONDS="${COMPACTD_FUZZ_SECONDS:-60}"
 export COMPACTD_FUZZ_HANG_SECONDS="${COMPACTD_FUZZ_HANG_SECONDS:-30}"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-if cargo test --locked --profile proptest -p compactd --test fuzz -- --nocapture >"$log" 2>&1; then
+if cargo test --locked --profile checked -p compactd --test fuzz -- --nocapture >"$log" 2>&1; then
   grep -E '^fuzz|^test result' "$log"
 else
   tail -n 100 "$log"

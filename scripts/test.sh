@@ -27,7 +27,10 @@ took fmt
 took buf
 cargo clippy --locked --workspace --all-targets -- -D warnings
 took clippy
-cargo test --locked --workspace
+# Every Rust test (unit, property at each one's default cases, golden, CLI,
+# gRPC integration), built once in the `checked` profile (optimized, with
+# debug assertions and overflow checks) that the next two steps reuse.
+cargo test --locked --workspace --profile checked
 took cargo-test
 # Every property again at 2,000 cases, optimized.
 ./scripts/proptest-long.sh
@@ -35,8 +38,8 @@ took proptest-long
 # The fuzz harness for 60 seconds, optimized, and the crash corpus.
 ./scripts/fuzz.sh
 took fuzz
-# The Python test drives the binary that `cargo test` just built.
+# The Python tests drive the binary that `cargo test` just built.
 ./scripts/chromium.sh
 took chromium
-COMPACTD_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/compactd" "$venv/bin/python" -m pytest -q tests/python
+COMPACTD_BIN="${CARGO_TARGET_DIR:-$PWD/target}/checked/compactd" "$venv/bin/python" -m pytest -q tests/python
 took python

@@ -47,7 +47,7 @@ fn verbatim_and_cleared_costs_equal_the_rendered_message_cost() {
     }
 }
 
-mod common;
+use crate::common;
 
 /// A request may not lower the safety buffer below the configured floor:
 /// it absorbs what an estimated count can miss. Exact counts (o200k for

@@ -1,7 +1,7 @@
 //! Facts and constraints survive repeated
 //! compaction cycles (the agent must not "forget" them after summarization).
 
-mod common;
+use crate::common;
 
 use common::{request_text, Harness};
 use compactd::model::CompactionPlan;

@@ -5,7 +5,7 @@
 //! A refactoring of the provider layer must leave this snapshot unchanged;
 //! a change of what is sent or counted shows here first, by cell.
 
-mod common;
+use crate::common;
 
 use compactd::provider::Format;
 use std::fmt::Write as _;

@@ -1,7 +1,7 @@
 //! Golden prompts: the rendered request for a fixed thread and budget, in
 //! each output form. Any byte change in rendering shows up as a snapshot diff.
 
-mod common;
+use crate::common;
 
 use common::Harness;
 use compactd::provider::thread_from_json;

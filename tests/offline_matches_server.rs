@@ -4,7 +4,7 @@
 //! service, derived from the content offline), so the service's ids are
 //! mapped to the offline ones before comparing.
 
-mod server_common;
+use crate::server_common;
 
 use std::process::Command;
 

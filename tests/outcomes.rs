@@ -2,7 +2,7 @@
 //! carry no outcome, so a failure must be recognised on import; once it is,
 //! no reducer may turn it into a stub that claims success or lose its error.
 
-mod common;
+use crate::common;
 
 use common::{request_text, Harness};
 use compactd::model::{Outcome, Thread};

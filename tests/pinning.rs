@@ -2,7 +2,7 @@
 //! them; externalized content keeps every part; a stale plan never blocks a
 //! thread.
 
-mod common;
+use crate::common;
 
 use common::{log_lines, request_text, Harness, ThreadBuilder};
 use compactd::model::{

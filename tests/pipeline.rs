@@ -1,6 +1,6 @@
 //! Scenario tests of the reducers through the public pipeline.
 
-mod common;
+use crate::common;
 
 use common::{log_lines, Harness, ThreadBuilder};
 use compactd::model::{ActionKind, DeterminismMetadata, Durability, Outcome, ToolContent};

@@ -6,7 +6,7 @@
 //! every request a person typed still in the prompt, and the same bytes on
 //! a second run.
 
-mod common;
+use crate::common;
 
 use compactd::provider::Format;
 use std::collections::BTreeSet;

@@ -3,7 +3,7 @@
 //! thinking blocks and OpenAI Responses reasoning items. Every rendered form
 //! must be one the provider accepts.
 
-mod common;
+use crate::common;
 
 use common::{log_lines, Harness};
 use compactd::app::AppError;

@@ -2,7 +2,7 @@
 //! path, id and error code of what compaction takes out of the prompt is
 //! either still in the prompt or in the top 5 passages of a query naming it.
 
-mod common;
+use crate::common;
 
 use common::Harness;
 use compactd::app::RenderedOutput;

@@ -3,7 +3,7 @@
 //! last-resort drop order, the kept tool call/result pairs and the
 //! `max_summaries` cap.
 
-mod common;
+use crate::common;
 
 use common::{log_lines, Harness, ThreadBuilder};
 use compactd::model::{ClearReason, Durability, Outcome, Role, ToolContent};

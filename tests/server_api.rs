@@ -2,7 +2,7 @@
 //! Compact → Render, compact-and-render, idempotent repeats, provider
 //! formats, externalize → Rehydrate, and tenant isolation of plans and artifacts.
 
-mod server_common;
+use crate::server_common;
 
 use server_common::*;
 use tonic::Code;

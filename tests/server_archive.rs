@@ -3,7 +3,7 @@
 //! whose id appears in the rendered prompt, and reading that artifact back
 //! gives the original (redacted) content.
 
-mod server_common;
+use crate::server_common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -4,7 +4,7 @@
 //! compacted), every provider format accepts the result, and bad files are
 //! refused naming the field.
 
-mod server_common;
+use crate::server_common;
 
 use compactd::proto::pb;
 use server_common::*;

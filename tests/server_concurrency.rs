@@ -2,7 +2,7 @@
 //! thread with the same expected version → exactly one commit, the rest
 //! ABORTED, the stored plan intact, and no artifact of a loser left behind.
 
-mod server_common;
+use crate::server_common;
 
 use server_common::*;
 use tonic::Code;

@@ -1,7 +1,7 @@
 //! The error contract: for each bad input, credential or permission, the
 //! exact gRPC code, the stable reason (google.rpc ErrorInfo) and the field path.
 
-mod server_common;
+use crate::server_common;
 
 use serde_json::json;
 use server_common::*;

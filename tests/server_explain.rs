@@ -2,7 +2,7 @@
 //! verbatim, in a summary, compacted out into an artifact (found by
 //! decrypting it), or nowhere — with the documented errors.
 
-mod server_common;
+use crate::server_common;
 
 use compactd::proto::pb;
 use server_common::*;

@@ -3,7 +3,7 @@
 //! injection reserve that compaction leaves free, and a loud error naming
 //! the hook when it does not fit. Compaction is never re-run for them.
 
-mod server_common;
+use crate::server_common;
 
 use compactd::proto::pb;
 use server_common::*;

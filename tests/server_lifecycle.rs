@@ -3,7 +3,7 @@
 //! log, admission that holds a tenant's slot until its blocking work ends,
 //! and health checks that are never shed.
 
-mod server_common;
+use crate::server_common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

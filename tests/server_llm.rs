@@ -4,7 +4,7 @@
 //! field, and an endpoint that would receive content in cleartext is refused
 //! at start-up.
 
-mod server_common;
+use crate::server_common;
 
 use compactd::llm::{SummarizerKind, SummarizerSettings};
 use compactd::proto::pb;

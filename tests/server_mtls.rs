@@ -2,7 +2,7 @@
 //! URI; a certificate from another trust domain, or no credential at all, is
 //! refused; JWT callers share the same TLS listener without a certificate.
 
-mod server_common;
+use crate::server_common;
 
 use std::path::PathBuf;
 

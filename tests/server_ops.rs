@@ -3,7 +3,7 @@
 //! right codes, and failed artifact writes never leave a committed plan
 //! pointing at nothing.
 
-mod server_common;
+use crate::server_common;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! versions) and in the rendered prompt; a plugin that fails the handshake
 //! stops the server from starting.
 
-mod server_common;
+use crate::server_common;
 
 use compactd::plugin::{PluginSettings, PluginsSettings};
 use compactd::proto::pb;

@@ -5,7 +5,7 @@
 //! reused and the body is byte for byte the same. Errors name the path
 //! inside the JSON.
 
-mod server_common;
+use crate::server_common;
 
 use compactd::proto::pb;
 use server_common::*;

@@ -2,7 +2,7 @@
 //! artifact (read back through Rehydrate), the plan's summaries, stubs and
 //! kept fields, and every file at rest carry `[REDACTED:<kind>]` instead.
 
-mod server_common;
+use crate::server_common;
 
 use compactd::proto::pb;
 use server_common::*;

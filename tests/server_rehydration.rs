@@ -3,7 +3,7 @@
 //! the agent names; per-turn, per-artifact and reserve limits; cooldown; and
 //! no rehydration loop over 20 simulated turns.
 
-mod server_common;
+use crate::server_common;
 
 use compactd::proto::pb;
 use server_common::*;

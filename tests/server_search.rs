@@ -3,7 +3,7 @@
 //! holds each, redacted, tenant-scoped, gated per sensitivity — and the
 //! `search_context` tool definition Render adds on request.
 
-mod server_common;
+use crate::server_common;
 
 use compactd::proto::pb;
 use server_common::*;

@@ -3,7 +3,7 @@
 //! directory) makes up the rest. Stale bases, errors about appended
 //! messages, DeleteThread, and the unchanged prefix each render reports.
 
-mod server_common;
+use crate::server_common;
 
 use compactd::proto::pb;
 use compactd::proto::status::ErrorDescription;

@@ -4,7 +4,7 @@
 //! the appended results push it over (the per-turn reuse checks the cap,
 //! not only the total).
 
-mod server_common;
+use crate::server_common;
 
 use compactd::proto::pb;
 use server_common::*;

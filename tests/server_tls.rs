@@ -2,7 +2,7 @@
 //! client, the certificate rotated without a restart (file change and
 //! SIGHUP), and bearer secrets refused on a plaintext non-loopback listener.
 
-mod server_common;
+use crate::server_common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -7,7 +7,7 @@
 //! would. The task must succeed at every budget where it succeeds with the
 //! whole thread (seeds 000 and 002: task success after compaction).
 
-mod server_common;
+use crate::server_common;
 
 use compactd::proto::pb;
 use server_common::*;

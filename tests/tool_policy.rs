@@ -3,7 +3,7 @@
 //! replay cost; and the guarantee that key fields survive every clear and
 //! stub (a property over random threads).
 
-mod common;
+use crate::common;
 
 use common::{log_lines, run_counted, Harness, ThreadBuilder};
 use compactd::model::{ClearReason, DeterminismMetadata, Durability, Outcome, ToolContent};

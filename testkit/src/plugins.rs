@@ -21,13 +21,38 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("target"))
 }
 
-/// Builds the `cdylib` of workspace package `package` (debug) and returns
-/// the library's path. Panics with cargo's output when the build fails.
+/// The cargo profile that built the running test or bench, and its output
+/// directory: a plugin built in the same profile reuses what that build
+/// compiled (its dependencies, the SDK) instead of building them again in
+/// debug.
+fn current_profile() -> (String, PathBuf) {
+    // A test or bench binary lives in `<target>/<profile dir>/deps/`.
+    let out_dir = std::env::current_exe().ok().and_then(|exe| {
+        let deps = exe.parent()?;
+        if deps.file_name()? != "deps" {
+            return None;
+        }
+        deps.parent().map(Path::to_path_buf)
+    });
+    let Some(out_dir) = out_dir else {
+        return ("dev".to_owned(), target_dir().join("debug"));
+    };
+    let profile = match out_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev".to_owned(),
+        Some(other) => other.to_owned(),
+    };
+    (profile, out_dir)
+}
+
+/// Builds the `cdylib` of workspace package `package` in the profile of the
+/// running test (debug under a plain `cargo test`) and returns the
+/// library's path. Panics with cargo's output when the build fails.
 pub fn build_rust_plugin(package: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let (profile, out_dir) = current_profile();
     let out = Command::new(cargo)
         .current_dir(workspace_root())
-        .args(["build", "--quiet", "-p", package])
+        .args(["build", "--quiet", "--profile", &profile, "-p", package])
         .output()
         .unwrap_or_else(|e| panic!("cannot run cargo to build {package}: {e}"));
     assert!(
@@ -36,7 +61,7 @@ pub fn build_rust_plugin(package: &str) -> PathBuf {
         String::from_utf8_lossy(&out.stderr)
     );
     let lib = format!("lib{}.so", package.replace('-', "_"));
-    let path = target_dir().join("debug").join(&lib);
+    let path = out_dir.join(&lib);
     assert!(path.exists(), "{} was not built", path.display());
     path
 }

@@ -420,8 +420,25 @@ pub fn run_counted<S: proptest::strategy::Strategy>(
     min_ok: f64,
     f: impl Fn(S::Value) -> Result<bool, proptest::test_runner::TestCaseError>,
 ) -> (u32, u32) {
+    run_counted_cases(
+        name,
+        strategy,
+        compactd_testkit::proptest_cases(default_cases),
+        min_ok,
+        f,
+    )
+}
+
+/// [`run_counted`] for exactly `cases` cases: a property split over threads
+/// gives each its share.
+pub fn run_counted_cases<S: proptest::strategy::Strategy>(
+    name: &str,
+    strategy: S,
+    cases: u32,
+    min_ok: f64,
+    f: impl Fn(S::Value) -> Result<bool, proptest::test_runner::TestCaseError>,
+) -> (u32, u32) {
     use proptest::test_runner::{Config, TestRunner};
-    let cases = compactd_testkit::proptest_cases(default_cases);
     let mut runner = TestRunner::new(Config {
         cases,
         // Cases are reproducible from the printed minimal input.
