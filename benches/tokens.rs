@@ -1,11 +1,14 @@
 //! Token counting throughput: bpe-openai vs tiktoken-rs per encoding, the
-//! estimator, and the ledger's cold vs warm cost on a 1000-message thread.
+//! estimator, the ledger's cold vs warm cost on a 1000-message thread, and
+//! the prompt-cache trace of a body none of whose units were sent before
+//! (what a render after a compaction counts).
 //!
 //! `cargo bench --bench tokens` (all), or filter: `cargo bench --bench tokens -- backend`.
 
 use std::hint::black_box;
 use std::time::Duration;
 
+use compactd::render::prefix::to_json_traced;
 use compactd::tokens::{cl100k, o200k, Estimator, TokenCounter, TokenLedger};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, SamplingMode, Throughput};
 
@@ -145,5 +148,66 @@ fn ledger(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, backends, by_kind, ledger);
+/// The body's prefix trace when no unit is known from the last render (the
+/// render after a compaction): serialize and count every unit, against
+/// serializing alone and against counting the body's text as one string
+/// on one thread, in the same run.
+fn trace(c: &mut Criterion) {
+    let o = o200k();
+    let msgs = corpus::messages(1000, 42);
+    let body = serde_json::json!({
+        "model": "gpt-4o",
+        "messages": msgs
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let role = if i % 2 == 0 { "user" } else { "assistant" };
+                serde_json::json!({"role": role, "content": m})
+            })
+            .collect::<Vec<_>>(),
+    });
+    let text = serde_json::to_string(&body).expect("serializes");
+    eprintln!("body: {} bytes", text.len());
+    let mut g = c.benchmark_group("trace");
+    g.sample_size(20)
+        .throughput(Throughput::Bytes(text.len() as u64));
+    g.bench_function("serialize", |b| {
+        b.iter(|| serde_json::to_string(black_box(&body)).map(|t| t.len()))
+    });
+    g.bench_function("count-whole-body", |b| b.iter(|| o.count(black_box(&text))));
+    // The units counted on one thread and split over two: whether counting
+    // scales with the cores (a shared regex cache pool kept it from it).
+    let units: Vec<String> = msgs
+        .iter()
+        .map(|m| serde_json::json!({"role": "user", "content": m}).to_string())
+        .collect();
+    g.bench_function("units/one-thread", |b| {
+        b.iter(|| units.iter().map(|u| o.count(u)).sum::<usize>())
+    });
+    g.bench_function("units/two-threads", |b| {
+        b.iter(|| {
+            let (first, second) = units.split_at(units.len() / 2);
+            std::thread::scope(|s| {
+                let other = s.spawn(|| second.iter().map(|u| o.count(u)).sum::<usize>());
+                let here: usize = first.iter().map(|u| o.count(u)).sum();
+                here + other.join().unwrap_or_default()
+            })
+        })
+    });
+    g.bench_function("serialize-and-trace/cold", |b| {
+        b.iter_batched(
+            || TokenLedger::new(1 << 16),
+            |l| {
+                let (json, trace) =
+                    to_json_traced(black_box(&body), |t| l.count(o.as_ref(), t), None)
+                        .expect("serializes");
+                (json.len(), trace.map(|t| t.units.len()))
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, backends, by_kind, ledger, trace);
 criterion_main!(benches);

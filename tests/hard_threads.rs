@@ -14,7 +14,7 @@ mod common;
 use compactd::provider::Format;
 use std::collections::BTreeSet;
 
-use common::{run_counted_cases, Harness};
+use common::{run_counted_split, Harness};
 use compactd::app::{AppError, RenderedOutput};
 use compactd::model::{CompactionPlan, Content, ContentPart, Role, Thread};
 use compactd::provider::{anthropic, body_tokens, openai_chat, openai_responses};
@@ -158,14 +158,13 @@ struct Tally {
 }
 
 impl Tally {
-    fn plus(self, other: &Tally) -> Tally {
-        Tally {
-            rendered: self.rendered + other.rendered,
-            compacted: self.compacted + other.compacted,
-            refused_budget: self.refused_budget + other.refused_budget,
-            with_previous: self.with_previous + other.with_previous,
-            with_pending: self.with_pending + other.with_pending,
-        }
+    /// Adds one case's tally (cases run on two threads).
+    fn add(&mut self, case: &Tally) {
+        self.rendered += case.rendered;
+        self.compacted += case.compacted;
+        self.refused_budget += case.refused_budget;
+        self.with_previous += case.with_previous;
+        self.with_pending += case.with_pending;
     }
 }
 
@@ -295,39 +294,20 @@ fn one_case(
 
 #[test]
 fn hard_threads_render_for_every_provider() {
-    // The long run's 2,000 cases take minutes on one core: the cases are
-    // split over two threads (each runner draws its own random seed), and
-    // the tallies checked below are their sums.
-    let cases = compactd_testkit::proptest_cases(24);
-    let (cases, tally) = std::thread::scope(|scope| {
-        let halves = [cases.div_ceil(2), cases / 2].map(|share| {
-            scope.spawn(move || {
-                let tally = std::cell::RefCell::new(Tally::default());
-                let (ran, _) = run_counted_cases(
-                    "hard threads",
-                    (params(), 0.05f64..1.2, 1u32..14),
-                    share,
-                    0.6,
-                    |(p, fraction, prefix_turn)| {
-                        let mut tally = tally.borrow_mut();
-                        let before = tally.rendered;
-                        one_case(&p, fraction, prefix_turn, &mut tally)?;
-                        Ok(tally.rendered == before + 3)
-                    },
-                );
-                (ran, tally.into_inner())
-            })
-        });
-        halves
-            .into_iter()
-            .fold((0, Tally::default()), |(n, sum), half| {
-                // A failed half has printed its case; fail the test with it.
-                let (ran, tally) = half
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                (n + ran, sum.plus(&tally))
-            })
-    });
+    let tally = std::sync::Mutex::new(Tally::default());
+    let (cases, _) = run_counted_split(
+        "hard threads",
+        || (params(), 0.05f64..1.2, 1u32..14),
+        24,
+        0.6,
+        |(p, fraction, prefix_turn)| {
+            let mut case = Tally::default();
+            let result = one_case(&p, fraction, prefix_turn, &mut case);
+            tally.lock().unwrap_or_else(|e| e.into_inner()).add(&case);
+            result.map(|()| case.rendered == 3)
+        },
+    );
+    let tally = tally.into_inner().unwrap_or_else(|e| e.into_inner());
     eprintln!(
         "hard threads: {} bodies rendered ({} compacted), {} refused for budget, {} with a previous plan, {} with pending calls",
         tally.rendered, tally.compacted, tally.refused_budget, tally.with_previous, tally.with_pending

@@ -14,7 +14,7 @@ mod common;
 
 use std::cell::RefCell;
 
-use common::run_counted;
+use common::{run_counted, run_counted_split};
 use compactd::app::RenderedOutput;
 use compactd::proto::{pb, render_command};
 use compactd::provider::anthropic;
@@ -233,14 +233,16 @@ fn holds(doc: &[u8], knobs: &Knobs) -> Result<bool, TestCaseError> {
 
 #[test]
 fn any_unicode_in_any_field_in_any_format_renders_or_is_refused_as_documented() {
-    run_counted(
+    run_counted_split(
         "unicode threads",
-        (
-            conversation(),
-            0usize..4,
-            prop::collection::vec(any::<u8>(), 0..32),
-            knobs(),
-        ),
+        || {
+            (
+                conversation(),
+                0usize..4,
+                prop::collection::vec(any::<u8>(), 0..32),
+                knobs(),
+            )
+        },
         24,
         0.25,
         |(conv, format, style, knobs)| holds(&document(&conv.write(format, &style)), &knobs),

@@ -60,7 +60,7 @@ fn hash64(parts: &[&str]) -> u64 {
 impl PrefixTrace {
     /// The trace of a provider body (JSON); `None` when it is not one.
     /// `count` gives the tokens of a unit's text.
-    pub fn of_body(json: &str, count: impl FnMut(&str) -> u32) -> Option<PrefixTrace> {
+    pub fn of_body(json: &str, count: impl Fn(&str) -> u32 + Sync) -> Option<PrefixTrace> {
         let body: Body<'_> = serde_json::from_str(json).ok()?;
         let messages = body.messages.or(body.input)?;
         let head = [body.model, body.tools, body.system, body.instructions]
@@ -82,7 +82,7 @@ impl PrefixTrace {
     fn of_units<'a>(
         head: [&str; 4],
         messages: impl ExactSizeIterator<Item = &'a str>,
-        mut count: impl FnMut(&str) -> u32,
+        count: impl Fn(&str) -> u32 + Sync,
         known: Option<&PrefixTrace>,
     ) -> PrefixTrace {
         let known: HashMap<u64, u32, BuildHasherDefault<PassThrough>> = known
@@ -95,10 +95,16 @@ impl PrefixTrace {
             h,
             tokens.unwrap_or_else(|| head.iter().map(|t| count(t)).sum()),
         ));
-        for m in messages {
-            let h = hash64(&[m]);
-            units.push((h, known.get(&h).copied().unwrap_or_else(|| count(m))));
-        }
+        let messages: Vec<(u64, &str)> = messages.map(|m| (hash64(&[m]), m)).collect();
+        // After a compaction most units are new text: they are counted on
+        // every core (only what is left to count weighs, so a turn that
+        // appended a message stays on this thread).
+        let counted = crate::par::map(
+            &messages,
+            |(h, m)| if known.contains_key(h) { 0 } else { m.len() },
+            |(h, m)| (*h, known.get(h).copied().unwrap_or_else(|| count(m))),
+        );
+        units.extend(counted);
         PrefixTrace {
             units,
             counted_by: String::new(),
@@ -128,7 +134,7 @@ impl PrefixTrace {
 /// previous render's trace) keep the tokens it gives them.
 pub fn to_json_traced(
     body: &serde_json::Value,
-    count: impl FnMut(&str) -> u32,
+    count: impl Fn(&str) -> u32 + Sync,
     known: Option<&PrefixTrace>,
 ) -> serde_json::Result<(String, Option<PrefixTrace>)> {
     let at = std::rc::Rc::new(std::cell::Cell::new(0));
@@ -470,11 +476,11 @@ mod tests {
         )
         .unwrap();
         let (_, previous) = to_json_traced(&before, |_| 100, None).unwrap();
-        let counted = std::cell::RefCell::new(Vec::new());
+        let counted = std::sync::Mutex::new(Vec::new());
         let (_, trace) = to_json_traced(
             &now,
             |t| {
-                counted.borrow_mut().push(t.to_string());
+                counted.lock().unwrap().push(t.to_string());
                 words(t)
             },
             previous.as_ref(),
@@ -483,7 +489,28 @@ mod tests {
         let tokens: Vec<u32> = trace.unwrap().units.iter().map(|u| u.1).collect();
         // The head is four parts, each counted 100 before.
         assert_eq!(tokens, [400, 3, 100, 100, 3]);
-        assert_eq!(counted.borrow().len(), 2, "{:?}", counted.borrow());
+        let counted = counted.into_inner().unwrap();
+        assert_eq!(counted.len(), 2, "{counted:?}");
+    }
+
+    #[test]
+    fn a_body_counted_on_every_core_keeps_its_units_in_order() {
+        // Over 64 KB of new units: counted in parallel parts, joined in order.
+        let messages: Vec<serde_json::Value> = (0..300)
+            .map(|i| {
+                let words = "word ".repeat(i % 7 + 1);
+                serde_json::json!({"role": "user", "content": format!("{i} {}", words.repeat(60))})
+            })
+            .collect();
+        let body = serde_json::json!({"model": "m", "messages": messages});
+        let (text, trace) = to_json_traced(&body, words, None).unwrap();
+        assert!(text.len() > crate::par::PARALLEL_FROM_BYTES);
+        let tokens: Vec<u32> = trace.unwrap().units.iter().map(|u| u.1).collect();
+        let expected: Vec<u32> = messages
+            .iter()
+            .map(|m| words(&serde_json::to_string(m).unwrap()))
+            .collect();
+        assert_eq!(tokens[1..], expected[..]);
     }
 
     #[test]

@@ -21,9 +21,87 @@ pub trait TokenCounter: Send + Sync + fmt::Debug {
 /// by measurement (`cargo bench --bench tokens -- backend`, 5 MB mixed corpus):
 /// o200k 32 vs 18 MiB/s, cl100k 30 vs 10 MiB/s, tables built in 62 vs 172 ms;
 /// counts identical (asserted in the tests below).
+///
+/// The text is split into pieces here, not by `bpe_openai::Tokenizer::count`:
+/// its regex takes a cache from a pool shared by every thread on each piece,
+/// and the pool's owner flag, written by one thread and read by the others
+/// on every word, made two threads counting at once no faster than one
+/// (`cargo bench --bench tokens -- trace/units`). Here each thread searches
+/// with a cache of its own, and only the byte-pair tables are shared.
 struct BpeCounter {
     name: &'static str,
     tokenizer: &'static bpe_openai::Tokenizer,
+    split: Pretokenizer,
+}
+
+/// The encoding's pre-tokenization: tiktoken's pattern, with its negative
+/// look-ahead `\s+(?!\S)` written as the alternative `\s+\s` whose last
+/// character is given back (the regex engine has no look-around).
+struct Pretokenizer {
+    regex: regex_automata::meta::Regex,
+    /// Per pattern of `regex`: whether its match ends in a look-ahead
+    /// character that is not part of the piece.
+    gives_back_last: Vec<bool>,
+    /// This encoding's slot in each thread's [`SEARCH_CACHES`].
+    slot: usize,
+}
+
+thread_local! {
+    /// Each thread's search caches, one per encoding (slot).
+    static SEARCH_CACHES: std::cell::RefCell<Vec<Option<regex_automata::meta::Cache>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Pretokenizer {
+    fn new(patterns: &[(&str, bool)], slot: usize) -> Self {
+        let regex = regex_automata::meta::Regex::new_many(
+            &patterns.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        )
+        .expect("the encoding's split patterns compile");
+        Pretokenizer {
+            regex,
+            gives_back_last: patterns.iter().map(|(_, g)| *g).collect(),
+            slot,
+        }
+    }
+
+    /// Calls `piece` with each piece of `text`, in order.
+    fn each_piece(&self, text: &str, mut piece: impl FnMut(&str)) {
+        use regex_automata::{Anchored, Input};
+        let mut run = |cache: &mut regex_automata::meta::Cache| {
+            let mut at = 0;
+            while at < text.len() {
+                let rest = &text[at..];
+                let input = Input::new(rest).anchored(Anchored::Yes);
+                let Some(m) = self.regex.search_with(cache, &input) else {
+                    break;
+                };
+                let mut end = m.end();
+                if self.gives_back_last[m.pattern().as_usize()] {
+                    end -= rest[..end].chars().next_back().map_or(0, char::len_utf8);
+                }
+                // Every pattern consumes a character; a piece never is empty.
+                if end == 0 {
+                    end = m.end().max(rest.chars().next().map_or(1, char::len_utf8));
+                }
+                piece(&rest[..end]);
+                at += end;
+            }
+        };
+        let cached = SEARCH_CACHES.try_with(|caches| {
+            let mut caches = caches.try_borrow_mut().ok()?;
+            if caches.len() <= self.slot {
+                caches.resize_with(self.slot + 1, || None);
+            }
+            let cache = caches[self.slot].get_or_insert_with(|| self.regex.create_cache());
+            run(cache);
+            Some(())
+        });
+        // A thread being torn down: a cache for this call only.
+        if !matches!(cached, Ok(Some(()))) {
+            run(&mut self.regex.create_cache());
+        }
+    }
 }
 
 impl fmt::Debug for BpeCounter {
@@ -36,10 +114,10 @@ impl fmt::Debug for BpeCounter {
 
 impl TokenCounter for BpeCounter {
     fn count(&self, text: &str) -> usize {
-        if text.is_empty() {
-            return 0;
-        }
-        self.tokenizer.count(text)
+        let mut n = 0;
+        self.split
+            .each_piece(text, |p| n += self.tokenizer.bpe.count(p.as_bytes()));
+        n
     }
 
     fn name(&self) -> &str {
@@ -51,19 +129,46 @@ impl TokenCounter for BpeCounter {
     }
 }
 
+/// What precedes a word: at most one character that is not a line break,
+/// letter or number.
+const LEAD: &str = "[^\\r\\n\\p{L}\\p{N}]?";
+
 // One instance per encoding per process: building the tables takes tens of
 // milliseconds and megabytes, so they are built once, on first use.
 static O200K: LazyLock<Arc<dyn TokenCounter>> = LazyLock::new(|| {
+    let upper = "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]";
+    let lower = "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]";
+    let contraction = "(?i:'s|'t|'re|'ve|'m|'ll|'d)?";
+    let words = [
+        format!("{LEAD}{upper}*{lower}+{contraction}"),
+        format!("{LEAD}{upper}+{lower}*{contraction}"),
+        "\\p{N}{1,3}".to_owned(),
+        " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*".to_owned(),
+        "\\s*[\\r\\n]+".to_owned(),
+        "\\s+$".to_owned(),
+    ]
+    .join("|");
     Arc::new(BpeCounter {
         name: "o200k_base",
         tokenizer: bpe_openai::o200k_base(),
+        split: Pretokenizer::new(&[(&words, false), ("\\s+\\s", true), ("\\s+", false)], 0),
     })
 });
 
 static CL100K: LazyLock<Arc<dyn TokenCounter>> = LazyLock::new(|| {
+    let words = [
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)".to_owned(),
+        format!("{LEAD}\\p{{L}}+"),
+        "\\p{N}{1,3}".to_owned(),
+        " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*".to_owned(),
+        "\\s*[\\r\\n]+".to_owned(),
+        "\\s+$".to_owned(),
+    ]
+    .join("|");
     Arc::new(BpeCounter {
         name: "cl100k_base",
         tokenizer: bpe_openai::cl100k_base(),
+        split: Pretokenizer::new(&[(&words, false), ("\\s+\\s", true), ("\\s+", false)], 1),
     })
 });
 
@@ -237,6 +342,45 @@ mod tests {
             assert_eq!(o.count(t), tiktoken_o200k(t), "{t}");
             assert_eq!(c.count(t), tiktoken_cl100k(t), "{t}");
         }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(
+            crate::testing::cases(256)
+        ))]
+
+        /// The split done here gives bpe-openai's own counts on any text:
+        /// runs of spaces and line breaks (the given-back look-ahead),
+        /// apostrophes, digits and any Unicode.
+        #[test]
+        fn the_split_counts_what_bpe_openai_counts(
+            t in "([ \t\r\n]{0,3}|'[a-zA-Z]{0,2}|[0-9]{1,5}|[a-zA-Z]{1,6}|\\PC{1,4}|/|\u{0301}){0,24}"
+        ) {
+            proptest::prop_assert_eq!(o200k().count(&t), bpe_openai::o200k_base().count(t.as_str()));
+            proptest::prop_assert_eq!(cl100k().count(&t), bpe_openai::cl100k_base().count(t.as_str()));
+        }
+    }
+
+    #[test]
+    fn threads_counting_at_once_count_what_one_does() {
+        let texts = comparison_corpus();
+        let (o, c) = (o200k(), cl100k());
+        let alone: Vec<(usize, usize)> = texts.iter().map(|t| (o.count(t), c.count(t))).collect();
+        std::thread::scope(|s| {
+            let at_once: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        texts
+                            .iter()
+                            .map(|t| (o.count(t), c.count(t)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            for counts in at_once {
+                assert_eq!(counts.join().unwrap(), alone);
+            }
+        });
     }
 
     #[test]

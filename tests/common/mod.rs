@@ -420,22 +420,44 @@ pub fn run_counted<S: proptest::strategy::Strategy>(
     min_ok: f64,
     f: impl Fn(S::Value) -> Result<bool, proptest::test_runner::TestCaseError>,
 ) -> (u32, u32) {
-    run_counted_cases(
-        name,
-        strategy,
-        compactd_testkit::proptest_cases(default_cases),
-        min_ok,
-        f,
-    )
+    let cases = compactd_testkit::proptest_cases(default_cases);
+    let (ran, ok) = run_cases(name, strategy, cases, f);
+    enough_ok(name, ran, ok, min_ok)
 }
 
-/// [`run_counted`] for exactly `cases` cases: a property split over threads
-/// gives each its share.
-pub fn run_counted_cases<S: proptest::strategy::Strategy>(
+/// [`run_counted`] with the cases split over two threads, each runner with
+/// its own random seed: for the properties whose long run (2,000 cases)
+/// would keep one core busy for minutes while the other idles. `strategy`
+/// makes each thread's strategy; the Ok-path share is checked on the sums.
+pub fn run_counted_split<S: proptest::strategy::Strategy>(
+    name: &str,
+    strategy: impl Fn() -> S + Sync,
+    default_cases: u32,
+    min_ok: f64,
+    f: impl Fn(S::Value) -> Result<bool, proptest::test_runner::TestCaseError> + Sync,
+) -> (u32, u32) {
+    let cases = compactd_testkit::proptest_cases(default_cases);
+    let (strategy, f) = (&strategy, &f);
+    let (ran, ok) = std::thread::scope(|scope| {
+        let halves = [cases.div_ceil(2), cases / 2]
+            .map(|share| scope.spawn(move || run_cases(name, strategy(), share, f)));
+        halves.into_iter().fold((0, 0), |(ran, ok), half| {
+            // A failed half has printed its case: the test fails with it.
+            let (r, o) = half
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (ran + r, ok + o)
+        })
+    });
+    enough_ok(name, ran, ok, min_ok)
+}
+
+/// `cases` cases of `f` over `strategy`: how many ran and how many reached
+/// the Ok path. Panics with the minimal failing input.
+fn run_cases<S: proptest::strategy::Strategy>(
     name: &str,
     strategy: S,
     cases: u32,
-    min_ok: f64,
     f: impl Fn(S::Value) -> Result<bool, proptest::test_runner::TestCaseError>,
 ) -> (u32, u32) {
     use proptest::test_runner::{Config, TestRunner};
@@ -457,7 +479,11 @@ pub fn run_counted_cases<S: proptest::strategy::Strategy>(
     if let Err(e) = result {
         panic!("{name}: {e}");
     }
-    let (ran, ok) = (ran.get(), ok.get());
+    (ran.get(), ok.get())
+}
+
+/// Fails unless at least `min_ok` of `ran` cases reached the Ok path.
+fn enough_ok(name: &str, ran: u32, ok: u32, min_ok: f64) -> (u32, u32) {
     eprintln!("{name}: {ok} of {ran} cases reached the Ok path");
     assert!(
         f64::from(ok) >= min_ok * f64::from(ran),
