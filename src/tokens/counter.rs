@@ -53,7 +53,8 @@ thread_local! {
 }
 
 impl Pretokenizer {
-    fn new(patterns: &[(&str, bool)], slot: usize) -> Self {
+    fn new(patterns: &[(&str, bool)]) -> Self {
+        static SLOTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let regex = regex_automata::meta::Regex::new_many(
             &patterns.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
         )
@@ -61,7 +62,7 @@ impl Pretokenizer {
         Pretokenizer {
             regex,
             gives_back_last: patterns.iter().map(|(_, g)| *g).collect(),
-            slot,
+            slot: SLOTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -151,7 +152,7 @@ static O200K: LazyLock<Arc<dyn TokenCounter>> = LazyLock::new(|| {
     Arc::new(BpeCounter {
         name: "o200k_base",
         tokenizer: bpe_openai::o200k_base(),
-        split: Pretokenizer::new(&[(&words, false), ("\\s+\\s", true), ("\\s+", false)], 0),
+        split: Pretokenizer::new(&[(&words, false), ("\\s+\\s", true), ("\\s+", false)]),
     })
 });
 
@@ -168,7 +169,7 @@ static CL100K: LazyLock<Arc<dyn TokenCounter>> = LazyLock::new(|| {
     Arc::new(BpeCounter {
         name: "cl100k_base",
         tokenizer: bpe_openai::cl100k_base(),
-        split: Pretokenizer::new(&[(&words, false), ("\\s+\\s", true), ("\\s+", false)], 1),
+        split: Pretokenizer::new(&[(&words, false), ("\\s+\\s", true), ("\\s+", false)]),
     })
 });
 
