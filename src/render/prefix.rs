@@ -95,14 +95,20 @@ impl PrefixTrace {
             h,
             tokens.unwrap_or_else(|| head.iter().map(|t| count(t)).sum()),
         ));
-        let messages: Vec<(u64, &str)> = messages.map(|m| (hash64(&[m]), m)).collect();
+        // Each unit with its count from the last trace, looked up once.
+        let messages: Vec<(u64, &str, Option<u32>)> = messages
+            .map(|m| {
+                let h = hash64(&[m]);
+                (h, m, known.get(&h).copied())
+            })
+            .collect();
         // After a compaction most units are new text: they are counted on
         // every core (only what is left to count weighs, so a turn that
         // appended a message stays on this thread).
         let counted = crate::par::map(
             &messages,
-            |(h, m)| if known.contains_key(h) { 0 } else { m.len() },
-            |(h, m)| (*h, known.get(h).copied().unwrap_or_else(|| count(m))),
+            |(_, m, tokens)| if tokens.is_some() { 0 } else { m.len() },
+            |(h, m, tokens)| (*h, tokens.unwrap_or_else(|| count(m))),
         );
         units.extend(counted);
         PrefixTrace {
