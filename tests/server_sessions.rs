@@ -522,3 +522,158 @@ async fn compact_explain_and_search_context_take_appends_too() {
 fn hex_of(s: &str) -> String {
     s.bytes().map(|b| format!("{b:02x}")).collect()
 }
+
+/// Turn `n` of a session whose turns take the shapes that decide where a
+/// render can be cut: results out of call order, a call answered only in
+/// the next append, reasoning another provider made, a system message in
+/// the middle, two user messages in a row.
+fn odd_turn(n: u32) -> Vec<pb::Message> {
+    let said = |id: &str, role, t: &str| text(&format!("{id}{n}"), role, n, t);
+    let lines = |k: u32| -> String {
+        (0..12 + k)
+            .map(|i| format!("turn {n} line {i}: worker read shard {i}\n"))
+            .collect()
+    };
+    // A result for call `call_id`, as message `id`.
+    let log = |id: &str, call_id: &str, k: u32| result(id, n, call_id, "read_file", lines(k));
+    match n % 5 {
+        1 => {
+            let mut two = call(&format!("a{n}"), n, &format!("c{n}x"), "read_file");
+            two.tool_calls.push(pb::ToolCall {
+                id: format!("c{n}y"),
+                name: "read_file".into(),
+                arguments_json: r#"{"path":"/srv/app/other.txt"}"#.into(),
+            });
+            // The second call's result arrives first.
+            let y = log(&format!("y{n}"), &format!("c{n}y"), 0);
+            let x = log(&format!("x{n}"), &format!("c{n}x"), 1);
+            vec![
+                said(
+                    "u",
+                    pb::Role::User,
+                    &format!("Step {n}: compare the two logs."),
+                ),
+                two,
+                y,
+                x,
+                said("b", pb::Role::Assistant, "The logs agree."),
+            ]
+        }
+        2 => {
+            let reasoning = pb::Message {
+                id: format!("r{n}"),
+                role: pb::Role::Assistant as i32,
+                turn: n,
+                parts: vec![pb::ContentPart {
+                    kind: Some(pb::content_part::Kind::Reasoning(pb::ReasoningItem {
+                        id: format!("rs_{n}"),
+                        summary: vec!["Thinking about shard order.".into()],
+                        encrypted_content: None,
+                    })),
+                }],
+                ..Default::default()
+            };
+            vec![
+                said(
+                    "u",
+                    pb::Role::User,
+                    &format!("Step {n}: which shard is slowest?"),
+                ),
+                reasoning,
+                said("b", pb::Role::Assistant, "Shard 3, by a little."),
+                said("s", pb::Role::System, "Policy: answer in one line."),
+            ]
+        }
+        3 => vec![
+            said(
+                "u",
+                pb::Role::User,
+                &format!("Step {n}: read the next log."),
+            ),
+            said("v", pb::Role::User, "And keep it short."),
+            call(&format!("a{n}"), n, &format!("c{n}"), "read_file"),
+        ],
+        4 => {
+            // The call of the last turn is answered here.
+            vec![
+                log(&format!("t{n}"), &format!("c{}", n - 1), 3),
+                said("b", pb::Role::Assistant, "Read it; nothing new."),
+            ]
+        }
+        _ => agent_turn(n, 30, "worker processed batch"),
+    }
+}
+
+/// Every turn of a session, rendered from the part of the last render the
+/// server kept, is what the whole thread renders: the same body and the
+/// same counts, through every turn shape, recall, injections, compactions,
+/// and calls left pending.
+#[tokio::test]
+async fn each_turn_renders_as_the_whole_thread_whatever_its_shape() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let token = token("acme", TOKEN_PERMS);
+    let request = |n: u32| {
+        let mut req = render_req(5_000);
+        req.omit_pending_calls = true;
+        req.policy = Some(pb::PolicyOverrides {
+            injection_reserve_tokens: Some(64),
+            ..Default::default()
+        });
+        if n.is_multiple_of(3) {
+            req.injections = vec![pb::Injection {
+                hook: "clock".into(),
+                text: format!("It is turn {n}."),
+            }];
+        }
+        req
+    };
+    let mut whole = pb::Thread {
+        id: "sess-odd".into(),
+        messages: (1..=2).flat_map(odd_turn).collect(),
+    };
+    let mut req = request(2);
+    req.thread = Some(whole.clone());
+    req.start_session = true;
+    let first = within(client.render(authed(req, &token)))
+        .await
+        .expect("start")
+        .into_inner();
+    let mut version = first.session.expect("state").version;
+    let mut compactions = 0;
+    for n in 3..=40 {
+        let new = odd_turn(n);
+        whole.messages.extend(new.clone());
+        let mut req = request(n);
+        req.append = Some(pb::ThreadAppend {
+            thread_id: whole.id.clone(),
+            base_version: version,
+            messages: new,
+            ..Default::default()
+        });
+        let out = within(client.render(authed(req, &token)))
+            .await
+            .unwrap_or_else(|s| panic!("turn {n}: {s:?}"))
+            .into_inner();
+        version = out.session.as_ref().expect("state").version;
+        if out.compaction.as_ref().is_some_and(|c| c.triggered) {
+            compactions += 1;
+        }
+        let mut full = request(n);
+        full.compact_first = false;
+        full.thread = Some(whole.clone());
+        let full = within(client.render(authed(full, &token)))
+            .await
+            .unwrap_or_else(|s| panic!("turn {n} in full: {s:?}"))
+            .into_inner();
+        assert_eq!(
+            out.provider_payload_json, full.provider_payload_json,
+            "turn {n}"
+        );
+        assert_eq!(out.tokens, full.tokens, "turn {n}");
+        let warnings = |r: &pb::RenderResponse| r.audit.as_ref().map(|a| a.warnings.clone());
+        assert_eq!(warnings(&out), warnings(&full), "turn {n}");
+    }
+    assert!(compactions > 1, "the session compacted {compactions} times");
+    server.stop().await.expect("clean stop");
+}

@@ -113,6 +113,9 @@ struct Inner {
     /// Threads this process validated: an append session's next turn
     /// checks only what was appended to one.
     validated: Validated,
+    /// The stable part of each append session's last render: the next
+    /// turn renders only what follows it.
+    stable: crate::cache::BoundedCache<(String, String), Arc<crate::render::stable::StablePart>>,
     /// What the plugins are and how they are set up, as the fingerprint
     /// hashes it (formed once: plugins are fixed at start-up).
     plugin_setup: Vec<u8>,
@@ -174,6 +177,7 @@ impl App {
                 recall: recall::RecallIndexes::default(),
                 carries: carry::Carries::default(),
                 validated: Validated::default(),
+                stable: crate::cache::BoundedCache::new(STABLE_CACHE_BYTES),
                 plugins: extensions.plugins,
             }),
         }
@@ -384,6 +388,9 @@ impl App {
         self.forget_summaries(tenant, thread_id);
         self.inner.recall.forget(tenant, thread_id);
         self.inner.carries.forget(tenant, thread_id);
+        self.inner
+            .stable
+            .remove(&(tenant.to_owned(), thread_id.to_owned()));
     }
 }
 
@@ -571,6 +578,11 @@ pub type Observations = BTreeMap<String, DeterminismMetadata>;
 
 /// Tool schemas, shared between the compaction and the render of one call.
 pub type Tools = Arc<Vec<ToolSchema>>;
+
+/// Memory for the stable parts of append sessions' renders (each about
+/// the size of the body it keeps); a session whose part was evicted
+/// renders in full once and keeps a new one.
+const STABLE_CACHE_BYTES: u64 = 256 * 1024 * 1024;
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,8 @@ use crate::cache::{BoundedCache, Weigh};
 use crate::model::{CompactionPlan, Pairing, Thread};
 use crate::recall::{block, delimited_block, queries_of, Hit, RecallIndex, RecallSettings};
 use crate::redact::Redactor;
-use crate::render::{Origin, Request, RequestCounter};
+use crate::render::stable::stand_in_text;
+use crate::render::{Request, RequestCounter};
 
 /// Bytes of recall indexes kept in memory at most.
 const INDEX_CACHE_BYTES: u64 = 128 * 1024 * 1024;
@@ -48,8 +49,9 @@ impl Recall {
 
     /// The index, and the squashed stand-in text of `request` (squashed
     /// again only when it differs from the last one's).
-    fn with_shown(&mut self, request: &Request) -> (&RecallIndex, &str) {
-        let text = stand_in_text(request);
+    fn with_shown(&mut self, before: &str, request: &Request) -> (&RecallIndex, &str) {
+        let mut text = before.to_string();
+        text.push_str(&stand_in_text(&request.messages));
         if text != self.shown.text {
             self.shown = Shown {
                 squashed: squash(&text),
@@ -142,13 +144,13 @@ impl RecallIndexes {
 }
 
 /// The recall block for `thread`'s latest request: the best passages not
-/// already shown in `request` (summaries, excerpts and stubs can quote
+/// already shown in `request` or the stand-in text `before` it (summaries, excerpts and stubs can quote
 /// them), as many as fit `room` tokens and the settings' count, best first.
 /// `None` when nothing matches or nothing fits.
 pub(super) fn fit_recall<'a>(
     recall: &'a mut Recall,
     (thread, pairing): (&Thread, &Pairing),
-    request: &Request,
+    (before, request): (&str, &Request),
     rc: &RequestCounter<'_>,
     settings: RecallSettings,
     room: u32,
@@ -163,7 +165,7 @@ pub(super) fn fit_recall<'a>(
     }
     // Twice the count: some passages are already in the prompt.
     let wanted = settings.max_passages as usize;
-    let (index, shown) = recall.with_shown(request);
+    let (index, shown) = recall.with_shown(before, request);
     let found = index.search_all(&queries, wanted * 2);
     if found.is_empty() {
         return None;
@@ -189,17 +191,6 @@ pub(super) fn fit_recall<'a>(
         hits.pop();
     }
     None
-}
-
-/// The text of what stands in for evicted messages (summaries, stubs,
-/// pointers, excerpts): where a passage can already be shown.
-fn stand_in_text(r: &Request) -> String {
-    let mut out = String::new();
-    for m in r.messages.iter().filter(|m| m.origin != Origin::Verbatim) {
-        out.push('\n');
-        out.push_str(&m.content.flat_text());
-    }
-    out
 }
 
 /// For each of `texts`, whether `shown` contains it (SIMD substring

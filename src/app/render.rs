@@ -14,8 +14,9 @@ use crate::model::{Eviction, Pairing, Sensitivity, Thread, ToolSchema};
 use crate::reduce::{referenced_artifacts, ReserveUse, TokenBudget};
 use crate::render::prefix::PrefixTrace;
 use crate::render::quality::QualitySignals;
+use crate::render::stable::{stand_in_text, Rendered, StablePart};
 use crate::render::{
-    fit_rehydrated, render_paired, ProviderOptions, RehydrationReport, RenderInput, Request,
+    fit_rehydrated, render_from, ProviderOptions, RehydrationReport, RenderInput, Request,
     RequestCounter, RequestTokens, RENDER_FORMAT_VERSION,
 };
 use crate::render::{
@@ -108,6 +109,12 @@ pub struct RenderOutcome {
     pub unchanged_prefix_tokens: Option<u32>,
     /// The append session after the call, when the request used one.
     pub session: Option<super::SessionState>,
+    /// What the next render of this session may keep (taken by the app
+    /// before the outcome is returned).
+    pub(crate) stable: Option<Arc<StablePart>>,
+    /// Thread messages whose render was kept from the last one (0: all
+    /// were rendered).
+    pub(crate) kept: usize,
 }
 
 impl App {
@@ -175,6 +182,15 @@ impl App {
         cmd.request.format = Some(cmd.format);
         let resolved = self.resolve(&ctx.tenant_id, cmd.request.clone())?;
         let (plan, staging) = self.plan_to_render(ctx, &cmd, &resolved).await?;
+        let cache_key = (ctx.tenant_id.clone(), cmd.request.thread.id.clone());
+        // Only an append session's render under the plan the last one
+        // rendered may keep part of it.
+        let appends = matches!(cmd.request.session, super::SessionInput::Append { .. });
+        let stable = match &staging {
+            None | Some(Staging::Reused(_)) if appends => self.inner.stable.get(&cache_key),
+            _ => None,
+        };
+        let keeps = cmd.request.session != super::SessionInput::Off;
         let rendered = self
             .render_plan(
                 ctx,
@@ -186,6 +202,7 @@ impl App {
                     warnings: thread_warnings.clone(),
                     paired,
                     previous,
+                    stable,
                 },
             )
             .await;
@@ -204,9 +221,19 @@ impl App {
             if out.plan.version != c.plan.version {
                 Arc::make_mut(&mut out.plan).version = c.plan.version;
             }
+            if let Some(part) = out.stable.as_mut() {
+                Arc::make_mut(part).plan.0 = c.plan.version;
+            }
             out.audit.plan_version = c.plan.version;
             c.warnings = thread_warnings;
             out.compaction = Some(c);
+        }
+        // A render outside the session leaves the session's part: it is
+        // checked against the thread and plan before it is used.
+        match out.stable.take() {
+            Some(part) if keeps => self.inner.stable.insert(cache_key, part),
+            None if keeps => self.inner.stable.remove(&cache_key),
+            _ => {}
         }
         events::audit(&out.audit);
         events::rehydration(&out.rehydrated, &ctx.tenant_id);
@@ -282,6 +309,7 @@ impl App {
             warnings: thread_warnings,
             paired,
             previous,
+            stable,
         } = known;
         let auto_cap = self.inner.defaults.auto_rehydrate.max_tokens_per_artifact;
         let summarizer_id = self.inner.summarizer.id().to_string();
@@ -317,15 +345,58 @@ impl App {
                 auto_cap,
                 recall,
             };
-            let (request, mut tokens, rehydrated, recalled) = render_and_count(
-                &cmd,
-                paired,
-                &plan,
-                &rc,
-                extras,
-                r.max_input_tokens,
-                &parts.memo,
-            )?;
+            let thread = &cmd.request.thread;
+            // Found once for every render below and the recall queries (at
+            // admission, unless settling the thread changed it).
+            let pairing = match paired {
+                Some(p) if Arc::ptr_eq(&p.thread, thread) => p.pairing,
+                _ => thread.pairing(),
+            };
+            let key = stable_key(&cmd, &r.model, parts.counter.name());
+            let plan_id = (plan.version, plan.fingerprint.clone());
+            let turn = |part: Option<&StablePart>| {
+                let next = Some(NextCut {
+                    key,
+                    plan: plan_id.clone(),
+                    pairing: &pairing,
+                });
+                render_turn(
+                    &cmd,
+                    (&pairing, next),
+                    &plan,
+                    &rc,
+                    extras.clone(),
+                    (r.max_input_tokens, r.model.clone()),
+                    &parts.memo,
+                    (previous.as_deref(), part),
+                )
+            };
+            let usable = stable.filter(|part| {
+                part.key == key && part.plan == plan_id && extends_part(&cmd, part, &pairing)
+            });
+            let mut kept = 0;
+            let done = match usable.as_deref().map(|part| (part, turn(Some(part)))) {
+                Some((part, Ok(done))) => {
+                    kept = part.cut;
+                    #[cfg(debug_assertions)]
+                    same_as_rendered_in_full(&done, turn(None), part);
+                    #[cfg(not(debug_assertions))]
+                    let _ = part;
+                    done
+                }
+                // What keeping the part could not render is rendered in
+                // full: an error is then the whole thread's.
+                _ => turn(None)?,
+            };
+            let Turn {
+                output,
+                trace,
+                tokens,
+                rehydrated,
+                recalled,
+                warnings,
+                next,
+            } = done;
             let quality = crate::render::quality::quality_signals(
                 &cmd.request.thread,
                 &plan,
@@ -335,30 +406,11 @@ impl App {
             audit.turns_since_compaction =
                 plan.turns_since_compaction(cmd.request.thread.current_turn());
             audit.warnings = thread_warnings;
-            audit.warnings.extend(render_warnings(&request, cmd.format));
+            audit.warnings.extend(warnings);
             audit
                 .warnings
                 .extend(app.inner.redactor.off_warning().map(str::to_string));
             audit.requester = requester;
-            // What the body may count as sent: the window less the
-            // reserves; the safety margin is there for what an estimate of
-            // the parts misses in the whole.
-            let window = TokenBudget::for_policy(
-                &cmd.request.policy,
-                r.max_input_tokens,
-                (tokens.system, tokens.tools, tokens.framing),
-                ReserveUse::default(),
-            )
-            .ceiling();
-            let (output, trace) = output(
-                request,
-                cmd.format,
-                r.model.clone(),
-                cmd.max_output_tokens,
-                &rc,
-                (&mut tokens, window),
-                previous.as_deref(),
-            )?;
             let out = RenderOutcome {
                 plan,
                 compaction: None,
@@ -370,6 +422,8 @@ impl App {
                 trace,
                 unchanged_prefix_tokens: None,
                 session: None,
+                stable: next.map(Arc::new),
+                kept,
             };
             Ok::<_, AppError>((out, quality))
         })
@@ -476,7 +530,7 @@ pub fn read_artifact_tool() -> ToolSchema {
 }
 
 /// What the agent named this turn: content to inject, and what was refused.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct AutoRehydration {
     fetched: Vec<(String, String)>,
     blocked: Vec<RehydrationReport>,
@@ -589,31 +643,35 @@ impl App {
 /// thread that has grown since may no longer fit: it is refused, never handed
 /// out over budget; a plan compacted in this call that does not fit is a bug,
 /// reported as one.
+///
+/// With the stable `part` of the last render, only the messages after it
+/// are rendered: the request returned holds those (and the per-turn
+/// content), its tokens count the part's messages too, and its notes start
+/// with the part's. Returns also where the per-turn position was before
+/// anything was placed there, and the tokens of the messages before it.
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
 fn render_and_count(
     cmd: &RenderCommand,
-    paired: Option<Paired>,
+    pairing: &Pairing,
     plan: &CompactionPlan,
     rc: &RequestCounter<'_>,
     extras: TurnExtras,
     max_input_tokens: u32,
     summaries: &dyn crate::render::SummaryTexts,
+    part: Option<&StablePart>,
 ) -> Result<(
     Request,
     RequestTokens,
     Vec<RehydrationReport>,
     Vec<RecalledPassage>,
+    (usize, u32, Option<String>),
 )> {
     let policy = &cmd.request.policy;
-    // Found once for every render below and the recall queries (at
-    // admission, unless settling the thread changed it).
-    let pairing = match paired {
-        Some(p) if Arc::ptr_eq(&p.thread, &cmd.request.thread) => p.pairing,
-        _ => cmd.request.thread.pairing(),
-    };
+    let from = part.map_or(0, |p| p.cut);
     let render_with = |rehydrated: &[crate::render::Rehydrated]| {
-        render_paired(
+        render_from(
             &cmd.request.thread,
-            &pairing,
+            pairing,
             plan,
             &RenderInput {
                 system: cmd.request.system.as_deref(),
@@ -624,10 +682,19 @@ fn render_and_count(
                 summaries: Some(summaries),
                 workspace: cmd.request.workspace.as_ref(),
             },
+            from,
         )
     };
     let mut request = render_with(&[]);
-    let mut tokens = rc.request(&request);
+    // Where this turn's content goes, before any is placed there: what
+    // precedes it is what the next turn may keep.
+    let turn_at = crate::render::per_turn_position(&request);
+    let at_source = request.messages.get(turn_at).map(|m| m.source_id.clone());
+    let (mut tokens, before) = rc.request_split(&request, turn_at);
+    if let Some(p) = part {
+        tokens.messages += p.tokens;
+        tokens.total += p.tokens;
+    }
     // The fixed parts were just counted with the request. Without anything
     // read back the whole window is the ceiling; content read back takes
     // what the reserve and the room left allow.
@@ -669,6 +736,10 @@ fn render_and_count(
     if !injected.is_empty() {
         request = render_with(&injected);
         tokens = rc.request(&request);
+        if let Some(p) = part {
+            tokens.messages += p.tokens;
+            tokens.total += p.tokens;
+        }
         if tokens.total > ceiling {
             return Err(AppError::Internal(format!(
                 "read-back content fitted into {room} tokens renders to {} tokens, over the limit {ceiling}",
@@ -685,8 +756,8 @@ fn render_and_count(
         let thread = &cmd.request.thread;
         if let Some((text, hits)) = fit_recall(
             &mut index,
-            (thread, &pairing),
-            &request,
+            (thread, pairing),
+            (part.map_or("", |p| p.stand_in.as_str()), &request),
             rc,
             settings,
             room,
@@ -738,7 +809,162 @@ fn render_and_count(
         tokens.messages += cost;
         tokens.total += cost;
     }
-    Ok((request, tokens, report, recalled))
+    if let Some(p) = part {
+        request.notes.splice(0..0, p.notes.iter().cloned());
+    }
+    Ok((
+        request,
+        tokens,
+        report,
+        recalled,
+        (turn_at, before, at_source),
+    ))
+}
+
+/// One render of the plan with what the turn adds, in the requested form.
+struct Turn {
+    output: RenderedOutput,
+    trace: Option<PrefixTrace>,
+    tokens: RequestTokens,
+    rehydrated: Vec<RehydrationReport>,
+    recalled: Vec<RecalledPassage>,
+    /// What rendering changed to satisfy the provider.
+    warnings: Vec<String>,
+    /// What the next render of the session may keep.
+    next: Option<StablePart>,
+}
+
+/// What a render needs to cut the next stable part, besides the render.
+struct NextCut<'a> {
+    key: u64,
+    plan: (u64, String),
+    pairing: &'a Pairing,
+}
+
+/// Renders, counts and encodes one turn: the whole thread, or only what
+/// follows the stable `part` of the last render.
+#[allow(clippy::too_many_arguments)]
+fn render_turn(
+    cmd: &RenderCommand,
+    (pairing, next): (&Pairing, Option<NextCut<'_>>),
+    plan: &CompactionPlan,
+    rc: &RequestCounter<'_>,
+    extras: TurnExtras,
+    (max_input_tokens, model): (u32, String),
+    summaries: &dyn crate::render::SummaryTexts,
+    (previous, part): (Option<&PrefixTrace>, Option<&StablePart>),
+) -> Result<Turn> {
+    let (request, mut tokens, rehydrated, recalled, (at, before, at_source)) = render_and_count(
+        cmd,
+        pairing,
+        plan,
+        rc,
+        extras,
+        max_input_tokens,
+        summaries,
+        part,
+    )?;
+    let warnings = render_warnings(&request, cmd.format);
+    // What the body may count as sent: the window less the reserves; the
+    // safety margin is there for what an estimate of the parts misses in
+    // the whole.
+    let window = TokenBudget::for_policy(
+        &cmd.request.policy,
+        max_input_tokens,
+        (tokens.system, tokens.tools, tokens.framing),
+        ReserveUse::default(),
+    )
+    .ceiling();
+    let next = next.zip(at_source).map(|(n, at_source)| Next {
+        key: n.key,
+        plan: n.plan,
+        thread: &cmd.request.thread,
+        pairing: n.pairing,
+        at,
+        at_source,
+        tokens: before,
+    });
+    let (output, trace, next) = output(
+        request,
+        cmd.format,
+        (model, cmd.max_output_tokens),
+        rc,
+        (&mut tokens, window),
+        previous,
+        (part, next),
+    )?;
+    Ok(Turn {
+        output,
+        trace,
+        tokens,
+        rehydrated,
+        recalled,
+        warnings,
+        next,
+    })
+}
+
+/// Whether the messages after `part` render on their own below it: the
+/// thread (as rendered, after settling) holds the messages the part
+/// rendered before its cut, and the one at the cut (the user message the
+/// per-turn content went before); no result after the cut answers a call
+/// before it; the format encodes message by message; and there is no
+/// workspace slot (it goes after the last summary, which may lie in the
+/// part).
+fn extends_part(cmd: &RenderCommand, part: &StablePart, pairing: &Pairing) -> bool {
+    let (old, now) = (&part.thread.messages, &cmd.request.thread.messages);
+    let same = |(a, b): (&Arc<crate::model::Message>, &Arc<crate::model::Message>)| {
+        Arc::ptr_eq(a, b) || a == b
+    };
+    cmd.request.workspace.is_none()
+        && cmd.format.elements_of(None, &[]).is_some()
+        && part.cut < old.len()
+        && part.cut < now.len()
+        // Usually the same messages (an append session's copy); settling
+        // (reasoning before the last user message left out) makes new ones
+        // with the same content.
+        && old[..=part.cut].iter().zip(&now[..=part.cut]).all(same)
+        && crate::render::results_answer_within(pairing, part.cut..now.len())
+}
+
+/// A hash of everything besides the thread and plan that shapes a body:
+/// a stable part is kept only under the same.
+fn stable_key(cmd: &RenderCommand, model: &str, counter: &str) -> u64 {
+    let r = &cmd.request;
+    let shape = serde_json::to_vec(&(
+        cmd.format.name(),
+        model,
+        cmd.max_output_tokens,
+        r.system.as_deref(),
+        r.tools.as_slice(),
+        &r.policy,
+        cmd.omit_pending_calls,
+        counter,
+    ))
+    .unwrap_or_default();
+    xxhash_rust::xxh3::xxh3_64(&shape)
+}
+
+/// Checked builds render every turn that kept a part in full as well: the
+/// two must agree on everything the caller sees and on the next part.
+#[cfg(debug_assertions)]
+fn same_as_rendered_in_full(kept: &Turn, full: Result<Turn>, part: &StablePart) {
+    let full = match full {
+        Ok(full) => full,
+        Err(e) => panic!("the thread renders with its stable part but not in full: {e}"),
+    };
+    let at = format!(
+        "cut at message {} of {}",
+        part.cut,
+        part.thread.messages.len()
+    );
+    assert_eq!(kept.output, full.output, "body, {at}");
+    assert_eq!(kept.trace, full.trace, "trace, {at}");
+    assert_eq!(kept.tokens, full.tokens, "tokens, {at}");
+    assert_eq!(kept.rehydrated, full.rehydrated, "read-backs, {at}");
+    assert_eq!(kept.recalled, full.recalled, "recall, {at}");
+    assert_eq!(kept.warnings, full.warnings, "warnings, {at}");
+    assert_eq!(kept.next, full.next, "next part, {at}");
 }
 
 /// What a render starts from besides the plan: the warnings and the tool
@@ -748,6 +974,8 @@ struct Known {
     warnings: Vec<String>,
     paired: Option<Paired>,
     previous: Option<Arc<PrefixTrace>>,
+    /// The stable part of the session's last render.
+    stable: Option<Arc<StablePart>>,
 }
 
 /// A thread's tool pairing, found once per turn (at admission) for the
@@ -758,6 +986,7 @@ struct Paired {
 }
 
 /// What a turn adds to the plan's prompt: content read back, and recall.
+#[derive(Clone)]
 struct TurnExtras {
     fetched: Vec<(String, String)>,
     auto: AutoRehydration,
@@ -856,27 +1085,42 @@ fn render_warnings(request: &Request, format: Format) -> Vec<String> {
 /// the `budgeted` sum of its parts (an estimate is capped at the byte length
 /// of what it counts, and Anthropic's system prompt is sent joined) reports
 /// the difference as framing, so the reported total is what was sent.
+#[allow(clippy::type_complexity)]
 fn output(
     request: Request,
     format: Format,
-    model: String,
-    max_output_tokens: Option<u32>,
+    (model, max_output_tokens): (String, Option<u32>),
     rc: &RequestCounter<'_>,
     (budgeted, window): (&mut RequestTokens, u32),
     known: Option<&PrefixTrace>,
-) -> Result<(RenderedOutput, Option<PrefixTrace>)> {
+    (part, next): (Option<&StablePart>, Option<Next<'_>>),
+) -> Result<(RenderedOutput, Option<PrefixTrace>, Option<StablePart>)> {
     let opts = ProviderOptions {
         model,
         max_output_tokens,
     };
+    let mut request = request;
+    // What the next render may keep, read before encoding takes the text.
+    let seed = next.and_then(|n| {
+        let before = request.messages.get(..n.at)?;
+        // The system prompt is the first element of a body written whole.
+        let system = request.system.as_deref().filter(|_| part.is_none());
+        let elements = format.elements_of(system, before)?;
+        Some((n, stand_in_text(before), elements))
+    });
+    if part.is_some() {
+        // It was sent with the kept part.
+        request.system = None;
+    }
     let payload = match format
         .encode(request, &opts)
         .map_err(|e| broken(format, &e))?
     {
-        Encoded::Neutral(request) => return Ok((RenderedOutput::Neutral(request), None)),
+        Encoded::Neutral(request) => return Ok((RenderedOutput::Neutral(request), None, None)),
         Encoded::Body(body) => body,
     };
     if let Some(sent) = body_tokens(format, &payload, rc) {
+        let sent = sent + part.map_or(0, |p| p.body_tokens);
         if sent > window {
             return Err(AppError::Internal(format!(
                 "rendered {format:?} body counts {sent} tokens as sent, more than the {window} the window allows (budgeted at {})",
@@ -895,8 +1139,51 @@ fn output(
     // through the ledger.
     let counter = rc.counter.name();
     let known = known.filter(|k| k.counted_by == counter);
-    let (json, trace) = crate::render::prefix::to_json_traced(&payload, |t| rc.text(t), known)
-        .map_err(|e| AppError::Internal(format!("payload serialization: {e}")))?;
+    let (json, traced) =
+        crate::render::prefix::to_json_with_elements(&payload, |t| rc.text(t), known)
+            .map_err(|e| AppError::Internal(format!("payload serialization: {e}")))?;
+    let next = match (seed, &traced) {
+        (Some((n, stand_in, k)), Some((trace, spans))) => format
+            .element_tokens(&payload, k, rc)
+            .and_then(|body_tokens| {
+                StablePart::next(
+                    part,
+                    n.key,
+                    n.plan,
+                    n.thread,
+                    n.pairing,
+                    Rendered {
+                        stand_in,
+                        at_source: &n.at_source,
+                        tokens: n.tokens,
+                        elements: k,
+                        json: &json,
+                        trace,
+                        spans,
+                        body_tokens,
+                    },
+                )
+            }),
+        _ => None,
+    };
+    let (json, trace) = match part {
+        None => (json, traced.map(|(trace, _)| trace)),
+        Some(p) => {
+            let unkept = || AppError::Internal("the body does not extend its stable part".into());
+            let (tail, spans) = traced.ok_or_else(unkept)?;
+            if tail.units.first() != p.units.first() {
+                return Err(unkept());
+            }
+            let json = p.body_with(&json, &spans).ok_or_else(unkept)?;
+            let mut units = p.units.clone();
+            units.extend_from_slice(tail.units.get(1..).unwrap_or_default());
+            let trace = PrefixTrace {
+                units,
+                counted_by: String::new(),
+            };
+            (json, Some(trace))
+        }
+    };
     debug_assert_eq!(
         trace,
         PrefixTrace::of_body(&json, |t| rc.text(t)),
@@ -906,7 +1193,27 @@ fn output(
         counted_by: counter.to_string(),
         ..t
     });
-    Ok((RenderedOutput::Payload(json), trace))
+    Ok((RenderedOutput::Payload(json), trace, next))
+}
+
+impl crate::cache::Weigh for Arc<StablePart> {
+    fn weight(&self) -> u64 {
+        StablePart::weight(self)
+    }
+}
+
+/// What [`output`] needs to cut the next stable part.
+struct Next<'a> {
+    key: u64,
+    plan: (u64, String),
+    thread: &'a Arc<Thread>,
+    pairing: &'a Pairing,
+    /// The per-turn position in the request, before anything was placed
+    /// there, the source of the message there, and the tokens of the
+    /// messages before it.
+    at: usize,
+    at_source: String,
+    tokens: u32,
 }
 
 fn audit(
@@ -986,7 +1293,16 @@ mod tests {
     /// `request` as `format`'s output, unbounded and with no earlier trace.
     fn output_as(request: Request, format: Format) -> Result<RenderedOutput> {
         let budget = (&mut RequestTokens::default(), u32::MAX);
-        output(request, format, "gpt-4o".into(), None, &rc(), budget, None).map(|(o, _)| o)
+        output(
+            request,
+            format,
+            ("gpt-4o".into(), None),
+            &rc(),
+            budget,
+            None,
+            (None, None),
+        )
+        .map(|(o, _, _)| o)
     }
 
     /// A trace's counts are reused only in the counter that made them: a
@@ -1002,14 +1318,14 @@ mod tests {
         ]);
         let traced = |rc: &RequestCounter<'_>, known: Option<&PrefixTrace>| {
             let budget = (&mut RequestTokens::default(), u32::MAX);
-            let (_, trace) = output(
+            let (_, trace, _) = output(
                 req.clone(),
                 Format::OpenAiChat,
-                "gpt-4o".into(),
-                None,
+                ("gpt-4o".into(), None),
                 rc,
                 budget,
                 known,
+                (None, None),
             )
             .expect("a body");
             trace.expect("a provider body has a trace")
@@ -1166,5 +1482,185 @@ mod tests {
             panic!("OpenAI output")
         };
         assert!(body.contains("[Recalled context"), "{body}");
+    }
+}
+
+/// Renders of append sessions that keep part of the last render (see
+/// [`StablePart`]) against renders of the whole thread.
+#[cfg(test)]
+mod kept_part_tests {
+    use super::*;
+    use crate::app::{Defaults, SessionInput};
+    use crate::reduce::Policy;
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    /// One turn's OpenAI messages, by kind: the shapes that decide where a
+    /// render can be cut (calls answered out of order, a call answered a
+    /// turn later or never, two user messages in a row, a system message
+    /// in the middle).
+    fn turn(kind: u8, n: usize, lines: usize, pending: &mut Option<String>) -> Vec<Value> {
+        let log = |tag: &str| -> String {
+            (0..lines)
+                .map(|i| {
+                    format!(
+                        "{tag} {n}.{i}: worker-{} read {} rows\n",
+                        i % 5,
+                        i * 37 % 1000
+                    )
+                })
+                .collect()
+        };
+        let user =
+            json!({"role": "user", "content": format!("Step {n}: look at shard {}.", n % 7)});
+        let mut out = Vec::new();
+        if let Some(id) = pending.take() {
+            if kind.is_multiple_of(2) {
+                out.push(json!({"role": "tool", "tool_call_id": id, "content": log("late")}));
+            }
+        }
+        match kind {
+            0 => out.extend([
+                user,
+                json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": format!("c{n}"), "type": "function", "function": {"name": "read", "arguments": "{}"}}]}),
+                json!({"role": "tool", "tool_call_id": format!("c{n}"), "content": log("log")}),
+                json!({"role": "assistant", "content": format!("Shard {n} is fine.")}),
+            ]),
+            1 => out.extend([
+                user,
+                json!({"role": "assistant", "content": "Reading both.", "tool_calls": [
+                    {"id": format!("c{n}a"), "type": "function", "function": {"name": "read", "arguments": "{\"f\":1}"}},
+                    {"id": format!("c{n}b"), "type": "function", "function": {"name": "read", "arguments": "{\"f\":2}"}}]}),
+                json!({"role": "tool", "tool_call_id": format!("c{n}b"), "content": log("second")}),
+                json!({"role": "tool", "tool_call_id": format!("c{n}a"), "content": log("first")}),
+                json!({"role": "assistant", "content": "Both agree."}),
+            ]),
+            2 => out.extend([
+                user,
+                json!({"role": "user", "content": "And keep it short."}),
+                json!({"role": "assistant", "content": "Short it is."}),
+            ]),
+            3 => {
+                out.extend([
+                    user,
+                    json!({"role": "assistant", "content": null, "tool_calls": [
+                        {"id": format!("p{n}"), "type": "function", "function": {"name": "read", "arguments": "{}"}}]}),
+                ]);
+                *pending = Some(format!("p{n}"));
+            }
+            _ => out.extend([
+                json!({"role": "system", "content": format!("Policy {n}: answer in one line.")}),
+                user,
+                json!({"role": "assistant", "content": "Noted."}),
+            ]),
+        }
+        out
+    }
+
+    fn render_cmd(thread: Thread, budget: u32, session: SessionInput) -> RenderCommand {
+        let mut request = CompactCommand::new(thread, Policy::default());
+        request.model = Some("gpt-4o".into());
+        request.max_input_tokens = Some(budget);
+        request.system = Some("You are a careful operator.".into());
+        request.session = session;
+        RenderCommand {
+            request,
+            compact_first: true,
+            plan_version: 0,
+            format: Format::OpenAiChat,
+            max_output_tokens: Some(512),
+            rehydrate_artifact_ids: Vec::new(),
+            omit_pending_calls: true,
+            auto_rehydrate: None,
+            read_artifact_tool: true,
+            search_context_tool: false,
+            recall: None,
+            injections: Vec::new(),
+        }
+    }
+
+    /// Runs a session of `kinds` turns, appended in chunks of `chunks`
+    /// messages; checks each turn against the whole thread rendered on its
+    /// own. Returns the turns that kept part of the last render.
+    async fn session(kinds: &[(u8, usize)], chunks: &[usize], budget: u32) -> usize {
+        let mut pending = None;
+        let messages: Vec<Value> = kinds
+            .iter()
+            .enumerate()
+            .flat_map(|(n, &(kind, lines))| turn(kind, n, lines, &mut pending))
+            .collect();
+        let whole = crate::provider::thread_from_json(&Value::Array(messages), "kept")
+            .expect("a thread")
+            .thread;
+        let app = App::offline(Defaults::default());
+        let ctx = SecurityContext::dev();
+        let (mut at, mut version, mut kept) = (0, 0, 0);
+        for (i, &size) in chunks.iter().enumerate() {
+            let end = (at + size).min(whole.messages.len());
+            if at == end {
+                break;
+            }
+            let chunk = Thread {
+                id: whole.id.clone(),
+                messages: whole.messages[at..end].to_vec(),
+            };
+            let input = if i == 0 {
+                SessionInput::Start
+            } else {
+                SessionInput::Append {
+                    base_version: version,
+                    json: None,
+                }
+            };
+            let so_far = Thread {
+                id: whole.id.clone(),
+                messages: whole.messages[..end].to_vec(),
+            };
+            // A window too small for the thread fails the turn (and the
+            // session stops there); a turn that rendered is rendered again
+            // alone, under the plan it committed.
+            let Ok(out) = app.render(&ctx, render_cmd(chunk, budget, input)).await else {
+                return kept;
+            };
+            let mut full = render_cmd(so_far, budget, SessionInput::Off);
+            full.compact_first = false;
+            let alone = app
+                .render(&ctx, full)
+                .await
+                .unwrap_or_else(|e| panic!("messages ..{end} alone: {e}"));
+            assert_eq!(out.output, alone.output, "messages ..{end}");
+            assert_eq!(out.tokens, alone.tokens, "messages ..{end}");
+            assert_eq!(out.audit.warnings, alone.audit.warnings, "messages ..{end}");
+            assert_eq!(out.recalled, alone.recalled, "messages ..{end}");
+            kept += usize::from(out.kept > 0);
+            version = out.session.expect("a session").version;
+            at = end;
+        }
+        kept
+    }
+
+    #[test]
+    fn a_steady_session_keeps_its_render_between_compactions() {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        let kinds: Vec<(u8, usize)> = (0..30).map(|n| ((n % 5) as u8, 12)).collect();
+        let chunks = vec![4; 40];
+        let kept = rt.block_on(session(&kinds, &chunks, 6_000));
+        // 30 turns in about 110 messages: about 28 appends of 4; all but
+        // the compactions keep a part.
+        assert!(kept >= 14, "{kept} turns kept part of the last render");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        #[test]
+        fn a_session_renders_what_its_whole_thread_renders(
+            kinds in proptest::collection::vec((0u8..5, 1usize..40), 4..16),
+            chunks in proptest::collection::vec(1usize..9, 2..30),
+            budget in 1_200u32..5_000,
+        ) {
+            let rt = tokio::runtime::Runtime::new().expect("runtime");
+            rt.block_on(session(&kinds, &chunks, budget));
+        }
     }
 }

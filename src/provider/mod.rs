@@ -41,7 +41,7 @@ pub(crate) mod testgen;
 
 use serde_json::Value;
 
-use crate::render::{ProviderOptions, Request, RequestCounter};
+use crate::render::{ProviderOptions, RenderedMessage, Request, RequestCounter};
 use crate::tokens::{encoding_known, normalize_model, ChatOverhead, Framing, Target};
 
 pub use body::BodyCounter;
@@ -160,6 +160,38 @@ impl Format {
             Format::AnthropicMessages => anthropic::tool_id_rewrites(request),
             Format::OpenAiResponses => openai_responses::tool_id_rewrites(request),
             Format::Neutral | Format::OpenAiChat => Vec::new(),
+        }
+    }
+
+    /// How many elements of the body's message list a request's system
+    /// prompt and `messages` become, when each message becomes its own
+    /// elements whatever its neighbours (so a body can be extended by
+    /// encoding only what follows a kept part); `None` for formats that
+    /// merge or rename across messages (Anthropic joins same-role turns,
+    /// Anthropic and Responses make tool ids unique over the request).
+    pub fn elements_of(self, system: Option<&str>, messages: &[RenderedMessage]) -> Option<usize> {
+        match self {
+            Format::OpenAiChat => Some(
+                usize::from(system.is_some_and(|s| !s.is_empty()))
+                    + messages.iter().filter(|m| openai_chat::sends(m)).count(),
+            ),
+            Format::Neutral | Format::AnthropicMessages | Format::OpenAiResponses => None,
+        }
+    }
+
+    /// Tokens of the first `k` elements of a body's message list, as the
+    /// body's count ([`body_tokens`]) adds them up; `None` where
+    /// [`Format::elements_of`] is.
+    pub fn element_tokens(self, body: &Value, k: usize, rc: &RequestCounter<'_>) -> Option<u32> {
+        let bc = BodyCounter::new(rc);
+        match self {
+            Format::OpenAiChat => Some(
+                body::array(body, "messages")
+                    .take(k)
+                    .map(|m| openai_chat::count_message(m, &bc))
+                    .sum(),
+            ),
+            Format::Neutral | Format::AnthropicMessages | Format::OpenAiResponses => None,
         }
     }
 

@@ -302,10 +302,17 @@ pub(super) fn image_tokens(model: &str) -> u32 {
 
 /// Tokens of an OpenAI Chat body as sent (see [`super::body_tokens`]).
 pub fn count_body(body: &Value, bc: &BodyCounter<'_>) -> u32 {
+    let messages: u32 = array(body, "messages").map(|m| count_message(m, bc)).sum();
+    bc.overhead().reply_priming + messages + bc.tools(body, "parameters", false)
+}
+
+/// Tokens of one element of a body's `messages`: the body's count is the
+/// sum of its elements' and a part the rest of the body decides.
+pub fn count_message(m: &Value, bc: &BodyCounter<'_>) -> u32 {
     let o = bc.overhead();
     let text = |v: &Value| bc.text(v);
-    let mut n = o.reply_priming;
-    for m in array(body, "messages") {
+    let mut n = 0;
+    {
         n += o.per_message;
         match m.get("content") {
             Some(Value::Array(parts)) => {
@@ -329,8 +336,16 @@ pub fn count_body(body: &Value, bc: &BodyCounter<'_>) -> u32 {
             n += o.per_name + text(id);
         }
     }
-    n += bc.tools(body, "parameters", false);
     n
+}
+
+/// Whether `m` becomes an element of the body's `messages` (a message that
+/// only held another provider's reasoning does not).
+pub fn sends(m: &RenderedMessage) -> bool {
+    let reasoning_only = m.tool_calls.is_empty()
+        && m.content.reasoning().next().is_some()
+        && m.content.clone().without_reasoning().is_empty();
+    !reasoning_only
 }
 
 /// Reading a Chat Completions `messages` array (or request body) as a

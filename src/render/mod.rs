@@ -11,6 +11,7 @@ pub mod quality;
 mod rehydrate;
 mod renderer;
 mod request;
+pub mod stable;
 pub(crate) mod tool_ids;
 pub(crate) mod wire;
 
@@ -21,8 +22,9 @@ pub use rehydrate::{
     AutoRehydrate, RehydrationBlocked, RehydrationReport,
 };
 pub use renderer::{
-    delimit_data, externalization_text, injected_message, per_turn_position, recall_message,
-    render, render_message, render_paired, summary_text, Rehydrated, RenderInput, RenderOptions,
-    SummaryTexts, DEFAULT_TOOL_RESULT_MAX_CHARS, RENDER_FORMAT_VERSION,
+    delimit_data, externalization_text, injected_message, pairs_closed_within, per_turn_position,
+    recall_message, render, render_from, render_message, render_paired, results_answer_within,
+    summary_text, Rehydrated, RenderInput, RenderOptions, SummaryTexts,
+    DEFAULT_TOOL_RESULT_MAX_CHARS, RENDER_FORMAT_VERSION,
 };
 pub use request::{Origin, ProviderOptions, RenderedMessage, Request};

@@ -143,6 +143,20 @@ pub fn to_json_traced(
     count: impl Fn(&str) -> u32 + Sync,
     known: Option<&PrefixTrace>,
 ) -> serde_json::Result<(String, Option<PrefixTrace>)> {
+    let (json, traced) = to_json_with_elements(body, count, known)?;
+    Ok((json, traced.map(|(trace, _)| trace)))
+}
+
+/// Byte spans (start, end) of a body's message elements.
+pub type ElementSpans = Vec<(usize, usize)>;
+
+/// [`to_json_traced`], with the byte span of each element of the body's
+/// message list beside the trace.
+pub fn to_json_with_elements(
+    body: &serde_json::Value,
+    count: impl Fn(&str) -> u32 + Sync,
+    known: Option<&PrefixTrace>,
+) -> serde_json::Result<(String, Option<(PrefixTrace, ElementSpans)>)> {
     let at = std::rc::Rc::new(std::cell::Cell::new(0));
     let writer = Tracked {
         bytes: Vec::with_capacity(128),
@@ -158,7 +172,8 @@ pub fn to_json_traced(
     let trace = messages.filter(|_| !spans.not_a_body).map(|elements| {
         let text = |(start, end): (usize, usize)| json.get(start..end).unwrap_or_default();
         let head = spans.head.map(|h| h.map_or("", text));
-        PrefixTrace::of_units(head, elements.into_iter().map(text), count, known)
+        let trace = PrefixTrace::of_units(head, elements.iter().copied().map(text), count, known);
+        (trace, elements)
     });
     Ok((json, trace))
 }

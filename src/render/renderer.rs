@@ -15,6 +15,7 @@
 //! [`RenderInput::omit_pending_calls`] is set.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
@@ -132,8 +133,23 @@ pub fn render_paired(
     plan: &CompactionPlan,
     input: &RenderInput<'_>,
 ) -> Request {
+    render_from(thread, pairing, plan, input, 0)
+}
+
+/// [`render_paired`] of the thread's messages from index `from` on, for a
+/// caller that keeps the render of those before (see
+/// [`super::stable::StablePart`]): no call before `from` may be answered at
+/// or after it, or the other way round ([`pairs_stay_within`]), so the
+/// messages before `from` render the same whatever follows.
+pub fn render_from(
+    thread: &Thread,
+    pairing: &crate::model::Pairing,
+    plan: &CompactionPlan,
+    input: &RenderInput<'_>,
+    from: usize,
+) -> Request {
     let actions = plan.actions();
-    let (order, mut notes) = canonical_order(thread, pairing);
+    let (order, mut notes) = canonical_order(thread, pairing, from..thread.messages.len());
     let mut messages = Vec::with_capacity(thread.messages.len() + input.rehydrated.len());
     // Just past the last summary or dropped-span notice: the compacted
     // history, after which the workspace slot goes.
@@ -203,14 +219,38 @@ pub fn render_paired(
     }
 }
 
-/// Thread order with every call's results moved directly after the call, in
-/// call order; notes for each call whose results did not already arrive so.
-fn canonical_order(thread: &Thread, pairing: &crate::model::Pairing) -> (Vec<usize>, Vec<String>) {
+/// Whether every tool call of the messages in `range` is answered within it
+/// (none pending) and every result in it answers a call within it (or
+/// none): those messages then render the same whatever follows them.
+pub fn pairs_closed_within(pairing: &crate::model::Pairing, range: Range<usize>) -> bool {
+    results_answer_within(pairing, range.clone())
+        && range.clone().all(|i| {
+            pairing.answers[i]
+                .iter()
+                .all(|a| a.is_some_and(|j| range.contains(&j)))
+        })
+}
+
+/// Whether every result in `range` answers a call within it (or none).
+pub fn results_answer_within(pairing: &crate::model::Pairing, range: Range<usize>) -> bool {
+    range
+        .clone()
+        .all(|i| pairing.call_of(i).is_none_or(|(c, _)| range.contains(&c)))
+}
+
+/// Thread order of the messages in `range` with every call's results moved
+/// directly after the call, in call order; notes for each call whose
+/// results did not already arrive so.
+pub(super) fn canonical_order(
+    thread: &Thread,
+    pairing: &crate::model::Pairing,
+    range: Range<usize>,
+) -> (Vec<usize>, Vec<String>) {
     let n = thread.messages.len();
     let mut placed = vec![false; n];
-    let mut order = Vec::with_capacity(n);
+    let mut order = Vec::with_capacity(range.len());
     let mut notes = Vec::new();
-    for i in 0..n {
+    for i in range {
         if placed[i] {
             continue;
         }
