@@ -1593,6 +1593,11 @@ mod kept_part_tests {
         let whole = crate::provider::thread_from_json(&Value::Array(messages), "kept")
             .expect("a thread")
             .thread;
+        session_of(&whole, chunks, budget, Format::OpenAiChat).await
+    }
+
+    /// [`session`] of the thread `whole`, rendered in `format`.
+    async fn session_of(whole: &Thread, chunks: &[usize], budget: u32, format: Format) -> usize {
         let app = App::offline(Defaults::default());
         let ctx = SecurityContext::dev();
         let (mut at, mut version, mut kept) = (0, 0, 0);
@@ -1620,11 +1625,14 @@ mod kept_part_tests {
             // A window too small for the thread fails the turn (and the
             // session stops there); a turn that rendered is rendered again
             // alone, under the plan it committed.
-            let Ok(out) = app.render(&ctx, render_cmd(chunk, budget, input)).await else {
+            let mut cmd = render_cmd(chunk, budget, input);
+            cmd.format = format;
+            let Ok(out) = app.render(&ctx, cmd).await else {
                 return kept;
             };
             let mut full = render_cmd(so_far, budget, SessionInput::Off);
             full.compact_first = false;
+            full.format = format;
             let alone = app
                 .render(&ctx, full)
                 .await
@@ -1649,6 +1657,39 @@ mod kept_part_tests {
         // 30 turns in about 110 messages: about 28 appends of 4; all but
         // the compactions keep a part.
         assert!(kept >= 14, "{kept} turns kept part of the last render");
+    }
+
+    /// The public agent logs in `tests/data`, replayed as sessions that
+    /// append three messages a call, in every format, at a small and a
+    /// larger window: every turn renders as its whole thread does.
+    #[test]
+    fn real_logs_replayed_as_sessions_render_as_their_whole_threads() {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+        let mut kept = 0;
+        for name in [
+            "claude_code_rust_port.json",
+            "openhands_vue_todo.json",
+            "swe_agent_marshmallow.json",
+            "tau_bench_airline.json",
+        ] {
+            let text = std::fs::read_to_string(dir.join(name)).expect("a log");
+            let messages: Value = serde_json::from_str(&text).expect("json");
+            let messages = messages.get("messages").cloned().unwrap_or(messages);
+            let whole = crate::provider::thread_from_json(&messages, "log")
+                .expect("imports")
+                .thread;
+            let chunks = vec![3; whole.messages.len() / 3 + 1];
+            for format in Format::ALL {
+                for budget in [4_000, 16_000] {
+                    let k = rt.block_on(session_of(&whole, &chunks, budget, format));
+                    if format == Format::OpenAiChat {
+                        kept += k;
+                    }
+                }
+            }
+        }
+        assert!(kept > 20, "{kept} turns kept part of the last render");
     }
 
     proptest! {

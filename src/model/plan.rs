@@ -493,10 +493,25 @@ impl CompactionPlan {
             .chain(self.drops.iter().map(|r| &r.span))
             .map(|span| span.message_ids.len())
             .sum();
+        self.actions_of(capacity, |_| true)
+    }
+
+    /// [`CompactionPlan::actions`] of the messages `wanted` accepts: a
+    /// render of a thread's last few messages needs theirs only.
+    pub fn actions_among(&self, wanted: &super::ids::IdSet<&str>) -> ActionMap<'_> {
+        self.actions_of(wanted.len(), |id| wanted.contains(id))
+    }
+
+    fn actions_of(&self, capacity: usize, wanted: impl Fn(&str) -> bool) -> ActionMap<'_> {
         let mut map: ActionMap<'_> =
             HashMap::with_capacity_and_hasher(capacity, Default::default());
-        fn put<'a>(map: &mut ActionMap<'a>, ids: &'a [String], a: Action<'a>) {
-            for id in ids {
+        fn put<'a>(
+            map: &mut ActionMap<'a>,
+            ids: &'a [String],
+            a: Action<'a>,
+            wanted: &dyn Fn(&str) -> bool,
+        ) {
+            for id in ids.iter().filter(|id| wanted(id)) {
                 match map.get(id.as_str()) {
                     Some(prev) if prev.kind() >= a.kind() => {}
                     _ => {
@@ -506,16 +521,21 @@ impl CompactionPlan {
             }
         }
         for r in &self.clearings {
-            put(&mut map, &r.span.message_ids, Action::Clear(r));
+            put(&mut map, &r.span.message_ids, Action::Clear(r), &wanted);
         }
         for r in &self.summarizations {
-            put(&mut map, &r.span.message_ids, Action::Summarize(r));
+            put(&mut map, &r.span.message_ids, Action::Summarize(r), &wanted);
         }
         for r in &self.externalizations {
-            put(&mut map, &r.span.message_ids, Action::Externalize(r));
+            put(
+                &mut map,
+                &r.span.message_ids,
+                Action::Externalize(r),
+                &wanted,
+            );
         }
         for r in &self.drops {
-            put(&mut map, &r.span.message_ids, Action::Drop(r));
+            put(&mut map, &r.span.message_ids, Action::Drop(r), &wanted);
         }
         map
     }

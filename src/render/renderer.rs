@@ -148,7 +148,17 @@ pub fn render_from(
     input: &RenderInput<'_>,
     from: usize,
 ) -> Request {
-    let actions = plan.actions();
+    // Only the messages rendered need their actions: few, when a kept
+    // part precedes them.
+    let actions = if from == 0 {
+        plan.actions()
+    } else {
+        let ids: crate::model::IdSet<&str> = thread.messages[from..]
+            .iter()
+            .map(|m| m.id.as_str())
+            .collect();
+        plan.actions_among(&ids)
+    };
     let (order, mut notes) = canonical_order(thread, pairing, from..thread.messages.len());
     let mut messages = Vec::with_capacity(thread.messages.len() + input.rehydrated.len());
     // Just past the last summary or dropped-span notice: the compacted
