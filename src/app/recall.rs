@@ -8,8 +8,7 @@ use crate::cache::{BoundedCache, Weigh};
 use crate::model::{CompactionPlan, Pairing, Thread};
 use crate::recall::{block, delimited_block, queries_of, Hit, RecallIndex, RecallSettings};
 use crate::redact::Redactor;
-use crate::render::stable::stand_in_text;
-use crate::render::{Request, RequestCounter};
+use crate::render::RequestCounter;
 
 /// Bytes of recall indexes kept in memory at most.
 const INDEX_CACHE_BYTES: u64 = 128 * 1024 * 1024;
@@ -35,7 +34,7 @@ pub(super) struct Recall {
     shown: Shown,
 }
 
-/// [`stand_in_text`] of a request and its [`squash`].
+/// The stand-in text of a prompt (`crate::render::stable::stand_in_text`) and its [`squash`].
 #[derive(Default)]
 struct Shown {
     text: String,
@@ -49,9 +48,7 @@ impl Recall {
 
     /// The index, and the squashed stand-in text of `request` (squashed
     /// again only when it differs from the last one's).
-    fn with_shown(&mut self, before: &str, request: &Request) -> (&RecallIndex, &str) {
-        let mut text = before.to_string();
-        text.push_str(&stand_in_text(&request.messages));
+    fn with_shown(&mut self, text: String) -> (&RecallIndex, &str) {
         if text != self.shown.text {
             self.shown = Shown {
                 squashed: squash(&text),
@@ -144,13 +141,13 @@ impl RecallIndexes {
 }
 
 /// The recall block for `thread`'s latest request: the best passages not
-/// already shown in `request` or the stand-in text `before` it (summaries, excerpts and stubs can quote
+/// already shown in the prompt's stand-in text `shown` (summaries, excerpts and stubs can quote
 /// them), as many as fit `room` tokens and the settings' count, best first.
 /// `None` when nothing matches or nothing fits.
 pub(super) fn fit_recall<'a>(
     recall: &'a mut Recall,
     (thread, pairing): (&Thread, &Pairing),
-    (before, request): (&str, &Request),
+    shown: String,
     rc: &RequestCounter<'_>,
     settings: RecallSettings,
     room: u32,
@@ -165,7 +162,7 @@ pub(super) fn fit_recall<'a>(
     }
     // Twice the count: some passages are already in the prompt.
     let wanted = settings.max_passages as usize;
-    let (index, shown) = recall.with_shown(before, request);
+    let (index, shown) = recall.with_shown(shown);
     let found = index.search_all(&queries, wanted * 2);
     if found.is_empty() {
         return None;

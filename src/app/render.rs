@@ -14,7 +14,7 @@ use crate::model::{Eviction, Pairing, Sensitivity, Thread, ToolSchema};
 use crate::reduce::{referenced_artifacts, ReserveUse, TokenBudget};
 use crate::render::prefix::PrefixTrace;
 use crate::render::quality::QualitySignals;
-use crate::render::stable::{stand_in_text, Rendered, StablePart};
+use crate::render::stable::{stand_in_text, Rendered, StablePart, Written};
 use crate::render::{
     fit_rehydrated, render_from, ProviderOptions, RehydrationReport, RenderInput, Request,
     RequestCounter, RequestTokens, RENDER_FORMAT_VERSION,
@@ -355,14 +355,9 @@ impl App {
             let key = stable_key(&cmd, &r.model, parts.counter.name());
             let plan_id = (plan.version, plan.fingerprint.clone());
             let turn = |part: Option<&StablePart>| {
-                let next = Some(NextCut {
-                    key,
-                    plan: plan_id.clone(),
-                    pairing: &pairing,
-                });
                 render_turn(
                     &cmd,
-                    (&pairing, next),
+                    (&pairing, key, &plan_id),
                     &plan,
                     &rc,
                     extras.clone(),
@@ -377,11 +372,9 @@ impl App {
             let mut kept = 0;
             let done = match usable.as_deref().map(|part| (part, turn(Some(part)))) {
                 Some((part, Ok(done))) => {
-                    kept = part.cut;
+                    kept = part.end.saturating_sub(1);
                     #[cfg(debug_assertions)]
                     same_as_rendered_in_full(&done, turn(None), part);
-                    #[cfg(not(debug_assertions))]
-                    let _ = part;
                     done
                 }
                 // What keeping the part could not render is rendered in
@@ -664,10 +657,10 @@ fn render_and_count(
     RequestTokens,
     Vec<RehydrationReport>,
     Vec<RecalledPassage>,
-    (usize, u32, Option<String>),
+    (usize, usize),
 )> {
     let policy = &cmd.request.policy;
-    let from = part.map_or(0, |p| p.cut);
+    let kept = part.map_or(0..0, |p| p.cut..p.end);
     let render_with = |rehydrated: &[crate::render::Rehydrated]| {
         render_from(
             &cmd.request.thread,
@@ -682,19 +675,24 @@ fn render_and_count(
                 summaries: Some(summaries),
                 workspace: cmd.request.workspace.as_ref(),
             },
-            from,
+            kept.clone(),
         )
     };
     let mut request = render_with(&[]);
     // Where this turn's content goes, before any is placed there: what
     // precedes it is what the next turn may keep.
     let turn_at = crate::render::per_turn_position(&request);
-    let at_source = request.messages.get(turn_at).map(|m| m.source_id.clone());
-    let (mut tokens, before) = rc.request_split(&request, turn_at);
-    if let Some(p) = part {
-        tokens.messages += p.tokens;
-        tokens.total += p.tokens;
-    }
+    let rendered = request.messages.len();
+    // The kept part's messages count as the request's.
+    let with_part = |mut t: RequestTokens| {
+        if let Some(p) = part {
+            let kept = p.before.tokens + p.after.tokens;
+            t.messages += kept;
+            t.total += kept;
+        }
+        t
+    };
+    let mut tokens = with_part(rc.request(&request));
     // The fixed parts were just counted with the request. Without anything
     // read back the whole window is the ceiling; content read back takes
     // what the reserve and the room left allow.
@@ -735,11 +733,7 @@ fn render_and_count(
     let (injected, report) = fit_read_backs(rc, fetched, auto, auto_cap, room, options);
     if !injected.is_empty() {
         request = render_with(&injected);
-        tokens = rc.request(&request);
-        if let Some(p) = part {
-            tokens.messages += p.tokens;
-            tokens.total += p.tokens;
-        }
+        tokens = with_part(rc.request(&request));
         if tokens.total > ceiling {
             return Err(AppError::Internal(format!(
                 "read-back content fitted into {room} tokens renders to {} tokens, over the limit {ceiling}",
@@ -757,7 +751,7 @@ fn render_and_count(
         if let Some((text, hits)) = fit_recall(
             &mut index,
             (thread, pairing),
-            (part.map_or("", |p| p.stand_in.as_str()), &request),
+            shown_text(&request, part)?,
             rc,
             settings,
             room,
@@ -810,15 +804,10 @@ fn render_and_count(
         tokens.total += cost;
     }
     if let Some(p) = part {
-        request.notes.splice(0..0, p.notes.iter().cloned());
+        let kept = p.before.notes.iter().chain(&p.after.notes).cloned();
+        request.notes.splice(0..0, kept);
     }
-    Ok((
-        request,
-        tokens,
-        report,
-        recalled,
-        (turn_at, before, at_source),
-    ))
+    Ok((request, tokens, report, recalled, (turn_at, rendered)))
 }
 
 /// One render of the plan with what the turn adds, in the requested form.
@@ -834,19 +823,12 @@ struct Turn {
     next: Option<StablePart>,
 }
 
-/// What a render needs to cut the next stable part, besides the render.
-struct NextCut<'a> {
-    key: u64,
-    plan: (u64, String),
-    pairing: &'a Pairing,
-}
-
 /// Renders, counts and encodes one turn: the whole thread, or only what
 /// follows the stable `part` of the last render.
 #[allow(clippy::too_many_arguments)]
 fn render_turn(
     cmd: &RenderCommand,
-    (pairing, next): (&Pairing, Option<NextCut<'_>>),
+    (pairing, key, plan_id): (&Pairing, u64, &(u64, String)),
     plan: &CompactionPlan,
     rc: &RequestCounter<'_>,
     extras: TurnExtras,
@@ -854,7 +836,7 @@ fn render_turn(
     summaries: &dyn crate::render::SummaryTexts,
     (previous, part): (Option<&PrefixTrace>, Option<&StablePart>),
 ) -> Result<Turn> {
-    let (request, mut tokens, rehydrated, recalled, (at, before, at_source)) = render_and_count(
+    let (request, mut tokens, rehydrated, recalled, (at, rendered)) = render_and_count(
         cmd,
         pairing,
         plan,
@@ -875,14 +857,13 @@ fn render_turn(
         ReserveUse::default(),
     )
     .ceiling();
-    let next = next.zip(at_source).map(|(n, at_source)| Next {
-        key: n.key,
-        plan: n.plan,
+    let next = Some(Next {
+        key,
+        plan: plan_id.clone(),
         thread: &cmd.request.thread,
-        pairing: n.pairing,
+        pairing,
         at,
-        at_source,
-        tokens: before,
+        rendered,
     });
     let (output, trace, next) = output(
         request,
@@ -904,27 +885,58 @@ fn render_turn(
     })
 }
 
-/// Whether the messages after `part` render on their own below it: the
-/// thread (as rendered, after settling) holds the messages the part
-/// rendered before its cut, and the one at the cut (the user message the
-/// per-turn content went before); no result after the cut answers a call
-/// before it; the format encodes message by message; and there is no
-/// workspace slot (it goes after the last summary, which may lie in the
-/// part).
+/// Whether the messages after `part` render on their own: the thread (as
+/// rendered, after settling) holds the messages the part rendered, the cut
+/// message (the user message the per-turn content went before) and its
+/// loop included; no result after the part answers a call in it; the format
+/// encodes message by message; and there is no workspace slot (it goes
+/// after the last summary, which may lie in the part).
 fn extends_part(cmd: &RenderCommand, part: &StablePart, pairing: &Pairing) -> bool {
     let (old, now) = (&part.thread.messages, &cmd.request.thread.messages);
     let same = |(a, b): (&Arc<crate::model::Message>, &Arc<crate::model::Message>)| {
         Arc::ptr_eq(a, b) || a == b
     };
+    let end = part.end.max(part.cut + 1);
     cmd.request.workspace.is_none()
         && cmd.format.elements_of(None, &[]).is_some()
-        && part.cut < old.len()
-        && part.cut < now.len()
+        && end <= old.len()
+        && end <= now.len()
         // Usually the same messages (an append session's copy); settling
         // (reasoning before the last user message left out) makes new ones
         // with the same content.
-        && old[..=part.cut].iter().zip(&now[..=part.cut]).all(same)
-        && crate::render::results_answer_within(pairing, part.cut..now.len())
+        && old[..end].iter().zip(&now[..end]).all(same)
+        && crate::render::results_answer_within(pairing, end..now.len())
+}
+
+/// Where the message at `part`'s cut is in a request rendered after the
+/// part (the kept loop goes right after it).
+fn cut_position(request: &Request, part: &StablePart) -> Option<usize> {
+    let id = &part.thread.messages.get(part.cut)?.id;
+    request
+        .messages
+        .iter()
+        .position(|m| m.origin == crate::render::Origin::Verbatim && m.source_id == *id)
+}
+
+/// The stand-in text of the whole prompt (what recall reads as shown), in
+/// prompt order: the part's messages before the cut, the request through
+/// the cut message, the part's loop, the rest of the request.
+fn shown_text(request: &Request, part: Option<&StablePart>) -> Result<String> {
+    let Some(p) = part else {
+        return Ok(stand_in_text(&request.messages));
+    };
+    let at = cut_position(request, p).ok_or_else(unkept)? + 1;
+    let mut out = p.before.stand_in.clone();
+    out.push_str(&stand_in_text(&request.messages[..at]));
+    out.push_str(&p.after.stand_in);
+    out.push_str(&stand_in_text(&request.messages[at..]));
+    Ok(out)
+}
+
+/// A render that could not extend its stable part (it is rendered in full
+/// instead).
+fn unkept() -> AppError {
+    AppError::Internal("the body does not extend its stable part".into())
 }
 
 /// A hash of everything besides the thread and plan that shapes a body:
@@ -964,7 +976,17 @@ fn same_as_rendered_in_full(kept: &Turn, full: Result<Turn>, part: &StablePart) 
     assert_eq!(kept.rehydrated, full.rehydrated, "read-backs, {at}");
     assert_eq!(kept.recalled, full.recalled, "recall, {at}");
     assert_eq!(kept.warnings, full.warnings, "warnings, {at}");
-    assert_eq!(kept.next, full.next, "next part, {at}");
+    // The two may end a loop that is not closed yet at different points
+    // (each part is checked when the next turn renders with it).
+    match (&kept.next, &full.next) {
+        (Some(a), Some(b)) if (a.cut, a.end) == (b.cut, b.end) => {
+            assert_eq!(a.before, b.before, "next part before its cut, {at}");
+            assert_eq!(a.after, b.after, "next part's loop, {at}");
+            assert_eq!(a, b, "next part, {at}");
+        }
+        (Some(_), Some(_)) => {}
+        (a, b) => assert_eq!(a.is_some(), b.is_some(), "next part, {at}"),
+    }
 }
 
 /// What a render starts from besides the plan: the warnings and the tool
@@ -1100,18 +1122,33 @@ fn output(
         max_output_tokens,
     };
     let mut request = request;
-    // What the next render may keep, read before encoding takes the text.
-    let seed = next.and_then(|n| {
-        let before = request.messages.get(..n.at)?;
-        // The system prompt is the first element of a body written whole.
-        let system = request.system.as_deref().filter(|_| part.is_none());
-        let elements = format.elements_of(system, before)?;
-        Some((n, stand_in_text(before), elements))
-    });
+    // The system prompt is the first element of a body written whole, and
+    // was sent with a kept part.
     if part.is_some() {
-        // It was sent with the kept part.
         request.system = None;
     }
+    let lead = format.elements_of(request.system.as_deref(), &[]);
+    // What the next render may keep, and where the kept loop goes, read
+    // before encoding takes the text.
+    let written: Option<Vec<Written>> = next.as_ref().and_then(|_| {
+        request
+            .messages
+            .iter()
+            .map(|m| {
+                let elements = format.elements_of(None, std::slice::from_ref(m))?;
+                Some(Written::of(m, elements, rc.message(m)))
+            })
+            .collect()
+    });
+    let through_cut = match part {
+        Some(p) => {
+            let at = cut_position(&request, p).ok_or_else(unkept)?;
+            format
+                .elements_of(None, &request.messages[..=at])
+                .ok_or_else(unkept)?
+        }
+        None => 0,
+    };
     let payload = match format
         .encode(request, &opts)
         .map_err(|e| broken(format, &e))?
@@ -1120,7 +1157,7 @@ fn output(
         Encoded::Body(body) => body,
     };
     if let Some(sent) = body_tokens(format, &payload, rc) {
-        let sent = sent + part.map_or(0, |p| p.body_tokens);
+        let sent = sent + part.map_or(0, |p| p.before.body_tokens + p.after.body_tokens);
         if sent > window {
             return Err(AppError::Internal(format!(
                 "rendered {format:?} body counts {sent} tokens as sent, more than the {window} the window allows (budgeted at {})",
@@ -1142,43 +1179,35 @@ fn output(
     let (json, traced) =
         crate::render::prefix::to_json_with_elements(&payload, |t| rc.text(t), known)
             .map_err(|e| AppError::Internal(format!("payload serialization: {e}")))?;
-    let next = match (seed, &traced) {
-        (Some((n, stand_in, k)), Some((trace, spans))) => format
-            .element_tokens(&payload, k, rc)
-            .and_then(|body_tokens| {
-                StablePart::next(
-                    part,
-                    n.key,
-                    n.plan,
-                    n.thread,
-                    n.pairing,
-                    Rendered {
-                        stand_in,
-                        at_source: &n.at_source,
-                        tokens: n.tokens,
-                        elements: k,
-                        json: &json,
-                        trace,
-                        spans,
-                        body_tokens,
-                    },
-                )
-            }),
+    let body_tokens_of = |r: std::ops::Range<usize>| format.element_tokens(&payload, r, rc);
+    let next = match (next, written, lead, &traced) {
+        (Some(n), Some(written), Some(lead), Some((trace, spans))) => StablePart::next(
+            part,
+            (n.key, n.plan),
+            (n.thread, n.pairing),
+            Rendered {
+                messages: &written,
+                at: n.at,
+                placed: written.len().saturating_sub(n.rendered),
+                lead,
+                json: &json,
+                spans,
+                units: &trace.units,
+                body_tokens: &|r| body_tokens_of(r).unwrap_or_default(),
+            },
+        ),
         _ => None,
     };
     let (json, trace) = match part {
         None => (json, traced.map(|(trace, _)| trace)),
         Some(p) => {
-            let unkept = || AppError::Internal("the body does not extend its stable part".into());
             let (tail, spans) = traced.ok_or_else(unkept)?;
-            if tail.units.first() != p.units.first() {
+            if tail.units.first() != Some(&p.head_unit) {
                 return Err(unkept());
             }
-            let json = p.body_with(&json, &spans).ok_or_else(unkept)?;
-            let mut units = p.units.clone();
-            units.extend_from_slice(tail.units.get(1..).unwrap_or_default());
+            let json = p.body_with(&json, &spans, through_cut).ok_or_else(unkept)?;
             let trace = PrefixTrace {
-                units,
+                units: p.units_with(&tail.units, through_cut),
                 counted_by: String::new(),
             };
             (json, Some(trace))
@@ -1209,11 +1238,9 @@ struct Next<'a> {
     thread: &'a Arc<Thread>,
     pairing: &'a Pairing,
     /// The per-turn position in the request, before anything was placed
-    /// there, the source of the message there, and the tokens of the
-    /// messages before it.
+    /// there, and how many messages were rendered before any was.
     at: usize,
-    at_source: String,
-    tokens: u32,
+    rendered: usize,
 }
 
 fn audit(
@@ -1549,10 +1576,16 @@ mod kept_part_tests {
                 ]);
                 *pending = Some(format!("p{n}"));
             }
-            _ => out.extend([
+            4 => out.extend([
                 json!({"role": "system", "content": format!("Policy {n}: answer in one line.")}),
                 user,
                 json!({"role": "assistant", "content": "Noted."}),
+            ]),
+            // A step of a tool loop: no user message.
+            _ => out.extend([
+                json!({"role": "assistant", "content": "Next file.", "tool_calls": [
+                    {"id": format!("l{n}"), "type": "function", "function": {"name": "read", "arguments": "{}"}}]}),
+                json!({"role": "tool", "tool_call_id": format!("l{n}"), "content": log("step")}),
             ]),
         }
         out
@@ -1651,10 +1684,14 @@ mod kept_part_tests {
     #[test]
     fn a_steady_session_keeps_its_render_between_compactions() {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
-        let kinds: Vec<(u8, usize)> = (0..30).map(|n| ((n % 5) as u8, 12)).collect();
+        // Five kinds of turn, then a tool loop of six steps.
+        let kinds: Vec<(u8, usize)> = (0..33)
+            .map(|n| (if n % 11 < 5 { n % 11 } else { 5 }, 12))
+            .map(|(k, l)| (k as u8, l))
+            .collect();
         let chunks = vec![4; 40];
         let kept = rt.block_on(session(&kinds, &chunks, 6_000));
-        // 30 turns in about 110 messages: about 28 appends of 4; all but
+        // 33 turns in about 100 messages: about 25 appends of 4; all but
         // the compactions keep a part.
         assert!(kept >= 14, "{kept} turns kept part of the last render");
     }
@@ -1689,14 +1726,14 @@ mod kept_part_tests {
                 }
             }
         }
-        assert!(kept > 20, "{kept} turns kept part of the last render");
+        assert!(kept > 50, "{kept} turns kept part of the last render");
     }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
         #[test]
         fn a_session_renders_what_its_whole_thread_renders(
-            kinds in proptest::collection::vec((0u8..5, 1usize..40), 4..16),
+            kinds in proptest::collection::vec((0u8..7, 1usize..40), 4..16),
             chunks in proptest::collection::vec(1usize..9, 2..30),
             budget in 1_200u32..5_000,
         ) {

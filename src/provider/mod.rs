@@ -179,15 +179,21 @@ impl Format {
         }
     }
 
-    /// Tokens of the first `k` elements of a body's message list, as the
+    /// Tokens of the elements `range` of a body's message list, as the
     /// body's count ([`body_tokens`]) adds them up; `None` where
     /// [`Format::elements_of`] is.
-    pub fn element_tokens(self, body: &Value, k: usize, rc: &RequestCounter<'_>) -> Option<u32> {
+    pub fn element_tokens(
+        self,
+        body: &Value,
+        range: std::ops::Range<usize>,
+        rc: &RequestCounter<'_>,
+    ) -> Option<u32> {
         let bc = BodyCounter::new(rc);
         match self {
             Format::OpenAiChat => Some(
                 body::array(body, "messages")
-                    .take(k)
+                    .skip(range.start)
+                    .take(range.len())
                     .map(|m| openai_chat::count_message(m, &bc))
                     .sum(),
             ),

@@ -295,12 +295,6 @@ impl<'a> RequestCounter<'a> {
 
     /// Tokens of a whole request, by part.
     pub fn request(&self, r: &Request) -> RequestTokens {
-        self.request_split(r, 0).0
-    }
-
-    /// [`RequestCounter::request`], and the tokens of the first `at`
-    /// messages.
-    pub fn request_split(&self, r: &Request, at: usize) -> (RequestTokens, u32) {
         let (system, tools, framing) = self.fixed(r.system.as_deref(), &r.tools);
         let mut t = RequestTokens {
             system,
@@ -308,11 +302,7 @@ impl<'a> RequestCounter<'a> {
             framing,
             ..Default::default()
         };
-        let mut before = 0;
-        for (i, m) in r.messages.iter().enumerate() {
-            if i == at {
-                before = t.messages + t.rehydrated + t.recalled;
-            }
+        for m in &r.messages {
             let n = self.message(m);
             if m.origin == Origin::Rehydrated {
                 t.rehydrated += n;
@@ -322,10 +312,7 @@ impl<'a> RequestCounter<'a> {
                 t.messages += n;
             }
         }
-        if at >= r.messages.len() {
-            before = t.messages + t.rehydrated + t.recalled;
-        }
         t.total = t.system + t.tools + t.messages + t.rehydrated + t.recalled + t.framing;
-        (t, before)
+        t
     }
 }

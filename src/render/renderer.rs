@@ -133,33 +133,45 @@ pub fn render_paired(
     plan: &CompactionPlan,
     input: &RenderInput<'_>,
 ) -> Request {
-    render_from(thread, pairing, plan, input, 0)
+    render_from(thread, pairing, plan, input, 0..0)
 }
 
-/// [`render_paired`] of the thread's messages from index `from` on, for a
-/// caller that keeps the render of those before (see
-/// [`super::stable::StablePart`]): no call before `from` may be answered at
-/// or after it, or the other way round ([`pairs_stay_within`]), so the
-/// messages before `from` render the same whatever follows.
+/// [`render_paired`] of the thread's messages but those in `kept`, for a
+/// caller that keeps the render of those (see
+/// [`super::stable::StablePart`]): `0..from` and `from + 1..end`, each
+/// closed ([`pairs_closed_within`]), so they render the same whatever
+/// follows. `kept` empty renders the whole thread.
 pub fn render_from(
     thread: &Thread,
     pairing: &crate::model::Pairing,
     plan: &CompactionPlan,
     input: &RenderInput<'_>,
-    from: usize,
+    kept: Range<usize>,
 ) -> Request {
+    let n = thread.messages.len();
+    let (from, skip) = if kept.is_empty() {
+        (0, 0..0)
+    } else {
+        (kept.start, kept.start + 1..kept.end.max(kept.start + 1))
+    };
     // Only the messages rendered need their actions: few, when a kept
     // part precedes them.
     let actions = if from == 0 {
         plan.actions()
     } else {
-        let ids: crate::model::IdSet<&str> = thread.messages[from..]
-            .iter()
-            .map(|m| m.id.as_str())
+        let ids: crate::model::IdSet<&str> = (from..n)
+            .filter(|i| !skip.contains(i))
+            .map(|i| thread.messages[i].id.as_str())
             .collect();
         plan.actions_among(&ids)
     };
-    let (order, mut notes) = canonical_order(thread, pairing, from..thread.messages.len());
+    let first_end = if skip.is_empty() { n } else { skip.start };
+    let (mut order, mut notes) = canonical_order(thread, pairing, from..first_end);
+    if !skip.is_empty() {
+        let (rest, rest_notes) = canonical_order(thread, pairing, skip.end..n);
+        order.extend(rest);
+        notes.extend(rest_notes);
+    }
     let mut messages = Vec::with_capacity(thread.messages.len() + input.rehydrated.len());
     // Just past the last summary or dropped-span notice: the compacted
     // history, after which the workspace slot goes.

@@ -2,22 +2,72 @@
 //! sends again byte for byte, kept so that render works only on what
 //! follows it.
 //!
-//! Between compactions a turn appends messages below the per-turn position
-//! (the latest user message, where recall and read-back content go), and
-//! everything above it renders, encodes and counts as it did last turn.
-//! The part is cut at a message before which every tool call is answered
-//! and after which no result answers an earlier call, so those messages
-//! render the same whatever follows ([`super::renderer::pairs_closed_within`]).
-//! Only formats whose messages each encode to their own elements are kept
-//! ([`crate::provider::Format::elements_of`]).
+//! Between compactions a turn appends messages, and the per-turn content
+//! (recall, read-back content, the caller's injections) goes just before
+//! the latest user message. Everything before that position renders,
+//! encodes and counts as it did last turn; so does the tool loop after that
+//! user message, when the turn added no user message. A part keeps both:
+//! the messages before the cut (the latest user message) and those after
+//! it up to `end`, each as body elements with what the render computed on
+//! them. The next render renders the cut message and what follows `end`,
+//! and splices. Both ranges are closed: every call in them is answered in
+//! them and every result in them answers a call in them
+//! ([`super::renderer::pairs_closed_within`]), so they render the same
+//! whatever follows. Only formats whose messages each encode to their own
+//! elements are kept ([`crate::provider::Format::elements_of`]).
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::model::{Pairing, Thread};
 
-use super::prefix::PrefixTrace;
 use super::renderer::{canonical_order, pairs_closed_within};
 use super::request::{Origin, RenderedMessage};
+
+/// Rendered messages kept as body elements, with what the render computed
+/// on them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Segment {
+    /// The elements' JSON, joined by commas.
+    pub json: String,
+    /// How many elements.
+    pub elements: usize,
+    /// Each element's trace unit (hash, tokens).
+    pub units: Vec<(u64, u32)>,
+    /// The messages' tokens, as a request counts its messages.
+    pub tokens: u32,
+    /// The elements' tokens, as the body's count adds them.
+    pub body_tokens: u32,
+    /// The messages' stand-in text ([`stand_in_text`]).
+    pub stand_in: String,
+    /// The notes rendering the messages made (tool results moved).
+    pub notes: Vec<String>,
+}
+
+impl Segment {
+    /// `other` after `self`.
+    fn extend(&mut self, other: &Segment) {
+        push_json(&mut self.json, &other.json);
+        self.elements += other.elements;
+        self.units.extend_from_slice(&other.units);
+        self.tokens += other.tokens;
+        self.body_tokens += other.body_tokens;
+        self.stand_in.push_str(&other.stand_in);
+        self.notes.extend(other.notes.iter().cloned());
+    }
+}
+
+/// Appends `json` (elements joined by commas) to `out`, with a comma
+/// between when both hold elements.
+fn push_json(out: &mut String, json: &str) {
+    if json.is_empty() {
+        return;
+    }
+    if !out.is_empty() && !out.ends_with('[') {
+        out.push(',');
+    }
+    out.push_str(json);
+}
 
 /// What a render keeps for the next one (see the module documentation).
 #[derive(Debug, Clone, PartialEq)]
@@ -27,150 +77,266 @@ pub struct StablePart {
     pub key: u64,
     /// The plan rendered: its version and fingerprint.
     pub plan: (u64, String),
-    /// The thread rendered; a render that extends it may use this part.
+    /// The thread rendered (as rendered: after settling).
     pub thread: Arc<Thread>,
-    /// Where the part ends in the thread: the next render renders
-    /// `messages[cut..]`.
+    /// The user message the per-turn content went before.
     pub cut: usize,
-    /// The notes rendering the messages before `cut` made.
-    pub notes: Vec<String>,
-    /// Their stand-in text ([`stand_in_text`]).
-    pub stand_in: String,
-    /// Their tokens, as a request counts its messages.
-    pub tokens: u32,
-    /// The body, through the last kept element of its message list.
-    pub body: String,
-    /// Where in `body` the message list's elements start.
-    pub array_at: usize,
-    /// How many elements are kept.
-    pub elements: usize,
-    /// The body's trace units: the head, then each kept element.
-    pub units: Vec<(u64, u32)>,
-    /// The kept elements' tokens, as the body's count adds them.
-    pub body_tokens: u32,
+    /// The body before its first element (`{…"messages":[`).
+    pub head: String,
+    /// The trace unit of the body's head.
+    pub head_unit: (u64, u32),
+    /// The messages before the cut (and the system prompt, when the body
+    /// carries it as an element).
+    pub before: Segment,
+    /// The messages after the cut message up to `end`.
+    pub after: Segment,
+    /// Where `after` ends in the thread.
+    pub end: usize,
 }
 
-/// What a render found on its way that the next part is made of: the
-/// messages it rendered up to the per-turn position, and its body.
-#[derive(Debug)]
-pub struct Rendered<'a> {
-    /// The stand-in text of the rendered messages before the per-turn
-    /// position ([`stand_in_text`]).
-    pub stand_in: String,
-    /// The source message of the first rendered message at that position.
-    pub at_source: &'a str,
-    /// The tokens of `before`.
-    pub tokens: u32,
-    /// How many body elements `before` (and, when nothing was kept, the
-    /// system prompt) became.
+/// A rendered message as the part needs it once the request is encoded.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// The thread message it renders.
+    pub source_id: String,
+    /// Whether it renders that message verbatim.
+    pub verbatim: bool,
+    /// How many body elements it became.
     pub elements: usize,
-    /// The body written (whole, or only what follows the kept part).
+    /// Its tokens, as a request counts its messages.
+    pub tokens: u32,
+    /// Its stand-in text, when it stands in for evicted content.
+    pub stand_in: Option<String>,
+}
+
+impl Written {
+    /// `m` as written: `elements` body elements.
+    pub fn of(m: &RenderedMessage, elements: usize, tokens: u32) -> Written {
+        Written {
+            source_id: m.source_id.clone(),
+            verbatim: m.origin == Origin::Verbatim,
+            elements,
+            tokens,
+            stand_in: (m.origin != Origin::Verbatim)
+                .then(|| stand_in_text(std::slice::from_ref(m))),
+        }
+    }
+}
+
+/// One render's messages and body, for the part the next render keeps.
+pub struct Rendered<'a> {
+    /// The rendered messages, per-turn content included.
+    pub messages: &'a [Written],
+    /// Where the per-turn content went (before it was placed).
+    pub at: usize,
+    /// How many messages were placed there.
+    pub placed: usize,
+    /// Elements written before the first rendered message's (the system
+    /// prompt of a body written whole).
+    pub lead: usize,
+    /// The body written (whole, or what follows the kept part).
     pub json: &'a str,
-    /// Its trace.
-    pub trace: &'a PrefixTrace,
     /// Each element's byte span in `json`.
     pub spans: &'a [(usize, usize)],
-    /// The tokens of the first `elements` elements, as the body's count
-    /// adds them.
-    pub body_tokens: u32,
+    /// The body's trace units: the head, then each element.
+    pub units: &'a [(u64, u32)],
+    /// Tokens of a range of `json`'s elements, as the body's count adds
+    /// them.
+    pub body_tokens: &'a dyn Fn(Range<usize>) -> u32,
+}
+
+impl Rendered<'_> {
+    /// Elements the rendered messages before `i` became, after the lead.
+    fn elements_before(&self, i: usize) -> usize {
+        self.messages[..i.min(self.messages.len())]
+            .iter()
+            .map(|w| w.elements)
+            .sum()
+    }
+
+    /// The segment of rendered messages `range`, which render thread
+    /// messages `thread_range` (for the notes); with the lead elements when
+    /// `lead`.
+    fn segment(
+        &self,
+        range: Range<usize>,
+        (thread, pairing, thread_range): (&Thread, &Pairing, Range<usize>),
+        lead: bool,
+    ) -> Option<Segment> {
+        let messages = self.messages.get(range.clone())?;
+        let first = self.elements_before(range.start) + if lead { 0 } else { self.lead };
+        let last = self.elements_before(range.end) + self.lead;
+        let spans = self.spans.get(first..last)?;
+        let json = match (spans.first(), spans.last()) {
+            (Some(a), Some(b)) => self.json.get(a.0..b.1)?.to_string(),
+            _ => String::new(),
+        };
+        let notes = if thread_range.is_empty() {
+            Vec::new()
+        } else {
+            canonical_order(thread, pairing, thread_range).1
+        };
+        let mut stand_in = String::new();
+        for w in messages {
+            if let Some(s) = &w.stand_in {
+                stand_in.push_str(s);
+            }
+        }
+        Some(Segment {
+            json,
+            elements: last - first,
+            units: self.units.get(1 + first..1 + last)?.to_vec(),
+            tokens: messages.iter().map(|w| w.tokens).sum(),
+            body_tokens: (self.body_tokens)(first..last),
+            stand_in,
+            notes,
+        })
+    }
 }
 
 impl StablePart {
     /// Memory it holds, for the cache that keeps it.
     pub fn weight(&self) -> u64 {
-        (self.body.len() + self.stand_in.len() + 12 * self.units.len() + 256) as u64
-            + self.notes.iter().map(|n| n.len() as u64).sum::<u64>()
+        let segment = |s: &Segment| {
+            s.json.len()
+                + s.stand_in.len()
+                + 12 * s.units.len()
+                + s.notes.iter().map(String::len).sum::<usize>()
+        };
+        (self.head.len() + segment(&self.before) + segment(&self.after) + 256) as u64
     }
 
-    /// The whole body: the kept part, then the elements (and the rest) of
-    /// `json`, a body written from the same head with only what follows.
-    /// `None` when that body's text before its elements is not the kept
-    /// one's (something besides the messages changed).
-    pub fn body_with(&self, json: &str, spans: &[(usize, usize)]) -> Option<String> {
+    /// The whole body: the part's head and messages before the cut, then
+    /// the elements of `json` (a body written from the same head with only
+    /// the messages from the cut on, per-turn content included) with
+    /// `after` spliced in after the first `through_cut` of them, then the
+    /// rest of `json`. `None` when `json`'s text before its elements is not
+    /// the part's head (something besides the messages changed).
+    pub fn body_with(
+        &self,
+        json: &str,
+        spans: &[(usize, usize)],
+        through_cut: usize,
+    ) -> Option<String> {
         let (first, last) = (spans.first()?, spans.last()?);
-        if json.get(..first.0)? != self.body.get(..self.array_at)? {
+        if json.get(..first.0)? != self.head {
             return None;
         }
-        let mut out = String::with_capacity(self.body.len() + json.len() - first.0 + 1);
-        out.push_str(&self.body);
-        if self.elements > 0 {
-            out.push(',');
+        let mut out = String::with_capacity(
+            self.head.len() + self.before.json.len() + self.after.json.len() + json.len(),
+        );
+        out.push_str(&self.head);
+        push_json(&mut out, &self.before.json);
+        let split = spans.get(through_cut.checked_sub(1)?)?.1;
+        push_json(&mut out, json.get(first.0..split)?);
+        push_json(&mut out, &self.after.json);
+        if let Some(next) = spans.get(through_cut) {
+            push_json(&mut out, json.get(next.0..last.1)?);
         }
-        out.push_str(json.get(first.0..last.1)?);
         out.push_str(json.get(last.1..)?);
         Some(out)
     }
 
-    /// The part the next render keeps: `base` (or nothing, when this render
-    /// rendered the whole thread) and what this render added up to its
-    /// per-turn position. `None` when no part can be cut there.
-    #[allow(clippy::too_many_arguments)]
+    /// The trace units of [`StablePart::body_with`]'s body, from `units`
+    /// (the head, then each element of `json`).
+    pub fn units_with(&self, units: &[(u64, u32)], through_cut: usize) -> Vec<(u64, u32)> {
+        let written = units.get(1..).unwrap_or_default();
+        let (to_cut, rest) = written.split_at(through_cut.min(written.len()));
+        let mut out = Vec::with_capacity(
+            1 + self.before.units.len() + self.after.units.len() + written.len(),
+        );
+        out.push(self.head_unit);
+        out.extend_from_slice(&self.before.units);
+        out.extend_from_slice(to_cut);
+        out.extend_from_slice(&self.after.units);
+        out.extend_from_slice(rest);
+        out
+    }
+
+    /// The part the next render keeps: what `base` kept (or nothing, when
+    /// this render rendered the whole thread) and what this render added
+    /// (`now`, whose first rendered message is `base`'s cut message).
+    /// `None` when no part can be cut.
     pub fn next(
         base: Option<&StablePart>,
-        key: u64,
-        plan: (u64, String),
-        thread: &Arc<Thread>,
-        pairing: &Pairing,
+        (key, plan): (u64, (u64, String)),
+        (thread, pairing): (&Arc<Thread>, &Pairing),
         now: Rendered<'_>,
     ) -> Option<StablePart> {
+        let n = thread.messages.len();
+        // The cut message: the first after the per-turn content.
+        let cut_message = now.messages.get(now.at + now.placed)?;
         let from = base.map_or(0, |b| b.cut);
-        let rest = thread.messages.get(from..)?;
-        let cut = from + rest.iter().rposition(|m| m.id == now.at_source)?;
-        if !pairs_closed_within(pairing, from..cut) {
+        if !cut_message.verbatim {
             return None;
         }
-        let k = now.elements;
-        let spans = now.spans;
-        let kept = spans.get(..k)?;
-        // The units added: the head is the first only when nothing was kept.
-        let units = now.trace.units.get(1..1 + k)?;
-        let mut notes = base.map_or_else(Vec::new, |b| b.notes.clone());
-        notes.extend(canonical_order(thread, pairing, from..cut).1);
-        let mut stand_in = base.map_or_else(String::new, |b| b.stand_in.clone());
-        stand_in.push_str(&now.stand_in);
-        let (body, array_at, elements, mut all_units, body_tokens) = match base {
-            Some(b) => {
-                let mut body = b.body.clone();
-                if let (Some(first), Some(last)) = (kept.first(), kept.last()) {
-                    if b.elements > 0 {
-                        body.push(',');
-                    }
-                    body.push_str(now.json.get(first.0..last.1)?);
+        let cut = from
+            + thread
+                .messages
+                .get(from..)?
+                .iter()
+                .rposition(|m| m.id == cut_message.source_id)?;
+        let after_cut = now.at + now.placed + 1..now.messages.len();
+        // The loop after the cut message, kept when it is closed.
+        let loop_closed = |start: usize| pairs_closed_within(pairing, start..n);
+        let (before, after, end) = match base {
+            // The turn added no user message: the cut and what precedes it
+            // stay; the loop grows by what was rendered after the cut.
+            Some(b) if cut == b.cut => {
+                let mut after = b.after.clone();
+                if loop_closed(b.end) {
+                    after.extend(&now.segment(after_cut, (thread, pairing, b.end..n), false)?);
+                    (b.before.clone(), after, n)
+                } else {
+                    (b.before.clone(), after, b.end)
                 }
-                (
-                    body,
-                    b.array_at,
-                    b.elements + k,
-                    b.units.clone(),
-                    b.body_tokens + now.body_tokens,
-                )
             }
-            None => {
-                let array_at = spans.first()?.0;
-                let end = kept.last().map_or(array_at, |s| s.1);
-                (
-                    now.json.get(..end)?.to_string(),
-                    array_at,
-                    k,
-                    vec![*now.trace.units.first()?],
-                    now.body_tokens,
-                )
+            _ => {
+                if !pairs_closed_within(pairing, from..cut) {
+                    return None;
+                }
+                let mut before = base.map_or_else(Segment::default, |b| b.before.clone());
+                match base {
+                    // The old cut message, the old loop, and what the turn
+                    // rendered up to the new cut.
+                    Some(b) => {
+                        let old_cut =
+                            now.segment(0..1, (thread, pairing, b.cut..b.cut + 1), false)?;
+                        before.extend(&old_cut);
+                        before.extend(&b.after);
+                        before.extend(&now.segment(
+                            1..now.at,
+                            (thread, pairing, b.end..cut),
+                            false,
+                        )?);
+                    }
+                    None => {
+                        before.extend(&now.segment(0..now.at, (thread, pairing, 0..cut), true)?)
+                    }
+                }
+                let (after, end) = if loop_closed(cut + 1) {
+                    let after = now.segment(after_cut, (thread, pairing, cut + 1..n), false)?;
+                    (after, n)
+                } else {
+                    (Segment::default(), cut + 1)
+                };
+                (before, after, end)
             }
         };
-        all_units.extend_from_slice(units);
+        let head_end = now.spans.first()?.0;
         Some(StablePart {
             key,
             plan,
             thread: Arc::clone(thread),
             cut,
-            notes,
-            stand_in,
-            tokens: base.map_or(0, |b| b.tokens) + now.tokens,
-            body,
-            array_at,
-            elements,
-            units: all_units,
-            body_tokens,
+            head: base.map_or_else(
+                || now.json.get(..head_end).map(str::to_string),
+                |b| Some(b.head.clone()),
+            )?,
+            head_unit: base.map_or_else(|| now.units.first().copied(), |b| Some(b.head_unit))?,
+            before,
+            after,
+            end,
         })
     }
 }
