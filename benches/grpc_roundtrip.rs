@@ -631,6 +631,9 @@ async fn session_section(
         .and_then(|v| v.parse().ok())
         .unwrap_or(if full { 200 } else { 6 });
     let first_turn = thread.messages.last().map_or(1, |m| m.turn);
+    // `GRPC_ROUNDTRIP_TOOL_LOOP=1`: each turn is a step of one tool loop
+    // (a call and its result) after the thread's last user message.
+    let tool_loop = std::env::var_os("GRPC_ROUNDTRIP_TOOL_LOOP").is_some();
     let (mut per_turn, mut echo_turn) = (Vec::new(), Vec::new());
     let (mut reuse, mut matches, mut in_bytes) = (0usize, 0usize, 0usize);
     let (mut out_bytes, mut body_bytes) = (0usize, 0usize);
@@ -640,10 +643,16 @@ async fn session_section(
         req.thread = None;
         req.max_input_tokens = 128_000;
         req.known_plan_version = Some(held_plan);
+        let mut messages = session_turn(n, turn);
+        if tool_loop {
+            // A step of a tool loop: the call and its result, no user
+            // message (the model is called again with the result).
+            messages.truncate(2);
+        }
         req.append = Some(pb::ThreadAppend {
             thread_id: thread.id.clone(),
             base_version: version,
-            messages: session_turn(n, turn),
+            messages,
             ..Default::default()
         });
         in_bytes += prost::Message::encoded_len(&req);
@@ -690,9 +699,14 @@ async fn session_section(
     let k = (turns / 10).max(1);
     println!();
     println!(
-        "append sessions: thread {:.2} MB ({} messages), max_input_tokens 128000, {turns} turns of 4 messages each",
+        "append sessions: thread {:.2} MB ({} messages), max_input_tokens 128000, {turns} turns of {}",
         bytes as f64 / 1048576.0,
-        thread.messages.len()
+        thread.messages.len(),
+        if tool_loop {
+            "a tool call and its result each (one tool loop)"
+        } else {
+            "4 messages each"
+        }
     );
     println!("| call | p50 ms | vs its echo |");
     println!("|---|---:|---:|");

@@ -86,8 +86,9 @@ pub struct StablePart {
     /// The trace unit of the body's head.
     pub head_unit: (u64, u32),
     /// The messages before the cut (and the system prompt, when the body
-    /// carries it as an element).
-    pub before: Segment,
+    /// carries it as an element); shared by the parts of a tool loop's
+    /// turns, which all keep it.
+    pub before: Arc<Segment>,
     /// The messages after the cut message up to `end`.
     pub after: Segment,
     /// Where `after` ends in the thread.
@@ -286,16 +287,16 @@ impl StablePart {
                 let mut after = b.after.clone();
                 if loop_closed(b.end) {
                     after.extend(&now.segment(after_cut, (thread, pairing, b.end..n), false)?);
-                    (b.before.clone(), after, n)
+                    (Arc::clone(&b.before), after, n)
                 } else {
-                    (b.before.clone(), after, b.end)
+                    (Arc::clone(&b.before), after, b.end)
                 }
             }
             _ => {
                 if !pairs_closed_within(pairing, from..cut) {
                     return None;
                 }
-                let mut before = base.map_or_else(Segment::default, |b| b.before.clone());
+                let mut before = base.map_or_else(Segment::default, |b| (*b.before).clone());
                 match base {
                     // The old cut message, the old loop, and what the turn
                     // rendered up to the new cut.
@@ -320,7 +321,7 @@ impl StablePart {
                 } else {
                     (Segment::default(), cut + 1)
                 };
-                (before, after, end)
+                (Arc::new(before), after, end)
             }
         };
         let head_end = now.spans.first()?.0;
