@@ -381,25 +381,21 @@ impl App {
                 // full: an error is then the whole thread's.
                 _ => turn(None)?,
             };
-            let Turn {
-                output,
-                trace,
-                tokens,
-                rehydrated,
-                recalled,
-                warnings,
-                next,
-            } = done;
             let quality = crate::render::quality::quality_signals(
                 &cmd.request.thread,
                 &plan,
                 READ_ARTIFACT_TOOL,
             );
-            let mut audit = audit(&plan, parts.counter.name(), &summarizer_id, &rehydrated);
+            let mut audit = audit(
+                &plan,
+                parts.counter.name(),
+                &summarizer_id,
+                &done.rehydrated,
+            );
             audit.turns_since_compaction =
                 plan.turns_since_compaction(cmd.request.thread.current_turn());
             audit.warnings = thread_warnings;
-            audit.warnings.extend(warnings);
+            audit.warnings.extend(done.warnings);
             audit
                 .warnings
                 .extend(app.inner.redactor.off_warning().map(str::to_string));
@@ -407,15 +403,15 @@ impl App {
             let out = RenderOutcome {
                 plan,
                 compaction: None,
-                output,
-                tokens,
+                output: done.output,
+                tokens: done.tokens,
                 audit,
-                rehydrated,
-                recalled,
-                trace,
+                rehydrated: done.rehydrated,
+                recalled: done.recalled,
+                trace: done.trace,
                 unchanged_prefix_tokens: None,
                 session: None,
-                stable: next.map(Arc::new),
+                stable: done.next.map(Arc::new),
                 kept,
             };
             Ok::<_, AppError>((out, quality))
