@@ -203,6 +203,7 @@ impl App {
                     paired,
                     previous,
                     stable,
+                    keeps,
                 },
             )
             .await;
@@ -310,6 +311,7 @@ impl App {
             paired,
             previous,
             stable,
+            keeps,
         } = known;
         let auto_cap = self.inner.defaults.auto_rehydrate.max_tokens_per_artifact;
         let summarizer_id = self.inner.summarizer.id().to_string();
@@ -357,7 +359,7 @@ impl App {
             let turn = |part: Option<&StablePart>| {
                 render_turn(
                     &cmd,
-                    (&pairing, key, &plan_id),
+                    (&pairing, keeps.then_some((key, &plan_id))),
                     &plan,
                     &rc,
                     extras.clone(),
@@ -824,7 +826,7 @@ struct Turn {
 #[allow(clippy::too_many_arguments)]
 fn render_turn(
     cmd: &RenderCommand,
-    (pairing, key, plan_id): (&Pairing, u64, &(u64, String)),
+    (pairing, keep): (&Pairing, Option<(u64, &(u64, String))>),
     plan: &CompactionPlan,
     rc: &RequestCounter<'_>,
     extras: TurnExtras,
@@ -853,7 +855,8 @@ fn render_turn(
         ReserveUse::default(),
     )
     .ceiling();
-    let next = Some(Next {
+    // Only a session keeps the next part.
+    let next = keep.map(|(key, plan_id)| Next {
         key,
         plan: plan_id.clone(),
         thread: &cmd.request.thread,
@@ -994,6 +997,8 @@ struct Known {
     previous: Option<Arc<PrefixTrace>>,
     /// The stable part of the session's last render.
     stable: Option<Arc<StablePart>>,
+    /// Whether the render is a session's, which keeps the next part.
+    keeps: bool,
 }
 
 /// A thread's tool pairing, found once per turn (at admission) for the
