@@ -821,12 +821,16 @@ struct Turn {
     next: Option<StablePart>,
 }
 
+/// What names the part a session's render keeps: the hash of what shapes
+/// the body, and the plan's version and fingerprint.
+type PartId<'a> = (u64, &'a (u64, String));
+
 /// Renders, counts and encodes one turn: the whole thread, or only what
 /// follows the stable `part` of the last render.
 #[allow(clippy::too_many_arguments)]
 fn render_turn(
     cmd: &RenderCommand,
-    (pairing, keep): (&Pairing, Option<(u64, &(u64, String))>),
+    (pairing, keep): (&Pairing, Option<PartId<'_>>),
     plan: &CompactionPlan,
     rc: &RequestCounter<'_>,
     extras: TurnExtras,
