@@ -899,7 +899,8 @@ fn extends_part(cmd: &RenderCommand, part: &StablePart, pairing: &Pairing) -> bo
     let same = |(a, b): (&Arc<crate::model::Message>, &Arc<crate::model::Message>)| {
         Arc::ptr_eq(a, b) || a == b
     };
-    let end = part.end.max(part.cut + 1);
+    // A part's loop always ends past its cut message.
+    let end = part.end;
     cmd.request.workspace.is_none()
         && cmd.format.elements_of(None, &[]).is_some()
         && end <= old.len()
