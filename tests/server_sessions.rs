@@ -677,3 +677,99 @@ async fn each_turn_renders_as_the_whole_thread_whatever_its_shape() {
     assert!(compactions > 1, "the session compacted {compactions} times");
     server.stop().await.expect("clean stop");
 }
+
+/// The session's head is not synced to disk: a crash may bring back an
+/// earlier version, or leave it torn. Either costs the client at most one
+/// full resend, and never a thread other than its own. Each "restart" is a
+/// new server on the first one's data directory (nothing in memory).
+#[tokio::test]
+async fn a_head_lost_in_a_crash_costs_one_full_resend() {
+    let first = TestServer::start().await;
+    let restart = || {
+        let data_dir = first.data_dir.clone();
+        TestServer::start_with(move |s| s.data_dir = data_dir)
+    };
+    let token = token("acme", TOKEN_PERMS);
+    let id = "sess-crash";
+    let head = first
+        .data_dir
+        .join("tenants/acme/threads")
+        .join(hex_of(id))
+        .join("session/head");
+    let full_render = |turns: u32| {
+        let mut req = render_req(6_000);
+        req.compact_first = false;
+        req.thread = Some(pb::Thread {
+            id: id.into(),
+            messages: (1..=turns).flat_map(turn).collect(),
+        });
+        req
+    };
+    let mut client = first.client().await;
+    let v1 = start_turn_one(&mut client, &token, id).await;
+    let at_v1 = std::fs::read(&head).expect("head at v1");
+    let v2 = append(&mut client, &token, id, v1, turn(2))
+        .await
+        .expect("append turn 2")
+        .session
+        .expect("state")
+        .version;
+    // The head went back to v1: the client's v2 is stale, and v1 is where
+    // the server is. Appending turn 2 again (what the client sent last)
+    // makes the same thread.
+    std::fs::write(&head, &at_v1).expect("roll back");
+    let server = restart().await;
+    let mut client = server.client().await;
+    let e = append(&mut client, &token, id, v2, turn(3))
+        .await
+        .expect_err("v2 is gone");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert_eq!(ErrorDescription::of(&e).current_version, Some(v1));
+    let again = append(&mut client, &token, id, v1, turn(2))
+        .await
+        .expect("the retried append");
+    let full = within(client.render(authed(full_render(2), &token)))
+        .await
+        .expect("full render")
+        .into_inner();
+    assert_eq!(again.provider_payload_json, full.provider_payload_json);
+    let mut version = again.session.expect("state").version;
+    server.stop().await.expect("clean stop");
+    // Torn: empty, then cut inside the sealed body. No session; a start
+    // replaces it (numbered past every version before) and appends go on.
+    for (short_by, turns) in [(usize::MAX, 2), (7, 3)] {
+        let bytes = std::fs::read(&head).expect("head");
+        std::fs::write(&head, &bytes[..bytes.len().saturating_sub(short_by)]).expect("tear");
+        let server = restart().await;
+        let mut client = server.client().await;
+        let e = append(&mut client, &token, id, version, turn(turns + 1))
+            .await
+            .expect_err("torn head");
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+        assert_eq!(ErrorDescription::of(&e).current_version, Some(0));
+        let restarted = start(
+            &mut client,
+            &token,
+            pb::Thread {
+                id: id.into(),
+                messages: (1..=turns).flat_map(turn).collect(),
+            },
+        )
+        .await
+        .session
+        .expect("state")
+        .version;
+        assert!(restarted > version, "versions only grow");
+        let out = append(&mut client, &token, id, restarted, turn(turns + 1))
+            .await
+            .expect("append after the restart");
+        let full = within(client.render(authed(full_render(turns + 1), &token)))
+            .await
+            .expect("full render")
+            .into_inner();
+        assert_eq!(out.provider_payload_json, full.provider_payload_json);
+        version = out.session.expect("state").version;
+        server.stop().await.expect("clean stop");
+    }
+    first.stop().await.expect("clean stop");
+}

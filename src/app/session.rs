@@ -312,6 +312,17 @@ fn session_error(e: StoreError, thread_id: &str, base: u64) -> AppError {
     }
 }
 
+/// [`session_error`] for reading the session: a head or segment that does
+/// not open (a head torn by a crash, as heads are not synced) is a session
+/// the server no longer has, and the client sends its thread in full.
+fn read_error(e: StoreError, thread_id: &str, base: u64) -> AppError {
+    if let StoreError::Corrupt(detail) = &e {
+        tracing::warn!(error = %detail, "an append session does not open; answered as unknown");
+        return stale(thread_id, base, 0);
+    }
+    session_error(e, thread_id, base)
+}
+
 impl Sessions {
     pub(crate) fn new(store: Arc<ThreadStore>, settings: SessionSettings) -> Self {
         Sessions {
@@ -394,7 +405,7 @@ impl Sessions {
             .store
             .peek(tenant, thread_id, self.ttl_ms())
             .await
-            .map_err(|e| session_error(e, thread_id, version))?
+            .map_err(|e| read_error(e, thread_id, version))?
             .ok_or_else(|| stale(thread_id, version, 0))?;
         if peek.version != version {
             return Err(stale(thread_id, version, peek.version));
@@ -410,7 +421,7 @@ impl Sessions {
             .store
             .open_head(tenant, thread_id, &peek)
             .await
-            .map_err(|e| store_error(e, "append session"))?;
+            .map_err(|e| read_error(e, thread_id, version))?;
         let (mut messages, mut digest, have) = match cached
             .as_ref()
             .filter(|c| head.segments.starts_with(&c.segments))
@@ -427,7 +438,7 @@ impl Sessions {
                 .store
                 .segment(tenant, thread_id, segment)
                 .await
-                .map_err(|e| session_error(e, thread_id, version))?;
+                .map_err(|e| read_error(e, thread_id, version))?;
             digest = extend_digest(digest, segment_lines(&bytes));
             messages.extend(parse_segment(&bytes)?);
         }
@@ -706,10 +717,10 @@ mod tests {
             .open("acme", sent(&["m0".into()], 10), SessionInput::Start)
             .await
             .expect("start");
-        let (mut version, mut n) = (1, 1);
         let ticket = ticket.expect("a ticket");
         let start = sent(&["m0".into()], 10);
-        one.commit(ticket, start, None).await.expect("commit");
+        let state = one.commit(ticket, start, None).await.expect("commit");
+        let (mut version, mut n) = (state.version, 1);
         let head = || async {
             store
                 .head("acme", "t", 0)

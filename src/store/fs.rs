@@ -105,14 +105,41 @@ pub(super) fn thread_dir_name(thread_id: &str) -> String {
 /// mix; a crash leaves at most a stray `.{name}.tmp-*` file, which no reader
 /// opens.
 pub(super) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    write_replacing(dir, name, bytes, Flush::Synced)
+}
+
+/// Whether a write waits for the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flush {
+    /// Durable once the call returns (two fsyncs).
+    Synced,
+    /// Visible to every reader at once, but a crash may leave the previous
+    /// content, or a truncated or empty file: only for objects whose readers
+    /// detect that (they are sealed) and recover from it.
+    Lazy,
+}
+
+/// [`write_atomic`], with or without waiting for the disk. Without, a
+/// running reader still sees the old or the new content, never a mix.
+pub(super) fn write_replacing(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    flush: Flush,
+) -> io::Result<()> {
     let tmp = dir.join(format!(".{name}.tmp-{:016x}", rand::random::<u64>()));
     let result = (|| {
         let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         file.write_all(bytes)?;
-        file.sync_all()?;
+        if flush == Flush::Synced {
+            file.sync_all()?;
+        }
         drop(file);
         fs::rename(&tmp, dir.join(name))?;
-        sync_dir(dir)
+        if flush == Flush::Synced {
+            sync_dir(dir)?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         // Best effort: the temp file is harmless, only untidy.

@@ -754,6 +754,7 @@ impl super::session::Blobs for S3SessionBlobs {
         name: &str,
         bytes: Vec<u8>,
         expect: super::session::Expect,
+        _flush: super::fs::Flush,
     ) -> Result<(), StoreError> {
         use super::session::Expect;
         let key = format!("{}{name}", self.folder(tenant, thread_id)?);

@@ -37,7 +37,7 @@ use super::artifact::{crypto_error, sealed_bytes, split_sealed};
 use super::envelope::{
     open_content, seal_content, unwrap_key, DataKey, EncryptionContext, Envelope, KeyService,
 };
-use super::fs::{self, DataDir, KeyedLocks};
+use super::fs::{self, DataDir, Flush, KeyedLocks};
 use super::{validate_path_segment, StoreError};
 use crate::runtime::lock;
 
@@ -156,6 +156,14 @@ pub struct SessionWrite {
     pub retire: Vec<SegmentRef>,
 }
 
+/// What is in a head's place when a session starts.
+enum Replaced {
+    Absent,
+    Head(Peek),
+    /// A head that does not read, with its tag.
+    Unreadable(String),
+}
+
 /// Where a write must find the object it replaces.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Expect {
@@ -198,7 +206,9 @@ pub(crate) trait Blobs: Send + Sync {
         thread_id: &str,
         name: &str,
     ) -> Result<Option<(Vec<u8>, String)>, StoreError>;
-    /// Writes `name`; `Conflict` when `expect` does not hold.
+    /// Writes `name`; `Conflict` when `expect` does not hold. `flush` says
+    /// whether the write must be durable when this returns (a backend that
+    /// is always durable ignores it).
     async fn put(
         &self,
         tenant: &str,
@@ -206,6 +216,7 @@ pub(crate) trait Blobs: Send + Sync {
         name: &str,
         bytes: Vec<u8>,
         expect: Expect,
+        flush: Flush,
     ) -> Result<(), StoreError>;
     /// Removes the named objects (missing ones are fine).
     async fn remove(
@@ -357,12 +368,28 @@ impl ThreadStore {
         }
     }
 
+    /// What a start finds in the head's place. A head whose header does not
+    /// read (torn by a crash: heads are not synced) is replaced too.
+    async fn replaceable(&self, tenant: &str, thread_id: &str) -> Result<Replaced, StoreError> {
+        match self.peek(tenant, thread_id, 0).await {
+            Ok(Some(old)) => Ok(Replaced::Head(old)),
+            Ok(None) => Ok(Replaced::Absent),
+            Err(StoreError::Corrupt(_)) => Ok(self
+                .blobs
+                .get(tenant, thread_id, HEAD)
+                .await?
+                .map_or(Replaced::Absent, |(_, tag)| Replaced::Unreadable(tag))),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The current version, for a conflict's answer (0: no session).
     async fn current_version(&self, tenant: &str, thread_id: &str) -> Result<u64, StoreError> {
-        Ok(self
-            .peek(tenant, thread_id, 0)
-            .await?
-            .map_or(0, |p| p.version))
+        match self.peek(tenant, thread_id, 0).await {
+            Ok(p) => Ok(p.map_or(0, |p| p.version)),
+            Err(StoreError::Corrupt(_)) => Ok(0),
+            Err(e) => Err(e),
+        }
     }
 
     /// A segment's content. `NotFound` when it is gone (a newer head
@@ -433,16 +460,17 @@ impl ThreadStore {
             // it is still there.
             Some(base) => (Expect::Tag(base.tag.clone()), base.version + 1, Vec::new()),
             // A start replaces whatever is there; its segments go after.
-            None => match self.peek(tenant, thread_id, 0).await? {
-                Some(old) => {
+            None => match self.replaceable(tenant, thread_id).await? {
+                Replaced::Unreadable(tag) => (Expect::Tag(tag), clock_version(0), Vec::new()),
+                Replaced::Absent => (Expect::Absent, clock_version(0), Vec::new()),
+                Replaced::Head(old) => {
                     let segments = self
                         .open_head(tenant, thread_id, &old)
                         .await
                         .map(|h| h.segments)
                         .unwrap_or_default();
-                    (Expect::Tag(old.tag), old.version + 1, segments)
+                    (Expect::Tag(old.tag), clock_version(old.version), segments)
                 }
-                None => (Expect::Absent, 1, Vec::new()),
             },
         };
         let session = match &write.base {
@@ -471,7 +499,7 @@ impl ThreadStore {
             let name = format!("seg-{version:020}-{:016x}", rand::random::<u64>());
             let bytes = Self::seal(&dk, SEGMENT_MAGIC, name.as_bytes(), &meta, content)?;
             self.blobs
-                .put(tenant, thread_id, &name, bytes, Expect::Any)
+                .put(tenant, thread_id, &name, bytes, Expect::Any, Flush::Synced)
                 .await?;
             segments.push(SegmentRef {
                 name: name.clone(),
@@ -490,7 +518,28 @@ impl ThreadStore {
         let body = serde_json::to_vec(&body)
             .map_err(|e| StoreError::Corrupt(format!("session head does not serialize: {e}")))?;
         let head = Self::seal(&dk, HEAD_MAGIC, b"head", &meta, &body)?;
-        if let Err(e) = self.blobs.put(tenant, thread_id, HEAD, head, expect).await {
+        // Segments the new head no longer lists (a restart's, or those a
+        // consolidation rewrote), removed once it is written.
+        let mut unused: Vec<String> = dropped
+            .into_iter()
+            .chain(write.retire.iter().cloned())
+            .map(|s| s.name)
+            .collect();
+        unused.retain(|n| !segments.iter().any(|s| &s.name == n));
+        // The head is rewritten every turn and need not survive a crash: one
+        // that went back to an earlier version holds a thread the client
+        // had (segments are synced before a head names them), and a torn
+        // one does not open, which the caller answers like an unknown
+        // session (the client sends its thread in full). Only a head whose
+        // write is followed by removals is synced, so that the old one never
+        // comes back listing removed segments.
+        let flush = if unused.is_empty() {
+            Flush::Lazy
+        } else {
+            Flush::Synced
+        };
+        let put = self.blobs.put(tenant, thread_id, HEAD, head, expect, flush);
+        if let Err(e) = put.await {
             if let Some(name) = written {
                 // Never referenced: remove it (best effort; DeleteThread
                 // removes the whole session folder anyway).
@@ -504,15 +553,7 @@ impl ThreadStore {
                 other => other,
             });
         }
-        // Segments the new head no longer lists (a restart's, or those a
-        // consolidation rewrote): best effort, a reader that still needs
-        // one reads the head again.
-        let mut unused: Vec<String> = dropped
-            .into_iter()
-            .chain(write.retire.iter().cloned())
-            .map(|s| s.name)
-            .collect();
-        unused.retain(|n| !segments.iter().any(|s| &s.name == n));
+        // Best effort: a reader that still needs one reads the head again.
         if !unused.is_empty() {
             if let Err(e) = self.blobs.remove(tenant, thread_id, &unused).await {
                 tracing::warn!(error = %e, "session segments no longer used could not be removed");
@@ -557,6 +598,19 @@ impl ThreadStore {
         }
         Ok(removed)
     }
+}
+
+/// A new session's first version: microseconds since the epoch, and past
+/// `replaced` (the head it replaces, 0 for none). Versions of a session
+/// that was deleted, or lost to a crash (heads are not synced; a torn one's
+/// version is unknown), were each one call, so they stay below the clock:
+/// a client holding one is never taken for a client of the new session.
+/// Below 2^53 for centuries, so JSON clients keep it exact.
+fn clock_version(replaced: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2));
+    now.max(replaced.saturating_add(1))
 }
 
 fn expired(meta: &Meta, idle_ttl_ms: u64) -> bool {
@@ -609,6 +663,7 @@ impl Blobs for FsBlobs {
         name: &str,
         bytes: Vec<u8>,
         expect: Expect,
+        flush: Flush,
     ) -> Result<(), StoreError> {
         let folder = self.folder(tenant, thread_id)?;
         let guard = self.locks.get(&folder).lock_owned().await;
@@ -621,7 +676,7 @@ impl Blobs for FsBlobs {
                 return Err(lost_race());
             }
             dir.ensure_dir(&folder)?;
-            fs::write_atomic(&folder, &name, &bytes)?;
+            fs::write_replacing(&folder, &name, &bytes, flush)?;
             Ok(())
         })
         .await
@@ -707,6 +762,7 @@ impl Blobs for MemoryBlobs {
         name: &str,
         bytes: Vec<u8>,
         expect: Expect,
+        _flush: Flush,
     ) -> Result<(), StoreError> {
         let k = memory_key(tenant, thread_id)?;
         let mut threads = lock(&self.threads);
