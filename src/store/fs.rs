@@ -135,17 +135,63 @@ pub(super) fn write_replacing(
             file.sync_all()?;
         }
         drop(file);
-        fs::rename(&tmp, dir.join(name))?;
-        if flush == Flush::Synced {
-            sync_dir(dir)?;
+        match flush {
+            Flush::Synced => {
+                fs::rename(&tmp, dir.join(name))?;
+                sync_dir(dir)
+            }
+            Flush::Lazy => replace_lazily(&tmp, &dir.join(name)),
         }
-        Ok(())
     })();
     if result.is_err() {
         // Best effort: the temp file is harmless, only untidy.
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// Puts `tmp` in `target`'s place, for a write that does not wait for the
+/// disk. Renamed over an existing file, ext4 starts writing the new file
+/// back before the rename returns (its `auto_da_alloc` guard for
+/// replace-by-rename): 0.1–0.3 ms here, a tenth of a session turn. Swapping
+/// the two names and removing the old file does not, and readers still see
+/// the old or the new content. Elsewhere, or with no file to swap with, a
+/// plain rename.
+fn replace_lazily(tmp: &Path, target: &Path) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    if exchange(tmp, target).is_ok() {
+        // `tmp` now names the old content. Best effort: a stray temp file
+        // is only untidy (no reader opens one; the thread's removal takes it).
+        let _ = fs::remove_file(tmp);
+        return Ok(());
+    }
+    fs::rename(tmp, target)
+}
+
+/// `renameat2(RENAME_EXCHANGE)`: fails when either is missing or the file
+/// system cannot swap names.
+#[cfg(target_os = "linux")]
+fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let a = CString::new(a.as_os_str().as_bytes())?;
+    let b = CString::new(b.as_os_str().as_bytes())?;
+    // SAFETY: both paths are NUL-terminated and outlive the call, which
+    // shares no other memory.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Makes renames and new entries in `dir` durable.
@@ -250,5 +296,33 @@ impl<K: std::hash::Hash + Eq> KeyedLocks<K> {
     pub(super) fn len(&self) -> usize {
         let map = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         map.locks.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Either way, the new content in place and nothing else left behind,
+    /// whether or not there was a file to replace.
+    #[test]
+    fn a_replacing_write_leaves_only_the_new_content() {
+        for flush in [Flush::Lazy, Flush::Synced] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            write_replacing(dir.path(), "head", b"first", flush).expect("create");
+            write_replacing(dir.path(), "head", b"second, longer", flush).expect("replace");
+            write_replacing(dir.path(), "head", b"3", flush).expect("replace again");
+            assert_eq!(fs::read(dir.path().join("head")).expect("read"), b"3");
+            assert_eq!(names(dir.path()), ["head"], "{flush:?}");
+        }
     }
 }
