@@ -256,8 +256,40 @@ fn aad(kind: &[u8], meta_raw: &[u8]) -> Vec<u8> {
     out
 }
 
+/// What compare-and-swap compares on the filesystem: a hash of the
+/// object's first two lines (its magic and header). Every write seals under
+/// a new data key, so the header alone tells writes apart, and a writer
+/// need not read (or hash) the rest. An object without them is hashed
+/// whole.
 fn header_tag(bytes: &[u8]) -> String {
-    hex::encode(&Sha256::digest(bytes)[..16])
+    let end = header_end(bytes).unwrap_or(bytes.len());
+    hex::encode(&Sha256::digest(&bytes[..end])[..16])
+}
+
+/// Where the second line ends.
+fn header_end(bytes: &[u8]) -> Option<usize> {
+    let first = memchr::memchr(b'\n', bytes)?;
+    let second = memchr::memchr(b'\n', &bytes[first + 1..])?;
+    Some(first + 1 + second + 1)
+}
+
+/// The [`header_tag`] of the file at `path` (`None`: there is none),
+/// reading no further than its header.
+fn read_tag(path: &std::path::Path) -> std::io::Result<Option<String>> {
+    use std::io::Read;
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let (mut read, mut chunk) = (Vec::new(), [0u8; 8192]);
+    loop {
+        let n = file.read(&mut chunk)?;
+        read.extend_from_slice(&chunk[..n]);
+        if n == 0 || header_end(&read).is_some() {
+            return Ok(Some(header_tag(&read)));
+        }
+    }
 }
 
 /// A sealed object split at its header, checked to belong to `tenant` and
@@ -671,7 +703,7 @@ impl Blobs for FsBlobs {
         let name = name.to_owned();
         fs::blocking(move || {
             let _guard = guard;
-            let found = fs::read_optional(&folder.join(&name))?.map(|b| header_tag(&b));
+            let found = read_tag(&folder.join(&name))?;
             if !expect.holds(found.as_deref()) {
                 return Err(lost_race());
             }
