@@ -183,14 +183,13 @@ impl App {
         let resolved = self.resolve(&ctx.tenant_id, cmd.request.clone())?;
         let (plan, staging) = self.plan_to_render(ctx, &cmd, &resolved).await?;
         let cache_key = (ctx.tenant_id.clone(), cmd.request.thread.id.clone());
-        // Only an append session's render under the plan the last one
-        // rendered may keep part of it.
-        let appends = matches!(cmd.request.session, super::SessionInput::Append { .. });
+        // A render under the plan the last one rendered may keep part of
+        // it, whether the thread came as an append or in full again.
         let stable = match &staging {
-            None | Some(Staging::Reused(_)) if appends => self.inner.stable.get(&cache_key),
+            None | Some(Staging::Reused(_)) => self.inner.stable.get(&cache_key),
             _ => None,
         };
-        let keeps = cmd.request.session != super::SessionInput::Off;
+        let keeps = true;
         let rendered = self
             .render_plan(
                 ctx,
@@ -1620,9 +1619,10 @@ mod kept_part_tests {
     }
 
     /// Runs a session of `kinds` turns, appended in chunks of `chunks`
-    /// messages; checks each turn against the whole thread rendered on its
-    /// own. Returns the turns that kept part of the last render.
-    async fn session(kinds: &[(u8, usize)], chunks: &[usize], budget: u32) -> usize {
+    /// messages (or, with `resend`, the thread sent in full each time);
+    /// checks each turn against the whole thread rendered on its own.
+    /// Returns the turns that kept part of the last render.
+    async fn session(kinds: &[(u8, usize)], chunks: &[usize], budget: u32, resend: bool) -> usize {
         let mut pending = None;
         let messages: Vec<Value> = kinds
             .iter()
@@ -1632,11 +1632,16 @@ mod kept_part_tests {
         let whole = crate::provider::thread_from_json(&Value::Array(messages), "kept")
             .expect("a thread")
             .thread;
-        session_of(&whole, chunks, budget, Format::OpenAiChat).await
+        session_of(&whole, chunks, (budget, Format::OpenAiChat), resend).await
     }
 
     /// [`session`] of the thread `whole`, rendered in `format`.
-    async fn session_of(whole: &Thread, chunks: &[usize], budget: u32, format: Format) -> usize {
+    async fn session_of(
+        whole: &Thread,
+        chunks: &[usize],
+        (budget, format): (u32, Format),
+        resend: bool,
+    ) -> usize {
         let app = App::offline(Defaults::default());
         let ctx = SecurityContext::dev();
         let (mut at, mut version, mut kept) = (0, 0, 0);
@@ -1649,26 +1654,33 @@ mod kept_part_tests {
                 id: whole.id.clone(),
                 messages: whole.messages[at..end].to_vec(),
             };
-            let input = if i == 0 {
-                SessionInput::Start
-            } else {
-                SessionInput::Append {
-                    base_version: version,
-                    json: None,
-                }
-            };
             let so_far = Thread {
                 id: whole.id.clone(),
                 messages: whole.messages[..end].to_vec(),
             };
+            let (sent, input) = match (resend, i) {
+                (true, _) => (so_far.clone(), SessionInput::Off),
+                (false, 0) => (chunk, SessionInput::Start),
+                (false, _) => (
+                    chunk,
+                    SessionInput::Append {
+                        base_version: version,
+                        json: None,
+                    },
+                ),
+            };
             // A window too small for the thread fails the turn (and the
             // session stops there); a turn that rendered is rendered again
-            // alone, under the plan it committed.
-            let mut cmd = render_cmd(chunk, budget, input);
+            // alone, under the plan it committed, without the part the
+            // turn left (put back for the next turn).
+            let mut cmd = render_cmd(sent, budget, input);
             cmd.format = format;
             let Ok(out) = app.render(&ctx, cmd).await else {
                 return kept;
             };
+            let key = (ctx.tenant_id.clone(), whole.id.clone());
+            let part = app.inner.stable.get(&key);
+            app.inner.stable.remove(&key);
             let mut full = render_cmd(so_far, budget, SessionInput::Off);
             full.compact_first = false;
             full.format = format;
@@ -1676,12 +1688,19 @@ mod kept_part_tests {
                 .render(&ctx, full)
                 .await
                 .unwrap_or_else(|e| panic!("messages ..{end} alone: {e}"));
+            assert_eq!(alone.kept, 0, "rendered in full");
+            match part {
+                Some(p) => app.inner.stable.insert(key, p),
+                None => app.inner.stable.remove(&key),
+            }
             assert_eq!(out.output, alone.output, "messages ..{end}");
             assert_eq!(out.tokens, alone.tokens, "messages ..{end}");
             assert_eq!(out.audit.warnings, alone.audit.warnings, "messages ..{end}");
             assert_eq!(out.recalled, alone.recalled, "messages ..{end}");
             kept += usize::from(out.kept > 0);
-            version = out.session.expect("a session").version;
+            if !resend {
+                version = out.session.expect("a session").version;
+            }
             at = end;
         }
         kept
@@ -1696,10 +1715,16 @@ mod kept_part_tests {
             .map(|(k, l)| (k as u8, l))
             .collect();
         let chunks = vec![4; 40];
-        let kept = rt.block_on(session(&kinds, &chunks, 6_000));
         // 33 turns in about 100 messages: about 25 appends of 4; all but
-        // the compactions keep a part.
-        assert!(kept >= 14, "{kept} turns kept part of the last render");
+        // the compactions keep a part, whether the thread is appended to or
+        // sent in full again.
+        for resend in [false, true] {
+            let kept = rt.block_on(session(&kinds, &chunks, 6_000, resend));
+            assert!(
+                kept >= 14,
+                "{kept} turns kept part of the last render ({resend})"
+            );
+        }
     }
 
     /// The public agent logs in `tests/data`, replayed as sessions that
@@ -1725,7 +1750,7 @@ mod kept_part_tests {
             let chunks = vec![3; whole.messages.len() / 3 + 1];
             for format in Format::ALL {
                 for budget in [4_000, 16_000] {
-                    let k = rt.block_on(session_of(&whole, &chunks, budget, format));
+                    let k = rt.block_on(session_of(&whole, &chunks, (budget, format), false));
                     if format == Format::OpenAiChat {
                         kept += k;
                     }
@@ -1742,9 +1767,10 @@ mod kept_part_tests {
             kinds in proptest::collection::vec((0u8..7, 1usize..40), 4..16),
             chunks in proptest::collection::vec(1usize..9, 2..30),
             budget in 1_200u32..5_000,
+            resend in any::<bool>(),
         ) {
             let rt = tokio::runtime::Runtime::new().expect("runtime");
-            rt.block_on(session(&kinds, &chunks, budget));
+            rt.block_on(session(&kinds, &chunks, budget, resend));
         }
     }
 }
