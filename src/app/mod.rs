@@ -579,8 +579,8 @@ pub type Observations = BTreeMap<String, DeterminismMetadata>;
 /// Tool schemas, shared between the compaction and the render of one call.
 pub type Tools = Arc<Vec<ToolSchema>>;
 
-/// Memory for the stable parts of append sessions' renders (each about
-/// the size of the body it keeps); a session whose part was evicted
+/// Memory for the stable parts of renders (each about the size of the body
+/// it keeps and of the thread it rendered); a thread whose part was evicted
 /// renders in full once and keeps a new one.
 const STABLE_CACHE_BYTES: u64 = 256 * 1024 * 1024;
 

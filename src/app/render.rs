@@ -109,7 +109,7 @@ pub struct RenderOutcome {
     pub unchanged_prefix_tokens: Option<u32>,
     /// The append session after the call, when the request used one.
     pub session: Option<super::SessionState>,
-    /// What the next render of this session may keep (taken by the app
+    /// What the next render of this thread may keep (taken by the app
     /// before the outcome is returned).
     pub(crate) stable: Option<Arc<StablePart>>,
     /// Thread messages whose render was kept from the last one (0: all
@@ -189,7 +189,6 @@ impl App {
             None | Some(Staging::Reused(_)) => self.inner.stable.get(&cache_key),
             _ => None,
         };
-        let keeps = true;
         let rendered = self
             .render_plan(
                 ctx,
@@ -202,7 +201,6 @@ impl App {
                     paired,
                     previous,
                     stable,
-                    keeps,
                 },
             )
             .await;
@@ -228,12 +226,11 @@ impl App {
             c.warnings = thread_warnings;
             out.compaction = Some(c);
         }
-        // A render outside the session leaves the session's part: it is
-        // checked against the thread and plan before it is used.
+        // The next render of the thread, appended to or sent in full, may
+        // keep this one's part (checked against its thread and plan first).
         match out.stable.take() {
-            Some(part) if keeps => self.inner.stable.insert(cache_key, part),
-            None if keeps => self.inner.stable.remove(&cache_key),
-            _ => {}
+            Some(part) => self.inner.stable.insert(cache_key, part),
+            None => self.inner.stable.remove(&cache_key),
         }
         events::audit(&out.audit);
         events::rehydration(&out.rehydrated, &ctx.tenant_id);
@@ -310,7 +307,6 @@ impl App {
             paired,
             previous,
             stable,
-            keeps,
         } = known;
         let auto_cap = self.inner.defaults.auto_rehydrate.max_tokens_per_artifact;
         let summarizer_id = self.inner.summarizer.id().to_string();
@@ -358,7 +354,7 @@ impl App {
             let turn = |part: Option<&StablePart>| {
                 render_turn(
                     &cmd,
-                    (&pairing, keeps.then_some((key, &plan_id))),
+                    (&pairing, (key, &plan_id)),
                     &plan,
                     &rc,
                     extras.clone(),
@@ -816,11 +812,11 @@ struct Turn {
     recalled: Vec<RecalledPassage>,
     /// What rendering changed to satisfy the provider.
     warnings: Vec<String>,
-    /// What the next render of the session may keep.
+    /// What the next render of the thread may keep.
     next: Option<StablePart>,
 }
 
-/// What names the part a session's render keeps: the hash of what shapes
+/// What names the part a render keeps: the hash of what shapes
 /// the body, and the plan's version and fingerprint.
 type PartId<'a> = (u64, &'a (u64, String));
 
@@ -829,7 +825,7 @@ type PartId<'a> = (u64, &'a (u64, String));
 #[allow(clippy::too_many_arguments)]
 fn render_turn(
     cmd: &RenderCommand,
-    (pairing, keep): (&Pairing, Option<PartId<'_>>),
+    (pairing, (key, plan_id)): (&Pairing, PartId<'_>),
     plan: &CompactionPlan,
     rc: &RequestCounter<'_>,
     extras: TurnExtras,
@@ -858,8 +854,7 @@ fn render_turn(
         ReserveUse::default(),
     )
     .ceiling();
-    // Only a session keeps the next part.
-    let next = keep.map(|(key, plan_id)| Next {
+    let next = Some(Next {
         key,
         plan: plan_id.clone(),
         thread: &cmd.request.thread,
@@ -999,10 +994,8 @@ struct Known {
     warnings: Vec<String>,
     paired: Option<Paired>,
     previous: Option<Arc<PrefixTrace>>,
-    /// The stable part of the session's last render.
+    /// The stable part of the thread's last render.
     stable: Option<Arc<StablePart>>,
-    /// Whether the render is a session's, which keeps the next part.
-    keeps: bool,
 }
 
 /// A thread's tool pairing, found once per turn (at admission) for the
@@ -1680,6 +1673,12 @@ mod kept_part_tests {
             };
             let key = (ctx.tenant_id.clone(), whole.id.clone());
             let part = app.inner.stable.get(&key);
+            // The cache weighs a part with the thread it holds (for a
+            // thread sent in full, nothing else holds it).
+            if let Some(p) = &part {
+                let bytes: usize = so_far.messages.iter().map(|m| m.byte_len_bound()).sum();
+                assert!(p.weight() >= bytes as u64, "messages ..{end}");
+            }
             app.inner.stable.remove(&key);
             let mut full = render_cmd(so_far, budget, SessionInput::Off);
             full.compact_first = false;

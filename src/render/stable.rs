@@ -93,6 +93,18 @@ pub struct StablePart {
     pub after: Segment,
     /// Where `after` ends in the thread.
     pub end: usize,
+    /// About the memory `thread` holds. A thread sent in full lives only in
+    /// its part; a session's is shared with the session's copy, and so
+    /// counted twice, which keeps the cache's bound a bound.
+    pub thread_bytes: u64,
+}
+
+/// About the memory of `messages`, as the session copies weigh them.
+fn message_bytes(messages: &[Arc<crate::model::Message>]) -> u64 {
+    messages
+        .iter()
+        .map(|m| 256 + m.byte_len_bound() as u64)
+        .sum()
 }
 
 /// A rendered message as the part needs it once the request is encoded.
@@ -205,6 +217,7 @@ impl StablePart {
                 + s.notes.iter().map(String::len).sum::<usize>()
         };
         (self.head.len() + segment(&self.before) + segment(&self.after) + 256) as u64
+            + self.thread_bytes
     }
 
     /// The whole body: the part's head and messages before the cut, then
@@ -325,6 +338,14 @@ impl StablePart {
             }
         };
         let head_end = now.spans.first()?.0;
+        // What the base weighed, plus the messages appended since; the open
+        // loop it held may have differed, which only makes this "about".
+        let thread_bytes = match base {
+            Some(b) if b.thread.messages.len() <= n => {
+                b.thread_bytes + message_bytes(&thread.messages[b.thread.messages.len()..])
+            }
+            _ => message_bytes(&thread.messages),
+        };
         Some(StablePart {
             key,
             plan,
@@ -338,6 +359,7 @@ impl StablePart {
             before,
             after,
             end,
+            thread_bytes,
         })
     }
 }
