@@ -229,6 +229,13 @@ pub(crate) trait Blobs: Send + Sync {
     async fn remove_all(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError>;
     /// The bytes of every head (for the sweeper).
     async fn heads(&self) -> Result<Vec<Vec<u8>>, StoreError>;
+    /// Removes the sessions whose head has no readable header and was last
+    /// written `idle_ttl_ms` ago or more (the sweeper cannot tell whose
+    /// they are from the bytes); how many. Only a backend whose head writes
+    /// can tear has any.
+    async fn remove_torn(&self, _idle_ttl_ms: u64) -> Result<u64, StoreError> {
+        Ok(0)
+    }
 }
 
 /// Sessions over a backend, sealed with the tenant's keys.
@@ -614,12 +621,9 @@ impl ThreadStore {
         if idle_ttl_ms == 0 {
             return Ok(0);
         }
-        let mut removed = 0;
+        let mut removed = self.blobs.remove_torn(idle_ttl_ms).await?;
         for bytes in self.blobs.heads().await? {
-            let Ok(Some((header, _))) = split_sealed(&bytes, HEAD_MAGIC) else {
-                continue;
-            };
-            let Ok(meta) = serde_json::from_slice::<Meta>(header.meta.get().as_bytes()) else {
+            let Some(meta) = readable_meta(&bytes) else {
                 continue;
             };
             if expired(&meta, idle_ttl_ms)
@@ -643,6 +647,12 @@ fn clock_version(replaced: u64) -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2));
     now.max(replaced.saturating_add(1))
+}
+
+/// A head's readable header; `None` when it has none (torn).
+fn readable_meta(bytes: &[u8]) -> Option<Meta> {
+    let (header, _) = split_sealed(bytes, HEAD_MAGIC).ok()??;
+    serde_json::from_slice(header.meta.get().as_bytes()).ok()
 }
 
 fn expired(meta: &Meta, idle_ttl_ms: u64) -> bool {
@@ -755,6 +765,55 @@ impl Blobs for FsBlobs {
             Ok(out)
         })
         .await
+    }
+
+    /// Heads are written without waiting for the disk, so a crash can
+    /// leave one torn; its folder is removed like an idle session's, by
+    /// the file's age, under the folder's lock (a start may be replacing it).
+    async fn remove_torn(&self, idle_ttl_ms: u64) -> Result<u64, StoreError> {
+        let tenants = self.dir.tenants();
+        let idle = std::time::Duration::from_millis(idle_ttl_ms);
+        let torn_and_idle = move |folder: &std::path::Path| -> Result<bool, StoreError> {
+            let head = folder.join(HEAD);
+            let Some(bytes) = fs::read_optional(&head)? else {
+                return Ok(false);
+            };
+            let age = std::fs::metadata(&head)?
+                .modified()?
+                .elapsed()
+                .unwrap_or_default();
+            Ok(readable_meta(&bytes).is_none() && age >= idle)
+        };
+        let candidates = fs::blocking(move || {
+            let mut out = Vec::new();
+            for tenant in fs::subdirs(&tenants)? {
+                for thread in fs::subdirs(&tenant.join("threads"))? {
+                    let folder = thread.join(SESSION_DIR);
+                    if torn_and_idle(&folder)? {
+                        out.push(folder);
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .await?;
+        let mut removed = 0;
+        for folder in candidates {
+            let guard = self.locks.get(&folder).lock_owned().await;
+            let gone = fs::blocking(move || {
+                let _guard = guard;
+                if !torn_and_idle(&folder)? {
+                    return Ok(false);
+                }
+                Ok(not_found_ok(std::fs::remove_dir_all(&folder))?)
+            })
+            .await?;
+            if gone {
+                tracing::warn!("sweep: removed an idle append session whose head was torn");
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 }
 

@@ -1278,6 +1278,46 @@ async fn a_torn_head_never_opens_and_a_start_replaces_it() {
     }
 }
 
+/// A torn head says nothing about its session, not even its idle time: the
+/// sweeper goes by the file's age instead, and leaves a fresh one (a start
+/// may be about to replace it) and other sessions alone.
+#[tokio::test]
+async fn a_torn_head_is_swept_once_idle() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = session_store(dir.path());
+    for thread in ["torn", "whole"] {
+        store
+            .write("acme", thread, session_write(None, vec![], "x"))
+            .await
+            .expect("start");
+    }
+    let folder = thread_dir(dir.path(), "acme", "torn").join("session");
+    let head = folder.join("head");
+    std::fs::write(&head, b"").expect("tear");
+    assert_eq!(
+        store.sweep(60_000).await.expect("sweep"),
+        0,
+        "torn but fresh"
+    );
+    assert!(folder.exists());
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+    std::fs::File::options()
+        .write(true)
+        .open(&head)
+        .and_then(|f| f.set_modified(old))
+        .expect("age the head");
+    assert_eq!(store.sweep(60_000).await.expect("sweep"), 1);
+    assert!(!folder.exists(), "the torn session's folder is gone");
+    assert!(
+        store
+            .head("acme", "whole", 0)
+            .await
+            .expect("head")
+            .is_some(),
+        "a readable session not idle for a minute stays"
+    );
+}
+
 #[tokio::test]
 async fn idle_sessions_expire_and_are_swept() {
     let dir = tempfile::tempdir().expect("tempdir");
