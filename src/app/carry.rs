@@ -111,7 +111,7 @@ impl App {
             tokens_after: plan.compacted_token_count,
             trigger: report.budget.trigger,
             tool_results: report.budget.tool_results.map(|t| (t.tokens_after, t.cap)),
-            bytes: super::session::weight(&r.cmd.thread.messages),
+            bytes: crate::model::memory_weight(&r.cmd.thread.messages),
             extends: None,
         };
         self.inner.carries.0.insert(
@@ -197,7 +197,7 @@ impl App {
                 tokens_after: after,
                 trigger: carry.trigger,
                 tool_results,
-                bytes: carry.bytes + super::session::weight(&r.cmd.thread.messages[have..]),
+                bytes: carry.bytes + crate::model::memory_weight(&r.cmd.thread.messages[have..]),
                 extends: Some(Arc::downgrade(&carry.thread)),
             }),
         );

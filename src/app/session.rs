@@ -18,7 +18,7 @@ use crate::runtime::blocking;
 use sha2::{Digest, Sha256};
 
 use crate::cache::{BoundedCache, Weigh};
-use crate::model::{Message, Thread};
+use crate::model::{memory_weight, Message, Thread};
 use crate::store::{
     Peek, PrefixTrace, SegmentRef, SessionWrite, StoreError, ThreadStore, MAX_SEGMENTS,
     MAX_TAIL_BYTES,
@@ -451,7 +451,7 @@ impl Sessions {
             ));
         }
         let copy = Arc::new(Copy {
-            bytes: weight(&messages) + head.tail.len() as u64,
+            bytes: memory_weight(&messages) + head.tail.len() as u64,
             session: head.session,
             version,
             digest,
@@ -491,10 +491,10 @@ impl Sessions {
         // What the copy weighs: the base's, plus what was appended.
         let bytes = layout.tail.len() as u64
             + base.map_or_else(
-                || weight(&thread.messages),
+                || memory_weight(&thread.messages),
                 |b| {
                     b.bytes.saturating_sub(b.tail.len() as u64)
-                        + weight(&thread.messages[b.thread.messages.len()..])
+                        + memory_weight(&thread.messages[b.thread.messages.len()..])
                 },
             );
         let base_version = ticket.base.as_ref().map_or(0, |(_, p)| p.version);
@@ -648,11 +648,6 @@ impl Layout {
             at_segments: whole,
         })
     }
-}
-
-/// Rough bytes of a thread in memory: its text plus a fixed cost per message.
-pub(super) fn weight(messages: &[Arc<Message>]) -> u64 {
-    messages.iter().map(|m| 256 + m.byte_len() as u64).sum()
 }
 
 /// Messages appended in a provider's shape, read after `prefix`.

@@ -920,3 +920,12 @@ mod size_tests {
         }
     }
 }
+
+/// Rough bytes `messages` hold in memory, for the caches that keep threads:
+/// their size bound plus a fixed cost each.
+pub fn memory_weight(messages: &[std::sync::Arc<Message>]) -> u64 {
+    messages
+        .iter()
+        .map(|m| 256 + m.byte_len_bound() as u64)
+        .sum()
+}

@@ -99,14 +99,6 @@ pub struct StablePart {
     pub thread_bytes: u64,
 }
 
-/// About the memory of `messages`, as the session copies weigh them.
-fn message_bytes(messages: &[Arc<crate::model::Message>]) -> u64 {
-    messages
-        .iter()
-        .map(|m| 256 + m.byte_len_bound() as u64)
-        .sum()
-}
-
 /// A rendered message as the part needs it once the request is encoded.
 #[derive(Debug, Clone)]
 pub struct Written {
@@ -342,9 +334,10 @@ impl StablePart {
         // loop it held may have differed, which only makes this "about".
         let thread_bytes = match base {
             Some(b) if b.thread.messages.len() <= n => {
-                b.thread_bytes + message_bytes(&thread.messages[b.thread.messages.len()..])
+                b.thread_bytes
+                    + crate::model::memory_weight(&thread.messages[b.thread.messages.len()..])
             }
-            _ => message_bytes(&thread.messages),
+            _ => crate::model::memory_weight(&thread.messages),
         };
         Some(StablePart {
             key,
