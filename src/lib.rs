@@ -19,6 +19,7 @@ pub mod app;
 mod cache;
 pub mod client;
 pub mod config;
+pub mod hash;
 pub mod llm;
 pub mod model;
 mod par;

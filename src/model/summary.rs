@@ -153,7 +153,7 @@ fn is_zero(n: &u32) -> bool {
 /// The words of `text` as values are written: split at whitespace, quotes,
 /// brackets, commas, `=` and `;`, with sentence punctuation trimmed. What a
 /// reference is looked up in.
-pub fn words_of(text: &str) -> std::collections::HashSet<&str> {
+pub fn words_of(text: &str) -> crate::hash::FastSet<&str> {
     text.split(|c: char| {
         c.is_whitespace()
             || matches!(
@@ -201,7 +201,7 @@ impl StructuredSummary {
         // long thread holds thousands of both, and many share their words).
         let mut distinct: Vec<&str> = Vec::new();
         let mut holders: Vec<Vec<usize>> = Vec::new();
-        let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        let mut at: crate::hash::FastMap<&str, usize> = crate::hash::FastMap::default();
         for (i, f) in self.facts.iter().enumerate() {
             if f.is_empty() {
                 continue;
@@ -324,7 +324,7 @@ impl StructuredSummary {
             // Identical lines (a tool that succeeded twelve times with nothing
             // to keep) render once, with a count, where the first stood.
             let mut lines: Vec<(String, usize)> = Vec::new();
-            let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+            let mut at: crate::hash::FastMap<String, usize> = crate::hash::FastMap::default();
             for t in &self.tool_outcomes {
                 let mut line = format!("- {}: {}", t.tool_name, t.outcome.as_str());
                 if !t.key_fields.is_empty() {

@@ -34,8 +34,11 @@ pub fn is_cjk(c: char) -> bool {
 
 /// A term that names something exactly: it has a digit, or joins parts.
 pub fn is_identifier(term: &str) -> bool {
-    term.chars().count() >= 3
-        && (term.chars().any(|c| c.is_ascii_digit()) || term.chars().any(is_joiner))
+    // Digits and joiners are ASCII, so a byte test is the char test.
+    term.bytes()
+        .any(|b| b.is_ascii_digit() || is_joiner(char::from(b)))
+        && term.len() >= 3
+        && (term.is_ascii() || term.chars().count() >= 3)
 }
 
 /// The search terms of `text`, lowercased, in order (repeats kept: BM25
@@ -46,70 +49,185 @@ pub fn terms(text: &str) -> Vec<String> {
     out
 }
 
-/// [`terms`] one at a time, without a string per term: the recall index
-/// weighs every evicted passage of a thread, so this is on the cold path.
-pub fn for_each_term(text: &str, mut f: impl FnMut(&str)) {
-    let mut word = String::new();
-    let mut cjk: Vec<char> = Vec::new();
-    let mut buf = String::new();
-    for c in text.chars() {
-        if is_cjk(c) {
-            flush_word(&mut word, &mut buf, &mut f);
-            cjk.push(c);
-        } else if c.is_alphanumeric() || is_joiner(c) {
-            flush_cjk(&mut cjk, &mut buf, &mut f);
-            word.push(c);
-        } else {
-            flush_word(&mut word, &mut buf, &mut f);
-            flush_cjk(&mut cjk, &mut buf, &mut f);
-        }
-    }
-    flush_word(&mut word, &mut buf, &mut f);
-    flush_cjk(&mut cjk, &mut buf, &mut f);
+/// What a character is to the tokenizer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// Part of a word (a letter, a digit or a joiner).
+    Word,
+    /// Written without spaces ([`is_cjk`]).
+    Cjk,
+    /// Ends a word.
+    Other,
 }
 
-fn flush_cjk(run: &mut Vec<char>, buf: &mut String, f: &mut impl FnMut(&str)) {
-    for (i, &c) in run.iter().enumerate() {
+fn class_of(c: char) -> Class {
+    if is_cjk(c) {
+        Class::Cjk
+    } else if c.is_alphanumeric() || is_joiner(c) {
+        Class::Word
+    } else {
+        Class::Other
+    }
+}
+
+/// [`terms`] one at a time, without a string per term: the recall index
+/// weighs every evicted passage of a thread, so this is on the cold path.
+/// Words and CJK runs are slices of `text` (each is one contiguous run), and
+/// ASCII bytes are classified without decoding: most text an agent
+/// produces is ASCII.
+pub fn for_each_term(text: &str, mut f: impl FnMut(&str)) {
+    let bytes = text.as_bytes();
+    let mut scratch = Scratch::default();
+    let mut word: Option<usize> = None;
+    let mut cjk: Option<usize> = None;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let (class, len) = if b.is_ascii() {
+            let c = char::from(b);
+            let class = if c.is_ascii_alphanumeric() || is_joiner(c) {
+                Class::Word
+            } else {
+                Class::Other
+            };
+            (class, 1)
+        } else {
+            // `i` is always at a character boundary: it advances by whole
+            // characters.
+            match text.get(i..).and_then(|rest| rest.chars().next()) {
+                Some(c) => (class_of(c), c.len_utf8()),
+                None => (Class::Other, 1),
+            }
+        };
+        match class {
+            Class::Cjk => {
+                if let Some(s) = word.take() {
+                    flush_word(&text[s..i], &mut scratch, &mut f);
+                }
+                cjk.get_or_insert(i);
+            }
+            Class::Word => {
+                if let Some(s) = cjk.take() {
+                    flush_cjk(&text[s..i], &mut scratch.lower, &mut f);
+                }
+                word.get_or_insert(i);
+            }
+            Class::Other => {
+                if let Some(s) = word.take() {
+                    flush_word(&text[s..i], &mut scratch, &mut f);
+                }
+                if let Some(s) = cjk.take() {
+                    flush_cjk(&text[s..i], &mut scratch.lower, &mut f);
+                }
+            }
+        }
+        i += len;
+    }
+    if let Some(s) = word {
+        flush_word(&text[s..], &mut scratch, &mut f);
+    }
+    if let Some(s) = cjk {
+        flush_cjk(&text[s..], &mut scratch.lower, &mut f);
+    }
+}
+
+/// Buffers reused across the words of one text.
+#[derive(Default)]
+struct Scratch {
+    lower: String,
+    part: String,
+    parts: Vec<(usize, usize)>,
+}
+
+/// Each character of a CJK run, and each pair of neighbours.
+fn flush_cjk(run: &str, buf: &mut String, f: &mut impl FnMut(&str)) {
+    let mut chars = run.chars().peekable();
+    while let Some(c) = chars.next() {
         buf.clear();
         buf.push(c);
         f(buf);
-        if let Some(&next) = run.get(i + 1) {
+        if let Some(&next) = chars.peek() {
             buf.push(next);
             f(buf);
         }
     }
-    run.clear();
 }
 
-fn flush_word(run: &mut String, lower: &mut String, f: &mut impl FnMut(&str)) {
+fn flush_word(run: &str, scratch: &mut Scratch, f: &mut impl FnMut(&str)) {
     let word = run.trim_matches(is_joiner);
-    if !word.is_empty() {
-        lower.clear();
-        if word.is_ascii() {
-            lower.push_str(word);
-            lower.make_ascii_lowercase();
-        } else {
-            lower.push_str(&word.to_lowercase());
-        }
-        let long = lower.chars().count() > MAX_TERM_CHARS;
-        if !long && single_part(word) {
-            // Most words: the word itself, no parts to find.
+    if word.is_empty() {
+        return;
+    }
+    if word.is_ascii() {
+        return ascii_word(word, scratch, f);
+    }
+    let lower = &mut scratch.lower;
+    lower.clear();
+    lower.push_str(&word.to_lowercase());
+    let long = lower.chars().count() > MAX_TERM_CHARS;
+    if !long && single_part(word) {
+        // Most words: the word itself, no parts to find.
+        f(lower);
+        return;
+    }
+    let parts = parts(word);
+    if parts.len() > 1 || long {
+        if !long {
             f(lower);
-        } else {
-            let parts = parts(word);
-            if parts.len() > 1 || long {
-                if !long {
-                    f(lower);
-                }
-                for p in parts.iter().filter(|p| p.chars().count() <= MAX_TERM_CHARS) {
-                    f(p);
-                }
-            } else {
-                f(lower);
+        }
+        for p in parts.iter().filter(|p| p.chars().count() <= MAX_TERM_CHARS) {
+            f(p);
+        }
+    } else {
+        f(lower);
+    }
+}
+
+/// [`flush_word`] for an ASCII word: bytes are characters, and the parts
+/// are found as ranges of the word (what [`parts`] gives, without a string
+/// per part until one is sent).
+fn ascii_word(word: &str, scratch: &mut Scratch, f: &mut impl FnMut(&str)) {
+    let Scratch { lower, part, parts } = scratch;
+    lower.clear();
+    lower.push_str(word);
+    lower.make_ascii_lowercase();
+    let long = word.len() > MAX_TERM_CHARS;
+    parts.clear();
+    let b = word.as_bytes();
+    let mut start = 0;
+    for i in 0..=b.len() {
+        if i == b.len() || is_joiner(char::from(b[i])) {
+            if i > start {
+                parts.push((start, i));
+            }
+            start = i + 1;
+            continue;
+        }
+        if i > start {
+            let (x, y) = (b[i - 1], b[i]);
+            let next_lower = b.get(i + 1).is_some_and(u8::is_ascii_lowercase);
+            let split = (x.is_ascii_lowercase() && y.is_ascii_uppercase())
+                || (x.is_ascii_uppercase() && y.is_ascii_uppercase() && next_lower)
+                || (x.is_ascii_alphabetic() && y.is_ascii_digit())
+                || (x.is_ascii_digit() && y.is_ascii_alphabetic());
+            if split {
+                parts.push((start, i));
+                start = i;
             }
         }
     }
-    run.clear();
+    if parts.len() <= 1 && !long {
+        f(lower);
+        return;
+    }
+    if !long {
+        f(lower);
+    }
+    for &(s, e) in parts.iter().filter(|(s, e)| e - s <= MAX_TERM_CHARS) {
+        part.clear();
+        part.push_str(&lower[s..e]);
+        f(part);
+    }
 }
 
 /// Whether [`parts`] would give `word` back whole: no joiner inside it and
@@ -215,7 +333,7 @@ mod tests {
         /// The streaming path gives what splitting every word into its
         /// parts gives (the rule `terms` had before it streamed).
         #[test]
-        fn streaming_terms_equal_the_parts_rule(text in "[a-zA-Z0-9_./:@ éÉß数据İ-]{0,40}") {
+        fn streaming_terms_equal_the_parts_rule(text in "([a-zA-Z0-9_./:@#~ ,éÉßİ数据서\u{301}🙂-]|[a-z]{60,70}|[A-Z][a-z]{62,66}[0-9]){0,40}") {
             let mut expected = Vec::new();
             let mut word = String::new();
             let mut cjk: Vec<char> = Vec::new();

@@ -3,8 +3,8 @@
 //! reference for the invariant tests. It stores the sentences themselves, never
 //! paraphrases, so a constraint cannot be reworded away.
 
+use crate::hash::{FastMap, FastSet};
 use std::cmp::Reverse;
-use std::collections::HashSet;
 
 use super::shapes;
 use super::text::{
@@ -285,7 +285,7 @@ impl Summarizer for ExtractiveSummarizer {
 /// term, any language.
 #[derive(Debug, Default)]
 pub struct Echoes {
-    turns: std::collections::HashMap<String, (u32, u32)>,
+    turns: FastMap<String, (u32, u32)>,
     total_turns: u32,
 }
 
@@ -313,7 +313,7 @@ impl Echoes {
                 text.push('\n');
                 text.push_str(&c.arguments_json());
             }
-            let mut seen = HashSet::new();
+            let mut seen = FastSet::default();
             for w in words(&text) {
                 if w.chars().count() >= ECHO_MIN_CHARS && seen.insert(w.clone()) {
                     let at = e.turns.entry(w).or_insert((0, u32::MAX));
@@ -334,7 +334,7 @@ impl Echoes {
             return 0;
         }
         let common = (self.total_turns / 4).max(2);
-        let mut seen = HashSet::new();
+        let mut seen = FastSet::default();
         let echoed = words(text)
             .into_iter()
             .filter(|w| seen.insert(w.clone()))
@@ -500,38 +500,38 @@ pub fn merge_summaries(
     let mut out = StructuredSummary::empty(span);
     let all = || prior.iter().copied().chain(std::iter::once(fresh));
 
-    let mut seen = HashSet::new();
+    let mut seen = FastSet::default();
     for r in all().flat_map(|s| &s.requests) {
         if seen.insert(r.as_str()) {
             out.requests.push(r.clone());
         }
     }
 
-    let mut seen = HashSet::new();
+    let mut seen = FastSet::default();
     for f in all().flat_map(|s| &s.facts) {
         if !f.trim().is_empty() && seen.insert(dedup_key(f)) {
             out.facts.push(f.clone());
         }
     }
-    let mut seen = HashSet::new();
+    let mut seen = FastSet::default();
     for d in all().flat_map(|s| &s.decisions) {
         if seen.insert(dedup_key(&d.decision)) {
             out.decisions.push(d.clone());
         }
     }
-    let mut seen = HashSet::new();
+    let mut seen = FastSet::default();
     for o in all().flat_map(|s| &s.open_items) {
         if seen.insert(dedup_key(&o.description)) {
             out.open_items.push(o.clone());
         }
     }
-    let mut seen = HashSet::new();
+    let mut seen = FastSet::default();
     for a in all().flat_map(|s| &s.artifacts) {
         if seen.insert(a.artifact_id.clone()) {
             out.artifacts.push(a.clone());
         }
     }
-    let mut seen = HashSet::new();
+    let mut seen = FastSet::default();
     for r in all().flat_map(|s| &s.references) {
         if !r.is_empty() && seen.insert(r.as_str()) {
             out.references.push(r.clone());
@@ -1721,7 +1721,7 @@ struct References {
 
 impl References {
     fn ordered(self) -> Vec<String> {
-        let mut seen = HashSet::new();
+        let mut seen = FastSet::default();
         [self.user, self.assistant, self.calls, self.tools]
             .into_iter()
             .flatten()

@@ -8,7 +8,7 @@
 //! family (its letter prefix, its directory) occurs once. No vocabulary of
 //! interesting words is involved, so this holds for outputs nobody foresaw.
 
-use std::collections::HashMap;
+use crate::hash::FastMap;
 
 use super::shapes::{self, Shape};
 use super::text::{cap_chars, head};
@@ -39,7 +39,7 @@ pub fn salient(text: &str, max_refs: usize) -> Salient {
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    let mut template_count: HashMap<String, u32> = HashMap::new();
+    let mut template_count: FastMap<String, u32> = FastMap::default();
     let templates: Vec<String> = lines.iter().map(|l| template(l)).collect();
     for t in &templates {
         *template_count.entry(t.clone()).or_default() += 1;
@@ -48,7 +48,7 @@ pub fn salient(text: &str, max_refs: usize) -> Salient {
     let mut error = None;
     // (value, shape, whether its line is unique, whether a key names it an id)
     let mut found: Vec<(String, Shape, bool, bool)> = Vec::new();
-    let mut family_count: HashMap<String, u32> = HashMap::new();
+    let mut family_count: FastMap<String, u32> = FastMap::default();
     for (i, line) in lines.iter().enumerate() {
         let body = strip_prefix_noise(line);
         if reports_error(body) {
