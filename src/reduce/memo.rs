@@ -23,12 +23,52 @@ struct Caches {
     summaries: BoundedCache<ScopedKey, StructuredSummary>,
     compressed: BoundedCache<ScopedKey, Option<Compressed>>,
     salient: BoundedCache<ScopedKey, Salient>,
+    parts: BoundedCache<ScopedKey, Part>,
     redacted: BoundedCache<ScopedKey, Redacted>,
+    /// Messages as a summarizer reads them: `None` when no rule changed one.
+    read: BoundedCache<ScopedKey, Read>,
     texts: BoundedCache<ScopedKey, Text>,
     /// Digests of summaries by allocation: a carried plan shares its
     /// summaries from turn to turn, and serializing every summary into its
     /// text's key on every render was an eighth of rendering.
     digests: std::sync::Mutex<crate::cache::ByAddress<StructuredSummary, u128>>,
+}
+
+/// A message with the rules applied, when they changed it.
+#[derive(Clone)]
+struct Read(Option<std::sync::Arc<crate::model::Message>>);
+
+impl Weigh for Read {
+    fn weight(&self) -> u64 {
+        48 + self.0.as_ref().map_or(0, |m| m.byte_len() as u64)
+    }
+}
+
+/// What the extractive summarizer took from one message.
+#[derive(Clone)]
+struct Part(std::sync::Arc<crate::summarize::extractive::MessagePart>);
+
+impl Weigh for Part {
+    fn weight(&self) -> u64 {
+        self.0.weight()
+    }
+}
+
+/// A message as a summarizer reads it (see [`Memo::redacted_message`]).
+pub enum ReadMessage<'a> {
+    /// No rule changed it.
+    Same(&'a crate::model::Message),
+    /// Redacted.
+    Redacted(std::sync::Arc<crate::model::Message>),
+}
+
+impl AsRef<crate::model::Message> for ReadMessage<'_> {
+    fn as_ref(&self) -> &crate::model::Message {
+        match self {
+            ReadMessage::Same(m) => m,
+            ReadMessage::Redacted(m) => m,
+        }
+    }
 }
 
 /// A rendered text (a summary's message).
@@ -109,7 +149,9 @@ impl Memo {
                 summaries: BoundedCache::new(bytes_per_kind),
                 compressed: BoundedCache::new(bytes_per_kind),
                 salient: BoundedCache::new(bytes_per_kind / 4),
+                parts: BoundedCache::new(bytes_per_kind / 4),
                 redacted: BoundedCache::new(bytes_per_kind / 4),
+                read: BoundedCache::new(bytes_per_kind / 4),
                 texts: BoundedCache::new(bytes_per_kind / 4),
                 digests: Default::default(),
             }),
@@ -133,7 +175,9 @@ impl Memo {
         self.caches.summaries.retain(|k| k.0 != scope);
         self.caches.compressed.retain(|k| k.0 != scope);
         self.caches.salient.retain(|k| k.0 != scope);
+        self.caches.parts.retain(|k| k.0 != scope);
         self.caches.redacted.retain(|k| k.0 != scope);
+        self.caches.read.retain(|k| k.0 != scope);
         self.caches.texts.retain(|k| k.0 != scope);
     }
 
@@ -182,6 +226,41 @@ impl Memo {
         };
         self.caches.redacted.insert(key, entry);
         out
+    }
+
+    /// `m` with `redactor`'s rules applied, as
+    /// [`Redactor::redact_message`](crate::redact::Redactor::redact_message)
+    /// gives it, cached by the message's digest and the rule set: a
+    /// roll-up re-reads every message the chunk summaries read.
+    pub fn redacted_message<'a>(
+        &self,
+        redactor: &crate::redact::Redactor,
+        m: &'a crate::model::Message,
+    ) -> ReadMessage<'a> {
+        let mut k = self.key();
+        k.part(b"redacted-message")
+            .part(redactor.id().as_bytes())
+            .part(&crate::model::message_digest(m).to_le_bytes());
+        let key = (self.scope, k.finish());
+        if let Some(Read(hit)) = self.caches.read.get(&key) {
+            return match hit {
+                None => ReadMessage::Same(m),
+                Some(r) => ReadMessage::Redacted(r),
+            };
+        }
+        match redactor.redact_message(m) {
+            std::borrow::Cow::Borrowed(_) => {
+                self.caches.read.insert(key, Read(None));
+                ReadMessage::Same(m)
+            }
+            std::borrow::Cow::Owned(r) => {
+                let r = std::sync::Arc::new(r);
+                self.caches
+                    .read
+                    .insert(key, Read(Some(std::sync::Arc::clone(&r))));
+                ReadMessage::Redacted(r)
+            }
+        }
     }
 
     /// A cached text, or `make()`.
@@ -293,6 +372,29 @@ impl crate::summarize::Scans for Memo {
         let s = crate::summarize::salient::salient(text, max_refs);
         self.caches.salient.insert(key, s.clone());
         s
+    }
+
+    fn part(
+        &self,
+        m: &crate::model::Message,
+        unanswered: bool,
+        make: &dyn Fn() -> crate::summarize::extractive::MessagePart,
+    ) -> std::sync::Arc<crate::summarize::extractive::MessagePart> {
+        let mut k = self.key();
+        k.part(b"message-part")
+            .part(crate::summarize::EXTRACTIVE_ID.as_bytes())
+            .part(crate::model::SUMMARY_SCHEMA_VERSION.as_bytes())
+            .part(&[u8::from(unanswered)])
+            .part(&crate::model::message_digest(m).to_le_bytes());
+        let key = (self.scope, k.finish());
+        if let Some(Part(p)) = self.caches.parts.get(&key) {
+            return p;
+        }
+        let p = std::sync::Arc::new(make());
+        self.caches
+            .parts
+            .insert(key, Part(std::sync::Arc::clone(&p)));
+        p
     }
 }
 

@@ -106,10 +106,10 @@ impl Summarizing<'_> {
         // sentence has lost the context that marked it secret), and what it
         // returns is redacted again, for what prior summaries carried.
         let mut summary = self.memo.summary(k.finish(), || {
-            let redacted: Vec<std::borrow::Cow<'_, crate::model::Message>> = crate::par::map(
+            let redacted: Vec<memo::ReadMessage<'_>> = crate::par::map(
                 req.messages,
                 |m| m.byte_len(),
-                |m| self.redactor.redact_message(m),
+                |m| self.memo.redacted_message(self.redactor, m),
             );
             let messages: Vec<&crate::model::Message> =
                 redacted.iter().map(std::convert::AsRef::as_ref).collect();

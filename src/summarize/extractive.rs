@@ -1519,18 +1519,25 @@ fn extract(
     let parts = crate::par::map(
         &at,
         |&i| messages[i].byte_len(),
-        |&idx| message_part(messages[idx], idx, last_assistant_text, scans),
+        |&idx| {
+            let m = messages[idx];
+            let unanswered = m.role == Role::User && last_assistant_text.is_none_or(|j| j < idx);
+            match scans {
+                Some(kept) => kept.part(m, unanswered, &|| message_part(m, unanswered, scans)),
+                None => std::sync::Arc::new(message_part(m, unanswered, None)),
+            }
+        },
     );
     for part in parts {
-        s.facts.extend(part.facts);
-        s.open_items.extend(part.open_items);
-        s.decisions.extend(part.decisions);
-        s.tool_outcomes.extend(part.tool_outcomes);
-        s.artifacts.extend(part.artifacts);
-        refs.user.extend(part.refs.user);
-        refs.assistant.extend(part.refs.assistant);
-        refs.calls.extend(part.refs.calls);
-        refs.tools.extend(part.refs.tools);
+        s.facts.extend_from_slice(&part.facts);
+        s.open_items.extend_from_slice(&part.open_items);
+        s.decisions.extend_from_slice(&part.decisions);
+        s.tool_outcomes.extend_from_slice(&part.tool_outcomes);
+        s.artifacts.extend_from_slice(&part.artifacts);
+        refs.user.extend_from_slice(&part.refs.user);
+        refs.assistant.extend_from_slice(&part.refs.assistant);
+        refs.calls.extend_from_slice(&part.refs.calls);
+        refs.tools.extend_from_slice(&part.refs.tools);
     }
     s.current_task = current_task(messages);
     s.current_plan = messages
@@ -1544,9 +1551,12 @@ fn extract(
 }
 
 /// What one message adds to a summary, in the order a pass over the span
-/// adds it.
+/// adds it. It depends on the message alone and on whether it is a user
+/// message no assistant text follows in its span, so a caller may keep it
+/// for the next summary that reads the message (see
+/// [`Scans::part`](super::Scans::part)).
 #[derive(Debug, Default)]
-struct Part {
+pub struct MessagePart {
     facts: Vec<String>,
     open_items: Vec<OpenItem>,
     decisions: Vec<Decision>,
@@ -1555,16 +1565,55 @@ struct Part {
     refs: References,
 }
 
-/// The part of message `m` (at `idx` in the span; `last_assistant_text`:
-/// where the span's last assistant text is, which decides whether a
-/// question is still unanswered).
-fn message_part(
-    m: &Message,
-    idx: usize,
-    last_assistant_text: Option<usize>,
-    scans: Option<&dyn super::Scans>,
-) -> Part {
-    let mut part = Part::default();
+impl MessagePart {
+    /// Bytes it holds, about (for a bounded cache).
+    pub fn weight(&self) -> u64 {
+        let strings = |v: &[String]| v.iter().map(|s| 24 + s.len() as u64).sum::<u64>();
+        let open: u64 = self
+            .open_items
+            .iter()
+            .map(|o| 56 + (o.description.len() + o.context.len()) as u64)
+            .sum();
+        let decisions: u64 = self
+            .decisions
+            .iter()
+            .map(|d| 72 + (d.decision.len() + d.rationale.len()) as u64)
+            .sum();
+        let tools: u64 = self
+            .tool_outcomes
+            .iter()
+            .map(|t| {
+                96 + (t.tool_name.len() + t.error_message.as_ref().map_or(0, String::len)) as u64
+                    + t.key_fields
+                        .iter()
+                        .map(|(k, v)| 48 + k.len() as u64 + crate::cache::json_weight(v))
+                        .sum::<u64>()
+            })
+            .sum();
+        let artifacts: u64 = self
+            .artifacts
+            .iter()
+            .map(|a| {
+                72 + (a.artifact_id.len() + a.description.len() + a.rehydrate_hint.len()) as u64
+            })
+            .sum();
+        let r = &self.refs;
+        160 + strings(&self.facts)
+            + open
+            + decisions
+            + tools
+            + artifacts
+            + strings(&r.user)
+            + strings(&r.assistant)
+            + strings(&r.calls)
+            + strings(&r.tools)
+    }
+}
+
+/// The part of message `m` (`unanswered`: a user message no assistant
+/// text follows in its span, so a question in it is still open).
+fn message_part(m: &Message, unanswered: bool, scans: Option<&dyn super::Scans>) -> MessagePart {
+    let mut part = MessagePart::default();
     for call in &m.tool_calls {
         part.refs.calls.extend(argument_references(&call.arguments));
     }
@@ -1646,8 +1695,6 @@ fn message_part(
             Role::System | Role::Developer | Role::User => {
                 let lower = sent.text.to_lowercase();
                 if sent.question {
-                    let unanswered =
-                        m.role == Role::User && last_assistant_text.is_none_or(|j| j < idx);
                     if unanswered || c.open {
                         part.open_items.push(open_item(&sent.text));
                     }

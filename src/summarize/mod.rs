@@ -48,6 +48,20 @@ pub struct SummaryRequest<'a> {
 pub trait Scans: Sync + std::fmt::Debug {
     /// `salient::salient(text, max_refs)`, perhaps kept from an earlier call.
     fn salient(&self, text: &str, max_refs: usize) -> salient::Salient;
+
+    /// `make()`, the extractive summarizer's part of message `m`
+    /// (`unanswered` as [`extractive::MessagePart`] says), perhaps kept from
+    /// an earlier call: a roll-up that re-reads a stretch finds every
+    /// message already read by the chunk summaries before it.
+    fn part(
+        &self,
+        m: &Message,
+        unanswered: bool,
+        make: &dyn Fn() -> extractive::MessagePart,
+    ) -> std::sync::Arc<extractive::MessagePart> {
+        let _ = (m, unanswered);
+        std::sync::Arc::new(make())
+    }
 }
 
 /// Why no summary was produced. The reducer falls back to cheaper strategies.
