@@ -300,6 +300,8 @@ fn real_logs_with_bootstrap_and_workspace_stay_valid_and_within_budget() {
 struct Counting {
     ahead: bool,
     threads: std::sync::Mutex<BTreeSet<String>>,
+    /// The threads merges of two summaries ran on.
+    merged_on: std::sync::Mutex<BTreeSet<String>>,
 }
 
 impl compactd::summarize::Summarizer for Counting {
@@ -311,10 +313,11 @@ impl compactd::summarize::Summarizer for Counting {
         &self,
         req: &compactd::summarize::SummaryRequest<'_>,
     ) -> Result<compactd::model::StructuredSummary, compactd::summarize::SummarizeError> {
-        self.threads
-            .lock()
-            .expect("lock")
-            .insert(format!("{:?}", std::thread::current().id()));
+        let thread = format!("{:?}", std::thread::current().id());
+        if req.messages.is_empty() && req.prior.len() == 2 {
+            self.merged_on.lock().expect("lock").insert(thread.clone());
+        }
+        self.threads.lock().expect("lock").insert(thread);
         compactd::summarize::ExtractiveSummarizer.summarize(req)
     }
 
@@ -323,21 +326,23 @@ impl compactd::summarize::Summarizer for Counting {
     }
 }
 
-/// Summaries made ahead on every core (a long thread's chunks) are the
-/// ones the pipeline would make one by one: the same plan, byte for byte,
-/// for every real log at small budgets with small chunks (many of them).
+/// Summaries made ahead on every core (a long thread's chunks, and the
+/// merges of their summaries) are the ones the pipeline would make one by
+/// one: the same plan, byte for byte, for every real log at small budgets
+/// with small chunks (many of them).
 #[test]
 fn summaries_made_ahead_leave_the_plan_unchanged() {
     use compactd::reduce::{compact, CompactRequest, Engine, Memo};
     let mut h = Harness::default();
     h.policy.summary_chunk_tokens = 600;
-    let mut ran_ahead = false;
+    let (mut ran_ahead, mut merged_ahead) = (false, false);
     for (name, thread) in logs() {
-        for max_input_tokens in [3_000, 6_000] {
+        for max_input_tokens in [3_000, 6_000, 12_000, 24_000] {
             let run = |ahead: bool| {
                 let summarizer = Counting {
                     ahead,
                     threads: Default::default(),
+                    merged_on: Default::default(),
                 };
                 let memo = Memo::default();
                 let engine = Engine {
@@ -363,27 +368,34 @@ fn summaries_made_ahead_leave_the_plan_unchanged() {
                 };
                 let out = compact(&req, &engine).unwrap_or_else(|e| panic!("{name}: {e}"));
                 let threads = summarizer.threads.lock().expect("lock").len();
+                let merged_on = summarizer.merged_on.lock().expect("lock").len();
                 (
                     serde_json::to_string(&out.plan).expect("plan JSON"),
                     threads,
+                    merged_on,
                 )
             };
-            let (one_by_one, threads) = run(false);
+            let (one_by_one, threads, _) = run(false);
             assert!(
                 threads <= 1,
                 "{name}: summarized on {threads} threads without ahead"
             );
-            let (ahead, threads) = run(true);
+            let (ahead, threads, merged_on) = run(true);
             assert_eq!(
                 ahead, one_by_one,
                 "{name} at {max_input_tokens}: plans differ"
             );
             ran_ahead |= threads > 1;
+            merged_ahead |= merged_on > 1;
         }
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert!(
         cores < 2 || ran_ahead,
         "{cores} cores, yet no summary was made ahead on another thread"
+    );
+    assert!(
+        cores < 2 || merged_ahead,
+        "{cores} cores, yet no merge was made ahead on another thread"
     );
 }

@@ -561,27 +561,18 @@ fn merge_pairs(
     failed: &mut FailedRollUp,
 ) {
     let base = state.summary_max_chars();
+    let mut made_ahead = crate::hash::FastSet::default();
     while p.summary_count() > until {
-        let Some(pair) = smallest_pair(p) else {
+        let Some((records, pair)) = smallest_pair(p) else {
             break;
         };
         if failed.covers(&pair) {
             break;
         }
-        let held: usize = p
-            .covering(&pair)
-            .0
-            .iter()
-            .map(|r| r.summary.render_as_message().len())
-            .sum();
-        // A tenth less than what they hold (text dense in ids costs more
-        // tokens per character than prose, and a merge that comes out larger
-        // is undone), and no more than the target leaves them; what this
-        // leaves out, a final grow re-reads into whatever room remains.
-        let pair_tokens: u32 = pair.iter().map(|&i| p.cost(i)).sum();
-        let ratio = measured_ratio(held, pair_tokens);
-        let room = room_chars(target, p.total(), pair_tokens, ratio);
-        let cap = base.max((held - held / 10).min(room));
+        if !made_ahead.contains(&records) {
+            merge_ahead(p, state, until, target, &mut made_ahead);
+        }
+        let cap = MergeCap::of(p, &pair).at(base, target, p.total());
         // Fewer summary messages at no cost in tokens is a gain.
         let limit = Some(p.total());
         if apply(p, state, &pair, cap, limit, false) != Applied::Kept {
@@ -599,46 +590,217 @@ fn merge_pairs(
     }
 }
 
-/// The message indices of the two neighbouring summaries (nothing that
-/// renders between them) that cover the fewest messages together.
-fn smallest_pair(p: &Projection<'_>) -> Option<Vec<usize>> {
-    // Each record's first and last position, from one pass over the slots
-    // (a message's slot names the record that holds it): looking every id
-    // up again for each merge made merging a long thread quadratic.
-    let mut bounds: Vec<Option<(usize, usize)>> = vec![None; p.plan.summarizations.len()];
-    for i in 0..p.len() {
-        if let Some(b) = p.summary_of(i).and_then(|r| bounds.get_mut(r)) {
-            *b = Some(b.map_or((i, i), |(a, z)| (a.min(i), z.max(i))));
-        }
+/// What a merge of the summaries over `pair` may take: a tenth less than
+/// what they hold (text dense in ids costs more tokens per character than
+/// prose, and a merge that comes out larger is undone), and no more than
+/// the target leaves them when the request has `total` tokens; what this
+/// leaves out, a final grow re-reads into whatever room remains.
+struct MergeCap {
+    /// Characters the summaries over the pair render to now.
+    held: usize,
+    /// The pair's tokens now.
+    pair_tokens: u32,
+}
+
+impl MergeCap {
+    fn of(p: &Projection<'_>, pair: &[usize]) -> MergeCap {
+        let held = p
+            .covering(pair)
+            .0
+            .iter()
+            .map(|r| r.summary.render_as_message().len())
+            .sum();
+        let pair_tokens = pair.iter().map(|&i| p.cost(i)).sum();
+        MergeCap { held, pair_tokens }
     }
-    // (first position, last position, record, messages)
-    let mut recs: Vec<(usize, usize, usize, usize)> = live_summaries(p)
-        .filter_map(|(k, r)| {
-            let (first, last) = bounds.get(k).copied().flatten()?;
-            Some((first, last, k, r.span.message_ids.len()))
+
+    fn at(&self, base: usize, target: u32, total: u32) -> usize {
+        let ratio = measured_ratio(self.held, self.pair_tokens);
+        let room = room_chars(target, total, self.pair_tokens, ratio);
+        base.max((self.held - self.held / 10).min(room))
+    }
+}
+
+/// Merges made ahead per batch, per core.
+const MERGES_AHEAD_PER_CORE: usize = 16;
+
+/// Makes, on every core and into the memo, the merges [`merge_pairs`] will
+/// make next of summaries that exist now: the order of merges follows from
+/// the number of messages each summary covers alone, so it is played out
+/// here on those numbers. A merge is made ahead only when its cap is
+/// certain: the request then has at most the tokens it has now (a merge
+/// never grows it) and at least that less every pair merged before (a
+/// merged summary takes at least nothing). A guess that misses (a merge
+/// undone, which stops merging) costs time, never a different plan: the
+/// memo's key is the whole request. Records the pairs it played out in
+/// `made`.
+fn merge_ahead(
+    p: &Projection<'_>,
+    state: &PipelineState<'_>,
+    until: usize,
+    target: u32,
+    made: &mut crate::hash::FastSet<(usize, usize)>,
+) {
+    let cores = crate::par::cores();
+    let runs = summary_runs(p);
+    // One node per summary in order: the record it is now (none once the
+    // play-out merged it), the messages and tokens it covers, and whether
+    // it may merge with the next.
+    struct Node {
+        record: Option<usize>,
+        messages: usize,
+        tokens: u32,
+        adjacent_next: bool,
+    }
+    let mut nodes: Vec<Node> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Node {
+            record: Some(r.record),
+            messages: r.messages,
+            tokens: r.tokens,
+            adjacent_next: runs.get(i + 1).is_some_and(|n| adjacent(p, r, n)),
         })
         .collect();
-    recs.sort_unstable();
+    let mut live = p.summary_count();
+    // (records, the least the request may have before their merge)
+    let mut wave: Vec<((usize, usize), u32)> = Vec::new();
+    let mut lowest = p.total();
+    while live > until && wave.len() < cores * MERGES_AHEAD_PER_CORE {
+        let mut best: Option<(usize, usize)> = None; // (messages, node)
+        for (i, w) in nodes.windows(2).enumerate() {
+            let n = w[0].messages + w[1].messages;
+            if w[0].adjacent_next && best.is_none_or(|(m, _)| n < m) {
+                best = Some((n, i));
+            }
+        }
+        let Some((messages, i)) = best else {
+            break;
+        };
+        let next = nodes.remove(i + 1);
+        let tokens = nodes[i].tokens + next.tokens;
+        if let (Some(a), Some(b)) = (nodes[i].record, next.record) {
+            wave.push(((a, b), lowest));
+        }
+        lowest = lowest.saturating_sub(tokens);
+        nodes[i] = Node {
+            record: None,
+            messages,
+            tokens,
+            adjacent_next: next.adjacent_next,
+        };
+        live -= 1;
+    }
+    made.extend(wave.iter().map(|&(records, _)| records));
+    if cores < 2 || !state.summarizer.may_run_ahead() || wave.len() < 2 {
+        return;
+    }
+    let base = state.summary_max_chars();
+    let jobs: Vec<(Inputs<'_>, usize)> = wave
+        .iter()
+        .filter_map(|&((a, b), lowest)| {
+            let pair = pair_indices(p, &runs, a, b);
+            let cap = MergeCap::of(p, &pair);
+            let (now, least) = (
+                cap.at(base, target, p.total()),
+                cap.at(base, target, lowest),
+            );
+            (now == least).then(|| (inputs(p, &pair, false), now))
+        })
+        .collect();
+    let summarizing = state.summarizing();
+    crate::par::map(
+        &jobs,
+        |(_, cap)| MERGE_WORK_PER_BYTE * cap,
+        |(i, cap)| {
+            // A failure here is met again, and reported, by the loop.
+            let _ = summarizing.summarize(&SummaryRequest {
+                span: i.span.clone(),
+                messages: &i.messages,
+                prior: &i.prior,
+                max_chars: *cap,
+                rereads_prior: false,
+                scans: None,
+            });
+        },
+    );
+}
+
+/// What merging a byte of summary weighs against `par::map`'s threshold
+/// (a merge fits the pair's entries into the cap, rendering it several
+/// times).
+const MERGE_WORK_PER_BYTE: usize = 64;
+
+/// A live summary's place: its first and last position, the record, and
+/// how many messages it covers.
+struct Run {
+    first: usize,
+    last: usize,
+    record: usize,
+    messages: usize,
+    tokens: u32,
+}
+
+/// The live summaries in position order. Each record's first and last
+/// position come from one pass over the slots (a message's slot names the
+/// record that holds it): looking every id up again for each merge made
+/// merging a long thread quadratic.
+fn summary_runs(p: &Projection<'_>) -> Vec<Run> {
+    let mut bounds: Vec<Option<(usize, usize, u32)>> = vec![None; p.plan.summarizations.len()];
+    for i in 0..p.len() {
+        if let Some(b) = p.summary_of(i).and_then(|r| bounds.get_mut(r)) {
+            let cost = p.cost(i);
+            *b = Some(b.map_or((i, i, cost), |(a, z, t)| (a.min(i), z.max(i), t + cost)));
+        }
+    }
+    let mut runs: Vec<Run> = live_summaries(p)
+        .filter_map(|(k, r)| {
+            let (first, last, tokens) = bounds.get(k).copied().flatten()?;
+            Some(Run {
+                first,
+                last,
+                record: k,
+                messages: r.span.message_ids.len(),
+                tokens,
+            })
+        })
+        .collect();
+    runs.sort_unstable_by_key(|r| (r.first, r.last, r.record));
+    runs
+}
+
+/// Only messages that do not render lie between `a` and `b`.
+fn adjacent(p: &Projection<'_>, a: &Run, b: &Run) -> bool {
+    (a.last + 1..b.first).all(|i| p.is_summarized(i) || p.is_dropped(i))
+}
+
+/// The message indices the records `a` and `b` cover.
+fn pair_indices(p: &Projection<'_>, runs: &[Run], a: usize, b: usize) -> Vec<usize> {
+    let (from, to) = runs
+        .iter()
+        .filter(|r| r.record == a || r.record == b)
+        .fold((usize::MAX, 0), |(lo, hi), r| {
+            (lo.min(r.first), hi.max(r.last))
+        });
+    (from..=to)
+        .filter(|&i| matches!(p.summary_of(i), Some(r) if r == a || r == b))
+        .collect()
+}
+
+/// The two neighbouring summaries (nothing that renders between them) that
+/// cover the fewest messages together: their records and message indices.
+fn smallest_pair(p: &Projection<'_>) -> Option<((usize, usize), Vec<usize>)> {
+    let runs = summary_runs(p);
     let mut best: Option<(usize, usize, usize)> = None; // (messages, a, b)
-    for w in recs.windows(2) {
-        let (a, b) = (w[0], w[1]);
-        // Only messages that do not render may lie between them.
-        let adjacent = (a.1 + 1..b.0).all(|i| p.is_summarized(i) || p.is_dropped(i));
-        let n = a.3 + b.3;
-        if adjacent && best.is_none_or(|(m, ..)| n < m) {
-            best = Some((n, a.2, b.2));
+    for w in runs.windows(2) {
+        let (a, b) = (&w[0], &w[1]);
+        let n = a.messages + b.messages;
+        if adjacent(p, a, b) && best.is_none_or(|(m, ..)| n < m) {
+            best = Some((n, a.record, b.record));
         }
     }
     let (_, ra, rb) = best?;
-    let (from, to) = recs
-        .iter()
-        .filter(|r| r.2 == ra || r.2 == rb)
-        .fold((usize::MAX, 0), |(lo, hi), r| (lo.min(r.0), hi.max(r.1)));
-    Some(
-        (from..=to)
-            .filter(|&i| matches!(p.summary_of(i), Some(r) if r == ra || r == rb))
-            .collect(),
-    )
+    Some(((ra, rb), pair_indices(p, &runs, ra, rb)))
 }
 
 /// Summarized messages grouped into stretches that no rendering message
