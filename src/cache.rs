@@ -183,6 +183,40 @@ pub(crate) fn strings_weight<'a>(s: impl IntoIterator<Item = &'a String>) -> u64
     s.into_iter().map(|s| 24 + s.len() as u64).sum()
 }
 
+/// Heap bytes of a summary's structured entries (a summary's, or what one
+/// message adds to one).
+pub(crate) fn entries_weight(
+    decisions: &[crate::model::Decision],
+    open_items: &[crate::model::OpenItem],
+    artifacts: &[crate::model::ArtifactReference],
+    tool_outcomes: &[crate::model::ToolOutcome],
+) -> u64 {
+    let decisions: u64 = decisions
+        .iter()
+        .map(|d| 48 + (d.decision.len() + d.rationale.len()) as u64)
+        .sum();
+    let open: u64 = open_items
+        .iter()
+        .map(|o| 48 + (o.description.len() + o.context.len()) as u64)
+        .sum();
+    let artifacts: u64 = artifacts
+        .iter()
+        .map(|a| 72 + (a.artifact_id.len() + a.description.len() + a.rehydrate_hint.len()) as u64)
+        .sum();
+    let tools: u64 = tool_outcomes
+        .iter()
+        .map(|t| {
+            64 + t.tool_name.len() as u64
+                + t.error_message.as_ref().map_or(0, |e| e.len() as u64)
+                + t.key_fields
+                    .iter()
+                    .map(|(k, v)| k.len() as u64 + json_weight(v))
+                    .sum::<u64>()
+        })
+        .sum();
+    decisions + open + artifacts + tools
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

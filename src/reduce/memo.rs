@@ -7,7 +7,7 @@
 //! schema version, size caps), so a cached value is never stale. Memory is
 //! bounded in bytes by the crate's one bounded cache type.
 
-use crate::cache::{json_weight, strings_weight, BoundedCache, Weigh};
+use crate::cache::{entries_weight, json_weight, strings_weight, BoundedCache, Weigh};
 use crate::model::StructuredSummary;
 use crate::summarize::{salient::Salient, Compressed};
 
@@ -314,42 +314,11 @@ impl Weigh for StructuredSummary {
     fn weight(&self) -> u64 {
         let s = self;
         let span = strings_weight(&s.span.message_ids);
-        let decisions: u64 = s
-            .decisions
-            .iter()
-            .map(|d| 48 + (d.decision.len() + d.rationale.len()) as u64)
-            .sum();
-        let open: u64 = s
-            .open_items
-            .iter()
-            .map(|o| 48 + (o.description.len() + o.context.len()) as u64)
-            .sum();
-        let artifacts: u64 = s
-            .artifacts
-            .iter()
-            .map(|a| {
-                72 + (a.artifact_id.len() + a.description.len() + a.rehydrate_hint.len()) as u64
-            })
-            .sum();
-        let tools: u64 = s
-            .tool_outcomes
-            .iter()
-            .map(|t| {
-                64 + t.tool_name.len() as u64
-                    + t.error_message.as_ref().map_or(0, |e| e.len() as u64)
-                    + t.key_fields
-                        .iter()
-                        .map(|(k, v)| k.len() as u64 + json_weight(v))
-                        .sum::<u64>()
-            })
-            .sum();
+        let entries = entries_weight(&s.decisions, &s.open_items, &s.artifacts, &s.tool_outcomes);
         let task = s.current_task.as_ref().map_or(0, |t| t.len() as u64);
         200 + span
             + strings_weight(&s.facts)
-            + decisions
-            + open
-            + artifacts
-            + tools
+            + entries
             + task
             + strings_weight(&s.current_plan)
             + strings_weight(&s.references)

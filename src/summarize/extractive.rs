@@ -1568,45 +1568,19 @@ pub struct MessagePart {
 impl MessagePart {
     /// Bytes it holds, about (for a bounded cache).
     pub fn weight(&self) -> u64 {
-        let strings = |v: &[String]| v.iter().map(|s| 24 + s.len() as u64).sum::<u64>();
-        let open: u64 = self
-            .open_items
-            .iter()
-            .map(|o| 56 + (o.description.len() + o.context.len()) as u64)
-            .sum();
-        let decisions: u64 = self
-            .decisions
-            .iter()
-            .map(|d| 72 + (d.decision.len() + d.rationale.len()) as u64)
-            .sum();
-        let tools: u64 = self
-            .tool_outcomes
-            .iter()
-            .map(|t| {
-                96 + (t.tool_name.len() + t.error_message.as_ref().map_or(0, String::len)) as u64
-                    + t.key_fields
-                        .iter()
-                        .map(|(k, v)| 48 + k.len() as u64 + crate::cache::json_weight(v))
-                        .sum::<u64>()
-            })
-            .sum();
-        let artifacts: u64 = self
-            .artifacts
-            .iter()
-            .map(|a| {
-                72 + (a.artifact_id.len() + a.description.len() + a.rehydrate_hint.len()) as u64
-            })
-            .sum();
+        use crate::cache::{entries_weight, strings_weight};
         let r = &self.refs;
-        160 + strings(&self.facts)
-            + open
-            + decisions
-            + tools
-            + artifacts
-            + strings(&r.user)
-            + strings(&r.assistant)
-            + strings(&r.calls)
-            + strings(&r.tools)
+        160 + strings_weight(&self.facts)
+            + entries_weight(
+                &self.decisions,
+                &self.open_items,
+                &self.artifacts,
+                &self.tool_outcomes,
+            )
+            + strings_weight(&r.user)
+            + strings_weight(&r.assistant)
+            + strings_weight(&r.calls)
+            + strings_weight(&r.tools)
     }
 }
 
