@@ -60,12 +60,14 @@ const SEPARATORS: &[char] = &['"', '{', '}', '[', ']', '<', '>', '|', '`', '(', 
 
 /// Splits `a,b` and `key=value` (JSON-ish and log text), but not an amount's
 /// thousands (`4,000`) or a URL's query.
-fn split_lists(t: &str) -> Vec<&str> {
+/// Pushes the pieces of `t` split at list separators (`,` outside a
+/// thousands group, `=`, `;`) onto `out`.
+fn split_lists<'t>(t: &'t str, out: &mut Vec<&'t str>) {
     if t.contains("://") {
-        return vec![t];
+        out.push(t);
+        return;
     }
     let b = t.as_bytes();
-    let mut out = Vec::new();
     let mut start = 0;
     for i in 0..b.len() {
         let thousands = b[i] == b','
@@ -78,16 +80,28 @@ fn split_lists(t: &str) -> Vec<&str> {
         }
     }
     out.push(&t[start..]);
-    out
+}
+
+/// A word of ASCII letters that is lowercase but perhaps for its first
+/// letter ("the", "The"): no shape [`classify`] knows takes such a word
+/// (codes are capitals, symbols join parts or change case inside, the rest
+/// need digits or punctuation), and most words of any text are such words.
+fn plain_word(t: &str) -> bool {
+    let b = t.as_bytes();
+    b.len() >= 2
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_uppercase())
+        && b[1..].iter().all(u8::is_ascii_lowercase)
 }
 
 /// Every shaped value in `text`, in order, each once per call.
 pub fn scan(text: &str) -> Vec<(Shape, String)> {
-    let tokens: Vec<&str> = text
-        .split(|c: char| c.is_whitespace() || SEPARATORS.contains(&c))
-        .flat_map(split_lists)
-        .map(|t| t.trim_start_matches(LEADING).trim_end_matches(TRAILING))
-        .collect();
+    let mut tokens: Vec<&str> = Vec::new();
+    for t in text.split(|c: char| c.is_whitespace() || SEPARATORS.contains(&c)) {
+        split_lists(t, &mut tokens);
+    }
+    for t in &mut tokens {
+        *t = t.trim_start_matches(LEADING).trim_end_matches(TRAILING);
+    }
     let mut out: Vec<(Shape, String)> = Vec::new();
     let mut push = |shape: Shape, value: String| {
         if !out.iter().any(|(_, v)| *v == value) {
@@ -117,6 +131,9 @@ pub fn scan(text: &str) -> Vec<(Shape, String)> {
                 push(Shape::Id, format!("{t} {next}"));
                 continue;
             }
+        }
+        if plain_word(t) {
+            continue;
         }
         // `src/main.rs:42:7` (compiler and grep output): the path without
         // its line and column.
@@ -394,6 +411,18 @@ mod tests {
 
     fn shapes(text: &str) -> Vec<(Shape, String)> {
         scan(text)
+    }
+
+    proptest::proptest! {
+        /// What `scan` skips as a plain word, `classify` finds no shape in
+        /// (so skipping it changes nothing): words of any letters, any
+        /// case, any length, with the ERRNO names among them.
+        #[test]
+        fn a_plain_word_has_no_shape(word in "[a-zA-Z]{0,12}|[A-Z]?[a-z]{1,30}|E[A-Z]{2,10}") {
+            if plain_word(&word) {
+                proptest::prop_assert_eq!(classify(&word), None);
+            }
+        }
     }
 
     #[test]
