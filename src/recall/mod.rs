@@ -660,35 +660,39 @@ fn windows(text: &str) -> Vec<(u32, String)> {
         }
         current.clear();
     };
+    // Characters in `current`, kept as it grows (counting the window again
+    // for every line it takes was quadratic in the window).
+    let mut current_chars = 0;
     for (n, line) in text.lines().enumerate() {
         let n = u32::try_from(n + 1).unwrap_or(u32::MAX);
         // A blank line ends a paragraph, and the window with it.
         if line.trim().is_empty() {
             flush(&mut current, start, &mut out);
-            lines_in = 0;
+            (lines_in, current_chars) = (0, 0);
             continue;
         }
-        if line.chars().count() > PASSAGE_CHARS {
+        let line_chars = line.chars().count();
+        if line_chars > PASSAGE_CHARS {
             flush(&mut current, start, &mut out);
-            lines_in = 0;
+            (lines_in, current_chars) = (0, 0);
             for piece in cut(line) {
                 out.push((n, piece));
             }
             start = n.saturating_add(1);
             continue;
         }
-        if lines_in == PASSAGE_LINES
-            || current.chars().count() + line.chars().count() > PASSAGE_CHARS
-        {
+        if lines_in == PASSAGE_LINES || current_chars + line_chars > PASSAGE_CHARS {
             flush(&mut current, start, &mut out);
-            lines_in = 0;
+            (lines_in, current_chars) = (0, 0);
         }
         if lines_in == 0 {
             start = n;
         } else {
             current.push('\n');
+            current_chars += 1;
         }
         current.push_str(line);
+        current_chars += line_chars;
         lines_in += 1;
     }
     flush(&mut current, start, &mut out);

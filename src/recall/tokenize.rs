@@ -158,6 +158,15 @@ fn flush_word(run: &str, scratch: &mut Scratch, f: &mut impl FnMut(&str)) {
     if word.is_empty() {
         return;
     }
+    // Most words: lowercase letters only, or digits only. One part, already
+    // lowercase: the word itself (unless longer than a term may be).
+    let b = word.as_bytes();
+    if b.iter().all(u8::is_ascii_lowercase) || b.iter().all(u8::is_ascii_digit) {
+        if b.len() <= MAX_TERM_CHARS {
+            f(word);
+        }
+        return;
+    }
     if word.is_ascii() {
         return ascii_word(word, scratch, f);
     }
