@@ -22,7 +22,7 @@ pub mod config;
 pub mod hash;
 pub mod llm;
 pub mod model;
-mod par;
+pub mod par;
 pub mod plugin;
 pub mod proto;
 pub mod provider;

@@ -98,10 +98,13 @@ pub fn offline(args: &OfflineArgs, plan: Option<CompactionPlan>) -> Result<Offli
     let settings =
         config::load(args.config.as_deref(), std::env::vars()).map_err(Failure::bad_input)?;
     settings.policy.validate().map_err(Failure::bad_input)?;
-    let input = read_thread(&args.input)?;
-    let policy = settings.policy.clone();
     let defaults = settings.app_defaults();
     let model = args.model.clone().unwrap_or_else(|| defaults.model.clone());
+    // The tokenizer's tables load on another core while the input is read.
+    let warm = model.clone();
+    std::thread::spawn(move || drop(compactd::tokens::counter_for_model(&warm)));
+    let input = read_thread(&args.input)?;
+    let policy = settings.policy.clone();
     let max_input_tokens = args.max_input_tokens.unwrap_or(defaults.max_input_tokens);
     let rt = runtime()?;
     let ctx = SecurityContext::dev();

@@ -86,14 +86,36 @@ pub fn read_thread(path: &Path) -> Result<ThreadInput, Failure> {
     } else {
         std::fs::read_to_string(path).map_err(unreadable)?
     };
-    let value: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| Failure::bad_input(format!("input is not JSON: {e}")))?;
+    let value =
+        parse_json(&text).map_err(|e| Failure::bad_input(format!("input is not JSON: {e}")))?;
     let default_id = path
         .file_stem()
         .and_then(|s| s.to_str())
         .filter(|s| *s != "-")
         .unwrap_or("thread");
     thread_from_json(&value, default_id).map_err(Failure::bad_input)
+}
+
+/// `text` as JSON. A top-level array (an OpenAI `messages` log) is split
+/// into its elements first and they are parsed on every core: a long
+/// thread's parse was a tenth of a cold compaction, on one core. The value
+/// and any error are what `serde_json::from_str` gives.
+fn parse_json(text: &str) -> serde_json::Result<serde_json::Value> {
+    if !text.trim_start().starts_with('[') {
+        return serde_json::from_str(text);
+    }
+    let Ok(elements) = serde_json::from_str::<Vec<&serde_json::value::RawValue>>(text) else {
+        return serde_json::from_str(text);
+    };
+    let parsed = compactd::par::map(
+        &elements,
+        |e| e.get().len(),
+        |e| serde_json::from_str::<serde_json::Value>(e.get()),
+    );
+    match parsed.into_iter().collect::<serde_json::Result<Vec<_>>>() {
+        Ok(values) => Ok(serde_json::Value::Array(values)),
+        Err(_) => serde_json::from_str(text),
+    }
 }
 
 /// A runtime for one command: the async use cases on the current thread,
@@ -103,4 +125,40 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         .enable_all()
         .build()
         .map_err(Failure::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_json;
+
+    /// Split or not, the parse is `serde_json::from_str`'s: the same value,
+    /// and the same error where the text is not JSON.
+    #[test]
+    fn an_array_parsed_by_its_elements_is_the_whole_parse() {
+        let big: Vec<serde_json::Value> = (0..3_000)
+            .map(|i| {
+                serde_json::json!({
+                    "role": if i % 2 == 0 { "user" } else { "assistant" },
+                    "content": format!("message {i} with \"quotes\", ünïcödé and 0.1 + 0.2 = {}", 0.1 + 0.2),
+                    "n": i as f64 / 3.0,
+                })
+            })
+            .collect();
+        let big = serde_json::to_string(&big).expect("json");
+        assert!(big.len() > compactd::par::PARALLEL_FROM_BYTES);
+        for text in [
+            big.as_str(),
+            " [1, 2.5e300, -0.0, \"x\", {\"a\": [null, true]}] ",
+            "[]",
+            "{\"messages\": []}",
+            "[1, 2,]",
+            "[{\"a\": 1}, {\"a\": ]",
+            "[\"\\ud800\"]",
+            "[1] [2]",
+        ] {
+            let split = parse_json(text).map_err(|e| e.to_string());
+            let whole = serde_json::from_str::<serde_json::Value>(text).map_err(|e| e.to_string());
+            assert_eq!(split, whole, "{text:.80}");
+        }
+    }
 }
