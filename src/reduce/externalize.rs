@@ -121,6 +121,7 @@ fn pointer_summary(
         max_chars: state.summary_max_chars() / 2,
         rereads_prior: false,
         scans: None,
+        digests: None,
     };
     match state.summarize(&req) {
         Ok(s) => s,

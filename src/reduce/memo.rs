@@ -230,17 +230,19 @@ impl Memo {
 
     /// `m` with `redactor`'s rules applied, as
     /// [`Redactor::redact_message`](crate::redact::Redactor::redact_message)
-    /// gives it, cached by the message's digest and the rule set: a
+    /// gives it, cached by the message's digest (`digest`, its
+    /// [`message_digest`](crate::model::message_digest)) and the rule set: a
     /// roll-up re-reads every message the chunk summaries read.
     pub fn redacted_message<'a>(
         &self,
         redactor: &crate::redact::Redactor,
         m: &'a crate::model::Message,
+        digest: u128,
     ) -> ReadMessage<'a> {
         let mut k = self.key();
         k.part(b"redacted-message")
             .part(redactor.id().as_bytes())
-            .part(&crate::model::message_digest(m).to_le_bytes());
+            .part(&digest.to_le_bytes());
         let key = (self.scope, k.finish());
         if let Some(Read(hit)) = self.caches.read.get(&key) {
             return match hit {
@@ -345,7 +347,7 @@ impl crate::summarize::Scans for Memo {
 
     fn part(
         &self,
-        m: &crate::model::Message,
+        digest: u128,
         unanswered: bool,
         make: &dyn Fn() -> crate::summarize::extractive::MessagePart,
     ) -> std::sync::Arc<crate::summarize::extractive::MessagePart> {
@@ -354,7 +356,7 @@ impl crate::summarize::Scans for Memo {
             .part(crate::summarize::EXTRACTIVE_ID.as_bytes())
             .part(crate::model::SUMMARY_SCHEMA_VERSION.as_bytes())
             .part(&[u8::from(unanswered)])
-            .part(&crate::model::message_digest(m).to_le_bytes());
+            .part(&digest.to_le_bytes());
         let key = (self.scope, k.finish());
         if let Some(Part(p)) = self.caches.parts.get(&key) {
             return p;

@@ -93,8 +93,13 @@ impl Summarizing<'_> {
             .part(crate::model::SUMMARY_SCHEMA_VERSION.as_bytes())
             .part(&(req.max_chars as u64).to_le_bytes())
             .part(&[u8::from(req.rereads_prior)]);
-        for m in req.messages {
-            k.part(&crate::model::message_digest(m).to_le_bytes());
+        let digests: Vec<u128> = req
+            .messages
+            .iter()
+            .map(|m| crate::model::message_digest(m))
+            .collect();
+        for d in &digests {
+            k.part(&d.to_le_bytes());
         }
         for p in req.prior {
             k.part(&serde_json::to_vec(p).unwrap_or_default());
@@ -106,16 +111,28 @@ impl Summarizing<'_> {
         // sentence has lost the context that marked it secret), and what it
         // returns is redacted again, for what prior summaries carried.
         let mut summary = self.memo.summary(k.finish(), || {
-            let redacted: Vec<memo::ReadMessage<'_>> = crate::par::map(
-                req.messages,
-                |m| m.byte_len(),
-                |m| self.memo.redacted_message(self.redactor, m),
+            let at: Vec<usize> = (0..req.messages.len()).collect();
+            let redacted: Vec<(memo::ReadMessage<'_>, u128)> = crate::par::map(
+                &at,
+                |&i| req.messages[i].byte_len(),
+                |&i| {
+                    let (m, digest) = (req.messages[i], digests[i]);
+                    match self.memo.redacted_message(self.redactor, m, digest) {
+                        same @ memo::ReadMessage::Same(_) => (same, digest),
+                        memo::ReadMessage::Redacted(r) => {
+                            let digest = crate::model::message_digest(&r);
+                            (memo::ReadMessage::Redacted(r), digest)
+                        }
+                    }
+                },
             );
             let messages: Vec<&crate::model::Message> =
-                redacted.iter().map(std::convert::AsRef::as_ref).collect();
+                redacted.iter().map(|(m, _)| m.as_ref()).collect();
+            let read_digests: Vec<u128> = redacted.iter().map(|&(_, d)| d).collect();
             self.summarizer.summarize(&SummaryRequest {
                 messages: &messages,
                 scans: Some(self.memo),
+                digests: Some(&read_digests),
                 ..req.clone()
             })
         })?;

@@ -217,6 +217,7 @@ fn apply(
         max_chars,
         rereads_prior: reread,
         scans: None,
+        digests: None,
     };
     let mut summary = match state.summarize(&req) {
         Ok(s) => s,
@@ -341,6 +342,7 @@ fn summarize_ahead(
                 max_chars: base,
                 rereads_prior: false,
                 scans: None,
+                digests: None,
             });
         },
     );
@@ -562,6 +564,7 @@ fn merge_pairs(
 ) {
     let base = state.summary_max_chars();
     let mut made_ahead = crate::hash::FastSet::default();
+    let mut rendered = RenderedSizes::default();
     while p.summary_count() > until {
         let Some((records, pair)) = smallest_pair(p) else {
             break;
@@ -570,9 +573,9 @@ fn merge_pairs(
             break;
         }
         if !made_ahead.contains(&records) {
-            merge_ahead(p, state, until, target, &mut made_ahead);
+            merge_ahead(p, state, (until, target), &mut made_ahead, &mut rendered);
         }
-        let cap = MergeCap::of(p, &pair).at(base, target, p.total());
+        let cap = MergeCap::of(p, &pair, &mut rendered).at(base, target, p.total());
         // Fewer summary messages at no cost in tokens is a gain.
         let limit = Some(p.total());
         if apply(p, state, &pair, cap, limit, false) != Applied::Kept {
@@ -603,12 +606,17 @@ struct MergeCap {
 }
 
 impl MergeCap {
-    fn of(p: &Projection<'_>, pair: &[usize]) -> MergeCap {
-        let held = p
-            .covering(pair)
-            .0
+    fn of(p: &Projection<'_>, pair: &[usize], rendered: &mut RenderedSizes) -> MergeCap {
+        let held = pair
             .iter()
-            .map(|r| r.summary.render_as_message().len())
+            .filter_map(|&i| p.summary_of(i))
+            .collect::<std::collections::BTreeSet<usize>>()
+            .into_iter()
+            .map(|k| {
+                *rendered.entry(k).or_insert_with(|| {
+                    p.plan.summarizations[k].summary.render_as_message().len()
+                })
+            })
             .sum();
         let pair_tokens = pair.iter().map(|&i| p.cost(i)).sum();
         MergeCap { held, pair_tokens }
@@ -620,6 +628,10 @@ impl MergeCap {
         base.max((self.held - self.held / 10).min(room))
     }
 }
+
+/// Rendered sizes of summary records by index, measured once per merge
+/// pass: a record is never changed, only replaced by a new one.
+type RenderedSizes = crate::hash::FastMap<usize, usize>;
 
 /// Merges made ahead per batch, per core.
 const MERGES_AHEAD_PER_CORE: usize = 16;
@@ -637,9 +649,9 @@ const MERGES_AHEAD_PER_CORE: usize = 16;
 fn merge_ahead(
     p: &Projection<'_>,
     state: &PipelineState<'_>,
-    until: usize,
-    target: u32,
+    (until, target): (usize, u32),
     made: &mut crate::hash::FastSet<(usize, usize)>,
+    rendered: &mut RenderedSizes,
 ) {
     let cores = crate::par::cores();
     let runs = summary_runs(p);
@@ -700,7 +712,7 @@ fn merge_ahead(
         .iter()
         .filter_map(|&((a, b), lowest)| {
             let pair = pair_indices(p, &runs, a, b);
-            let cap = MergeCap::of(p, &pair);
+            let cap = MergeCap::of(p, &pair, rendered);
             let (now, least) = (
                 cap.at(base, target, p.total()),
                 cap.at(base, target, lowest),
@@ -721,6 +733,7 @@ fn merge_ahead(
                 max_chars: *cap,
                 rereads_prior: false,
                 scans: None,
+                digests: None,
             });
         },
     );

@@ -265,7 +265,7 @@ impl Summarizer for ExtractiveSummarizer {
     }
 
     fn summarize(&self, req: &SummaryRequest<'_>) -> Result<StructuredSummary, SummarizeError> {
-        let fresh = extract(req.span.clone(), req.messages, req.scans);
+        let fresh = extract(req.span.clone(), req.messages, req.scans, req.digests);
         let mut merged = merge_summaries(req.span.clone(), req.prior, &fresh);
         if req.rereads_prior {
             // The span's messages were all read again: what the prior
@@ -1505,6 +1505,7 @@ fn extract(
     span: SpanReference,
     messages: &[&Message],
     scans: Option<&dyn super::Scans>,
+    digests: Option<&[u128]>,
 ) -> StructuredSummary {
     let mut s = StructuredSummary::empty(span);
     s.requests = quote_requests(messages);
@@ -1523,7 +1524,12 @@ fn extract(
             let m = messages[idx];
             let unanswered = m.role == Role::User && last_assistant_text.is_none_or(|j| j < idx);
             match scans {
-                Some(kept) => kept.part(m, unanswered, &|| message_part(m, unanswered, scans)),
+                Some(kept) => {
+                    let digest = digests
+                        .and_then(|d| d.get(idx).copied())
+                        .unwrap_or_else(|| crate::model::message_digest(m));
+                    kept.part(digest, unanswered, &|| message_part(m, unanswered, scans))
+                }
                 None => std::sync::Arc::new(message_part(m, unanswered, None)),
             }
         },

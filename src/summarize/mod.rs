@@ -41,6 +41,9 @@ pub struct SummaryRequest<'a> {
     /// compaction (a roll-up re-reads what the first summaries read), when
     /// the caller keeps them.
     pub scans: Option<&'a dyn Scans>,
+    /// [`message_digest`](crate::model::message_digest) of each of
+    /// `messages`, when the caller has them: what a kept part is found by.
+    pub digests: Option<&'a [u128]>,
 }
 
 /// A keeper of tool-output scans: [`salient::salient`] of a text, computed
@@ -49,17 +52,18 @@ pub trait Scans: Sync + std::fmt::Debug {
     /// `salient::salient(text, max_refs)`, perhaps kept from an earlier call.
     fn salient(&self, text: &str, max_refs: usize) -> salient::Salient;
 
-    /// `make()`, the extractive summarizer's part of message `m`
+    /// `make()`, the extractive summarizer's part of the message whose
+    /// [`message_digest`](crate::model::message_digest) is `digest`
     /// (`unanswered` as [`extractive::MessagePart`] says), perhaps kept from
     /// an earlier call: a roll-up that re-reads a stretch finds every
     /// message already read by the chunk summaries before it.
     fn part(
         &self,
-        m: &Message,
+        digest: u128,
         unanswered: bool,
         make: &dyn Fn() -> extractive::MessagePart,
     ) -> std::sync::Arc<extractive::MessagePart> {
-        let _ = (m, unanswered);
+        let _ = (digest, unanswered);
         std::sync::Arc::new(make())
     }
 }

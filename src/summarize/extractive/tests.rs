@@ -66,6 +66,7 @@ fn run(
         max_chars,
         rereads_prior: false,
         scans: None,
+        digests: None,
     })
 }
 
@@ -418,6 +419,7 @@ fn empty_input() {
         max_chars: 100,
         rereads_prior: false,
         scans: None,
+        digests: None,
     };
     let s = ExtractiveSummarizer.summarize(&req).expect("empty fits");
     assert_eq!(s, StructuredSummary::empty(span.clone()));
