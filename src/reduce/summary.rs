@@ -613,9 +613,9 @@ impl MergeCap {
             .collect::<std::collections::BTreeSet<usize>>()
             .into_iter()
             .map(|k| {
-                *rendered.entry(k).or_insert_with(|| {
-                    p.plan.summarizations[k].summary.render_as_message().len()
-                })
+                *rendered
+                    .entry(k)
+                    .or_insert_with(|| p.plan.summarizations[k].summary.render_as_message().len())
             })
             .sum();
         let pair_tokens = pair.iter().map(|&i| p.cost(i)).sum();

@@ -646,7 +646,7 @@ proptest! {
         let again = run(&msgs, &prior, max_chars);
         prop_assert_eq!(&result, &again);
 
-        let merged = merge_summaries(span.clone(), &prior, &extract(span.clone(), &refs, None));
+        let merged = merge_summaries(span.clone(), &prior, &extract(span.clone(), &refs, None, None));
         let s = result.expect("the extractive summarizer never fails");
         if max_chars >= FLOOR_CHARS {
             prop_assert!(s.render_as_message().len() <= max_chars);
