@@ -298,29 +298,39 @@ const ECHO_MAX_TERMS: i32 = 4;
 impl Echoes {
     /// The echoes of `messages`.
     pub fn of(messages: &[&Message]) -> Echoes {
+        // Each message's distinct terms depend on it alone: found on every
+        // core, counted in order.
+        let terms = crate::par::map(
+            messages,
+            |m| m.byte_len(),
+            |m| {
+                if m.tool_result.is_some() || !matches!(m.role, Role::User | Role::Assistant) {
+                    return Vec::new();
+                }
+                let mut text = m.content.text().into_owned();
+                for c in &m.tool_calls {
+                    text.push('\n');
+                    text.push_str(&c.arguments_json());
+                }
+                let mut seen = FastSet::default();
+                words(&text)
+                    .into_iter()
+                    .filter(|w| w.chars().count() >= ECHO_MIN_CHARS && seen.insert(w.clone()))
+                    .collect()
+            },
+        );
         let mut e = Echoes::default();
         let mut last_turn = None;
-        for m in messages {
+        for (m, terms) in messages.iter().zip(terms) {
             if last_turn != Some(m.turn) {
                 e.total_turns += 1;
                 last_turn = Some(m.turn);
             }
-            if m.tool_result.is_some() || !matches!(m.role, Role::User | Role::Assistant) {
-                continue;
-            }
-            let mut text = m.content.text().into_owned();
-            for c in &m.tool_calls {
-                text.push('\n');
-                text.push_str(&c.arguments_json());
-            }
-            let mut seen = FastSet::default();
-            for w in words(&text) {
-                if w.chars().count() >= ECHO_MIN_CHARS && seen.insert(w.clone()) {
-                    let at = e.turns.entry(w).or_insert((0, u32::MAX));
-                    if at.1 != m.turn {
-                        at.0 += 1;
-                        at.1 = m.turn;
-                    }
+            for w in terms {
+                let at = e.turns.entry(w).or_insert((0, u32::MAX));
+                if at.1 != m.turn {
+                    at.0 += 1;
+                    at.1 = m.turn;
                 }
             }
         }
