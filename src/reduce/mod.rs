@@ -116,14 +116,14 @@ impl Summarizing<'_> {
                 &at,
                 |&i| req.messages[i].byte_len(),
                 |&i| {
-                    let (m, digest) = (req.messages[i], digests[i]);
-                    match self.memo.redacted_message(self.redactor, m, digest) {
-                        same @ memo::ReadMessage::Same(_) => (same, digest),
-                        memo::ReadMessage::Redacted(r) => {
-                            let digest = crate::model::message_digest(&r);
-                            (memo::ReadMessage::Redacted(r), digest)
-                        }
-                    }
+                    let read =
+                        self.memo
+                            .redacted_message(self.redactor, req.messages[i], digests[i]);
+                    let digest = match &read {
+                        memo::ReadMessage::Same(_) => digests[i],
+                        memo::ReadMessage::Redacted(r) => crate::model::message_digest(r),
+                    };
+                    (read, digest)
                 },
             );
             let messages: Vec<&crate::model::Message> =
