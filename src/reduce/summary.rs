@@ -679,14 +679,10 @@ fn merge_ahead(
     let mut wave: Vec<((usize, usize), u32)> = Vec::new();
     let mut lowest = p.total();
     while live > until && wave.len() < cores * MERGES_AHEAD_PER_CORE {
-        let mut best: Option<(usize, usize)> = None; // (messages, node)
-        for (i, w) in nodes.windows(2).enumerate() {
-            let n = w[0].messages + w[1].messages;
-            if w[0].adjacent_next && best.is_none_or(|(m, _)| n < m) {
-                best = Some((n, i));
-            }
-        }
-        let Some((messages, i)) = best else {
+        let pairs = nodes
+            .windows(2)
+            .map(|w| (w[0].adjacent_next).then_some(w[0].messages + w[1].messages));
+        let Some((i, messages)) = first_smallest(pairs) else {
             break;
         };
         let next = nodes.remove(i + 1);
@@ -804,16 +800,27 @@ fn pair_indices(p: &Projection<'_>, runs: &[Run], a: usize, b: usize) -> Vec<usi
 /// cover the fewest messages together: their records and message indices.
 fn smallest_pair(p: &Projection<'_>) -> Option<((usize, usize), Vec<usize>)> {
     let runs = summary_runs(p);
-    let mut best: Option<(usize, usize, usize)> = None; // (messages, a, b)
-    for w in runs.windows(2) {
-        let (a, b) = (&w[0], &w[1]);
-        let n = a.messages + b.messages;
-        if adjacent(p, a, b) && best.is_none_or(|(m, ..)| n < m) {
-            best = Some((n, a.record, b.record));
+    let pairs = runs
+        .windows(2)
+        .map(|w| adjacent(p, &w[0], &w[1]).then_some(w[0].messages + w[1].messages));
+    let (i, _) = first_smallest(pairs)?;
+    let (ra, rb) = (runs[i].record, runs[i + 1].record);
+    Some(((ra, rb), pair_indices(p, &runs, ra, rb)))
+}
+
+/// The position and size of the first smallest of `pairs` that may merge
+/// (`None`: may not). [`merge_pairs`] and the play-out of its order in
+/// [`merge_ahead`] both choose with it, so they choose alike.
+fn first_smallest(pairs: impl Iterator<Item = Option<usize>>) -> Option<(usize, usize)> {
+    let mut best: Option<(usize, usize)> = None;
+    for (i, n) in pairs.enumerate() {
+        if let Some(n) = n {
+            if best.is_none_or(|(_, m)| n < m) {
+                best = Some((i, n));
+            }
         }
     }
-    let (_, ra, rb) = best?;
-    Some(((ra, rb), pair_indices(p, &runs, ra, rb)))
+    best
 }
 
 /// Summarized messages grouped into stretches that no rendering message
