@@ -283,6 +283,12 @@ fn header_end(bytes: &[u8]) -> Option<usize> {
 /// The [`header_tag`] of the file at `path` (`None`: there is none),
 /// reading no further than its header.
 fn read_tag(path: &std::path::Path) -> std::io::Result<Option<String>> {
+    Ok(read_header(path)?.map(|bytes| header_tag(&bytes)))
+}
+
+/// The start of the file at `path` through its header (the whole file when
+/// it has no complete header; `None`: there is no file), reading no further.
+fn read_header(path: &std::path::Path) -> std::io::Result<Option<Vec<u8>>> {
     use std::io::Read;
     let mut file = match std::fs::File::open(path) {
         Ok(f) => f,
@@ -294,7 +300,7 @@ fn read_tag(path: &std::path::Path) -> std::io::Result<Option<String>> {
         let n = file.read(&mut chunk)?;
         read.extend_from_slice(&chunk[..n]);
         if n == 0 || header_end(&read).is_some() {
-            return Ok(Some(header_tag(&read)));
+            return Ok(Some(read));
         }
     }
 }
@@ -775,7 +781,8 @@ impl Blobs for FsBlobs {
         let idle = std::time::Duration::from_millis(idle_ttl_ms);
         let torn_and_idle = move |folder: &std::path::Path| -> Result<bool, StoreError> {
             let head = folder.join(HEAD);
-            let Some(bytes) = fs::read_optional(&head)? else {
+            // The header says whether it is torn: the body is not read.
+            let Some(bytes) = read_header(&head)? else {
                 return Ok(false);
             };
             let age = std::fs::metadata(&head)?
