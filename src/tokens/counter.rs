@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 
 use super::{Estimator, TokenizerRule};
+use crate::hash::FastSet;
 
 /// Counts tokens of text. Implementations are cheap to share across threads.
 pub trait TokenCounter: Send + Sync + fmt::Debug {
@@ -32,6 +33,38 @@ struct BpeCounter {
     name: &'static str,
     tokenizer: &'static bpe_openai::Tokenizer,
     split: Pretokenizer,
+    /// Every token's bytes. A piece that is a token encodes as that one
+    /// token (byte-pair merges never split a piece the dictionary holds
+    /// whole, and tiktoken takes the same shortcut); most words are, and a
+    /// lookup costs a fraction of the encoder's search and allocations.
+    tokens: FastSet<&'static [u8]>,
+}
+
+impl BpeCounter {
+    fn new(
+        name: &'static str,
+        tokenizer: &'static bpe_openai::Tokenizer,
+        split: Pretokenizer,
+    ) -> Self {
+        let bpe = &tokenizer.bpe;
+        let mut tokens = FastSet::with_capacity_and_hasher(bpe.num_tokens(), Default::default());
+        tokens.extend((0..bpe.num_tokens() as u32).map(|id| bpe.token_bytes(id)));
+        BpeCounter {
+            name,
+            tokenizer,
+            split,
+            tokens,
+        }
+    }
+
+    /// Tokens of one piece of the pre-tokenization.
+    fn piece(&self, piece: &[u8]) -> usize {
+        if self.tokens.contains(piece) {
+            1
+        } else {
+            self.tokenizer.bpe.count(piece)
+        }
+    }
 }
 
 /// The encoding's pre-tokenization: tiktoken's pattern, with its negative
@@ -117,7 +150,7 @@ impl TokenCounter for BpeCounter {
     fn count(&self, text: &str) -> usize {
         let mut n = 0;
         self.split
-            .each_piece(text, |p| n += self.tokenizer.bpe.count(p.as_bytes()));
+            .each_piece(text, |p| n += self.piece(p.as_bytes()));
         n
     }
 
@@ -149,11 +182,11 @@ static O200K: LazyLock<Arc<dyn TokenCounter>> = LazyLock::new(|| {
         "\\s+$".to_owned(),
     ]
     .join("|");
-    Arc::new(BpeCounter {
-        name: "o200k_base",
-        tokenizer: bpe_openai::o200k_base(),
-        split: Pretokenizer::new(&[(&words, false), ("\\s+\\s", true), ("\\s+", false)]),
-    })
+    Arc::new(BpeCounter::new(
+        "o200k_base",
+        bpe_openai::o200k_base(),
+        Pretokenizer::new(&[(&words, false), ("\\s+\\s", true), ("\\s+", false)]),
+    ))
 });
 
 static CL100K: LazyLock<Arc<dyn TokenCounter>> = LazyLock::new(|| {
@@ -166,11 +199,11 @@ static CL100K: LazyLock<Arc<dyn TokenCounter>> = LazyLock::new(|| {
         "\\s+$".to_owned(),
     ]
     .join("|");
-    Arc::new(BpeCounter {
-        name: "cl100k_base",
-        tokenizer: bpe_openai::cl100k_base(),
-        split: Pretokenizer::new(&[(&words, false), ("\\s+\\s", true), ("\\s+", false)]),
-    })
+    Arc::new(BpeCounter::new(
+        "cl100k_base",
+        bpe_openai::cl100k_base(),
+        Pretokenizer::new(&[(&words, false), ("\\s+\\s", true), ("\\s+", false)]),
+    ))
 });
 
 static ESTIMATOR: LazyLock<Arc<dyn TokenCounter>> =
@@ -323,6 +356,26 @@ mod tests {
                 tiktoken_cl100k(&t),
                 "cl100k mismatch for {t:?}"
             );
+        }
+    }
+
+    /// The shortcut's premise, over the whole dictionary of each encoding:
+    /// the encoder makes every token's bytes into that one token. A piece
+    /// the dictionary lacks still goes to the encoder, which the comparisons
+    /// with tiktoken above cover.
+    #[test]
+    fn a_piece_that_is_a_token_counts_one() {
+        for tokenizer in [bpe_openai::o200k_base(), bpe_openai::cl100k_base()] {
+            let bpe = &tokenizer.bpe;
+            for id in 0..bpe.num_tokens() as u32 {
+                let bytes = bpe.token_bytes(id);
+                assert_eq!(bpe.count(bytes), 1, "token {id} ({bytes:?})");
+            }
+        }
+        // And through the counter: a text that is one token, split into one
+        // piece, counts one without the encoder.
+        for (c, word) in [(o200k(), " hello"), (cl100k(), " hello"), (o200k(), "\n\n")] {
+            assert_eq!(c.count(word), 1, "{word:?}");
         }
     }
 
