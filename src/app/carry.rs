@@ -27,6 +27,11 @@ use super::{App, Result};
 /// in an append session shares the session's copy.
 const CARRY_CACHE_BYTES: u64 = 256 * 1024 * 1024;
 
+/// Appended messages up to this weight ([`crate::model::memory_weight`])
+/// are counted on the calling task, as requests up to 64 KiB are converted
+/// there.
+const INLINE_CHECK_BYTES: u64 = 64 * 1024;
+
 /// What a committed plan was counted for.
 pub(super) struct Carry {
     /// The thread as the pipeline saw it (settled).
@@ -143,7 +148,7 @@ impl App {
             return Ok(Err(committed));
         }
         let (app, r2, c) = (self.clone(), Arc::clone(r), Arc::clone(&carry));
-        let added = blocking(move || {
+        let check = move || {
             let thread = &r2.cmd.thread;
             // Longer than the kept thread, so never the same `Arc`: the
             // session says what it extends, else the messages are compared.
@@ -167,8 +172,23 @@ impl App {
                 }
             }
             Some((u32::try_from(added).ok()?, u32::try_from(tools).ok()?))
-        })
-        .await?;
+        };
+        // An append session's few new messages are checked on the calling
+        // task: the trip to the blocking pool and back cost more than
+        // counting them. A thread sent in full is compared message by
+        // message, off the async workers.
+        let known_start = r
+            .cmd
+            .extends
+            .as_ref()
+            .is_some_and(|e| Arc::ptr_eq(e, &carry.thread));
+        let small =
+            crate::model::memory_weight(&r.cmd.thread.messages[have..]) <= INLINE_CHECK_BYTES;
+        let added = if known_start && small {
+            check()
+        } else {
+            blocking(check).await?
+        };
         let Some((added, added_tools)) = added else {
             return Ok(Err(committed));
         };
