@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use crate::cache::{BoundedCache, Weigh};
 use crate::model::{memory_weight, Message, Thread};
 use crate::store::{
-    Peek, PrefixTrace, SegmentRef, SessionWrite, StoreError, ThreadStore, MAX_SEGMENTS,
+    idle_past, Peek, PrefixTrace, SegmentRef, SessionWrite, StoreError, ThreadStore, MAX_SEGMENTS,
     MAX_TAIL_BYTES,
 };
 
@@ -92,6 +92,10 @@ struct Copy {
     at_segments: ([u8; 32], usize),
     prefix: Option<PrefixTrace>,
     bytes: u64,
+    /// The head's tag and last write: a copy this replica wrote (or read)
+    /// serves an append on its version without reading the head again.
+    tag: Option<String>,
+    updated_at_unix_ms: u64,
 }
 
 impl Weigh for Arc<Copy> {
@@ -401,6 +405,21 @@ impl Sessions {
     /// memory when it is current, else completed (or read) from the store.
     async fn base(&self, tenant: &str, thread_id: &str, version: u64) -> Result<(Arc<Copy>, Peek)> {
         let key = (tenant.to_owned(), thread_id.to_owned());
+        // The copy of the head this replica last wrote or read, at the
+        // version the client appends to: the head is not read again (a
+        // trip to the store every turn). Another writer that has replaced
+        // it since makes the commit's compare-and-swap fail, which answers
+        // the client as a stale base, as reading it first would have.
+        if let Some(copy) = self
+            .copies
+            .get(&key)
+            .filter(|c| c.version == version && !idle_past(c.updated_at_unix_ms, self.ttl_ms()))
+        {
+            if let Some(tag) = copy.tag.clone() {
+                let peek = Peek::written(copy.session.clone(), version, tag);
+                return Ok((copy, peek));
+            }
+        }
         let peek = self
             .store
             .peek(tenant, thread_id, self.ttl_ms())
@@ -452,6 +471,8 @@ impl Sessions {
         }
         let copy = Arc::new(Copy {
             bytes: memory_weight(&messages) + head.tail.len() as u64,
+            tag: head.tag,
+            updated_at_unix_ms: head.updated_at_unix_ms,
             session: head.session,
             version,
             digest,
@@ -515,6 +536,8 @@ impl Sessions {
             .map_err(|e| session_error(e, &ticket.thread_id, base_version))?;
         let copy = Arc::new(Copy {
             bytes,
+            tag: head.tag,
+            updated_at_unix_ms: head.updated_at_unix_ms,
             session: head.session.clone(),
             version: head.version,
             digest: ticket.digest,
@@ -696,6 +719,66 @@ mod tests {
             .await
             .expect("commit");
         (thread, state.version)
+    }
+
+    /// A replica appends on the version it wrote without reading the head
+    /// again; when another replica has moved the session on meanwhile, the
+    /// commit's compare-and-swap refuses the append as stale, with the
+    /// version the session is at, and nothing is written. A version the
+    /// copy is not at is read from the store as before.
+    #[tokio::test]
+    async fn a_copy_at_the_base_is_not_read_again_and_a_replaced_head_is_still_stale() {
+        let store = Arc::new(ThreadStore::memory());
+        let (one, two) = (
+            Sessions::new(Arc::clone(&store), SessionSettings::default()),
+            Sessions::new(Arc::clone(&store), SessionSettings::default()),
+        );
+        let start = sent(&["m0".into()], 10);
+        let (_, ticket) = one
+            .open("acme", Arc::clone(&start), SessionInput::Start)
+            .await
+            .expect("start");
+        let v1 = one
+            .commit(ticket.expect("a ticket"), start, None)
+            .await
+            .expect("commit")
+            .version;
+        // The other replica moves the session on.
+        let (_, v2) = append(&two, v1, &["m1".into()]).await;
+        // The first still holds v1: the append opens from memory, and the
+        // write behind it is refused.
+        let input = SessionInput::Append {
+            base_version: v1,
+            json: None,
+        };
+        let (thread, ticket) = one
+            .open("acme", sent(&["m2".into()], 10), input)
+            .await
+            .expect("opened from the copy at v1, without reading the head");
+        let refused = one
+            .commit(ticket.expect("a ticket"), thread, None)
+            .await
+            .expect_err("the head was replaced");
+        assert!(
+            matches!(refused, AppError::SessionStale { current, .. } if current == v2),
+            "{refused:?}"
+        );
+        let head = store
+            .head("acme", "t", 0)
+            .await
+            .expect("head")
+            .expect("some");
+        assert_eq!(
+            (head.version, head.messages),
+            (v2, 2),
+            "nothing was written"
+        );
+        // On v2, which its copy is not at, the first replica reads the
+        // head and appends.
+        let (thread, v3) = append(&one, v2, &["m3".into()]).await;
+        let ids: Vec<&str> = thread.messages.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["m0", "m1", "m3"]);
+        assert!(v3 > v2);
     }
 
     /// Appends ride in the head's tail until it is full, then move to a

@@ -40,6 +40,7 @@ use crate::model::{CompactionPlan, Sensitivity};
 pub use artifact::{FsArtifactStore, KEYRING_FILE};
 pub use memory::{MemoryArtifactStore, MemoryPlanStore};
 pub use plan::FsPlanStore;
+pub(crate) use session::idle_past;
 pub use session::{
     Peek, PrefixTrace, SegmentRef, SessionHead, SessionWrite, ThreadStore, MAX_SEGMENTS,
     MAX_TAIL_BYTES,

@@ -755,7 +755,7 @@ impl super::session::Blobs for S3SessionBlobs {
         bytes: Vec<u8>,
         expect: super::session::Expect,
         _flush: super::fs::Flush,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<String>, StoreError> {
         use super::session::Expect;
         let key = format!("{}{name}", self.folder(tenant, thread_id)?);
         let mut put = self
@@ -776,7 +776,7 @@ impl super::session::Blobs for S3SessionBlobs {
                 .ssekms_key_id(k);
         }
         match super::aws_call("S3", "PutObject", put.body(ByteStream::from(bytes)).send()).await {
-            Ok(_) => Ok(()),
+            Ok(out) => Ok(out.e_tag().map(str::to_owned)),
             Err(e) if matches!(status(&e), Some(412 | 409)) => Err(super::session::lost_race()),
             Err(e) => Err(s3_error("PutObject", e)),
         }

@@ -90,6 +90,9 @@ pub struct SessionHead {
     pub tail: String,
     /// The last render's trace, when there was one.
     pub prefix: Option<PrefixTrace>,
+    /// The head's tag, as compare-and-swap checks it; `None` when the
+    /// backend did not say what it is after a write.
+    pub tag: Option<String>,
 }
 
 /// The readable part of a sealed head or segment; its exact bytes are
@@ -128,6 +131,21 @@ pub struct Peek {
     /// What a write replacing this head must find (ETag or bytes hash).
     pub tag: String,
     bytes: Vec<u8>,
+}
+
+impl Peek {
+    /// A head this process wrote, known without reading it again: a write
+    /// based on it needs only its tag, and compare-and-swap still refuses
+    /// it if another writer has replaced the head since. It cannot be
+    /// opened ([`ThreadStore::open_head`] is for heads read from the store).
+    pub fn written(session: String, version: u64, tag: String) -> Self {
+        Peek {
+            session,
+            version,
+            tag,
+            bytes: Vec::new(),
+        }
+    }
 }
 
 /// What to write: the new head's content and, when messages were
@@ -208,7 +226,8 @@ pub(crate) trait Blobs: Send + Sync {
     ) -> Result<Option<(Vec<u8>, String)>, StoreError>;
     /// Writes `name`; `Conflict` when `expect` does not hold. `flush` says
     /// whether the write must be durable when this returns (a backend that
-    /// is always durable ignores it).
+    /// is always durable ignores it). Returns the tag of what was written,
+    /// when the backend says.
     async fn put(
         &self,
         tenant: &str,
@@ -217,7 +236,7 @@ pub(crate) trait Blobs: Send + Sync {
         bytes: Vec<u8>,
         expect: Expect,
         flush: Flush,
-    ) -> Result<(), StoreError>;
+    ) -> Result<Option<String>, StoreError>;
     /// Removes the named objects (missing ones are fine).
     async fn remove(
         &self,
@@ -397,6 +416,7 @@ impl ThreadStore {
             segments: body.segments,
             tail: body.tail,
             prefix: body.prefix,
+            tag: Some(peek.tag.clone()),
         })
     }
 
@@ -583,21 +603,27 @@ impl ThreadStore {
         } else {
             Flush::Synced
         };
-        let put = self.blobs.put(tenant, thread_id, HEAD, head, expect, flush);
-        if let Err(e) = put.await {
-            if let Some(name) = written {
-                // Never referenced: remove it (best effort; DeleteThread
-                // removes the whole session folder anyway).
-                let _ = self.blobs.remove(tenant, thread_id, &[name]).await;
+        let tag = match self
+            .blobs
+            .put(tenant, thread_id, HEAD, head, expect, flush)
+            .await
+        {
+            Ok(tag) => tag,
+            Err(e) => {
+                if let Some(name) = written {
+                    // Never referenced: remove it (best effort; DeleteThread
+                    // removes the whole session folder anyway).
+                    let _ = self.blobs.remove(tenant, thread_id, &[name]).await;
+                }
+                return Err(match e {
+                    StoreError::Conflict { .. } => StoreError::Conflict {
+                        expected: write.base.as_ref().map_or(0, |b| b.version),
+                        current: self.current_version(tenant, thread_id).await?,
+                    },
+                    other => other,
+                });
             }
-            return Err(match e {
-                StoreError::Conflict { .. } => StoreError::Conflict {
-                    expected: write.base.as_ref().map_or(0, |b| b.version),
-                    current: self.current_version(tenant, thread_id).await?,
-                },
-                other => other,
-            });
-        }
+        };
         // Best effort: a reader that still needs one reads the head again.
         if !unused.is_empty() {
             if let Err(e) = self.blobs.remove(tenant, thread_id, &unused).await {
@@ -613,6 +639,7 @@ impl ThreadStore {
             segments,
             tail: write.tail,
             prefix: write.prefix,
+            tag,
         })
     }
 
@@ -662,7 +689,13 @@ fn readable_meta(bytes: &[u8]) -> Option<Meta> {
 }
 
 fn expired(meta: &Meta, idle_ttl_ms: u64) -> bool {
-    idle_ttl_ms != 0 && fs::now_unix_ms() >= meta.updated_at_unix_ms.saturating_add(idle_ttl_ms)
+    idle_past(meta.updated_at_unix_ms, idle_ttl_ms)
+}
+
+/// Whether a session last written at `updated_at_unix_ms` has been idle for
+/// `idle_ttl_ms` (never, when that is 0): a reader takes it as gone.
+pub(crate) fn idle_past(updated_at_unix_ms: u64, idle_ttl_ms: u64) -> bool {
+    idle_ttl_ms != 0 && fs::now_unix_ms() >= updated_at_unix_ms.saturating_add(idle_ttl_ms)
 }
 
 /// Sessions in the data directory: `{thread_dir}/session/`. Compare-and-swap
@@ -712,7 +745,7 @@ impl Blobs for FsBlobs {
         bytes: Vec<u8>,
         expect: Expect,
         flush: Flush,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<String>, StoreError> {
         let folder = self.folder(tenant, thread_id)?;
         let guard = self.locks.get(&folder).lock_owned().await;
         let dir = self.dir.clone();
@@ -725,7 +758,7 @@ impl Blobs for FsBlobs {
             }
             dir.ensure_dir(&folder)?;
             fs::write_replacing(&folder, &name, &bytes, flush)?;
-            Ok(())
+            Ok(Some(header_tag(&bytes)))
         })
         .await
     }
@@ -861,7 +894,7 @@ impl Blobs for MemoryBlobs {
         bytes: Vec<u8>,
         expect: Expect,
         _flush: Flush,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<String>, StoreError> {
         let k = memory_key(tenant, thread_id)?;
         let mut threads = lock(&self.threads);
         let objects = threads.entry(k).or_default();
@@ -869,8 +902,8 @@ impl Blobs for MemoryBlobs {
             return Err(lost_race());
         }
         let tag = header_tag(&bytes);
-        objects.insert(name.to_owned(), (bytes, tag));
-        Ok(())
+        objects.insert(name.to_owned(), (bytes, tag.clone()));
+        Ok(Some(tag))
     }
 
     async fn remove(
