@@ -258,6 +258,18 @@ impl App {
     /// its appended messages checked, against what validating that one
     /// left.
     fn validate_thread(&self, thread: &Arc<Thread>, extends: Option<&Arc<Thread>>) -> Result<()> {
+        self.validate_and_pair(thread, extends, false).map(drop)
+    }
+
+    /// [`App::validate_thread`], and with `pair` the thread's pairing when
+    /// the thread extends one validated here: found from the pairing kept
+    /// with that one, reading only the appended messages. `None`: find it.
+    fn validate_and_pair(
+        &self,
+        thread: &Arc<Thread>,
+        extends: Option<&Arc<Thread>>,
+        pair: bool,
+    ) -> Result<Option<Arc<crate::model::PairingState>>> {
         let validated = &self.inner.validated;
         let limits = &self.inner.limits;
         // What validating the base left moves to the thread that extends
@@ -275,15 +287,16 @@ impl App {
         let Some((base, state)) = base else {
             self.check_thread(thread, 0)?;
             validated.insert(thread, None);
-            return Ok(());
+            return Ok(None);
         };
         // Kept from the second turn on: a thread sent in full never pays
         // for it.
         let mut state = state.unwrap_or_else(|| base.validation());
         match thread.validate_appended(limits, &mut state) {
             Ok(()) => {
+                let pairing = pair.then(|| state.pairing_of(thread));
                 validated.insert(thread, Some(state));
-                Ok(())
+                Ok(pairing)
             }
             Err(e) => {
                 // Untouched by the failed append: the base's still.

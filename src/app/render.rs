@@ -245,14 +245,16 @@ impl App {
     /// as sent leaves out, as warnings, and the settled thread's pairing
     /// when settling left the thread as it was.
     fn admit(&self, cmd: RenderCommand) -> Result<(RenderCommand, Vec<String>, Option<Paired>)> {
-        self.validate_thread(&cmd.request.thread, cmd.request.extends.as_ref())?;
-        // Found once for the pending check and the provider view.
-        let pairing = cmd.request.thread.pairing();
-        let abandoned = cmd.request.thread.abandoned_calls(&pairing);
+        let known =
+            self.validate_and_pair(&cmd.request.thread, cmd.request.extends.as_ref(), true)?;
+        // Found once for the pending check and the provider view (an
+        // append session's from the last turn's and what was appended).
+        let state = known.unwrap_or_else(|| Arc::new(cmd.request.thread.pairing_state()));
+        let abandoned = cmd.request.thread.abandoned_calls(&state.pairing);
         if !cmd.omit_pending_calls {
             // Before anything is compacted or committed: the request cannot
             // be rendered as it stands.
-            refuse_pending(&cmd.request.thread, &pairing, &abandoned)?;
+            refuse_pending(&cmd.request.thread, &state.pairing, &abandoned)?;
         }
         // Chat Completions refuses an empty `messages` (Anthropic and
         // Responses bodies get a continuation turn instead): with no
@@ -271,7 +273,7 @@ impl App {
             Self::settle_thread_without(&mut request.thread, &mut request.extends, &abandoned);
         let paired = Arc::ptr_eq(&sent, &request.thread).then_some(Paired {
             thread: sent,
-            pairing,
+            pairing: state,
         });
         cmd.request.policy = self.effective_policy(&cmd.request.policy)?;
         for (wanted, tool) in [
@@ -345,16 +347,17 @@ impl App {
             let thread = &cmd.request.thread;
             // Found once for every render below and the recall queries (at
             // admission, unless settling the thread changed it).
-            let pairing = match paired {
+            let state = match paired {
                 Some(p) if Arc::ptr_eq(&p.thread, thread) => p.pairing,
-                _ => thread.pairing(),
+                _ => Arc::new(thread.pairing_state()),
             };
+            let pairing = &state.pairing;
             let key = stable_key(&cmd, &r.model, parts.counter.name());
             let plan_id = (plan.version, plan.fingerprint.clone());
             let turn = |part: Option<&StablePart>| {
                 render_turn(
                     &cmd,
-                    (&pairing, (key, &plan_id)),
+                    (pairing, (key, &plan_id)),
                     &plan,
                     &rc,
                     extras.clone(),
@@ -364,7 +367,7 @@ impl App {
                 )
             };
             let usable = stable.filter(|part| {
-                part.key == key && part.plan == plan_id && extends_part(&cmd, part, &pairing)
+                part.key == key && part.plan == plan_id && extends_part(&cmd, part, pairing)
             });
             let mut kept = 0;
             let done = match usable.as_deref().map(|part| (part, turn(Some(part)))) {
@@ -1002,7 +1005,7 @@ struct Known {
 /// render that follows.
 struct Paired {
     thread: Arc<Thread>,
-    pairing: Pairing,
+    pairing: Arc<crate::model::PairingState>,
 }
 
 /// What a turn adds to the plan's prompt: content read back, and recall.

@@ -29,4 +29,4 @@ pub use summary::{
     words_of, ArtifactReference, Decision, OpenItem, Priority, StructuredSummary, ToolOutcome,
     SUMMARY_RENDER_VERSION, SUMMARY_SCHEMA_VERSION,
 };
-pub use thread::{Pairing, Thread, ThreadError, ThreadLimits, Validation};
+pub use thread::{Pairing, PairingState, Thread, ThreadError, ThreadLimits, Validation};

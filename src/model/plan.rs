@@ -744,7 +744,7 @@ fn check_pairs(
     // iteration order would name any of them).
     for &i in order {
         let m = &thread.messages[i];
-        for (call, answer) in m.tool_calls.iter().zip(&pairing.answers[i]) {
+        for (call, answer) in m.tool_calls.iter().zip(pairing.answers_of(i)) {
             if !answer.is_some_and(|r| members.contains(&r)) {
                 return Err(call.id.clone());
             }

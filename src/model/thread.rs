@@ -426,6 +426,7 @@ impl Thread {
                 state.open = open;
                 state.last_turn = last_turn;
                 state.len = self.messages.len();
+                // The kept pairing stays, for the base's messages.
                 Ok(())
             }
             None => {
@@ -488,25 +489,29 @@ impl Thread {
     /// Which message answers which call, by position (see [`Thread::validate`]).
     /// On a thread that does not validate, unmatched results pair with nothing.
     pub fn pairing(&self) -> Pairing {
-        let mut answers: Vec<Vec<Option<usize>>> = self
-            .messages
-            .iter()
-            .map(|m| vec![None; m.tool_calls.len()])
-            .collect();
-        let mut answered = vec![None; self.messages.len()];
+        self.pairing_state().pairing
+    }
+
+    /// [`Thread::pairing`], with the calls still open at the end, from
+    /// which [`Thread::pairing_after`] goes on.
+    pub fn pairing_state(&self) -> PairingState {
+        let mut pairing = Pairing::default();
+        // Borrowed ids while pairing; only the calls left open are copied.
         let mut open: IdMap<&str, (usize, usize)> = IdMap::default();
-        for (i, m) in self.messages.iter().enumerate() {
-            for (j, c) in m.tool_calls.iter().enumerate() {
-                open.insert(&c.id, (i, j));
-            }
-            if let Some(env) = &m.tool_result {
-                if let Some((ci, cj)) = open.remove(env.tool_call_id.as_str()) {
-                    answers[ci][cj] = Some(i);
-                    answered[i] = Some((ci, cj));
-                }
-            }
+        pairing.extend(&self.messages, &mut open);
+        PairingState {
+            pairing,
+            open: open.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
         }
-        Pairing { answers, answered }
+    }
+
+    /// The pairing of this thread, whose first `base.len()` messages are
+    /// those `base` was found for: only the messages after them are read
+    /// (an append session's turn), and the result equals
+    /// [`Thread::pairing_state`]'s.
+    pub fn pairing_after(&self, base: &PairingState) -> PairingState {
+        let from = base.len().min(self.messages.len());
+        base.clone().extended(&self.messages[from..])
     }
 
     /// Calls without a result outside the last assistant message, as
@@ -676,6 +681,8 @@ pub struct Validation {
     open: IdMap<String, String>,
     last_turn: u32,
     len: usize,
+    /// The thread's pairing, once asked for ([`Validation::pairing_of`]).
+    pairing: Option<Arc<PairingState>>,
 }
 
 impl Validation {
@@ -687,6 +694,27 @@ impl Validation {
                 .iter()
                 .map(|(k, v)| 64 + k.len() + v.len())
                 .sum::<usize>()
+            + self.pairing.as_ref().map_or(0, |p| p.bytes())
+    }
+
+    /// The pairing of `thread`, the thread this state was last brought up
+    /// to: from the pairing kept for the thread it extends, reading only
+    /// the messages appended, else in full. Kept for the next append.
+    pub fn pairing_of(&mut self, thread: &Thread) -> Arc<PairingState> {
+        // A state moves only to a thread that starts with its thread's
+        // messages, so a kept pairing is one of a prefix.
+        let state = match self.pairing.take() {
+            Some(base) if base.len() <= thread.messages.len() => thread.pairing_after(&base),
+            _ => thread.pairing_state(),
+        };
+        debug_assert_eq!(
+            state,
+            thread.pairing_state(),
+            "an extended pairing is the whole one"
+        );
+        let state = Arc::new(state);
+        self.pairing = Some(Arc::clone(&state));
+        state
     }
 }
 
@@ -700,16 +728,121 @@ fn id_hash(id: &str) -> u64 {
 }
 
 /// Calls and results matched by position.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pairing {
-    /// For each message, for each of its tool calls, the message that answers
-    /// it; `None` while the call is pending.
-    pub answers: Vec<Vec<Option<usize>>>,
+    /// For each call of the thread, in order, the message that answers it;
+    /// `None` while the call is pending. Flat, so that a pairing is made
+    /// and copied without an allocation per message.
+    answers: Vec<Option<usize>>,
+    /// Where each message's calls start in `answers` (one more entry than
+    /// messages).
+    starts: Vec<usize>,
     /// For each tool message, the (message, call index) it answers.
     pub answered: Vec<Option<(usize, usize)>>,
 }
 
+/// A thread's [`Pairing`] and the calls still open at its end (by id, the
+/// last call of each id, as results look them up), so that the pairing
+/// of a thread extending it reads only what was appended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairingState {
+    /// The thread's pairing.
+    pub pairing: Pairing,
+    open: IdMap<String, (usize, usize)>,
+}
+
+impl PairingState {
+    /// Messages paired.
+    pub fn len(&self) -> usize {
+        self.pairing.answered.len()
+    }
+
+    /// Whether no message was paired.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Heap bytes, roughly (for what holds it).
+    pub fn bytes(&self) -> usize {
+        let p = &self.pairing;
+        8 * (p.answers.capacity() + p.starts.capacity())
+            + 24 * p.answered.capacity()
+            + self.open.keys().map(|k| 48 + k.len()).sum::<usize>()
+    }
+
+    /// Goes on pairing over `messages`, which follow the ones paired.
+    fn extended(mut self, messages: &[Arc<Message>]) -> Self {
+        self.pairing.extend(messages, &mut self.open);
+        self
+    }
+}
+
+/// The calls open while pairing, by id: a later call of an id takes its
+/// place, and a result answers (and closes) the one there.
+trait OpenCalls<'a> {
+    fn open(&mut self, id: &'a str, at: (usize, usize));
+    fn close(&mut self, id: &str) -> Option<(usize, usize)>;
+}
+
+impl<'a> OpenCalls<'a> for IdMap<&'a str, (usize, usize)> {
+    fn open(&mut self, id: &'a str, at: (usize, usize)) {
+        self.insert(id, at);
+    }
+    fn close(&mut self, id: &str) -> Option<(usize, usize)> {
+        self.remove(id)
+    }
+}
+
+impl OpenCalls<'_> for IdMap<String, (usize, usize)> {
+    fn open(&mut self, id: &str, at: (usize, usize)) {
+        self.insert(id.to_owned(), at);
+    }
+    fn close(&mut self, id: &str) -> Option<(usize, usize)> {
+        self.remove(id)
+    }
+}
+
 impl Pairing {
+    /// Pairs `messages`, which follow the ones paired, with `open` the
+    /// calls still open after those.
+    fn extend<'a>(&mut self, messages: &'a [Arc<Message>], open: &mut impl OpenCalls<'a>) {
+        let base = self.answered.len();
+        if self.starts.is_empty() {
+            self.starts.push(0);
+        }
+        self.answered.resize(base + messages.len(), None);
+        self.starts.reserve(messages.len());
+        for m in messages {
+            let end = self.answers.len() + m.tool_calls.len();
+            self.answers.resize(end, None);
+            self.starts.push(end);
+        }
+        for (i, m) in messages.iter().enumerate().map(|(k, m)| (base + k, m)) {
+            for (j, c) in m.tool_calls.iter().enumerate() {
+                open.open(&c.id, (i, j));
+            }
+            if let Some(env) = &m.tool_result {
+                if let Some((ci, cj)) = open.close(&env.tool_call_id) {
+                    self.answers[self.starts[ci] + cj] = Some(i);
+                    self.answered[i] = Some((ci, cj));
+                }
+            }
+        }
+    }
+
+    /// For each of message `i`'s tool calls, the message that answers it.
+    pub fn answers_of(&self, i: usize) -> &[Option<usize>] {
+        match (self.starts.get(i), self.starts.get(i + 1)) {
+            (Some(&a), Some(&b)) => &self.answers[a..b],
+            _ => &[],
+        }
+    }
+
+    /// [`Pairing::answers_of`] for every message, in order.
+    pub fn answers(&self) -> impl Iterator<Item = &[Option<usize>]> + '_ {
+        self.starts.windows(2).map(|w| &self.answers[w[0]..w[1]])
+    }
+
     /// The call (message, call index) that result message `i` answers.
     pub fn call_of(&self, i: usize) -> Option<(usize, usize)> {
         self.answered.get(i).copied().flatten()
@@ -717,7 +850,7 @@ impl Pairing {
 
     /// Calls without a result, as (message, call index), in thread order.
     pub fn pending(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        self.answers.iter().enumerate().flat_map(|(i, calls)| {
+        self.answers().enumerate().flat_map(|(i, calls)| {
             calls
                 .iter()
                 .enumerate()
@@ -728,9 +861,7 @@ impl Pairing {
 
     /// True when message `i` has a call without a result.
     pub fn has_pending(&self, i: usize) -> bool {
-        self.answers
-            .get(i)
-            .is_some_and(|c| c.iter().any(Option::is_none))
+        self.answers_of(i).iter().any(Option::is_none)
     }
 }
 
@@ -850,6 +981,39 @@ mod tests {
                     prop_assert_eq!(state, expected, "prefix {}", k);
                 }
             }
+        }
+
+        /// Pairing on from any prefix's pairing, at once or in two steps,
+        /// gives the whole thread's, valid or not: repeated call ids,
+        /// results that answer nothing and calls on any message included.
+        #[test]
+        fn pairing_on_from_a_prefix_is_pairing_the_whole(
+            messages in proptest::collection::vec(message(), 0..14),
+            cut in 0usize..15,
+        ) {
+            let thread = Thread::new("t", messages);
+            let n = thread.messages.len();
+            let whole = thread.pairing_state();
+            prop_assert_eq!(&whole.pairing, &thread.pairing());
+            let prefix = |k: usize| Thread {
+                id: thread.id.clone(),
+                messages: thread.messages[..k].to_vec(),
+            };
+            let cut = cut.min(n);
+            for k in 0..=n {
+                let state = prefix(k).pairing_state();
+                prop_assert_eq!(&thread.pairing_after(&state), &whole, "prefix {}", k);
+                if k <= cut {
+                    let middle = prefix(cut).pairing_after(&state);
+                    prop_assert_eq!(&middle, &prefix(cut).pairing_state(), "{} then {}", k, cut);
+                    prop_assert_eq!(&thread.pairing_after(&middle), &whole, "{} then {}", k, cut);
+                }
+            }
+            // What a session's validation state keeps: the same, turn
+            // after turn.
+            let mut validation = prefix(cut).validation();
+            prop_assert_eq!(&*validation.pairing_of(&prefix(cut)), &prefix(cut).pairing_state());
+            prop_assert_eq!(&*validation.pairing_of(&thread), &whole);
         }
     }
 

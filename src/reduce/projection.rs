@@ -62,7 +62,7 @@ impl Units {
         let n = thread.messages.len();
         let pairing = thread.pairing();
         let mut reach: Vec<usize> = (0..n).collect();
-        for (i, results) in pairing.answers.iter().enumerate() {
+        for (i, results) in pairing.answers().enumerate() {
             for &r in results.iter().flatten() {
                 reach[i] = reach[i].max(r);
             }

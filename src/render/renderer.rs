@@ -191,7 +191,7 @@ pub fn render_from(
             continue;
         };
         if input.omit_pending_calls && pairing.has_pending(i) && !rm.tool_calls.is_empty() {
-            let answered = &pairing.answers[i];
+            let answered = pairing.answers_of(i);
             let (kept, left): (Vec<_>, Vec<_>) = std::mem::take(&mut rm.tool_calls)
                 .into_iter()
                 .zip(answered)
@@ -247,7 +247,8 @@ pub fn render_from(
 pub fn pairs_closed_within(pairing: &crate::model::Pairing, range: Range<usize>) -> bool {
     results_answer_within(pairing, range.clone())
         && range.clone().all(|i| {
-            pairing.answers[i]
+            pairing
+                .answers_of(i)
                 .iter()
                 .all(|a| a.is_some_and(|j| range.contains(&j)))
         })
@@ -278,7 +279,7 @@ pub(super) fn canonical_order(
         }
         placed[i] = true;
         order.push(i);
-        let results: Vec<usize> = pairing.answers[i].iter().flatten().copied().collect();
+        let results: Vec<usize> = pairing.answers_of(i).iter().flatten().copied().collect();
         let Some(&last) = results.iter().max() else {
             continue;
         };
