@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::cache::{BoundedCache, Weigh};
+use crate::hash::FastMap;
 use crate::model::{CompactionPlan, Pairing, Thread};
 use crate::recall::{block, delimited_block, queries_of, Hit, RecallIndex, RecallSettings};
 use crate::redact::Redactor;
@@ -39,23 +40,60 @@ pub(super) struct Recall {
 struct Shown {
     text: String,
     squashed: String,
+    /// Whether each passage (squashed) is in `squashed`: the same passages
+    /// come back turn after turn, and searching the whole prompt's text for
+    /// each was a fifth of the recall block's cost.
+    found: FastMap<String, bool>,
+    /// Bytes of the passages in `found`.
+    found_bytes: usize,
+}
+
+/// Passages whose presence in the prompt is kept at most; past it the
+/// record starts over.
+const SHOWN_PASSAGES: usize = 4096;
+
+impl Shown {
+    /// For each of `passages` (squashed), whether the prompt shows it.
+    fn contains_each(&mut self, passages: impl Iterator<Item = String>) -> Vec<bool> {
+        passages
+            .map(|p| {
+                if let Some(&known) = self.found.get(&p) {
+                    return known;
+                }
+                let shown = shown_in(&self.squashed, &p);
+                if self.found.len() >= SHOWN_PASSAGES {
+                    self.found.clear();
+                    self.found_bytes = 0;
+                }
+                self.found_bytes += p.len();
+                self.found.insert(p, shown);
+                shown
+            })
+            .collect()
+    }
 }
 
 impl Recall {
     fn bytes(&self) -> usize {
-        self.index.bytes() + self.shown.text.len() + self.shown.squashed.len()
+        self.index.bytes()
+            + self.shown.text.len()
+            + self.shown.squashed.len()
+            + self.shown.found_bytes
+            + 48 * self.shown.found.len()
     }
 
     /// The index, and the squashed stand-in text of `request` (squashed
-    /// again only when it differs from the last one's).
-    fn with_shown(&mut self, text: String) -> (&RecallIndex, &str) {
+    /// again, and its passages looked for again, only when it differs from
+    /// the last one's).
+    fn with_shown(&mut self, text: String) -> (&RecallIndex, &mut Shown) {
         if text != self.shown.text {
             self.shown = Shown {
                 squashed: squash(&text),
                 text,
+                ..Shown::default()
             };
         }
-        (&self.index, &self.shown.squashed)
+        (&self.index, &mut self.shown)
     }
 }
 
@@ -167,7 +205,7 @@ pub(super) fn fit_recall<'a>(
     if found.is_empty() {
         return None;
     }
-    let shown = shown_among(shown, found.iter().map(|h| squash(&h.passage.text)));
+    let shown = shown.contains_each(found.iter().map(|h| squash(&h.passage.text)));
     let mut hits: Vec<Hit<'a>> = found
         .into_iter()
         .zip(shown)
@@ -190,12 +228,10 @@ pub(super) fn fit_recall<'a>(
     None
 }
 
-/// For each of `texts`, whether `shown` contains it (SIMD substring
-/// search: the shown text can be most of the prompt, read every turn).
-fn shown_among(shown: &str, texts: impl Iterator<Item = String>) -> Vec<bool> {
-    texts
-        .map(|t| memchr::memmem::find(shown.as_bytes(), t.as_bytes()).is_some())
-        .collect()
+/// Whether `shown` contains `text` (SIMD substring search: the shown text
+/// can be most of the prompt).
+fn shown_in(shown: &str, text: &str) -> bool {
+    memchr::memmem::find(shown.as_bytes(), text.as_bytes()).is_some()
 }
 
 /// Whitespace collapsed, so a passage is found in the prompt however its
@@ -206,10 +242,12 @@ fn squash(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::shown_among;
+    use super::Recall;
 
+    /// Each passage is looked for as `contains` would, asked once or again
+    /// (the answer then kept), and looked for again in a prompt that changed.
     #[test]
-    fn shown_among_finds_each_text_as_contains_does() {
+    fn passages_are_found_in_the_prompt_as_contains_finds_them() {
         let shown = "the summary names abc-123 and the path src/lib.rs; é ü";
         let texts = [
             "abc-123",
@@ -219,9 +257,18 @@ mod tests {
             "abc-123 and",
             "123 and the",
         ];
-        let got = shown_among(shown, texts.iter().map(|t| t.to_string()));
+        let passages = || texts.iter().map(|t| t.to_string());
         let expected: Vec<bool> = texts.iter().map(|t| shown.contains(t)).collect();
-        assert_eq!(got, expected);
-        assert_eq!(got, [true, true, false, true, true, true]);
+        assert_eq!(expected, [true, true, false, true, true, true]);
+        let mut recall = Recall::default();
+        for _ in 0..2 {
+            let (_, prompt) = recall.with_shown(shown.to_string());
+            assert_eq!(prompt.contains_each(passages()), expected);
+        }
+        let (_, prompt) = recall.with_shown("now only missing is here".to_string());
+        assert_eq!(
+            prompt.contains_each(passages()),
+            [false, false, true, false, false, false]
+        );
     }
 }
