@@ -721,13 +721,9 @@ mod tests {
         (thread, state.version)
     }
 
-    /// A replica appends on the version it wrote without reading the head
-    /// again; when another replica has moved the session on meanwhile, the
-    /// commit's compare-and-swap refuses the append as stale, with the
-    /// version the session is at, and nothing is written. A version the
-    /// copy is not at is read from the store as before.
-    #[tokio::test]
-    async fn a_copy_at_the_base_is_not_read_again_and_a_replaced_head_is_still_stale() {
+    /// Two replicas' sessions on one store, and the version of a session
+    /// of thread "t" (one message, "m0") the first one started.
+    async fn two_replicas_on_one_session() -> (Arc<ThreadStore>, Sessions, Sessions, u64) {
         let store = Arc::new(ThreadStore::memory());
         let (one, two) = (
             Sessions::new(Arc::clone(&store), SessionSettings::default()),
@@ -738,11 +734,22 @@ mod tests {
             .open("acme", Arc::clone(&start), SessionInput::Start)
             .await
             .expect("start");
-        let v1 = one
+        let version = one
             .commit(ticket.expect("a ticket"), start, None)
             .await
             .expect("commit")
             .version;
+        (store, one, two, version)
+    }
+
+    /// A replica appends on the version it wrote without reading the head
+    /// again; when another replica has moved the session on meanwhile, the
+    /// commit's compare-and-swap refuses the append as stale, with the
+    /// version the session is at, and nothing is written. A version the
+    /// copy is not at is read from the store as before.
+    #[tokio::test]
+    async fn a_copy_at_the_base_is_not_read_again_and_a_replaced_head_is_still_stale() {
+        let (store, one, two, v1) = two_replicas_on_one_session().await;
         // The other replica moves the session on.
         let (_, v2) = append(&two, v1, &["m1".into()]).await;
         // The first still holds v1: the append opens from memory, and the
@@ -786,19 +793,8 @@ mod tests {
     /// the head and its segments, and appends on top.
     #[tokio::test]
     async fn appends_ride_in_the_head_until_they_fill_a_segment() {
-        let store = Arc::new(ThreadStore::memory());
-        let (one, two) = (
-            Sessions::new(Arc::clone(&store), SessionSettings::default()),
-            Sessions::new(Arc::clone(&store), SessionSettings::default()),
-        );
-        let (_, ticket) = one
-            .open("acme", sent(&["m0".into()], 10), SessionInput::Start)
-            .await
-            .expect("start");
-        let ticket = ticket.expect("a ticket");
-        let start = sent(&["m0".into()], 10);
-        let state = one.commit(ticket, start, None).await.expect("commit");
-        let (mut version, mut n) = (state.version, 1);
+        let (store, one, two, version) = two_replicas_on_one_session().await;
+        let (mut version, mut n) = (version, 1);
         let head = || async {
             store
                 .head("acme", "t", 0)
