@@ -1173,3 +1173,86 @@ async fn two_replicas_on_one_bucket_serve_one_append_session_alternately() {
         r.stop().await.expect("clean stop");
     }
 }
+
+/// A replica appends turn after turn on the version it wrote itself
+/// without reading the head from the bucket again; the conditional write
+/// (If-Match on the ETag its own PUT returned) then holds, and when the
+/// other replica has moved the session on meanwhile it fails, and the
+/// append is answered SESSION_STALE with the version the bucket holds.
+#[tokio::test]
+async fn a_replica_appends_on_its_own_writes_and_meets_the_other_replicas() {
+    let aws = aws().await;
+    let replicas = [
+        TestServer::start_on(aws.stores().await).await,
+        TestServer::start_on(aws.stores().await).await,
+    ];
+    let mut clients = [replicas[0].client().await, replicas[1].client().await];
+    let token = token("acme", &["compact", "render"]);
+    let thread = pb::Thread {
+        id: "own-writes".into(),
+        messages: session_turn(1),
+    };
+    let mut version = within(clients[0].render(authed(session_render(Some(thread), None), &token)))
+        .await
+        .expect("start on replica 0")
+        .into_inner()
+        .session
+        .expect("session")
+        .version;
+    let append = |base: u64, n: u32| pb::ThreadAppend {
+        thread_id: "own-writes".into(),
+        base_version: base,
+        messages: session_turn(n),
+        ..Default::default()
+    };
+    // Replica 0, three turns in a row on its own writes.
+    for n in 2..=4 {
+        let out = within(clients[0].render(authed(
+            session_render(None, Some(append(version, n))),
+            &token,
+        )))
+        .await
+        .unwrap_or_else(|s| panic!("turn {n} on replica 0: {s:?}"))
+        .into_inner();
+        let next = out.session.expect("session");
+        assert_eq!(next.version, version + 1, "turn {n}");
+        version = next.version;
+    }
+    // Replica 1 moves the session on; replica 0 still holds the version
+    // before it.
+    let moved = within(clients[1].render(authed(
+        session_render(None, Some(append(version, 5))),
+        &token,
+    )))
+    .await
+    .expect("turn 5 on replica 1")
+    .into_inner()
+    .session
+    .expect("session");
+    assert_eq!(moved.version, version + 1);
+    let stale = within(clients[0].render(authed(
+        session_render(None, Some(append(version, 6))),
+        &token,
+    )))
+    .await
+    .expect_err("replica 0's base was replaced");
+    assert_eq!(stale.code(), Code::FailedPrecondition, "{stale:?}");
+    let d = compactd::proto::status::ErrorDescription::of(&stale);
+    assert_eq!(d.reason, "SESSION_STALE");
+    assert_eq!(d.current_version, Some(moved.version));
+    // On the version the bucket holds, replica 0 reads the head and goes on.
+    let out = within(clients[0].render(authed(
+        session_render(None, Some(append(moved.version, 6))),
+        &token,
+    )))
+    .await
+    .expect("turn 6 on replica 0")
+    .into_inner();
+    assert_eq!(
+        out.session.expect("session").messages,
+        moved.messages + session_turn(6).len() as u32
+    );
+    for r in replicas {
+        r.stop().await.expect("clean stop");
+    }
+}

@@ -134,10 +134,11 @@ pub struct Peek {
 }
 
 impl Peek {
-    /// A head this process wrote, known without reading it again: a write
-    /// based on it needs only its tag, and compare-and-swap still refuses
-    /// it if another writer has replaced the head since. It cannot be
-    /// opened ([`ThreadStore::open_head`] is for heads read from the store).
+    /// A head this process wrote or read before, known without reading it
+    /// again: a write based on it needs only its tag, and compare-and-swap
+    /// still refuses it if another writer has replaced the head since. It
+    /// cannot be opened ([`ThreadStore::open_head`] is for heads read from
+    /// the store).
     pub fn written(session: String, version: u64, tag: String) -> Self {
         Peek {
             session,
