@@ -1050,15 +1050,27 @@ fn session_render(
     }
 }
 
-#[tokio::test]
-async fn two_replicas_on_one_bucket_serve_one_append_session_alternately() {
-    let aws = aws().await;
+/// Two servers on one moto bucket, a client of each, and a token that may
+/// compact and render.
+async fn two_replicas(
+    aws: &Aws,
+) -> (
+    [TestServer; 2],
+    [pb::compaction_service_client::CompactionServiceClient<tonic::transport::Channel>; 2],
+    String,
+) {
     let replicas = [
         TestServer::start_on(aws.stores().await).await,
         TestServer::start_on(aws.stores().await).await,
     ];
-    let mut clients = [replicas[0].client().await, replicas[1].client().await];
-    let token = token("acme", &["compact", "render"]);
+    let clients = [replicas[0].client().await, replicas[1].client().await];
+    (replicas, clients, token("acme", &["compact", "render"]))
+}
+
+#[tokio::test]
+async fn two_replicas_on_one_bucket_serve_one_append_session_alternately() {
+    let aws = aws().await;
+    let (replicas, mut clients, token) = two_replicas(&aws).await;
     let mut whole = pb::Thread {
         id: "shared-session".into(),
         messages: session_turn(1),
@@ -1182,12 +1194,7 @@ async fn two_replicas_on_one_bucket_serve_one_append_session_alternately() {
 #[tokio::test]
 async fn a_replica_appends_on_its_own_writes_and_meets_the_other_replicas() {
     let aws = aws().await;
-    let replicas = [
-        TestServer::start_on(aws.stores().await).await,
-        TestServer::start_on(aws.stores().await).await,
-    ];
-    let mut clients = [replicas[0].client().await, replicas[1].client().await];
-    let token = token("acme", &["compact", "render"]);
+    let (replicas, mut clients, token) = two_replicas(&aws).await;
     let thread = pb::Thread {
         id: "own-writes".into(),
         messages: session_turn(1),

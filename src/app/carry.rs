@@ -147,17 +147,17 @@ impl App {
         {
             return Ok(Err(committed));
         }
+        // Longer than the kept thread, so never the same `Arc`: the session
+        // says what it extends, else the messages are compared.
+        let known_start = r
+            .cmd
+            .extends
+            .as_ref()
+            .is_some_and(|e| Arc::ptr_eq(e, &carry.thread));
         let (app, r2, c) = (self.clone(), Arc::clone(r), Arc::clone(&carry));
         let check = move || {
             let thread = &r2.cmd.thread;
-            // Longer than the kept thread, so never the same `Arc`: the
-            // session says what it extends, else the messages are compared.
-            let same_start = r2
-                .cmd
-                .extends
-                .as_ref()
-                .is_some_and(|e| Arc::ptr_eq(e, &c.thread))
-                || thread.messages[..have] == c.thread.messages[..];
+            let same_start = known_start || thread.messages[..have] == c.thread.messages[..];
             if !same_start || app.settings_of(&r2) != c.settings {
                 return None;
             }
@@ -177,11 +177,6 @@ impl App {
         // task: the trip to the blocking pool and back cost more than
         // counting them. A thread sent in full is compared message by
         // message, off the async workers.
-        let known_start = r
-            .cmd
-            .extends
-            .as_ref()
-            .is_some_and(|e| Arc::ptr_eq(e, &carry.thread));
         let small =
             crate::model::memory_weight(&r.cmd.thread.messages[have..]) <= INLINE_CHECK_BYTES;
         let added = if known_start && small {

@@ -489,7 +489,10 @@ impl Thread {
     /// Which message answers which call, by position (see [`Thread::validate`]).
     /// On a thread that does not validate, unmatched results pair with nothing.
     pub fn pairing(&self) -> Pairing {
-        self.pairing_state().pairing
+        let mut pairing = Pairing::default();
+        // Borrowed ids; the calls left open are not kept.
+        pairing.extend(&self.messages, &mut IdMap::<&str, _>::default());
+        pairing
     }
 
     /// [`Thread::pairing`], with the calls still open at the end, from
