@@ -1,7 +1,8 @@
 //! Append sessions through gRPC: a client sends only what it appended since
 //! its last call; the server's copy of the thread (sealed in the data
 //! directory) makes up the rest. Stale bases, errors about appended
-//! messages, DeleteThread, and the unchanged prefix each render reports.
+//! messages, DeleteThread, and the unchanged prefix each render reports;
+//! and a thread sent in full again, converted only where it changed.
 
 use crate::server_common;
 
@@ -772,4 +773,80 @@ async fn a_head_lost_in_a_crash_costs_one_full_resend() {
         server.stop().await.expect("clean stop");
     }
     first.stop().await.expect("clean stop");
+}
+
+/// The rendered body of `thread` sent in full.
+async fn body_of(client: &mut Client, token: &str, thread: &pb::Thread) -> String {
+    let mut req = render_req(100_000);
+    req.thread = Some(thread.clone());
+    within(client.render(authed(req, token)))
+        .await
+        .expect("render")
+        .into_inner()
+        .provider_payload_json
+}
+
+/// A thread sent in full again is converted only where it changed (the
+/// server shares the rest with the last one sent under its id): every
+/// change still shows, whatever field it is in, and nothing is shared
+/// across tenants or outlives DeleteThread.
+#[tokio::test]
+async fn a_thread_sent_in_full_again_shows_every_change() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let acme = token("acme", TOKEN_PERMS);
+    let mut thread = pb::Thread {
+        id: "resent".into(),
+        messages: vec![
+            text("u1", pb::Role::User, 1, "Deploy the alpha build."),
+            call("a1", 1, "c1", "read_file"),
+            result("r1", 1, "c1", "read_file", "the log says ok".into()),
+            text("a2", pb::Role::Assistant, 1, "Done."),
+        ],
+    };
+    let first = body_of(&mut client, &acme, &thread).await;
+    assert!(first.contains("alpha build"));
+    assert_eq!(body_of(&mut client, &acme, &thread).await, first);
+    // The first message edited under its id.
+    thread.messages[0].text = "Deploy the beta build.".into();
+    let body = body_of(&mut client, &acme, &thread).await;
+    assert!(body.contains("beta build") && !body.contains("alpha build"));
+    // A call's arguments, then a result's content.
+    thread.messages[1].tool_calls[0].arguments_json = r#"{"path":"/srv/app/other.txt"}"#.into();
+    let body = body_of(&mut client, &acme, &thread).await;
+    assert!(body.contains("other.txt") && !body.contains("log.txt"));
+    let content = pb::tool_result_envelope::Content::ContentText("the log says failed".into());
+    thread.messages[2]
+        .tool_result
+        .as_mut()
+        .expect("result")
+        .content = Some(content);
+    let body = body_of(&mut client, &acme, &thread).await;
+    assert!(body.contains("says failed") && !body.contains("says ok"));
+    // Appended.
+    thread
+        .messages
+        .push(text("u2", pb::Role::User, 2, "And the gamma build?"));
+    let body = body_of(&mut client, &acme, &thread).await;
+    assert!(body.contains("beta build") && body.contains("gamma build"));
+    // Another tenant's thread under the same id and message ids.
+    let globex = token("globex", TOKEN_PERMS);
+    let mut theirs = thread.clone();
+    theirs.messages[0].text = "Deploy the delta build.".into();
+    let body = body_of(&mut client, &globex, &theirs).await;
+    assert!(body.contains("delta build") && !body.contains("beta build"));
+    let body = body_of(&mut client, &acme, &thread).await;
+    assert!(body.contains("beta build") && !body.contains("delta build"));
+    // Deleted, then sent again: converted anew, the same body.
+    within(client.delete_thread(authed(
+        pb::DeleteThreadRequest {
+            thread_id: "resent".into(),
+            tenant_id: None,
+        },
+        &acme,
+    )))
+    .await
+    .expect("delete");
+    assert_eq!(body_of(&mut client, &acme, &thread).await, body);
+    server.stop().await.expect("clean stop");
 }

@@ -18,7 +18,7 @@ use crate::cache::{BoundedCache, Weigh};
 use crate::model::{CompactionPlan, Thread};
 use crate::reduce::{settings_fingerprint, Report};
 use crate::render::RequestCounter;
-use crate::runtime::blocking;
+use crate::runtime::{blocking_in_place, IN_PLACE_MAX_BYTES};
 
 use super::compact::{CompactOutcome, Resolved};
 use super::{App, Result};
@@ -139,21 +139,24 @@ impl App {
             return Ok(Err(committed));
         };
         let have = carry.thread.messages.len();
-        // Nothing appended: the fingerprint check answers that for less
-        // than comparing the thread with the one kept here.
-        if carry.plan_version != committed.version
-            || carry.plan_fingerprint != committed.fingerprint
-            || r.cmd.thread.messages.len() <= have
-        {
-            return Ok(Err(committed));
-        }
-        // Longer than the kept thread, so never the same `Arc`: the session
-        // says what it extends, else the messages are compared.
+        // The session, or the edge that shared a thread sent in full with
+        // the last one, says what the thread extends; else the messages
+        // are compared.
         let known_start = r
             .cmd
             .extends
             .as_ref()
             .is_some_and(|e| Arc::ptr_eq(e, &carry.thread));
+        // Nothing appended to a thread not known to be this one: the
+        // fingerprint check answers that for less than comparing them.
+        let sent = r.cmd.thread.messages.len();
+        if carry.plan_version != committed.version
+            || carry.plan_fingerprint != committed.fingerprint
+            || sent < have
+            || (sent == have && !known_start)
+        {
+            return Ok(Err(committed));
+        }
         let (app, r2, c) = (self.clone(), Arc::clone(r), Arc::clone(&carry));
         let check = move || {
             let thread = &r2.cmd.thread;
@@ -174,15 +177,16 @@ impl App {
             Some((u32::try_from(added).ok()?, u32::try_from(tools).ok()?))
         };
         // An append session's few new messages are checked on the calling
-        // task: the trip to the blocking pool and back cost more than
+        // task: even handing the worker's other tasks on costs more than
         // counting them. A thread sent in full is compared message by
-        // message, off the async workers.
-        let small =
-            crate::model::memory_weight(&r.cmd.thread.messages[have..]) <= INLINE_CHECK_BYTES;
-        let added = if known_start && small {
+        // message, off the async workers' queue.
+        let appended =
+            crate::model::memory_weight_up_to(&r.cmd.thread.messages[have..], IN_PLACE_MAX_BYTES);
+        let added = if known_start && appended <= INLINE_CHECK_BYTES {
             check()
         } else {
-            blocking(check).await?
+            let compared = if known_start { 0 } else { carry.bytes };
+            blocking_in_place(compared.saturating_add(appended), check).await?
         };
         let Some((added, added_tools)) = added else {
             return Ok(Err(committed));
@@ -303,6 +307,42 @@ mod tests {
             committed = pipeline.plan;
         }
         panic!("200 turns never crossed the trigger");
+    }
+
+    /// The thread of a carried turn sent again, known to be the same
+    /// messages (as the edge knows a thread sent in full again), is
+    /// answered from the carry with the same counts and no new version;
+    /// what the pipeline makes of it is the same.
+    #[tokio::test]
+    async fn a_carried_thread_sent_again_is_carried() {
+        let app = App::offline(Defaults::default());
+        let ctx = SecurityContext::dev();
+        let base = long_result_command();
+        let first = app.compact(&ctx, base.clone()).await.expect("first");
+        let q = said(&base.thread, Role::User, "And the fastest?");
+        let grown = with(&base, vec![q]);
+        let turn = app.compact(&ctx, grown.clone()).await.expect("grown");
+        assert!(turn.reused);
+        let again = CompactCommand {
+            extends: Some(Arc::clone(&grown.thread)),
+            ..grown.clone()
+        };
+        let out = app.compact(&ctx, again).await.expect("again");
+        assert!(
+            out.reused && out.report.is_none(),
+            "carried, no pipeline run"
+        );
+        assert_eq!(out.plan.version, first.plan.version);
+        assert_eq!(records(&out.plan), records(&turn.plan));
+        assert_eq!(
+            (out.tokens_before(), out.tokens_after()),
+            (turn.tokens_before(), turn.tokens_after())
+        );
+        app.inner.carries.forget(&ctx.tenant_id, &grown.thread.id);
+        let pipeline = app.compact(&ctx, grown).await.expect("pipeline");
+        assert_eq!(records(&pipeline.plan), records(&out.plan));
+        assert_eq!(pipeline.tokens_before(), out.tokens_before());
+        assert_eq!(pipeline.tokens_after(), out.tokens_after());
     }
 
     /// Anything but an append under the same settings runs the pipeline.

@@ -12,12 +12,13 @@ use std::sync::Arc;
 use serde::Serialize;
 use tracing::Instrument as _;
 
+use crate::model::memory_weight_up_to;
 use crate::model::{CompactionPlan, Sensitivity, Thread};
 use crate::provider::Format;
 use crate::reduce::{
     compact_with, request_fingerprint, CompactRequest, Compaction, PendingArtifact, Policy, Report,
 };
-use crate::runtime::{blocking, compute, now_unix_ms, Call};
+use crate::runtime::{blocking, blocking_in_place, compute, now_unix_ms, Call, IN_PLACE_MAX_BYTES};
 use crate::security::SecurityContext;
 use crate::store::{ArtifactMeta, StoredPlan};
 use crate::tokens::Target;
@@ -63,9 +64,21 @@ pub struct CompactCommand {
     /// appended to an append session.
     pub session: super::SessionInput,
     /// The thread `thread` holds first, with only appended messages after
-    /// it (an append session's base), when known: the per-turn path then
-    /// need not compare them. Set by the session, never by a request.
+    /// it (an append session's base, or the last thread sent in full when
+    /// the edge shared its messages), when known: the per-turn path then
+    /// need not compare them. Set by the session or the edge, never from
+    /// what a request says.
     pub(crate) extends: Option<Arc<Thread>>,
+}
+
+/// What the request's own thread was found to extend (a thread sent in
+/// full whose messages the edge shared with the last one sent), while the
+/// session hands over that same thread to run: another (an append
+/// session's) extends what the session says.
+pub(super) fn own_start(cmd: &mut CompactCommand, thread: &Arc<Thread>) -> Option<Arc<Thread>> {
+    cmd.extends
+        .take()
+        .filter(|_| Arc::ptr_eq(&cmd.thread, thread))
 }
 
 /// How a task ended, as the caller reports it.
@@ -264,7 +277,9 @@ impl App {
         let basis = self
             .outcome_basis(outcome, &ctx.tenant_id, &cmd.thread.id)
             .await;
-        let run = |thread, extends, _| {
+        let run = |thread: Arc<Thread>, extends: Option<Arc<Thread>>, _| {
+            let mut cmd = cmd;
+            let extends = extends.or_else(|| own_start(&mut cmd, &thread));
             self.compact_thread(
                 ctx,
                 CompactCommand {
@@ -430,8 +445,8 @@ impl App {
 
     /// The committed plan when the request fingerprints as it did (the
     /// per-turn path), else the plan to compact on top of. Fingerprinting
-    /// hashes the whole thread, so it runs on the blocking pool; a thread
-    /// without a plan has nothing to reuse: no hashing, no hop.
+    /// hashes the whole thread, so it runs off the async workers' queue; a
+    /// thread without a plan has nothing to reuse: no hashing, no hop.
     async fn unchanged(
         &self,
         resolved: &Arc<Resolved>,
@@ -441,7 +456,8 @@ impl App {
             return Ok(Prior::Changed(None));
         };
         let (app, r) = (self.clone(), Arc::clone(resolved));
-        Ok(blocking(move || {
+        let bytes = memory_weight_up_to(&r.cmd.thread.messages, IN_PLACE_MAX_BYTES);
+        Ok(blocking_in_place(bytes, move || {
             let fingerprint = app.fingerprint(request_fingerprint(
                 &r.request(None, &app),
                 &r.parts.engine(),

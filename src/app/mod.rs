@@ -17,6 +17,7 @@ mod recall;
 mod rehydrate;
 mod render;
 mod search;
+mod sent;
 mod session;
 mod summaries;
 
@@ -32,6 +33,7 @@ pub use render::{Injection, RecalledPassage, RenderCommand, RenderOutcome, Rende
 pub use search::{
     search_context_tool, FoundPassage, SearchCommand, SearchOutcome, SEARCH_CONTEXT_TOOL,
 };
+pub use sent::SentThread;
 pub use session::{SessionInput, SessionSettings, SessionState};
 pub use summaries::LlmSummaries;
 
@@ -116,6 +118,8 @@ struct Inner {
     /// The stable part of each append session's last render: the next
     /// turn renders only what follows it.
     stable: crate::cache::BoundedCache<(String, String), Arc<crate::render::stable::StablePart>>,
+    /// The last thread each client sent in full, as converted.
+    sent: crate::cache::BoundedCache<(String, String), Arc<sent::SentThread>>,
     /// What the plugins are and how they are set up, as the fingerprint
     /// hashes it (formed once: plugins are fixed at start-up).
     plugin_setup: Vec<u8>,
@@ -178,6 +182,7 @@ impl App {
                 carries: carry::Carries::default(),
                 validated: Validated::default(),
                 stable: crate::cache::BoundedCache::new(STABLE_CACHE_BYTES),
+                sent: crate::cache::BoundedCache::new(sent::SENT_CACHE_BYTES),
                 plugins: extensions.plugins,
             }),
         }
@@ -401,9 +406,9 @@ impl App {
         self.forget_summaries(tenant, thread_id);
         self.inner.recall.forget(tenant, thread_id);
         self.inner.carries.forget(tenant, thread_id);
-        self.inner
-            .stable
-            .remove(&(tenant.to_owned(), thread_id.to_owned()));
+        let key = (tenant.to_owned(), thread_id.to_owned());
+        self.inner.stable.remove(&key);
+        self.inner.sent.remove(&key);
     }
 }
 

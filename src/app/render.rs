@@ -6,6 +6,7 @@ use crate::provider::{body_tokens, Encoded, Format};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use crate::model::memory_weight_up_to;
 use crate::model::{
     AuditRecord, CompactionPlan, EvictionCounts, PLAN_FORMAT_VERSION, SUMMARY_RENDER_VERSION,
     SUMMARY_SCHEMA_VERSION,
@@ -22,13 +23,13 @@ use crate::render::{
 use crate::render::{
     hinted, named_recently, named_this_turn, request_identifiers, AutoRehydrate, RehydrationBlocked,
 };
-use crate::runtime::blocking;
+use crate::runtime::{blocking_in_place, IN_PLACE_MAX_BYTES};
 use crate::security::{Permission, SecurityContext};
 use crate::store::StoreError;
 use crate::telemetry::events;
 use crate::tokens::truncate_to_tokens;
 
-use super::compact::{Resolved, Staging};
+use super::compact::{own_start, Resolved, Staging};
 use super::error::artifact_read_error;
 use super::recall::fit_recall;
 use super::rehydrate::check_sensitivity;
@@ -133,10 +134,10 @@ impl App {
         let basis = self
             .outcome_basis(outcome, &ctx.tenant_id, &cmd.request.thread.id)
             .await;
-        let run = |thread, extends, previous| {
+        let run = |thread: Arc<Thread>, extends: Option<Arc<Thread>>, previous| {
             let mut cmd = cmd;
+            cmd.request.extends = extends.or_else(|| own_start(&mut cmd.request, &thread));
             cmd.request.thread = thread;
-            cmd.request.extends = extends;
             self.render_thread(ctx, cmd, previous)
         };
         let done = self
@@ -317,7 +318,17 @@ impl App {
         let recall_settings = self.inner.defaults.recall;
         let recall_on = cmd.recall.unwrap_or(recall_settings.enabled);
         let (app, r) = (self.clone(), Arc::clone(resolved));
-        blocking(move || {
+        // About what the render reads: what a kept part holds is weighed.
+        let messages = &cmd.request.thread.messages;
+        let bytes = match &stable {
+            Some(part) if part.thread.messages.len() <= messages.len() => {
+                let cap = IN_PLACE_MAX_BYTES.saturating_sub(part.thread_bytes);
+                part.thread_bytes
+                    + memory_weight_up_to(&messages[part.thread.messages.len()..], cap)
+            }
+            _ => memory_weight_up_to(messages, IN_PLACE_MAX_BYTES),
+        };
+        blocking_in_place(bytes, move || {
             let parts = &r.parts;
             let rc = RequestCounter::for_target(parts.counter.as_ref(), &parts.ledger, r.target);
             let recall = recall_on.then(|| {

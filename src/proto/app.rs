@@ -13,21 +13,23 @@ use crate::reduce::{Policy, Report};
 use crate::render::explain::Verdict;
 
 use super::render::output_format;
+use super::reuse::{thread_reusing, ThreadReuse};
 use super::thread::{observations_from_pb, policy_from_overrides};
-use super::{each, pb, required, ConvertError, Result};
+use super::{each, pb, ConvertError, Result};
 use crate::app::{SessionInput, SessionState};
 
 /// The command for what Compact and Render requests both carry (under the
 /// same names; the two messages share no type), with the request's
 /// overrides applied to `base`. Expands to an expression that uses `?`.
 macro_rules! shared_command {
-    ($r:ident, $base:expr) => {{
+    ($r:ident, $base:expr, $reuse:expr) => {{
         let (thread, session, imported) = provider_input(
             $r.thread,
             $r.append,
             $r.input,
             $r.start_session,
             &$base.protected_flag,
+            $reuse,
         )?;
         let mut tools = each::<_, ToolSchema>($r.tools, "tools")?;
         let mut system = $r.system_prompt;
@@ -42,7 +44,7 @@ macro_rules! shared_command {
         let (bootstrap, workspace) = assembly_context($r.context)?;
         CompactCommand {
             session,
-            thread: Arc::new(thread),
+            thread,
             policy: Arc::new(policy_from_overrides($base, $r.policy)?),
             model: unset_if_empty($r.model),
             max_input_tokens: unset_if_zero($r.max_input_tokens),
@@ -54,7 +56,7 @@ macro_rules! shared_command {
             rehydrated_this_turn: false,
             task_outcome: task_outcome($r.task_outcome)?,
             format: None,
-            extends: None,
+            extends: $reuse.extends.take(),
         }
     }};
 }
@@ -128,9 +130,10 @@ fn provider_input(
     input: Option<pb::ProviderInput>,
     start_session: bool,
     flag: &str,
-) -> Result<(Thread, SessionInput, Option<Imported>)> {
+    reuse: &mut ThreadReuse,
+) -> Result<(Arc<Thread>, SessionInput, Option<Imported>)> {
     let Some(input) = input else {
-        let (thread, session) = thread_input(thread, append, start_session, flag)?;
+        let (thread, session) = thread_input(thread, append, start_session, flag, reuse)?;
         return Ok((thread, session, None));
     };
     if thread.is_some() || append.is_some() {
@@ -164,7 +167,7 @@ fn provider_input(
         system: read.system,
         tools: read.tools,
     };
-    Ok((thread, session, Some(imported)))
+    Ok((Arc::new(thread), session, Some(imported)))
 }
 
 /// The thread a request gives: in full (`thread`), or what was appended to
@@ -174,7 +177,8 @@ fn thread_input(
     append: Option<pb::ThreadAppend>,
     start_session: bool,
     flag: &str,
-) -> Result<(Thread, SessionInput)> {
+    reuse: &mut ThreadReuse,
+) -> Result<(Arc<Thread>, SessionInput)> {
     match (thread, append) {
         (Some(_), Some(_)) => Err(ConvertError::new(
             "append",
@@ -227,7 +231,7 @@ fn thread_input(
                     e
                 }
             })?;
-            Ok((thread, input))
+            Ok((Arc::new(thread), input))
         }
         (thread, None) => {
             let input = if start_session {
@@ -235,7 +239,9 @@ fn thread_input(
             } else {
                 SessionInput::Off
             };
-            Ok((required::<_, Thread>(thread, "thread")?, input))
+            let thread = thread.ok_or_else(|| ConvertError::new("thread", "is required"))?;
+            let thread = thread_reusing(thread, reuse).map_err(|e| e.within("thread"))?;
+            Ok((thread, input))
         }
     }
 }
@@ -253,14 +259,34 @@ fn unset_if_zero(n: u32) -> Option<u32> {
 /// A Compact request as a command; `base` is the server's policy the
 /// request's overrides apply to.
 pub fn compact_command(r: pb::CompactRequest, base: &Policy) -> Result<CompactCommand> {
+    compact_command_reusing(r, base, &mut ThreadReuse::default())
+}
+
+/// [`compact_command`], sharing what `reuse` holds of the last thread sent
+/// in full under this id (see [`ThreadReuse`]).
+pub fn compact_command_reusing(
+    r: pb::CompactRequest,
+    base: &Policy,
+    reuse: &mut ThreadReuse,
+) -> Result<CompactCommand> {
     Ok(CompactCommand {
         rehydrated_this_turn: r.rehydrated_this_turn,
-        ..shared_command!(r, base)
+        ..shared_command!(r, base, reuse)
     })
 }
 
 /// A Render request as a command.
 pub fn render_command(r: pb::RenderRequest, base: &Policy) -> Result<RenderCommand> {
+    render_command_reusing(r, base, &mut ThreadReuse::default())
+}
+
+/// [`render_command`], sharing what `reuse` holds (see
+/// [`compact_command_reusing`]).
+pub fn render_command_reusing(
+    r: pb::RenderRequest,
+    base: &Policy,
+    reuse: &mut ThreadReuse,
+) -> Result<RenderCommand> {
     Ok(RenderCommand {
         format: output_format(r.format, "format")?,
         compact_first: r.compact_first,
@@ -295,7 +321,7 @@ pub fn render_command(r: pb::RenderRequest, base: &Policy) -> Result<RenderComma
                 })
             })
             .collect::<Result<_>>()?,
-        request: shared_command!(r, base),
+        request: shared_command!(r, base, reuse),
     })
 }
 
@@ -313,8 +339,10 @@ pub fn explain_command(r: pb::ExplainRequest, base: &Policy) -> Result<ExplainCo
     let (thread, session) = match (r.thread, r.append) {
         (None, None) => (None, SessionInput::Off),
         (thread, append) => {
-            let (thread, session) = thread_input(thread, append, false, &base.protected_flag)?;
-            (Some(thread), session)
+            let reuse = &mut ThreadReuse::default();
+            let (thread, session) =
+                thread_input(thread, append, false, &base.protected_flag, reuse)?;
+            (Some(Arc::unwrap_or_clone(thread)), session)
         }
     };
     Ok(ExplainCommand {
@@ -393,11 +421,18 @@ impl From<ExplainOutcome> for pb::ExplainResponse {
 
 /// A SearchContext request as a command (the use case checks the query).
 pub fn search_command(r: pb::SearchContextRequest, base: &Policy) -> Result<SearchCommand> {
-    let (thread, session, _) =
-        provider_input(r.thread, r.append, r.input, false, &base.protected_flag)?;
+    let reuse = &mut ThreadReuse::default();
+    let (thread, session, _) = provider_input(
+        r.thread,
+        r.append,
+        r.input,
+        false,
+        &base.protected_flag,
+        reuse,
+    )?;
     Ok(SearchCommand {
         session,
-        thread: Arc::new(thread),
+        thread,
         query: r.query,
         max_results: r.max_results,
     })

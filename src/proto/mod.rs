@@ -14,6 +14,7 @@
 mod app;
 mod plan;
 mod render;
+mod reuse;
 pub mod status;
 mod thread;
 
@@ -23,10 +24,11 @@ mod tests;
 use thiserror::Error;
 
 pub use app::{
-    compact_command, compact_response, explain_command, rehydrate_command, render_command,
-    render_response, search_command,
+    compact_command, compact_command_reusing, compact_response, explain_command, rehydrate_command,
+    render_command, render_command_reusing, render_response, search_command,
 };
 pub use render::output_format;
+pub use reuse::ThreadReuse;
 pub use thread::{observations_from_pb, observations_to_pb, policy_from_overrides, sensitivity};
 
 /// Generated protobuf messages, server and client of `compactd.v1`.

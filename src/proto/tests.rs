@@ -992,3 +992,256 @@ fn the_output_format_zero_value_and_its_explicit_name_are_both_neutral() {
     let err = super::output_format(99, "format").expect_err("unknown");
     assert_eq!(err.field, "format");
 }
+
+// ───────────────────────────── threads sent again ─────────────────────────────
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(crate::testing::cases(200)))]
+
+    /// A thread sent again converts to what it converts to alone; the
+    /// messages it sends as the last thread did, at the same positions up
+    /// to the first that differs, are that thread's (shared), and only a
+    /// thread that sends all of them first is said to extend it.
+    #[test]
+    fn a_thread_sent_again_converts_as_it_would_alone(
+        a in thread(),
+        keep in any::<proptest::sample::Index>(),
+        edit in option::of((any::<proptest::sample::Index>(), message())),
+        more in vec(message(), 0..3),
+    ) {
+        let mut reuse = super::ThreadReuse::new(None, 0);
+        super::reuse::thread_reusing(pb::Thread::from(&a), &mut reuse).expect("converts");
+        prop_assert!(reuse.extends.is_none());
+        let last = reuse.sent.take().expect("kept");
+        let keep = keep.index(a.messages.len() + 1);
+        let mut b = Thread { id: a.id.clone(), messages: a.messages[..keep].to_vec() };
+        if let (Some((at, m)), true) = (edit, keep > 0) {
+            b.messages[at.index(keep)] = std::sync::Arc::new(m);
+        }
+        b.messages.extend(more.into_iter().map(std::sync::Arc::new));
+        let alone = Thread::try_from(pb::Thread::from(&b)).expect("converts");
+        let mut reuse = super::ThreadReuse::new(Some(std::sync::Arc::clone(&last)), 0);
+        let again = super::reuse::thread_reusing(pb::Thread::from(&b), &mut reuse).expect("converts");
+        prop_assert_eq!(&*again, &alone);
+        let same = a
+            .messages
+            .iter()
+            .zip(&b.messages)
+            .take_while(|(x, y)| pb::Message::from(&***x) == pb::Message::from(&***y))
+            .count();
+        for (i, m) in again.messages.iter().enumerate() {
+            let shared = last.thread.messages.get(i).is_some_and(|l| std::sync::Arc::ptr_eq(l, m));
+            prop_assert_eq!(shared, i < same, "message {}", i);
+        }
+        prop_assert_eq!(reuse.extends.is_some(), same == a.messages.len());
+        let sent = reuse.sent.expect("kept");
+        prop_assert!(std::sync::Arc::ptr_eq(&sent.thread, &again));
+        // The very same messages: the very same thread.
+        prop_assert_eq!(
+            std::sync::Arc::ptr_eq(&again, &last.thread),
+            same == a.messages.len() && b.messages.len() == a.messages.len()
+        );
+    }
+}
+
+/// Every field a message sends is in its digest: changing any one of them
+/// makes the message convert anew. A map's order is not.
+#[test]
+fn every_field_of_a_message_is_digested() {
+    use pb::content_part::Kind;
+    use pb::tool_result_envelope::Content;
+    let full = pb::Message {
+        id: "m1".into(),
+        role: pb::Role::Tool as i32,
+        text: "t".into(),
+        parts: vec![
+            pb::ContentPart {
+                kind: Some(Kind::Text("p".into())),
+            },
+            pb::ContentPart {
+                kind: Some(Kind::ImageUrl("u".into())),
+            },
+            pb::ContentPart {
+                kind: Some(Kind::Thinking(pb::ThinkingBlock {
+                    thinking: "th".into(),
+                    signature: "sig".into(),
+                })),
+            },
+            pb::ContentPart {
+                kind: Some(Kind::RedactedThinking(pb::RedactedThinkingBlock {
+                    data: "d".into(),
+                })),
+            },
+            pb::ContentPart {
+                kind: Some(Kind::Reasoning(pb::ReasoningItem {
+                    id: "r".into(),
+                    summary: vec!["s".into()],
+                    encrypted_content: Some("e".into()),
+                })),
+            },
+        ],
+        tool_calls: vec![pb::ToolCall {
+            id: "c".into(),
+            name: "n".into(),
+            arguments_json: "{}".into(),
+        }],
+        tool_result: Some(pb::ToolResultEnvelope {
+            tool_name: "tool".into(),
+            tool_call_id: "c0".into(),
+            outcome: pb::Outcome::Success as i32,
+            key_fields: [
+                ("k".to_string(), "1".to_string()),
+                ("j".to_string(), "2".to_string()),
+            ]
+            .into_iter()
+            .collect(),
+            durability: 1,
+            determinism: Some(pb::DeterminismMetadata {
+                content_hash: Some("h".into()),
+                etag: Some("e".into()),
+                mtime: Some(1.5),
+                version: Some("v".into()),
+            }),
+            started_at: Some("a".into()),
+            completed_at: Some("b".into()),
+            content: Some(Content::ContentText("out".into())),
+        }),
+        turn: 3,
+        metadata: Some(pb::MessageMetadata {
+            protected: false,
+            label: Some("l".into()),
+            sensitivity: 1,
+            source: Some("s".into()),
+            created_at: Some("c".into()),
+        }),
+    };
+    let seed = 7;
+    let base = super::reuse::digest(&full, seed);
+    // The same entries inserted in the other order.
+    let mut reordered = full.clone();
+    let r = reordered.tool_result.as_mut().expect("result");
+    r.key_fields = [
+        ("j".to_string(), "2".to_string()),
+        ("k".to_string(), "1".to_string()),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(super::reuse::digest(&reordered, seed), base);
+    type Edit = fn(&mut pb::Message);
+    fn result(m: &mut pb::Message) -> &mut pb::ToolResultEnvelope {
+        m.tool_result.as_mut().expect("result")
+    }
+    fn part(m: &mut pb::Message, i: usize) -> &mut Kind {
+        m.parts[i].kind.as_mut().expect("kind")
+    }
+    fn determinism(m: &mut pb::Message) -> &mut pb::DeterminismMetadata {
+        result(m).determinism.as_mut().expect("determinism")
+    }
+    fn metadata(m: &mut pb::Message) -> &mut pb::MessageMetadata {
+        m.metadata.as_mut().expect("metadata")
+    }
+    let edits: Vec<(&str, Edit)> = vec![
+        ("id", |m| m.id.push('x')),
+        ("role", |m| m.role = pb::Role::User as i32),
+        ("text", |m| m.text.push('x')),
+        ("turn", |m| m.turn += 1),
+        ("a part removed", |m| drop(m.parts.pop())),
+        ("part kind unset", |m| m.parts[0].kind = None),
+        ("text part", |m| *part(m, 0) = Kind::Text("q".into())),
+        ("text part as image", |m| {
+            *part(m, 0) = Kind::ImageUrl("p".into())
+        }),
+        ("image", |m| *part(m, 1) = Kind::ImageUrl("v".into())),
+        ("thinking", |m| {
+            if let Kind::Thinking(t) = part(m, 2) {
+                t.thinking.push('x')
+            }
+        }),
+        ("signature", |m| {
+            if let Kind::Thinking(t) = part(m, 2) {
+                t.signature.push('x')
+            }
+        }),
+        ("redacted", |m| {
+            if let Kind::RedactedThinking(t) = part(m, 3) {
+                t.data.push('x')
+            }
+        }),
+        ("reasoning id", |m| {
+            if let Kind::Reasoning(r) = part(m, 4) {
+                r.id.push('x')
+            }
+        }),
+        ("reasoning summary", |m| {
+            if let Kind::Reasoning(r) = part(m, 4) {
+                r.summary.push(String::new())
+            }
+        }),
+        ("encrypted absent", |m| {
+            if let Kind::Reasoning(r) = part(m, 4) {
+                r.encrypted_content = None
+            }
+        }),
+        ("encrypted", |m| {
+            if let Kind::Reasoning(r) = part(m, 4) {
+                r.encrypted_content = Some("f".into())
+            }
+        }),
+        ("call id", |m| m.tool_calls[0].id.push('x')),
+        ("call name", |m| m.tool_calls[0].name.push('x')),
+        ("call arguments", |m| {
+            m.tool_calls[0].arguments_json = "{ }".into()
+        }),
+        ("a call added", |m| {
+            m.tool_calls.push(pb::ToolCall::default())
+        }),
+        ("no result", |m| m.tool_result = None),
+        ("tool name", |m| result(m).tool_name.push('x')),
+        ("tool call id", |m| result(m).tool_call_id.push('x')),
+        ("outcome", |m| {
+            result(m).outcome = pb::Outcome::Failure as i32
+        }),
+        ("key field value", |m| {
+            drop(result(m).key_fields.insert("k".into(), "2".into()))
+        }),
+        ("key field added", |m| {
+            drop(result(m).key_fields.insert("i".into(), "1".into()))
+        }),
+        ("durability", |m| result(m).durability = 2),
+        ("no determinism", |m| result(m).determinism = None),
+        ("content hash", |m| determinism(m).content_hash = None),
+        ("etag", |m| determinism(m).etag = Some("f".into())),
+        ("mtime", |m| determinism(m).mtime = Some(2.5)),
+        ("version", |m| determinism(m).version = Some(String::new())),
+        ("started", |m| result(m).started_at = None),
+        ("completed", |m| result(m).completed_at = Some("c".into())),
+        ("no content", |m| result(m).content = None),
+        ("content text", |m| {
+            result(m).content = Some(Content::ContentText("ou".into()))
+        }),
+        ("content as json", |m| {
+            result(m).content = Some(Content::ContentJson("out".into()))
+        }),
+        ("no metadata", |m| m.metadata = None),
+        ("protected", |m| metadata(m).protected = true),
+        ("label", |m| metadata(m).label = None),
+        ("sensitivity", |m| metadata(m).sensitivity = 2),
+        ("source", |m| metadata(m).source = Some(String::new())),
+        ("created", |m| metadata(m).created_at = Some("d".into())),
+    ];
+    for (what, edit) in edits {
+        let mut m = full.clone();
+        edit(&mut m);
+        assert_ne!(m, full, "{what}: the edit changes nothing");
+        assert_ne!(super::reuse::digest(&m, seed), base, "{what}");
+    }
+    // A long field is digested too (it goes in as its own hash).
+    let mut long = full.clone();
+    long.text = "y".repeat(1000);
+    let mut longer = long.clone();
+    longer.text.replace_range(500..501, "z");
+    assert_ne!(
+        super::reuse::digest(&long, seed),
+        super::reuse::digest(&longer, seed)
+    );
+}

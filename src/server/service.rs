@@ -10,10 +10,10 @@ use tonic::{Request, Response, Status};
 
 use crate::app::{App, AppError, UseCase};
 use crate::proto::{
-    compact_command, compact_response, explain_command, pb, rehydrate_command, render_command,
-    render_response, search_command, ConvertError,
+    compact_command_reusing, compact_response, explain_command, pb, rehydrate_command,
+    render_command_reusing, render_response, search_command, ConvertError, ThreadReuse,
 };
-use crate::runtime::blocking;
+use crate::runtime::blocking_in_place;
 use crate::security::SecurityContext;
 
 use tracing::Instrument as _;
@@ -46,14 +46,15 @@ impl CompactionApi {
     }
 
     /// Charges the request's size to the tenant's byte and message budgets,
-    /// then converts it — both on the blocking pool: measuring and
-    /// converting a 100k-message thread (every tool output's JSON parsed)
-    /// must not stall the async workers other tenants' calls run on.
+    /// then converts it — both off the async workers' queue
+    /// ([`blocking_in_place`]): measuring and converting a 100k-message
+    /// thread (every tool output's JSON parsed) must not stall the calls
+    /// of other tenants.
     async fn admit_and_convert<R, T>(
         &self,
         ctx: &SecurityContext,
         request: R,
-        convert: impl FnOnce(R, &App) -> Result<T, ConvertError> + Send + 'static,
+        convert: impl FnOnce(R, &App, &mut ThreadReuse) -> Result<T, ConvertError> + Send + 'static,
     ) -> Result<T, Status>
     where
         R: prost::Message + Messages + Send + 'static,
@@ -67,12 +68,23 @@ impl CompactionApi {
         let bytes = request.encoded_len();
         let work = move || {
             limiter.charge(&tenant, bytes, request.messages())?;
-            convert(request, &app).map_err(ApiError::from)
+            // A thread sent in full again converts only what changed.
+            let last = request
+                .sent_in_full()
+                .and_then(|id| app.sent_thread(&tenant, id));
+            let mut reuse = ThreadReuse::new(last, bytes as u64);
+            let out = convert(request, &app, &mut reuse).map_err(ApiError::from)?;
+            if let Some(sent) = reuse.sent {
+                app.keep_sent(&tenant, sent);
+            }
+            Ok::<_, ApiError>(out)
         };
         if bytes <= INLINE_CONVERT_BYTES {
             return Ok(work()?);
         }
-        let converted = blocking(work).await.map_err(AppError::from)?;
+        let converted = blocking_in_place(bytes as u64, work)
+            .await
+            .map_err(AppError::from)?;
         Ok(converted?)
     }
 }
@@ -85,6 +97,12 @@ const INLINE_CONVERT_BYTES: usize = 64 * 1024;
 /// Thread messages a request carries, for the per-tenant message budget.
 trait Messages {
     fn messages(&self) -> usize;
+
+    /// The id of the thread the request sends in full, when its conversion
+    /// may share the last one's messages (the per-turn calls).
+    fn sent_in_full(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl Messages for pb::CompactRequest {
@@ -92,12 +110,20 @@ impl Messages for pb::CompactRequest {
         carried(self.thread.as_ref(), self.append.as_ref())
             + self.input.as_ref().map_or(0, |i| json_items(&i.json))
     }
+
+    fn sent_in_full(&self) -> Option<&str> {
+        self.thread.as_ref().map(|t| t.id.as_str())
+    }
 }
 
 impl Messages for pb::RenderRequest {
     fn messages(&self) -> usize {
         carried(self.thread.as_ref(), self.append.as_ref())
             + self.input.as_ref().map_or(0, |i| json_items(&i.json))
+    }
+
+    fn sent_in_full(&self) -> Option<&str> {
+        self.thread.as_ref().map(|t| t.id.as_str())
     }
 }
 
@@ -198,7 +224,9 @@ impl CompactionService for CompactionApi {
             UseCase::Compact.authorize(&ctx, r.tenant_id.as_deref())?;
             let known = r.known_plan_version;
             let cmd = self
-                .admit_and_convert(&ctx, r, |r, app| compact_command(r, &app.defaults().policy))
+                .admit_and_convert(&ctx, r, |r, app, reuse| {
+                    compact_command_reusing(r, &app.defaults().policy, reuse)
+                })
                 .await?;
             let out = self.app.compact(&ctx, cmd).await?;
             entry.plan(
@@ -233,7 +261,9 @@ impl CompactionService for CompactionApi {
             .authorize(&ctx, r.tenant_id.as_deref())?;
             let known = r.known_plan_version;
             let cmd = self
-                .admit_and_convert(&ctx, r, |r, app| render_command(r, &app.defaults().policy))
+                .admit_and_convert(&ctx, r, |r, app, reuse| {
+                    render_command_reusing(r, &app.defaults().policy, reuse)
+                })
                 .await?;
             let out = self.app.render(&ctx, cmd).await?;
             let before = out
@@ -259,7 +289,7 @@ impl CompactionService for CompactionApi {
         let result = async {
             UseCase::Rehydrate.authorize(&ctx, r.tenant_id.as_deref())?;
             let cmd = self
-                .admit_and_convert(&ctx, r, |r, _| Ok(rehydrate_command(r)))
+                .admit_and_convert(&ctx, r, |r, _, _| Ok(rehydrate_command(r)))
                 .await?;
             let out = self.app.rehydrate(&ctx, cmd).await?;
             Ok(Response::new(out.into()))
@@ -283,7 +313,9 @@ impl CompactionService for CompactionApi {
             }
             .authorize(&ctx, r.tenant_id.as_deref())?;
             let cmd = self
-                .admit_and_convert(&ctx, r, |r, app| explain_command(r, &app.defaults().policy))
+                .admit_and_convert(&ctx, r, |r, app, _| {
+                    explain_command(r, &app.defaults().policy)
+                })
                 .await?;
             let out = self.app.explain(&ctx, cmd).await?;
             entry.plan(out.plan_version, None, None);
@@ -309,7 +341,9 @@ impl CompactionService for CompactionApi {
         let result = async {
             UseCase::SearchContext.authorize(&ctx, r.tenant_id.as_deref())?;
             let cmd = self
-                .admit_and_convert(&ctx, r, |r, app| search_command(r, &app.defaults().policy))
+                .admit_and_convert(&ctx, r, |r, app, _| {
+                    search_command(r, &app.defaults().policy)
+                })
                 .await?;
             let out = self.app.search_context(&ctx, cmd).await?;
             entry.plan(out.plan_version, None, None);

@@ -1,0 +1,271 @@
+//! A thread sent in full again is converted only where it changed.
+//!
+//! Most clients send the whole thread on every call, and from one call to
+//! the next it grows by a message or two. Converting it (every tool call's
+//! arguments and every JSON output parsed, every outcome inferred) cost as
+//! much as the rest of a warm render. Each message as sent is digested
+//! instead, and a message at the position and with the digest it had in
+//! the last thread this tenant sent under that id is the message converted
+//! then, shared. A thread that starts with all of the last one's messages
+//! is known to extend it, which lets the per-turn path treat it as an
+//! append session's thread (checking, pairing and counting only what
+//! follows).
+//!
+//! The digest is xxh3-128 seeded per process over every field, each
+//! length-prefixed; the fields are destructured exhaustively, so a field
+//! added to the API does not compile until it is digested.
+
+use std::sync::Arc;
+
+use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
+
+use super::{pb, Result};
+use crate::app::SentThread;
+use crate::model::{Message, Thread};
+
+/// The last conversion of the thread a request names, and what this
+/// request's conversion leaves for the next.
+#[derive(Debug, Default)]
+pub struct ThreadReuse {
+    /// The last thread sent in full under the request's tenant and id.
+    pub last: Option<Arc<SentThread>>,
+    /// What the request weighs on the wire.
+    pub bytes: u64,
+    /// This request's thread, when it was sent in full.
+    pub sent: Option<Arc<SentThread>>,
+    /// `last`'s thread, when this request's holds all of its messages
+    /// first (shared), followed only by new ones.
+    pub(super) extends: Option<Arc<Thread>>,
+}
+
+impl ThreadReuse {
+    /// Reuse of `last`, for a request of `bytes` on the wire.
+    pub fn new(last: Option<Arc<SentThread>>, bytes: u64) -> Self {
+        ThreadReuse {
+            last,
+            bytes,
+            sent: None,
+            extends: None,
+        }
+    }
+}
+
+/// Converts `t`, sharing the messages of `reuse.last` it sent again at the
+/// same positions.
+pub(super) fn thread_reusing(t: pb::Thread, reuse: &mut ThreadReuse) -> Result<Arc<Thread>> {
+    let seed = crate::model::process_seed();
+    let last = reuse.last.take().filter(|l| l.thread.id == t.id);
+    let mut digests = Vec::with_capacity(t.messages.len());
+    let mut messages = Vec::with_capacity(t.messages.len());
+    // Shared while every message so far was the last thread's.
+    let mut shared = true;
+    for (i, m) in t.messages.into_iter().enumerate() {
+        let digest = digest(&m, seed);
+        digests.push(digest);
+        let kept = last
+            .as_ref()
+            .filter(|_| shared)
+            .filter(|l| l.digests.get(i) == Some(&digest))
+            .map(|l| Arc::clone(&l.thread.messages[i]));
+        match kept {
+            Some(m) => messages.push(m),
+            None => {
+                shared = false;
+                let converted =
+                    Message::try_from(m).map_err(|e| e.within(&format!("messages[{i}]")))?;
+                messages.push(Arc::new(converted));
+            }
+        }
+    }
+    let thread = match &last {
+        // The same messages: the same thread.
+        Some(l) if shared && l.thread.messages.len() == messages.len() => Arc::clone(&l.thread),
+        _ => Arc::new(Thread { id: t.id, messages }),
+    };
+    reuse.extends = last
+        .filter(|l| {
+            l.thread.messages.len() <= thread.messages.len()
+                && l.thread
+                    .messages
+                    .iter()
+                    .zip(&thread.messages)
+                    .all(|(a, b)| Arc::ptr_eq(a, b))
+        })
+        .map(|l| Arc::clone(&l.thread));
+    reuse.sent = Some(Arc::new(SentThread {
+        thread: Arc::clone(&thread),
+        digests,
+        bytes: reuse.bytes,
+    }));
+    Ok(thread)
+}
+
+/// The digest of everything `m` sends (see the module doc).
+pub(super) fn digest(m: &pb::Message, seed: u64) -> u128 {
+    use pb::content_part::Kind;
+    use pb::tool_result_envelope::Content;
+    /// Fields up to this long go in as they are; longer ones as their
+    /// one-shot xxh3-128 (faster per byte than feeding them in).
+    const SMALL: usize = 256;
+    let mut buf = Vec::with_capacity(512);
+    let mut field = |b: &[u8]| {
+        buf.extend_from_slice(&(b.len() as u64).to_le_bytes());
+        if b.len() <= SMALL {
+            buf.extend_from_slice(b);
+        } else {
+            buf.extend_from_slice(&xxh3_128(b).to_le_bytes());
+        }
+    };
+    let pb::Message {
+        id,
+        role,
+        text,
+        parts,
+        tool_calls,
+        tool_result,
+        turn,
+        metadata,
+    } = m;
+    field(id.as_bytes());
+    field(&role.to_le_bytes());
+    field(text.as_bytes());
+    field(&turn.to_le_bytes());
+    field(&(parts.len() as u64).to_le_bytes());
+    for pb::ContentPart { kind } in parts {
+        match kind {
+            None => field(b"none"),
+            Some(Kind::Text(t)) => {
+                field(b"text");
+                field(t.as_bytes());
+            }
+            Some(Kind::ImageUrl(u)) => {
+                field(b"image");
+                field(u.as_bytes());
+            }
+            Some(Kind::Thinking(pb::ThinkingBlock {
+                thinking,
+                signature,
+            })) => {
+                field(b"thinking");
+                field(thinking.as_bytes());
+                field(signature.as_bytes());
+            }
+            Some(Kind::RedactedThinking(pb::RedactedThinkingBlock { data })) => {
+                field(b"redacted");
+                field(data.as_bytes());
+            }
+            Some(Kind::Reasoning(pb::ReasoningItem {
+                id,
+                summary,
+                encrypted_content,
+            })) => {
+                field(b"reasoning");
+                field(id.as_bytes());
+                field(&(summary.len() as u64).to_le_bytes());
+                for s in summary {
+                    field(s.as_bytes());
+                }
+                optional(&mut field, encrypted_content.as_deref());
+            }
+        }
+    }
+    field(&(tool_calls.len() as u64).to_le_bytes());
+    for pb::ToolCall {
+        id,
+        name,
+        arguments_json,
+    } in tool_calls
+    {
+        field(id.as_bytes());
+        field(name.as_bytes());
+        field(arguments_json.as_bytes());
+    }
+    match tool_result {
+        None => field(b"no result"),
+        Some(pb::ToolResultEnvelope {
+            tool_name,
+            tool_call_id,
+            outcome,
+            key_fields,
+            durability,
+            determinism,
+            started_at,
+            completed_at,
+            content,
+        }) => {
+            field(b"result");
+            field(tool_name.as_bytes());
+            field(tool_call_id.as_bytes());
+            field(&outcome.to_le_bytes());
+            // A map's order on the wire means nothing.
+            let mut keys: Vec<_> = key_fields.iter().collect();
+            keys.sort_unstable();
+            field(&(keys.len() as u64).to_le_bytes());
+            for (k, v) in keys {
+                field(k.as_bytes());
+                field(v.as_bytes());
+            }
+            field(&durability.to_le_bytes());
+            match determinism {
+                None => field(b"no determinism"),
+                Some(pb::DeterminismMetadata {
+                    content_hash,
+                    etag,
+                    mtime,
+                    version,
+                }) => {
+                    field(b"determinism");
+                    optional(&mut field, content_hash.as_deref());
+                    optional(&mut field, etag.as_deref());
+                    match mtime {
+                        None => field(b"no mtime"),
+                        Some(t) => field(&t.to_bits().to_le_bytes()),
+                    }
+                    optional(&mut field, version.as_deref());
+                }
+            }
+            optional(&mut field, started_at.as_deref());
+            optional(&mut field, completed_at.as_deref());
+            match content {
+                None => field(b"no content"),
+                Some(Content::ContentText(t)) => {
+                    field(b"content text");
+                    field(t.as_bytes());
+                }
+                Some(Content::ContentJson(j)) => {
+                    field(b"content json");
+                    field(j.as_bytes());
+                }
+            }
+        }
+    }
+    match metadata {
+        None => field(b"no metadata"),
+        Some(pb::MessageMetadata {
+            protected,
+            label,
+            sensitivity,
+            source,
+            created_at,
+        }) => {
+            field(b"metadata");
+            field(&[u8::from(*protected)]);
+            optional(&mut field, label.as_deref());
+            field(&sensitivity.to_le_bytes());
+            optional(&mut field, source.as_deref());
+            optional(&mut field, created_at.as_deref());
+        }
+    }
+    xxh3_128_with_seed(&buf, seed)
+}
+
+/// An optional text: absent and empty differ.
+fn optional(field: &mut impl FnMut(&[u8]), s: Option<&str>) {
+    match s {
+        None => field(b"absent"),
+        Some(s) => {
+            field(b"present");
+            field(s.as_bytes());
+        }
+    }
+}
