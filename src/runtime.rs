@@ -100,46 +100,6 @@ where
     .await
 }
 
-/// Work over more than this many bytes of input goes to the blocking pool
-/// even from [`blocking_in_place`]: it may take long enough that a
-/// deadline should answer before it ends.
-pub const IN_PLACE_MAX_BYTES: u64 = 8 * 1024 * 1024;
-
-/// Why [`blocking_in_place`] gave no result.
-#[derive(Debug, thiserror::Error)]
-pub enum InPlaceError {
-    /// The work panicked (the panic hook reported where).
-    #[error("the work panicked")]
-    Panicked,
-    /// The blocking pool's task failed (a panic there, or the runtime
-    /// shutting down).
-    #[error("{0}")]
-    Pool(#[from] tokio::task::JoinError),
-}
-
-/// Runs CPU-bound work over `bytes` of input (no I/O, which can hang) where
-/// waiting for it costs least. Up to [`IN_PLACE_MAX_BYTES`], on a
-/// multi-thread runtime, it runs on the calling worker, which first hands
-/// its other tasks to another thread (`block_in_place`), so nothing waits
-/// behind it; a trip to the blocking pool and back costs 0.1–0.15 ms on a
-/// small VM, a tenth of a per-turn render. Larger work, and any on a
-/// current-thread runtime, goes to the pool ([`blocking`]), where a
-/// deadline can answer while it runs.
-pub async fn blocking_in_place<T, F>(bytes: u64, f: F) -> Result<T, InPlaceError>
-where
-    T: Send + 'static,
-    F: FnOnce() -> T + Send + 'static,
-{
-    let multi_thread = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if !multi_thread || bytes > IN_PLACE_MAX_BYTES {
-        return Ok(blocking(f).await?);
-    }
-    // The call stays held: this task is the call's.
-    tokio::task::block_in_place(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
-        .map_err(|_| InPlaceError::Panicked)
-}
-
 /// Why [`compute`] gave no result.
 #[derive(Debug, thiserror::Error)]
 pub enum ComputeError {
@@ -370,28 +330,6 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn small_work_runs_in_place_large_work_and_panics_do_not_reach_the_caller() {
-        let here = std::thread::current().id();
-        let on = |bytes| blocking_in_place(bytes, || std::thread::current().id());
-        assert_eq!(on(1024).await.expect("runs"), here);
-        assert_ne!(on(IN_PLACE_MAX_BYTES + 1).await.expect("runs"), here);
-        let e = blocking_in_place(1, || -> u32 { panic!("work panics") }).await;
-        assert!(matches!(e, Err(InPlaceError::Panicked)), "{e:?}");
-        let e =
-            blocking_in_place(IN_PLACE_MAX_BYTES + 1, || -> u32 { panic!("work panics") }).await;
-        assert!(matches!(e, Err(InPlaceError::Pool(_))), "{e:?}");
-        // The worker goes on serving.
-        assert_eq!(blocking_in_place(1, || 7).await.expect("runs"), 7);
-    }
-
-    #[tokio::test]
-    async fn on_a_current_thread_runtime_work_goes_to_the_pool() {
-        let here = std::thread::current().id();
-        let there = blocking_in_place(1, || std::thread::current().id()).await;
-        assert_ne!(there.expect("runs"), here);
-    }
 
     #[tokio::test]
     async fn compute_runs_jobs_and_reports_panics() {

@@ -18,7 +18,7 @@ use crate::cache::{BoundedCache, Weigh};
 use crate::model::{CompactionPlan, Thread};
 use crate::reduce::{settings_fingerprint, Report};
 use crate::render::RequestCounter;
-use crate::runtime::{blocking_in_place, IN_PLACE_MAX_BYTES};
+use crate::runtime::blocking;
 
 use super::compact::{CompactOutcome, Resolved};
 use super::{App, Result};
@@ -176,17 +176,17 @@ impl App {
             }
             Some((u32::try_from(added).ok()?, u32::try_from(tools).ok()?))
         };
-        // An append session's few new messages are checked on the calling
-        // task: even handing the worker's other tasks on costs more than
-        // counting them. A thread sent in full is compared message by
-        // message, off the async workers' queue.
-        let appended =
-            crate::model::memory_weight_up_to(&r.cmd.thread.messages[have..], IN_PLACE_MAX_BYTES);
-        let added = if known_start && appended <= INLINE_CHECK_BYTES {
+        // The few new messages of a thread known to extend the kept one
+        // (an append session's, or one the edge shared) are checked on the
+        // calling task: the trip to the blocking pool and back cost more
+        // than counting them. Otherwise the thread is compared message by
+        // message, off the async workers.
+        let small =
+            crate::model::memory_weight(&r.cmd.thread.messages[have..]) <= INLINE_CHECK_BYTES;
+        let added = if known_start && small {
             check()
         } else {
-            let compared = if known_start { 0 } else { carry.bytes };
-            blocking_in_place(compared.saturating_add(appended), check).await?
+            blocking(check).await?
         };
         let Some((added, added_tools)) = added else {
             return Ok(Err(committed));

@@ -12,13 +12,12 @@ use std::sync::Arc;
 use serde::Serialize;
 use tracing::Instrument as _;
 
-use crate::model::memory_weight_up_to;
 use crate::model::{CompactionPlan, Sensitivity, Thread};
 use crate::provider::Format;
 use crate::reduce::{
     compact_with, request_fingerprint, CompactRequest, Compaction, PendingArtifact, Policy, Report,
 };
-use crate::runtime::{blocking, blocking_in_place, compute, now_unix_ms, Call, IN_PLACE_MAX_BYTES};
+use crate::runtime::{blocking, compute, now_unix_ms, Call};
 use crate::security::SecurityContext;
 use crate::store::{ArtifactMeta, StoredPlan};
 use crate::tokens::Target;
@@ -445,8 +444,8 @@ impl App {
 
     /// The committed plan when the request fingerprints as it did (the
     /// per-turn path), else the plan to compact on top of. Fingerprinting
-    /// hashes the whole thread, so it runs off the async workers' queue; a
-    /// thread without a plan has nothing to reuse: no hashing, no hop.
+    /// hashes the whole thread, so it runs on the blocking pool; a thread
+    /// without a plan has nothing to reuse: no hashing, no hop.
     async fn unchanged(
         &self,
         resolved: &Arc<Resolved>,
@@ -456,8 +455,7 @@ impl App {
             return Ok(Prior::Changed(None));
         };
         let (app, r) = (self.clone(), Arc::clone(resolved));
-        let bytes = memory_weight_up_to(&r.cmd.thread.messages, IN_PLACE_MAX_BYTES);
-        Ok(blocking_in_place(bytes, move || {
+        Ok(blocking(move || {
             let fingerprint = app.fingerprint(request_fingerprint(
                 &r.request(None, &app),
                 &r.parts.engine(),

@@ -165,12 +165,6 @@ impl From<crate::runtime::ComputeError> for AppError {
     }
 }
 
-impl From<crate::runtime::InPlaceError> for AppError {
-    fn from(e: crate::runtime::InPlaceError) -> Self {
-        AppError::Internal(format!("core task failed: {e}"))
-    }
-}
-
 impl From<tokio::task::JoinError> for AppError {
     fn from(e: tokio::task::JoinError) -> Self {
         AppError::Internal(format!("core task failed: {e}"))

@@ -6,7 +6,6 @@ use crate::provider::{body_tokens, Encoded, Format};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::model::memory_weight_up_to;
 use crate::model::{
     AuditRecord, CompactionPlan, EvictionCounts, PLAN_FORMAT_VERSION, SUMMARY_RENDER_VERSION,
     SUMMARY_SCHEMA_VERSION,
@@ -23,7 +22,7 @@ use crate::render::{
 use crate::render::{
     hinted, named_recently, named_this_turn, request_identifiers, AutoRehydrate, RehydrationBlocked,
 };
-use crate::runtime::{blocking_in_place, IN_PLACE_MAX_BYTES};
+use crate::runtime::blocking;
 use crate::security::{Permission, SecurityContext};
 use crate::store::StoreError;
 use crate::telemetry::events;
@@ -318,17 +317,7 @@ impl App {
         let recall_settings = self.inner.defaults.recall;
         let recall_on = cmd.recall.unwrap_or(recall_settings.enabled);
         let (app, r) = (self.clone(), Arc::clone(resolved));
-        // About what the render reads: what a kept part holds is weighed.
-        let messages = &cmd.request.thread.messages;
-        let bytes = match &stable {
-            Some(part) if part.thread.messages.len() <= messages.len() => {
-                let cap = IN_PLACE_MAX_BYTES.saturating_sub(part.thread_bytes);
-                part.thread_bytes
-                    + memory_weight_up_to(&messages[part.thread.messages.len()..], cap)
-            }
-            _ => memory_weight_up_to(messages, IN_PLACE_MAX_BYTES),
-        };
-        blocking_in_place(bytes, move || {
+        blocking(move || {
             let parts = &r.parts;
             let rc = RequestCounter::for_target(parts.counter.as_ref(), &parts.ledger, r.target);
             let recall = recall_on.then(|| {

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use crate::runtime::blocking_in_place;
+use crate::runtime::blocking;
 
 use sha2::{Digest, Sha256};
 
@@ -367,14 +367,10 @@ impl Sessions {
                 let (base, peek) = self.base(tenant, &sent.id, base_version).await?;
                 let sent = match json {
                     Some((json, shape)) => {
-                        // Parsing may take a while: off the async workers'
-                        // queue.
+                        // Parsing may take a while: off the async workers.
                         let prefix = Arc::clone(&base.thread);
-                        let bytes = json.len() as u64;
-                        let messages = blocking_in_place(bytes, move || {
-                            appended_from_json(&json, shape, &prefix)
-                        })
-                        .await??;
+                        let messages =
+                            blocking(move || appended_from_json(&json, shape, &prefix)).await??;
                         Arc::new(Thread {
                             id: sent.id.clone(),
                             messages,

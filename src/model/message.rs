@@ -929,16 +929,3 @@ pub fn memory_weight(messages: &[std::sync::Arc<Message>]) -> u64 {
         .map(|m| 256 + m.byte_len_bound() as u64)
         .sum()
 }
-
-/// [`memory_weight`] when it is at most `cap`, else some weight above
-/// `cap`: found without weighing the messages past it.
-pub fn memory_weight_up_to(messages: &[std::sync::Arc<Message>], cap: u64) -> u64 {
-    let mut sum = 0u64;
-    for m in messages {
-        sum += 256 + m.byte_len_bound() as u64;
-        if sum > cap {
-            break;
-        }
-    }
-    sum
-}

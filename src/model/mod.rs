@@ -14,9 +14,9 @@ pub use audit::{AuditRecord, Eviction, EvictionCounts};
 pub(crate) use ids::process_seed;
 pub use ids::{IdHash, IdHasher, IdMap, IdSet};
 pub use message::{
-    is_rfc3339, memory_weight, memory_weight_up_to, Content, ContentPart, DeterminismMetadata,
-    Durability, JsonText, Message, MessageMetadata, Outcome, Role, Sensitivity, ToolCall,
-    ToolContent, ToolResultEnvelope, ToolSchema,
+    is_rfc3339, memory_weight, Content, ContentPart, DeterminismMetadata, Durability, JsonText,
+    Message, MessageMetadata, Outcome, Role, Sensitivity, ToolCall, ToolContent,
+    ToolResultEnvelope, ToolSchema,
 };
 pub use outcome::{error_message, infer_outcome, ERROR_MESSAGE_MAX_CHARS};
 pub use plan::{

@@ -13,7 +13,7 @@ use crate::proto::{
     compact_command_reusing, compact_response, explain_command, pb, rehydrate_command,
     render_command_reusing, render_response, search_command, ConvertError, ThreadReuse,
 };
-use crate::runtime::blocking_in_place;
+use crate::runtime::blocking;
 use crate::security::SecurityContext;
 
 use tracing::Instrument as _;
@@ -46,10 +46,9 @@ impl CompactionApi {
     }
 
     /// Charges the request's size to the tenant's byte and message budgets,
-    /// then converts it — both off the async workers' queue
-    /// ([`blocking_in_place`]): measuring and converting a 100k-message
-    /// thread (every tool output's JSON parsed) must not stall the calls
-    /// of other tenants.
+    /// then converts it — both on the blocking pool: measuring and
+    /// converting a 100k-message thread (every tool output's JSON parsed)
+    /// must not stall the async workers other tenants' calls run on.
     async fn admit_and_convert<R, T>(
         &self,
         ctx: &SecurityContext,
@@ -82,9 +81,7 @@ impl CompactionApi {
         if bytes <= INLINE_CONVERT_BYTES {
             return Ok(work()?);
         }
-        let converted = blocking_in_place(bytes as u64, work)
-            .await
-            .map_err(AppError::from)?;
+        let converted = blocking(work).await.map_err(AppError::from)?;
         Ok(converted?)
     }
 }
