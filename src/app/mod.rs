@@ -33,7 +33,7 @@ pub use render::{Injection, RecalledPassage, RenderCommand, RenderOutcome, Rende
 pub use search::{
     search_context_tool, FoundPassage, SearchCommand, SearchOutcome, SEARCH_CONTEXT_TOOL,
 };
-pub use sent::SentThread;
+pub use sent::{SentBefore, SentThread};
 pub use session::{SessionInput, SessionSettings, SessionState};
 pub use summaries::LlmSummaries;
 
@@ -119,7 +119,7 @@ struct Inner {
     /// turn renders only what follows it.
     stable: crate::cache::BoundedCache<(String, String), Arc<crate::render::stable::StablePart>>,
     /// The last thread each client sent in full, as converted.
-    sent: crate::cache::BoundedCache<(String, String), Arc<sent::SentThread>>,
+    sent: sent::SentThreads,
     /// What the plugins are and how they are set up, as the fingerprint
     /// hashes it (formed once: plugins are fixed at start-up).
     plugin_setup: Vec<u8>,
@@ -182,7 +182,7 @@ impl App {
                 carries: carry::Carries::default(),
                 validated: Validated::default(),
                 stable: crate::cache::BoundedCache::new(STABLE_CACHE_BYTES),
-                sent: crate::cache::BoundedCache::new(sent::SENT_CACHE_BYTES),
+                sent: sent::SentThreads::default(),
                 plugins: extensions.plugins,
             }),
         }
@@ -294,8 +294,8 @@ impl App {
             validated.insert(thread, None);
             return Ok(None);
         };
-        // Kept from the second turn on: a thread sent in full never pays
-        // for it.
+        // Kept from the second turn on: a thread sent in full once never
+        // pays for it (one sent again extends the one sent before).
         let mut state = state.unwrap_or_else(|| base.validation());
         match thread.validate_appended(limits, &mut state) {
             Ok(()) => {
@@ -408,7 +408,7 @@ impl App {
         self.inner.carries.forget(tenant, thread_id);
         let key = (tenant.to_owned(), thread_id.to_owned());
         self.inner.stable.remove(&key);
-        self.inner.sent.remove(&key);
+        self.inner.sent.forget(tenant, thread_id);
     }
 }
 

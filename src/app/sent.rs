@@ -2,15 +2,18 @@
 //! sends one again converts only what changed (see
 //! `crate::proto::ThreadReuse`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::cache::Weigh;
+use crate::cache::{BoundedCache, Weigh};
 use crate::model::Thread;
+
+use super::App;
 
 /// Memory for the converted threads kept. Their messages are mostly shared
 /// with the other per-thread caches (the stable part, the carry), which
 /// count them too, so the bound stays a bound.
-pub(super) const SENT_CACHE_BYTES: u64 = 256 * 1024 * 1024;
+const SENT_CACHE_BYTES: u64 = 256 * 1024 * 1024;
 
 /// What a thread sent in full converted to, with a digest of each message
 /// as it was sent.
@@ -20,27 +23,115 @@ pub struct SentThread {
     pub thread: Arc<Thread>,
     /// One per message of `thread`, in order.
     pub digests: Vec<u128>,
-    /// About the memory held: the bytes sent.
-    pub bytes: u64,
 }
 
 impl Weigh for Arc<SentThread> {
     fn weight(&self) -> u64 {
-        self.bytes + 16 * self.digests.len() as u64 + 256
+        // The messages as held (which also covers what validating them
+        // leaves while the thread lives, a few words a message).
+        crate::model::memory_weight(&self.thread.messages) + 16 * self.digests.len() as u64 + 256
     }
 }
 
-impl super::App {
-    /// The last thread the tenant sent in full under `thread_id`.
-    pub fn sent_thread(&self, tenant: &str, thread_id: &str) -> Option<Arc<SentThread>> {
-        self.inner
-            .sent
-            .get(&(tenant.to_owned(), thread_id.to_owned()))
+/// The converted threads, and a count of the threads deleted: a request
+/// converted while its thread was being deleted must not put the deleted
+/// content back.
+pub(super) struct SentThreads {
+    cache: BoundedCache<(String, String), Arc<SentThread>>,
+    deletions: AtomicU64,
+}
+
+impl Default for SentThreads {
+    fn default() -> Self {
+        SentThreads {
+            cache: BoundedCache::new(SENT_CACHE_BYTES),
+            deletions: AtomicU64::new(0),
+        }
+    }
+}
+
+impl SentThreads {
+    /// Forgets a thread's (DeleteThread).
+    pub(super) fn forget(&self, tenant: &str, thread_id: &str) {
+        self.deletions.fetch_add(1, Ordering::SeqCst);
+        self.cache
+            .remove(&(tenant.to_owned(), thread_id.to_owned()));
+    }
+}
+
+/// What [`App::keep_sent`] needs from before the conversion.
+#[derive(Debug, Clone, Copy)]
+pub struct SentBefore(u64);
+
+impl App {
+    /// The last thread the tenant sent in full under `thread_id`, and the
+    /// mark [`App::keep_sent`] takes once the request is converted.
+    pub fn sent_thread(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+    ) -> (Option<Arc<SentThread>>, SentBefore) {
+        let sent = &self.inner.sent;
+        let before = SentBefore(sent.deletions.load(Ordering::SeqCst));
+        let last = sent.cache.get(&(tenant.to_owned(), thread_id.to_owned()));
+        (last, before)
     }
 
-    /// Keeps `sent` as the last thread the tenant sent in full under its id.
-    pub fn keep_sent(&self, tenant: &str, sent: Arc<SentThread>) {
+    /// Keeps `sent` as the last thread the tenant sent in full under its
+    /// id, unless a thread was deleted since `before` (it may be this one:
+    /// the next request converts in full).
+    pub fn keep_sent(&self, tenant: &str, sent: Arc<SentThread>, before: SentBefore) {
+        let threads = &self.inner.sent;
         let key = (tenant.to_owned(), sent.thread.id.clone());
-        self.inner.sent.insert(key, sent);
+        threads.cache.insert(key.clone(), sent);
+        // A deletion between the check and the insert removed nothing of
+        // ours: checked again after it.
+        if threads.deletions.load(Ordering::SeqCst) != before.0 {
+            threads.cache.remove(&key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::Defaults;
+    use crate::model::{Content, Message, MessageMetadata, Role};
+
+    fn sent(id: &str, text: &str) -> Arc<SentThread> {
+        let message = Message {
+            id: "m1".into(),
+            role: Role::User,
+            content: Content::Text(text.into()),
+            tool_calls: Vec::new(),
+            tool_result: None,
+            turn: 1,
+            metadata: MessageMetadata::default(),
+        };
+        let thread = Thread::new(id, vec![message]);
+        Arc::new(SentThread {
+            thread: Arc::new(thread),
+            digests: vec![1],
+        })
+    }
+
+    /// Kept per tenant and thread; a deletion forgets it, and one that
+    /// happens while a request converts keeps that request's out.
+    #[test]
+    fn kept_per_tenant_and_forgotten_on_delete() {
+        let app = App::offline(Defaults::default());
+        let (none, before) = app.sent_thread("acme", "t");
+        assert!(none.is_none());
+        app.keep_sent("acme", sent("t", "acme's"), before);
+        assert!(app.sent_thread("acme", "t").0.is_some());
+        assert!(app.sent_thread("globex", "t").0.is_none());
+        assert!(app.sent_thread("acme", "u").0.is_none());
+        app.inner.sent.forget("acme", "t");
+        assert!(app.sent_thread("acme", "t").0.is_none());
+        // Converted across a deletion: not kept.
+        let (_, before) = app.sent_thread("acme", "t");
+        app.inner.sent.forget("acme", "t");
+        app.keep_sent("acme", sent("t", "deleted"), before);
+        assert!(app.sent_thread("acme", "t").0.is_none());
     }
 }

@@ -17,9 +17,9 @@
 
 use std::sync::Arc;
 
-use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
+use xxhash_rust::xxh3::xxh3_128_with_seed;
 
-use super::{pb, Result};
+use super::{each, pb, Result};
 use crate::app::SentThread;
 use crate::model::{Message, Thread};
 
@@ -29,8 +29,9 @@ use crate::model::{Message, Thread};
 pub struct ThreadReuse {
     /// The last thread sent in full under the request's tenant and id.
     pub last: Option<Arc<SentThread>>,
-    /// What the request weighs on the wire.
-    pub bytes: u64,
+    /// Whether this conversion is kept for the next (else a thread without
+    /// a `last` converts as it always did, without digests).
+    keep: bool,
     /// This request's thread, when it was sent in full.
     pub sent: Option<Arc<SentThread>>,
     /// `last`'s thread, when this request's holds all of its messages
@@ -39,11 +40,11 @@ pub struct ThreadReuse {
 }
 
 impl ThreadReuse {
-    /// Reuse of `last`, for a request of `bytes` on the wire.
-    pub fn new(last: Option<Arc<SentThread>>, bytes: u64) -> Self {
+    /// Reuse of `last`, the conversion kept in [`ThreadReuse::sent`].
+    pub fn new(last: Option<Arc<SentThread>>) -> Self {
         ThreadReuse {
             last,
-            bytes,
+            keep: true,
             sent: None,
             extends: None,
         }
@@ -55,6 +56,9 @@ impl ThreadReuse {
 pub(super) fn thread_reusing(t: pb::Thread, reuse: &mut ThreadReuse) -> Result<Arc<Thread>> {
     let seed = crate::model::process_seed();
     let last = reuse.last.take().filter(|l| l.thread.id == t.id);
+    if last.is_none() && !reuse.keep {
+        return Ok(Arc::new(Thread::new(t.id, each(t.messages, "messages")?)));
+    }
     let mut digests = Vec::with_capacity(t.messages.len());
     let mut messages = Vec::with_capacity(t.messages.len());
     // Shared while every message so far was the last thread's.
@@ -92,11 +96,12 @@ pub(super) fn thread_reusing(t: pb::Thread, reuse: &mut ThreadReuse) -> Result<A
                     .all(|(a, b)| Arc::ptr_eq(a, b))
         })
         .map(|l| Arc::clone(&l.thread));
-    reuse.sent = Some(Arc::new(SentThread {
-        thread: Arc::clone(&thread),
-        digests,
-        bytes: reuse.bytes,
-    }));
+    reuse.sent = reuse.keep.then(|| {
+        Arc::new(SentThread {
+            thread: Arc::clone(&thread),
+            digests,
+        })
+    });
     Ok(thread)
 }
 
@@ -113,7 +118,7 @@ pub(super) fn digest(m: &pb::Message, seed: u64) -> u128 {
         if b.len() <= SMALL {
             buf.extend_from_slice(b);
         } else {
-            buf.extend_from_slice(&xxh3_128(b).to_le_bytes());
+            buf.extend_from_slice(&xxh3_128_with_seed(b, seed).to_le_bytes());
         }
     };
     let pb::Message {

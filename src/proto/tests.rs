@@ -1009,7 +1009,7 @@ proptest! {
         edit in option::of((any::<proptest::sample::Index>(), message())),
         more in vec(message(), 0..3),
     ) {
-        let mut reuse = super::ThreadReuse::new(None, 0);
+        let mut reuse = super::ThreadReuse::new(None);
         super::reuse::thread_reusing(pb::Thread::from(&a), &mut reuse).expect("converts");
         prop_assert!(reuse.extends.is_none());
         let last = reuse.sent.take().expect("kept");
@@ -1020,7 +1020,7 @@ proptest! {
         }
         b.messages.extend(more.into_iter().map(std::sync::Arc::new));
         let alone = Thread::try_from(pb::Thread::from(&b)).expect("converts");
-        let mut reuse = super::ThreadReuse::new(Some(std::sync::Arc::clone(&last)), 0);
+        let mut reuse = super::ThreadReuse::new(Some(std::sync::Arc::clone(&last)));
         let again = super::reuse::thread_reusing(pb::Thread::from(&b), &mut reuse).expect("converts");
         prop_assert_eq!(&*again, &alone);
         let same = a
@@ -1041,7 +1041,52 @@ proptest! {
             std::sync::Arc::ptr_eq(&again, &last.thread),
             same == a.messages.len() && b.messages.len() == a.messages.len()
         );
+        // Under another id nothing is shared.
+        let mut other = pb::Thread::from(&b);
+        other.id.push('\u{2028}');
+        let mut reuse = super::ThreadReuse::new(Some(std::sync::Arc::clone(&last)));
+        let converted = super::reuse::thread_reusing(other, &mut reuse).expect("converts");
+        prop_assert!(reuse.extends.is_none());
+        for (m, l) in converted.messages.iter().zip(&last.thread.messages) {
+            prop_assert!(!std::sync::Arc::ptr_eq(m, l));
+        }
     }
+}
+
+/// A message that does not convert after a shared prefix fails the
+/// request as it would alone, naming the same field, and keeps nothing.
+#[test]
+fn an_error_after_a_shared_prefix_is_the_error_alone() {
+    let thread = |args: &str| pb::Thread {
+        id: "t".into(),
+        messages: vec![
+            pb::Message {
+                id: "m1".into(),
+                role: pb::Role::User as i32,
+                text: "hi".into(),
+                ..Default::default()
+            },
+            pb::Message {
+                id: "m2".into(),
+                role: pb::Role::Assistant as i32,
+                tool_calls: vec![pb::ToolCall {
+                    id: "c1".into(),
+                    name: "f".into(),
+                    arguments_json: args.into(),
+                }],
+                ..Default::default()
+            },
+        ],
+    };
+    let mut reuse = super::ThreadReuse::new(None);
+    super::reuse::thread_reusing(thread("{}"), &mut reuse).expect("converts");
+    let last = reuse.sent.take().expect("kept");
+    let mut reuse = super::ThreadReuse::new(Some(last));
+    let shared = super::reuse::thread_reusing(thread("{"), &mut reuse).expect_err("invalid");
+    let alone = Thread::try_from(thread("{")).expect_err("invalid");
+    assert_eq!(shared, alone);
+    assert_eq!(shared.field, "messages[1].tool_calls[0].arguments_json");
+    assert!(reuse.sent.is_none() && reuse.extends.is_none());
 }
 
 /// Every field a message sends is in its digest: changing any one of them
@@ -1235,6 +1280,15 @@ fn every_field_of_a_message_is_digested() {
         assert_ne!(m, full, "{what}: the edit changes nothing");
         assert_ne!(super::reuse::digest(&m, seed), base, "{what}");
     }
+    // Absent and empty differ.
+    let mut empty = full.clone();
+    metadata(&mut empty).label = Some(String::new());
+    let mut absent = full.clone();
+    metadata(&mut absent).label = None;
+    assert_ne!(
+        super::reuse::digest(&empty, seed),
+        super::reuse::digest(&absent, seed)
+    );
     // A long field is digested too (it goes in as its own hash).
     let mut long = full.clone();
     long.text = "y".repeat(1000);

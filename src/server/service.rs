@@ -68,13 +68,16 @@ impl CompactionApi {
         let work = move || {
             limiter.charge(&tenant, bytes, request.messages())?;
             // A thread sent in full again converts only what changed.
-            let last = request
-                .sent_in_full()
-                .and_then(|id| app.sent_thread(&tenant, id));
-            let mut reuse = ThreadReuse::new(last, bytes as u64);
+            let mut reuse = ThreadReuse::default();
+            let mut before = None;
+            if let Some(id) = request.sent_in_full() {
+                let (last, mark) = app.sent_thread(&tenant, id);
+                reuse = ThreadReuse::new(last);
+                before = Some(mark);
+            }
             let out = convert(request, &app, &mut reuse).map_err(ApiError::from)?;
-            if let Some(sent) = reuse.sent {
-                app.keep_sent(&tenant, sent);
+            if let (Some(sent), Some(before)) = (reuse.sent, before) {
+                app.keep_sent(&tenant, sent, before);
             }
             Ok::<_, ApiError>(out)
         };
