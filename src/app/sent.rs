@@ -23,13 +23,15 @@ pub struct SentThread {
     pub thread: Arc<Thread>,
     /// One per message of `thread`, in order.
     pub digests: Vec<u128>,
+    /// [`crate::model::memory_weight`] of the messages (which also covers
+    /// what validating them leaves while the thread lives, a few words a
+    /// message).
+    pub messages_weight: u64,
 }
 
 impl Weigh for Arc<SentThread> {
     fn weight(&self) -> u64 {
-        // The messages as held (which also covers what validating them
-        // leaves while the thread lives, a few words a message).
-        crate::model::memory_weight(&self.thread.messages) + 16 * self.digests.len() as u64 + 256
+        self.messages_weight + 16 * self.digests.len() as u64 + 256
     }
 }
 
@@ -110,6 +112,7 @@ mod tests {
         };
         let thread = Thread::new(id, vec![message]);
         Arc::new(SentThread {
+            messages_weight: crate::model::memory_weight(&thread.messages),
             thread: Arc::new(thread),
             digests: vec![1],
         })

@@ -21,7 +21,7 @@ use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 use super::{each, pb, Result};
 use crate::app::SentThread;
-use crate::model::{Message, Thread};
+use crate::model::{memory_weight, Message, Thread};
 
 /// The last conversion of the thread a request names, and what this
 /// request's conversion leaves for the next.
@@ -87,6 +87,7 @@ pub(super) fn thread_reusing(t: pb::Thread, reuse: &mut ThreadReuse) -> Result<A
         _ => Arc::new(Thread { id: t.id, messages }),
     };
     reuse.extends = last
+        .as_ref()
         .filter(|l| {
             l.thread.messages.len() <= thread.messages.len()
                 && l.thread
@@ -97,9 +98,18 @@ pub(super) fn thread_reusing(t: pb::Thread, reuse: &mut ThreadReuse) -> Result<A
         })
         .map(|l| Arc::clone(&l.thread));
     reuse.sent = reuse.keep.then(|| {
+        // Weighing walks every message: only the new ones when the last
+        // thread's are all there.
+        let messages_weight = match (&last, &reuse.extends) {
+            (Some(l), Some(_)) => {
+                l.messages_weight + memory_weight(&thread.messages[l.thread.messages.len()..])
+            }
+            _ => memory_weight(&thread.messages),
+        };
         Arc::new(SentThread {
             thread: Arc::clone(&thread),
             digests,
+            messages_weight,
         })
     });
     Ok(thread)

@@ -1036,6 +1036,7 @@ proptest! {
         prop_assert_eq!(reuse.extends.is_some(), same == a.messages.len());
         let sent = reuse.sent.expect("kept");
         prop_assert!(std::sync::Arc::ptr_eq(&sent.thread, &again));
+        prop_assert_eq!(sent.messages_weight, crate::model::memory_weight(&again.messages));
         // The very same messages: the very same thread.
         prop_assert_eq!(
             std::sync::Arc::ptr_eq(&again, &last.thread),
