@@ -61,50 +61,41 @@ pub(super) fn thread_reusing(t: pb::Thread, reuse: &mut ThreadReuse) -> Result<A
     }
     let mut digests = Vec::with_capacity(t.messages.len());
     let mut messages = Vec::with_capacity(t.messages.len());
-    // Shared while every message so far was the last thread's.
-    let mut shared = true;
+    // The leading messages that are the last thread's, shared.
+    let mut shared = 0;
     for (i, m) in t.messages.into_iter().enumerate() {
         let digest = digest(&m, seed);
         digests.push(digest);
         let kept = last
             .as_ref()
-            .filter(|_| shared)
-            .filter(|l| l.digests.get(i) == Some(&digest))
+            .filter(|l| shared == i && l.digests.get(i) == Some(&digest))
             .map(|l| Arc::clone(&l.thread.messages[i]));
         match kept {
-            Some(m) => messages.push(m),
+            Some(m) => {
+                shared += 1;
+                messages.push(m);
+            }
             None => {
-                shared = false;
                 let converted =
                     Message::try_from(m).map_err(|e| e.within(&format!("messages[{i}]")))?;
                 messages.push(Arc::new(converted));
             }
         }
     }
+    // All of the last thread's messages first: it is extended.
+    let last = last.filter(|l| shared == l.thread.messages.len());
     let thread = match &last {
         // The same messages: the same thread.
-        Some(l) if shared && l.thread.messages.len() == messages.len() => Arc::clone(&l.thread),
+        Some(l) if shared == messages.len() => Arc::clone(&l.thread),
         _ => Arc::new(Thread { id: t.id, messages }),
     };
-    reuse.extends = last
-        .as_ref()
-        .filter(|l| {
-            l.thread.messages.len() <= thread.messages.len()
-                && l.thread
-                    .messages
-                    .iter()
-                    .zip(&thread.messages)
-                    .all(|(a, b)| Arc::ptr_eq(a, b))
-        })
-        .map(|l| Arc::clone(&l.thread));
+    reuse.extends = last.as_ref().map(|l| Arc::clone(&l.thread));
     reuse.sent = reuse.keep.then(|| {
         // Weighing walks every message: only the new ones when the last
         // thread's are all there.
-        let messages_weight = match (&last, &reuse.extends) {
-            (Some(l), Some(_)) => {
-                l.messages_weight + memory_weight(&thread.messages[l.thread.messages.len()..])
-            }
-            _ => memory_weight(&thread.messages),
+        let messages_weight = match &last {
+            Some(l) => l.messages_weight + memory_weight(&thread.messages[shared..]),
+            None => memory_weight(&thread.messages),
         };
         Arc::new(SentThread {
             thread: Arc::clone(&thread),
