@@ -40,12 +40,11 @@ pub(super) struct Recall {
 struct Shown {
     text: String,
     squashed: String,
-    /// Whether each passage (squashed) is in `squashed`: the same passages
-    /// come back turn after turn, and searching the whole prompt's text for
-    /// each was a fifth of the recall block's cost.
-    found: FastMap<String, bool>,
-    /// Bytes of the passages in `found`.
-    found_bytes: usize,
+    /// Whether each passage (by a hash of its text as indexed) is in
+    /// `squashed`: the same passages come back turn after turn, and
+    /// squashing each and searching the whole prompt's text for it was a
+    /// fifth of the recall block's cost.
+    found: FastMap<u128, bool>,
 }
 
 /// Passages whose presence in the prompt is kept at most; past it the
@@ -53,20 +52,22 @@ struct Shown {
 const SHOWN_PASSAGES: usize = 4096;
 
 impl Shown {
-    /// For each of `passages` (squashed), whether the prompt shows it.
-    fn contains_each(&mut self, passages: impl Iterator<Item = String>) -> Vec<bool> {
+    /// For each of `passages`, whether the prompt shows it (squashed, as
+    /// the prompt's text is).
+    fn contains_each<'p>(&mut self, passages: impl Iterator<Item = &'p str>) -> Vec<bool> {
         passages
             .map(|p| {
-                if let Some(&known) = self.found.get(&p) {
+                // A collision (of 128 bits) would at worst leave a passage
+                // out of the block, or repeat one the prompt shows.
+                let key = xxhash_rust::xxh3::xxh3_128(p.as_bytes());
+                if let Some(&known) = self.found.get(&key) {
                     return known;
                 }
-                let shown = shown_in(&self.squashed, &p);
+                let shown = shown_in(&self.squashed, &squash(p));
                 if self.found.len() >= SHOWN_PASSAGES {
                     self.found.clear();
-                    self.found_bytes = 0;
                 }
-                self.found_bytes += p.len();
-                self.found.insert(p, shown);
+                self.found.insert(key, shown);
                 shown
             })
             .collect()
@@ -78,8 +79,7 @@ impl Recall {
         self.index.bytes()
             + self.shown.text.len()
             + self.shown.squashed.len()
-            + self.shown.found_bytes
-            + 48 * self.shown.found.len()
+            + 40 * self.shown.found.len()
     }
 
     /// The index, and the squashed stand-in text of `request` (squashed
@@ -205,7 +205,7 @@ pub(super) fn fit_recall<'a>(
     if found.is_empty() {
         return None;
     }
-    let shown = shown.contains_each(found.iter().map(|h| squash(&h.passage.text)));
+    let shown = shown.contains_each(found.iter().map(|h| h.passage.text.as_str()));
     let mut hits: Vec<Hit<'a>> = found
         .into_iter()
         .zip(shown)
@@ -257,7 +257,7 @@ mod tests {
             "abc-123 and",
             "123 and the",
         ];
-        let passages = || texts.iter().map(|t| t.to_string());
+        let passages = || texts.iter().copied();
         let expected: Vec<bool> = texts.iter().map(|t| shown.contains(t)).collect();
         assert_eq!(expected, [true, true, false, true, true, true]);
         let mut recall = Recall::default();
@@ -270,5 +270,13 @@ mod tests {
             prompt.contains_each(passages()),
             [false, false, true, false, false, false]
         );
+        // Passages are found however their whitespace runs, as the prompt's
+        // text is squashed too.
+        let (_, prompt) = recall.with_shown("a  b\n\nc".to_string());
+        assert_eq!(
+            prompt.contains_each(["a b c", "a\tb  c", "b c"].into_iter()),
+            [true; 3]
+        );
+        assert_eq!(prompt.contains_each(["a c"].into_iter()), [false]);
     }
 }

@@ -85,12 +85,10 @@ impl PrefixTrace {
         count: impl Fn(&str) -> u32 + Sync,
         known: Option<&PrefixTrace>,
     ) -> PrefixTrace {
-        let known: HashMap<u64, u32, BuildHasherDefault<PassThrough>> = known
-            .map(|k| k.units.iter().copied().collect())
-            .unwrap_or_default();
+        let known = Known::of(known.map_or(&[][..], |k| &k.units), messages.len() + 1);
         let mut units = Vec::with_capacity(messages.len() + 1);
         let h = hash64(&head);
-        let tokens = known.get(&h).copied();
+        let tokens = known.get(h);
         units.push((
             h,
             tokens.unwrap_or_else(|| head.iter().map(|t| count(t)).sum()),
@@ -99,7 +97,7 @@ impl PrefixTrace {
         let messages: Vec<(u64, &str, Option<u32>)> = messages
             .map(|m| {
                 let h = hash64(&[m]);
-                (h, m, known.get(&h).copied())
+                (h, m, known.get(h))
             })
             .collect();
         // After a compaction most units are new text: they are counted on
@@ -176,6 +174,38 @@ pub fn to_json_with_elements(
         (trace, elements)
     });
     Ok((json, trace))
+}
+
+/// The last trace's units, to look new units up in.
+enum Known<'a> {
+    /// A turn that wrote a few units (a kept part's tail) looks each up in
+    /// the last trace's thousands: building a table of all of them cost more
+    /// than scanning them.
+    Scan(&'a [(u64, u32)]),
+    Table(HashMap<u64, u32, BuildHasherDefault<PassThrough>>),
+}
+
+/// Units looked up by scanning the last trace, at most.
+const SCANNED_LOOKUPS: usize = 16;
+
+impl<'a> Known<'a> {
+    fn of(units: &'a [(u64, u32)], lookups: usize) -> Known<'a> {
+        if lookups <= SCANNED_LOOKUPS {
+            Known::Scan(units)
+        } else {
+            Known::Table(units.iter().copied().collect())
+        }
+    }
+
+    /// The tokens a unit of this hash had. Equal hashes are the same text,
+    /// so any of them gives the same count.
+    fn get(&self, hash: u64) -> Option<u32> {
+        match self {
+            // The units a turn sends again were most likely sent last.
+            Known::Scan(units) => units.iter().rev().find(|u| u.0 == hash).map(|u| u.1),
+            Known::Table(t) => t.get(&hash).copied(),
+        }
+    }
 }
 
 /// A byte sink that publishes how much it holds, so the formatter can note
@@ -512,6 +542,36 @@ mod tests {
         assert_eq!(tokens, [400, 3, 100, 100, 3]);
         let counted = counted.into_inner().unwrap();
         assert_eq!(counted.len(), 2, "{counted:?}");
+    }
+
+    /// The same holds for a body of many units, whose lookups go through a
+    /// table of the previous trace rather than a scan of it.
+    #[test]
+    fn many_units_sent_before_are_not_counted_again() {
+        let body = |n: usize| {
+            let messages: Vec<serde_json::Value> = (0..n)
+                .map(|i| serde_json::json!({"role": "user", "content": format!("m {i}")}))
+                .collect();
+            serde_json::json!({"model": "m", "messages": messages})
+        };
+        assert!(SCANNED_LOOKUPS < 40);
+        let (_, previous) = to_json_traced(&body(40), |_| 7, None).unwrap();
+        let counted = std::sync::Mutex::new(0);
+        let (_, trace) = to_json_traced(
+            &body(41),
+            |t| {
+                *counted.lock().unwrap() += 1;
+                words(t)
+            },
+            previous.as_ref(),
+        )
+        .unwrap();
+        let tokens: Vec<u32> = trace.unwrap().units.iter().map(|u| u.1).collect();
+        // The head is four parts, each counted 7 before.
+        assert_eq!(tokens[0], 28);
+        assert_eq!(tokens[1..41], [7; 40]);
+        assert_eq!(tokens[41], 2);
+        assert_eq!(counted.into_inner().unwrap(), 1);
     }
 
     #[test]

@@ -24,12 +24,91 @@ use crate::model::{Pairing, Thread};
 use super::renderer::{canonical_order, pairs_closed_within};
 use super::request::{Origin, RenderedMessage};
 
+/// Body elements' JSON joined by commas, held as shared pieces: a part's
+/// `before` grows by a turn's elements whenever the cut moves, and copying
+/// it whole on each such turn was a twentieth of an append turn.
+#[derive(Debug, Clone, Default)]
+pub struct Elements {
+    /// Non-empty runs of elements, each joined by commas.
+    pieces: Vec<Arc<str>>,
+    /// Bytes of the pieces joined by commas.
+    len: usize,
+}
+
+/// Pieces an [`Elements`] holds before they are joined into one: joining
+/// every so many appends keeps both the copy per append and the pieces
+/// written per body small.
+const MAX_PIECES: usize = 48;
+
+impl Elements {
+    /// Bytes, joined.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// `other`'s elements after these.
+    fn extend(&mut self, other: &Elements) {
+        if other.is_empty() {
+            return;
+        }
+        self.len += other.len + usize::from(!self.is_empty());
+        self.pieces.extend(other.pieces.iter().cloned());
+        if self.pieces.len() > MAX_PIECES {
+            let mut joined = String::with_capacity(self.len);
+            self.write_to(&mut joined);
+            self.pieces = vec![Arc::from(joined)];
+        }
+    }
+
+    /// Appends the elements to `out` (with a comma first when `out` holds
+    /// elements).
+    fn write_to(&self, out: &mut String) {
+        for piece in &self.pieces {
+            push_json(out, piece);
+        }
+    }
+}
+
+impl From<String> for Elements {
+    fn from(json: String) -> Elements {
+        if json.is_empty() {
+            return Elements::default();
+        }
+        Elements {
+            len: json.len(),
+            pieces: vec![Arc::from(json)],
+        }
+    }
+}
+
+impl std::fmt::Display for Elements {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut joined = String::with_capacity(self.len);
+        self.write_to(&mut joined);
+        f.write_str(&joined)
+    }
+}
+
+/// The same elements, however they are split into pieces.
+impl PartialEq for Elements {
+    fn eq(&self, other: &Elements) -> bool {
+        self.len == other.len && self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for Elements {}
+
 /// Rendered messages kept as body elements, with what the render computed
 /// on them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Segment {
-    /// The elements' JSON, joined by commas.
-    pub json: String,
+    /// The elements' JSON.
+    pub json: Elements,
     /// How many elements.
     pub elements: usize,
     /// Each element's trace unit (hash, tokens).
@@ -47,7 +126,7 @@ pub struct Segment {
 impl Segment {
     /// `other` after `self`.
     fn extend(&mut self, other: &Segment) {
-        push_json(&mut self.json, &other.json);
+        self.json.extend(&other.json);
         self.elements += other.elements;
         self.units.extend_from_slice(&other.units);
         self.tokens += other.tokens;
@@ -175,7 +254,8 @@ impl Rendered<'_> {
         let json = match (spans.first(), spans.last()) {
             (Some(a), Some(b)) => self.json.get(a.0..b.1)?.to_string(),
             _ => String::new(),
-        };
+        }
+        .into();
         let notes = if thread_range.is_empty() {
             Vec::new()
         } else {
@@ -232,10 +312,10 @@ impl StablePart {
             self.head.len() + self.before.json.len() + self.after.json.len() + json.len(),
         );
         out.push_str(&self.head);
-        push_json(&mut out, &self.before.json);
+        self.before.json.write_to(&mut out);
         let split = spans.get(through_cut.checked_sub(1)?)?.1;
         push_json(&mut out, json.get(first.0..split)?);
-        push_json(&mut out, &self.after.json);
+        self.after.json.write_to(&mut out);
         if let Some(next) = spans.get(through_cut) {
             push_json(&mut out, json.get(next.0..last.1)?);
         }
@@ -367,4 +447,36 @@ pub fn stand_in_text(messages: &[RenderedMessage]) -> String {
         out.push_str(&m.content.flat_text());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{push_json, Elements, MAX_PIECES};
+
+    /// Elements extended piece by piece write what the same elements joined
+    /// as one string write, through and past the point where pieces are
+    /// joined, and compare equal to it however they are split.
+    #[test]
+    fn elements_in_pieces_write_as_joined() {
+        let mut pieces = Elements::default();
+        let mut joined = String::new();
+        for i in 0..3 * MAX_PIECES {
+            let run: String = match i % 3 {
+                0 => format!("{{\"n\":{i}}}"),
+                1 => format!("{{\"a\":{i}}},{{\"b\":\"é{i}\"}}"),
+                _ => String::new(),
+            };
+            push_json(&mut joined, &run);
+            pieces.extend(&Elements::from(run));
+            assert!(pieces.pieces.len() <= MAX_PIECES + 1);
+            assert_eq!(pieces.len(), joined.len(), "after {i}");
+            assert_eq!(pieces.to_string(), joined, "after {i}");
+            assert_eq!(pieces, Elements::from(joined.clone()));
+            let mut body = String::from("{\"messages\":[");
+            pieces.write_to(&mut body);
+            assert_eq!(body, format!("{{\"messages\":[{joined}"));
+        }
+        assert_ne!(pieces, Elements::from(format!("{joined},{{}}")));
+        assert!(Elements::from(String::new()).is_empty());
+    }
 }
