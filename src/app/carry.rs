@@ -74,6 +74,12 @@ impl Default for Carries {
 }
 
 impl Carries {
+    /// Whether the thread's carry is kept.
+    #[cfg(test)]
+    pub(super) fn holds(&self, key: &(String, String)) -> bool {
+        self.0.get(key).is_some()
+    }
+
     /// A thread `thread` is known to extend: the one the carry check
     /// compared it with, if it is still held elsewhere.
     pub(super) fn extends(&self, tenant: &str, thread: &Arc<Thread>) -> Option<Arc<Thread>> {

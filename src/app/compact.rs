@@ -271,6 +271,7 @@ impl App {
         cmd: CompactCommand,
     ) -> Result<CompactOutcome> {
         UseCase::Compact.authorize(ctx, None)?;
+        let _running = self.running();
         let (sent, input) = (Arc::clone(&cmd.thread), cmd.session.clone());
         let outcome = cmd.task_outcome;
         let basis = self

@@ -77,6 +77,7 @@ impl App {
             search_artifacts: cmd.search_artifacts,
         }
         .authorize(ctx, None)?;
+        let _running = self.running();
         let mut cmd = cmd;
         let Some(sent) = cmd.thread.take() else {
             return self.explain_thread(ctx, cmd).await;

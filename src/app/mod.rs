@@ -12,6 +12,7 @@ mod carry;
 mod compact;
 mod error;
 mod explain;
+mod inflight;
 mod lifecycle;
 mod recall;
 mod rehydrate;
@@ -120,6 +121,9 @@ struct Inner {
     stable: crate::cache::BoundedCache<(String, String), Arc<crate::render::stable::StablePart>>,
     /// The last thread each client sent in full, as converted.
     sent: sent::SentThreads,
+    /// Calls running, so that a deletion is forgotten again after those
+    /// that began before it.
+    in_flight: inflight::InFlight,
     /// What the plugins are and how they are set up, as the fingerprint
     /// hashes it (formed once: plugins are fixed at start-up).
     plugin_setup: Vec<u8>,
@@ -183,6 +187,7 @@ impl App {
                 validated: Validated::default(),
                 stable: crate::cache::BoundedCache::new(STABLE_CACHE_BYTES),
                 sent: sent::SentThreads::default(),
+                in_flight: inflight::InFlight::default(),
                 plugins: extensions.plugins,
             }),
         }
@@ -400,7 +405,9 @@ impl App {
         hex::encode(h.finalize())
     }
 
-    /// Forgets the cached summaries and compressions of a thread.
+    /// Forgets what the caches hold of a thread: its summaries and
+    /// compressions, recall index, carry, stable part, the last thread sent
+    /// in full, and its session's copy and trace.
     fn forget_thread(&self, tenant: &str, thread_id: &str) {
         self.inner.memo.forget(&[tenant, thread_id]);
         self.forget_summaries(tenant, thread_id);
@@ -409,6 +416,7 @@ impl App {
         let key = (tenant.to_owned(), thread_id.to_owned());
         self.inner.stable.remove(&key);
         self.inner.sent.forget(tenant, thread_id);
+        self.inner.sessions.forget(tenant, thread_id);
     }
 }
 

@@ -171,6 +171,18 @@ impl RecallIndexes {
         index
     }
 
+    /// Whether an index of the thread is kept.
+    #[cfg(test)]
+    pub(super) fn holds(&self, tenant: &str, thread_id: &str) -> bool {
+        let prefix = format!("{tenant}\0{thread_id}\0");
+        let found = std::cell::Cell::new(false);
+        self.0.retain(|k| {
+            found.set(found.get() || k.starts_with(&prefix));
+            true
+        });
+        found.get()
+    }
+
     /// Forgets a thread's indexes (DeleteThread).
     pub(super) fn forget(&self, tenant: &str, thread_id: &str) {
         let prefix = format!("{tenant}\0{thread_id}\0");

@@ -128,6 +128,7 @@ impl App {
             rehydrates: !cmd.rehydrate_artifact_ids.is_empty(),
         }
         .authorize(ctx, None)?;
+        let _running = self.running();
         let (sent, input) = (Arc::clone(&cmd.request.thread), cmd.request.session.clone());
         let outcome = cmd.request.task_outcome;
         let basis = self
@@ -1457,6 +1458,43 @@ mod tests {
         assert_eq!(*compaction.plan, *committed);
         assert_eq!(*out.plan, *committed);
         assert!(out.tokens.total <= 2_000);
+    }
+
+    /// A deletion while a call runs is forgotten again when the calls that
+    /// began before it end: what they put in the caches as they end (here,
+    /// a later render's entries stand for it) does not outlive them.
+    #[tokio::test]
+    async fn a_deletion_during_a_call_is_forgotten_again_when_it_ends() {
+        use crate::app::compact::tests::long_result_command;
+        let app = App::offline(crate::app::Defaults::default());
+        let ctx = SecurityContext::dev();
+        let key = (ctx.tenant_id.clone(), "long".to_string());
+        let held = |app: &App| {
+            [
+                app.inner.carries.holds(&key),
+                app.inner.stable.get(&key).is_some(),
+                app.inner.recall.holds(&key.0, &key.1),
+                app.inner.sessions.trace(&key.0, &key.1).is_some(),
+            ]
+        };
+        let render = || app.render(&ctx, render_first(long_result_command()));
+        render().await.expect("renders");
+        assert_eq!(held(&app), [true; 4], "carry, part, recall, trace");
+        let call = app.running();
+        app.delete_thread(&ctx, "long").await.expect("deleted");
+        assert_eq!(held(&app), [false; 4]);
+        render().await.expect("renders again");
+        assert_eq!(held(&app), [true; 4]);
+        drop(call);
+        assert_eq!(held(&app), [false; 4], "forgotten when the call ended");
+        // With no call from before it running, a deletion is forgotten
+        // once: later calls keep what they cache.
+        render().await.expect("renders");
+        app.delete_thread(&ctx, "long").await.expect("deleted");
+        render().await.expect("renders");
+        let later = app.running();
+        drop(later);
+        assert_eq!(held(&app), [true; 4]);
     }
 
     /// A thread's recall index follows its plans: a later render indexes

@@ -71,6 +71,7 @@ impl App {
         cmd: SearchCommand,
     ) -> Result<SearchOutcome> {
         UseCase::SearchContext.authorize(ctx, None)?;
+        let _running = self.running();
         let (sent, input) = (Arc::clone(&cmd.thread), cmd.session.clone());
         let run = |thread, _, _| self.search_thread(ctx, SearchCommand { thread, ..cmd });
         let done = self

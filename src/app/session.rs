@@ -580,7 +580,7 @@ impl Sessions {
     }
 
     /// The last render of a thread sent in full, when one is kept.
-    fn trace(&self, tenant: &str, thread_id: &str) -> Option<Arc<PrefixTrace>> {
+    pub(super) fn trace(&self, tenant: &str, thread_id: &str) -> Option<Arc<PrefixTrace>> {
         self.traces.get(&(tenant.to_owned(), thread_id.to_owned()))
     }
 
@@ -592,13 +592,18 @@ impl Sessions {
 
     /// Forgets the thread's session (DeleteThread).
     pub(crate) async fn delete(&self, tenant: &str, thread_id: &str) -> Result<bool> {
-        let key = (tenant.to_owned(), thread_id.to_owned());
-        self.copies.remove(&key);
-        self.traces.remove(&key);
+        self.forget(tenant, thread_id);
         self.store
             .delete(tenant, thread_id)
             .await
             .map_err(|e| store_error(e, "append session"))
+    }
+
+    /// Forgets the copy and trace kept in memory.
+    pub(crate) fn forget(&self, tenant: &str, thread_id: &str) {
+        let key = (tenant.to_owned(), thread_id.to_owned());
+        self.copies.remove(&key);
+        self.traces.remove(&key);
     }
 
     /// Removes sessions idle past the TTL; how many.

@@ -583,7 +583,11 @@ impl App {
             compactd.plan_version = crate::telemetry::int(version),
         );
         span.follows_from(tracing::Span::current());
+        // Its answers are cached for the thread: a deletion while it runs is
+        // forgotten again when it ends.
+        let running = app.running();
         let task = async move {
+            let _running = running;
             let _slot = slot;
             let _run = Arc::clone(&llm.running).acquire_owned().await;
             lock(&llm.queued).remove(&thread_key);
