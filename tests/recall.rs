@@ -463,3 +463,68 @@ fn an_index_following_a_growing_thread_answers_as_a_fresh_one() {
         assert_eq!(top(&index, q), top(&rebuilt, q), "{q}");
     }
 }
+
+/// An index's generation changes with an update that changes what it
+/// evicts, and only then: results kept for a query (the per-turn recall
+/// block keeps them) stay right while it holds. Merging each query's
+/// ranked passages is `search_all`.
+#[test]
+fn the_generation_changes_exactly_when_searches_may() {
+    use std::sync::Arc;
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/swe_agent_marshmallow.json"
+    );
+    let value: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let thread = Arc::new(thread_from_json(&value, "gen").expect("imports").thread);
+    let plan = |budget| {
+        Harness::default()
+            .render_as(&thread, budget, None, Format::OpenAiChat, None)
+            .expect("renders")
+            .1
+            .plan
+    };
+    let (loose, tight) = (plan(16_000), plan(6_000));
+    assert_ne!(loose.actions().len(), tight.actions().len());
+    let queries = vec![
+        "marshmallow field serialization error".to_string(),
+        "TimeDelta rounding test".to_string(),
+    ];
+    let ranked = |index: &RecallIndex| -> Vec<Vec<(usize, f32)>> {
+        queries.iter().map(|q| index.ranked(q, 10)).collect()
+    };
+
+    let mut index = RecallIndex::build(&thread, &loose, Redactor::standard());
+    let first = index.generation();
+    let before = ranked(&index);
+    index.update(&thread, None, &loose, Redactor::standard());
+    assert_eq!(index.generation(), first, "the same evictions");
+    index.update(
+        &Arc::new((*thread).clone()),
+        None,
+        &loose,
+        Redactor::standard(),
+    );
+    assert_eq!(index.generation(), first, "the same thread sent again");
+    assert_eq!(ranked(&index), before);
+
+    index.update(&thread, None, &tight, Redactor::standard());
+    assert_ne!(index.generation(), first, "more evicted");
+    let fresh = RecallIndex::build(&thread, &tight, Redactor::standard());
+    let after = ranked(&index);
+    assert_ne!(after, before, "the tighter plan's passages are found");
+    for (q, (a, f)) in queries.iter().zip(after.iter().zip(ranked(&fresh))) {
+        let text = |index: &RecallIndex, r: &[(usize, f32)]| -> Vec<String> {
+            index
+                .merged([r.to_vec()], r.len())
+                .iter()
+                .map(|h| h.passage.text.clone())
+                .collect()
+        };
+        assert_eq!(text(&index, a), text(&fresh, &f), "{q}");
+    }
+    for k in [1, 3, 10] {
+        let merged = index.merged(queries.iter().map(|q| index.ranked(q, k)), k);
+        assert_eq!(merged, index.search_all(&queries, k));
+    }
+}

@@ -33,6 +33,54 @@ struct Entry {
 pub(super) struct Recall {
     pub(super) index: RecallIndex,
     shown: Shown,
+    searches: Searches,
+}
+
+/// Each query's ranked passages, while the index finds the same: a tool
+/// loop asks the same queries turn after turn (the user message it works
+/// on, the last thing the agent said), and searching again was the largest
+/// part of such a turn.
+#[derive(Default)]
+struct Searches {
+    /// The index generation the results are of.
+    generation: u64,
+    ranked: FastMap<u128, Vec<(usize, f32)>>,
+}
+
+/// Queries whose results are kept at most; past it the record starts over.
+const KEPT_SEARCHES: usize = 64;
+
+impl Searches {
+    /// What `search` ranks for `query` and `k` in an index at
+    /// `generation`, searched only when not kept.
+    fn ranked(
+        &mut self,
+        generation: u64,
+        (query, k): (&str, usize),
+        search: impl FnOnce() -> Vec<(usize, f32)>,
+    ) -> Vec<(usize, f32)> {
+        if self.generation != generation {
+            self.ranked.clear();
+            self.generation = generation;
+        }
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        h.update(&(k as u64).to_le_bytes());
+        h.update(query.as_bytes());
+        let key = h.digest128();
+        if let Some(found) = self.ranked.get(&key) {
+            return found.clone();
+        }
+        let found = search();
+        if self.ranked.len() >= KEPT_SEARCHES {
+            self.ranked.clear();
+        }
+        self.ranked.insert(key, found.clone());
+        found
+    }
+
+    fn bytes(&self) -> usize {
+        self.ranked.values().map(|r| 32 + 8 * r.len()).sum()
+    }
 }
 
 /// The stand-in text of a prompt (`crate::render::stable::stand_in_text`) and its [`squash`].
@@ -77,6 +125,7 @@ impl Shown {
 impl Recall {
     fn bytes(&self) -> usize {
         self.index.bytes()
+            + self.searches.bytes()
             + self.shown.text.len()
             + self.shown.squashed.len()
             + 40 * self.shown.found.len()
@@ -85,7 +134,7 @@ impl Recall {
     /// The index, and the squashed stand-in text of `request` (squashed
     /// again, and its passages looked for again, only when it differs from
     /// the last one's).
-    fn with_shown(&mut self, text: String) -> (&RecallIndex, &mut Shown) {
+    fn with_shown(&mut self, text: String) -> (&RecallIndex, &mut Shown, &mut Searches) {
         if text != self.shown.text {
             self.shown = Shown {
                 squashed: squash(&text),
@@ -93,7 +142,7 @@ impl Recall {
                 ..Shown::default()
             };
         }
-        (&self.index, &mut self.shown)
+        (&self.index, &mut self.shown, &mut self.searches)
     }
 }
 
@@ -144,7 +193,7 @@ impl RecallIndexes {
             Err(_) => {
                 let fresh = Recall {
                     index: RecallIndex::build(thread, plan, redactor),
-                    shown: Shown::default(),
+                    ..Recall::default()
                 };
                 let weight = fresh.bytes() as u64;
                 let fresh = Arc::new(Mutex::new(fresh));
@@ -212,8 +261,13 @@ pub(super) fn fit_recall<'a>(
     }
     // Twice the count: some passages are already in the prompt.
     let wanted = settings.max_passages as usize;
-    let (index, shown) = recall.with_shown(shown);
-    let found = index.search_all(&queries, wanted * 2);
+    let (index, shown, searches) = recall.with_shown(shown);
+    let k = wanted * 2;
+    let generation = index.generation();
+    let ranked = queries
+        .iter()
+        .map(|q| searches.ranked(generation, (q, k), || index.ranked(q, k)));
+    let found = index.merged(ranked, k);
     if found.is_empty() {
         return None;
     }
@@ -254,7 +308,33 @@ fn squash(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::Recall;
+    use super::{Recall, Searches, KEPT_SEARCHES};
+
+    /// A query's results are kept while the index generation stays, per
+    /// query and count; a new generation searches again.
+    #[test]
+    fn searches_are_kept_while_the_index_finds_the_same() {
+        let mut s = Searches::default();
+        let searched = std::cell::Cell::new(0);
+        let mut ask = |generation: u64, query: &str, k: usize| {
+            s.ranked(generation, (query, k), || {
+                searched.set(searched.get() + 1);
+                vec![(query.len() + k, generation as f32)]
+            })
+        };
+        assert_eq!(ask(1, "worker", 10), [(16, 1.0)]);
+        assert_eq!(ask(1, "worker", 10), [(16, 1.0)]);
+        assert_eq!(searched.get(), 1);
+        assert_eq!(ask(1, "worker", 4), [(10, 1.0)]);
+        assert_eq!(ask(1, "workers", 10), [(17, 1.0)]);
+        assert_eq!(searched.get(), 3);
+        assert_eq!(ask(2, "worker", 10), [(16, 2.0)], "a new generation");
+        assert_eq!(searched.get(), 4);
+        for i in 0..2 * KEPT_SEARCHES {
+            ask(2, &format!("q{i}"), 1);
+        }
+        assert!(s.ranked.len() <= KEPT_SEARCHES);
+    }
 
     /// Each passage is looked for as `contains` would, asked once or again
     /// (the answer then kept), and looked for again in a prompt that changed.
@@ -274,17 +354,17 @@ mod tests {
         assert_eq!(expected, [true, true, false, true, true, true]);
         let mut recall = Recall::default();
         for _ in 0..2 {
-            let (_, prompt) = recall.with_shown(shown.to_string());
+            let (_, prompt, _) = recall.with_shown(shown.to_string());
             assert_eq!(prompt.contains_each(passages()), expected);
         }
-        let (_, prompt) = recall.with_shown("now only missing is here".to_string());
+        let (_, prompt, _) = recall.with_shown("now only missing is here".to_string());
         assert_eq!(
             prompt.contains_each(passages()),
             [false, false, true, false, false, false]
         );
         // Passages are found however their whitespace runs, as the prompt's
         // text is squashed too.
-        let (_, prompt) = recall.with_shown("a  b\n\nc".to_string());
+        let (_, prompt, _) = recall.with_shown("a  b\n\nc".to_string());
         assert_eq!(
             prompt.contains_each(["a b c", "a\tb  c", "b c"].into_iter()),
             [true; 3]

@@ -146,6 +146,9 @@ pub struct RecallIndex {
     /// evictions changes nothing (the per-turn path).
     last: Option<(Arc<Thread>, u128)>,
     bytes: usize,
+    /// Updates that changed what a search finds: results kept for a query
+    /// hold while it stays the same.
+    generation: u64,
 }
 
 /// A digest of what `plan` evicts and where it keeps it: every record's
@@ -230,6 +233,7 @@ impl RecallIndex {
         if unchanged {
             return;
         }
+        self.generation += 1;
         let actions = plan.actions();
         let was_evicted = std::mem::take(&mut self.evicted);
         self.searchable.iter_mut().for_each(|s| *s = false);
@@ -378,6 +382,19 @@ impl RecallIndex {
 
     /// The `k` best passages for `query`, best first; ties in passage order.
     pub fn search(&self, query: &str, k: usize) -> Vec<Hit<'_>> {
+        self.ranked(query, k)
+            .into_iter()
+            .map(|r| self.hit(r))
+            .collect()
+    }
+
+    /// Changes with every update that changes what a search finds.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// [`RecallIndex::search`] as (passage number, score) pairs.
+    pub fn ranked(&self, query: &str, k: usize) -> Vec<(usize, f32)> {
         if self.passages.is_empty() || k == 0 {
             return Vec::new();
         }
@@ -407,12 +424,15 @@ impl RecallIndex {
             hits.truncate(k);
         }
         hits.sort_by(order);
-        hits.into_iter()
-            .map(|(i, score)| Hit {
-                passage: &self.passages[i],
-                score,
-            })
-            .collect()
+        hits
+    }
+
+    /// The passage a ranked pair names.
+    fn hit(&self, (i, score): (usize, f32)) -> Hit<'_> {
+        Hit {
+            passage: &self.passages[i],
+            score,
+        }
     }
 }
 
@@ -451,18 +471,28 @@ impl RecallIndex {
     /// first query's `k` best, then the next query's that are not in yet,
     /// up to `k` in all.
     pub fn search_all(&self, queries: &[String], k: usize) -> Vec<Hit<'_>> {
-        let mut out: Vec<Hit<'_>> = Vec::new();
-        for q in queries {
-            for h in self.search(q, k) {
+        self.merged(queries.iter().map(|q| self.ranked(q, k)), k)
+    }
+
+    /// [`RecallIndex::search_all`] over each query's [`RecallIndex::ranked`]
+    /// passages (taken only as far as needed), in order of weight.
+    pub fn merged(
+        &self,
+        ranked: impl IntoIterator<Item = Vec<(usize, f32)>>,
+        k: usize,
+    ) -> Vec<Hit<'_>> {
+        let mut out: Vec<(usize, f32)> = Vec::new();
+        'queries: for found in ranked {
+            for h in found {
                 if out.len() == k {
-                    return out;
+                    break 'queries;
                 }
-                if !out.iter().any(|o| std::ptr::eq(o.passage, h.passage)) {
+                if !out.iter().any(|o| o.0 == h.0) {
                     out.push(h);
                 }
             }
         }
-        out
+        out.into_iter().map(|h| self.hit(h)).collect()
     }
 }
 
