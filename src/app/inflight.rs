@@ -80,6 +80,7 @@ impl InFlight {
 }
 
 /// A call running; its end forgets the threads deleted while it ran.
+#[derive(Debug)]
 pub(super) struct Running {
     app: App,
     at: u64,

@@ -2,12 +2,12 @@
 //! sends one again converts only what changed (see
 //! `crate::proto::ThreadReuse`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::cache::{BoundedCache, Weigh};
 use crate::model::Thread;
 
+use super::inflight::Running;
 use super::App;
 
 /// Memory for the converted threads kept. Their messages are mostly shared
@@ -35,19 +35,15 @@ impl Weigh for Arc<SentThread> {
     }
 }
 
-/// The converted threads, and a count of the threads deleted: a request
-/// converted while its thread was being deleted must not put the deleted
-/// content back.
+/// The converted threads.
 pub(super) struct SentThreads {
     cache: BoundedCache<(String, String), Arc<SentThread>>,
-    deletions: AtomicU64,
 }
 
 impl Default for SentThreads {
     fn default() -> Self {
         SentThreads {
             cache: BoundedCache::new(SENT_CACHE_BYTES),
-            deletions: AtomicU64::new(0),
         }
     }
 }
@@ -55,15 +51,18 @@ impl Default for SentThreads {
 impl SentThreads {
     /// Forgets a thread's (DeleteThread).
     pub(super) fn forget(&self, tenant: &str, thread_id: &str) {
-        self.deletions.fetch_add(1, Ordering::SeqCst);
         self.cache
             .remove(&(tenant.to_owned(), thread_id.to_owned()));
     }
 }
 
-/// What [`App::keep_sent`] needs from before the conversion.
-#[derive(Debug, Clone, Copy)]
-pub struct SentBefore(u64);
+/// What [`App::keep_sent`] needs from before the conversion: the request
+/// counts as running from then on, so that a deletion meanwhile (which may
+/// be this thread's) forgets the thread again once it is kept.
+#[derive(Debug)]
+pub struct SentBefore {
+    _running: Running,
+}
 
 impl App {
     /// The last thread the tenant sent in full under `thread_id`, and the
@@ -73,24 +72,25 @@ impl App {
         tenant: &str,
         thread_id: &str,
     ) -> (Option<Arc<SentThread>>, SentBefore) {
-        let sent = &self.inner.sent;
-        let before = SentBefore(sent.deletions.load(Ordering::SeqCst));
-        let last = sent.cache.get(&(tenant.to_owned(), thread_id.to_owned()));
+        let before = SentBefore {
+            _running: self.running(),
+        };
+        let last = self
+            .inner
+            .sent
+            .cache
+            .get(&(tenant.to_owned(), thread_id.to_owned()));
         (last, before)
     }
 
     /// Keeps `sent` as the last thread the tenant sent in full under its
-    /// id, unless a thread was deleted since `before` (it may be this one:
-    /// the next request converts in full).
+    /// id. Were it deleted since `before`, it is forgotten again once no
+    /// call from before the deletion runs (the next request converts in
+    /// full).
     pub fn keep_sent(&self, tenant: &str, sent: Arc<SentThread>, before: SentBefore) {
-        let threads = &self.inner.sent;
         let key = (tenant.to_owned(), sent.thread.id.clone());
-        threads.cache.insert(key.clone(), sent);
-        // A deletion between the check and the insert removed nothing of
-        // ours: checked again after it.
-        if threads.deletions.load(Ordering::SeqCst) != before.0 {
-            threads.cache.remove(&key);
-        }
+        self.inner.sent.cache.insert(key, sent);
+        drop(before);
     }
 }
 
@@ -131,9 +131,10 @@ mod tests {
         assert!(app.sent_thread("acme", "u").0.is_none());
         app.inner.sent.forget("acme", "t");
         assert!(app.sent_thread("acme", "t").0.is_none());
-        // Converted across a deletion: not kept.
+        // Converted across a deletion (as DeleteThread forgets): not kept.
         let (_, before) = app.sent_thread("acme", "t");
-        app.inner.sent.forget("acme", "t");
+        app.forget_thread("acme", "t");
+        app.inner.in_flight.deleted("acme", "t");
         app.keep_sent("acme", sent("t", "deleted"), before);
         assert!(app.sent_thread("acme", "t").0.is_none());
     }
