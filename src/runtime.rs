@@ -66,6 +66,20 @@ impl Call {
         CALL.scope(self, fut).await
     }
 
+    /// The current call (a new one outside any) holding `hold` as well:
+    /// futures run [`Call::within`] it, and the jobs they start, keep
+    /// `hold` until the last of them ends, even after a caller gave up.
+    /// Cancelled when the current call is.
+    pub fn current_holding(hold: impl Send + Sync + 'static) -> Call {
+        match Call::current() {
+            Some(c) => Call {
+                _hold: Arc::new((c._hold, hold)),
+                cancel: c.cancel,
+            },
+            None => Call::new(hold),
+        }
+    }
+
     /// The call the current task runs as, if any.
     pub fn current() -> Option<Call> {
         CALL.try_with(Call::clone).ok()

@@ -271,34 +271,40 @@ impl App {
         cmd: CompactCommand,
     ) -> Result<CompactOutcome> {
         UseCase::Compact.authorize(ctx, None)?;
-        let _running = self.running();
-        let (sent, input) = (Arc::clone(&cmd.thread), cmd.session.clone());
-        let outcome = cmd.task_outcome;
-        let basis = self
-            .outcome_basis(outcome, &ctx.tenant_id, &cmd.thread.id)
-            .await;
-        let run = |thread: Arc<Thread>, extends: Option<Arc<Thread>>, _| {
-            let mut cmd = cmd;
-            let extends = extends.or_else(|| own_start(&mut cmd, &thread));
-            self.compact_thread(
-                ctx,
-                CompactCommand {
-                    thread,
-                    extends,
-                    ..cmd
-                },
-            )
-        };
-        let done = self
-            .in_session(&ctx.tenant_id, sent, input, run, |_| None)
-            .await?;
-        if let Some(o) = outcome {
-            crate::telemetry::events::task_outcome(o.as_str(), basis.as_deref(), &ctx.tenant_id);
-        }
-        Ok(CompactOutcome {
-            session: done.session,
-            ..done.out
+        self.held(async move {
+            let (sent, input) = (Arc::clone(&cmd.thread), cmd.session.clone());
+            let outcome = cmd.task_outcome;
+            let basis = self
+                .outcome_basis(outcome, &ctx.tenant_id, &cmd.thread.id)
+                .await;
+            let run = |thread: Arc<Thread>, extends: Option<Arc<Thread>>, _| {
+                let mut cmd = cmd;
+                let extends = extends.or_else(|| own_start(&mut cmd, &thread));
+                self.compact_thread(
+                    ctx,
+                    CompactCommand {
+                        thread,
+                        extends,
+                        ..cmd
+                    },
+                )
+            };
+            let done = self
+                .in_session(&ctx.tenant_id, sent, input, run, |_| None)
+                .await?;
+            if let Some(o) = outcome {
+                crate::telemetry::events::task_outcome(
+                    o.as_str(),
+                    basis.as_deref(),
+                    &ctx.tenant_id,
+                );
+            }
+            Ok(CompactOutcome {
+                session: done.session,
+                ..done.out
+            })
         })
+        .await
     }
 
     /// [`App::compact`] of the whole thread.

@@ -77,29 +77,31 @@ impl App {
             search_artifacts: cmd.search_artifacts,
         }
         .authorize(ctx, None)?;
-        let _running = self.running();
-        let mut cmd = cmd;
-        let Some(sent) = cmd.thread.take() else {
-            return self.explain_thread(ctx, cmd).await;
-        };
-        let input = std::mem::take(&mut cmd.session);
-        let run = |thread: Arc<Thread>, _, _| {
-            let thread = Arc::try_unwrap(thread).unwrap_or_else(|t| (*t).clone());
-            self.explain_thread(
-                ctx,
-                ExplainCommand {
-                    thread: Some(thread),
-                    ..cmd
-                },
-            )
-        };
-        let done = self
-            .in_session(&ctx.tenant_id, Arc::new(sent), input, run, |_| None)
-            .await?;
-        Ok(ExplainOutcome {
-            session: done.session,
-            ..done.out
+        self.held(async move {
+            let mut cmd = cmd;
+            let Some(sent) = cmd.thread.take() else {
+                return self.explain_thread(ctx, cmd).await;
+            };
+            let input = std::mem::take(&mut cmd.session);
+            let run = |thread: Arc<Thread>, _, _| {
+                let thread = Arc::try_unwrap(thread).unwrap_or_else(|t| (*t).clone());
+                self.explain_thread(
+                    ctx,
+                    ExplainCommand {
+                        thread: Some(thread),
+                        ..cmd
+                    },
+                )
+            };
+            let done = self
+                .in_session(&ctx.tenant_id, Arc::new(sent), input, run, |_| None)
+                .await?;
+            Ok(ExplainOutcome {
+                session: done.session,
+                ..done.out
+            })
         })
+        .await
     }
 
     /// [`App::explain`] with the whole thread, or none.

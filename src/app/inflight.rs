@@ -1,14 +1,25 @@
 //! Calls in flight across a DeleteThread. A call fills the per-thread
 //! caches (carry, stable part, recall index, summaries, traces) as it ends,
-//! so one that began before a deletion could put the deleted thread's
-//! content back after the deletion forgot it. A deletion therefore forgets
-//! the thread at once, and again when every call that began before it has
-//! ended.
+//! and the jobs it started on the blocking pool may still be filling them
+//! after a caller gave up; so one that began before a deletion could put
+//! the deleted thread's content back after the deletion forgot it. A
+//! deletion is therefore recorded, the thread forgotten at once, and
+//! forgotten again when every call that began before it (its jobs and the
+//! background work it scheduled included) has ended.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use crate::runtime::Call;
 
 use super::App;
+
+tokio::task_local! {
+    /// The call being run through [`App::held`], for the work it schedules
+    /// to outlive it (the background summaries).
+    static RUNNING: Running;
+}
 
 /// The calls running, by the deletion count when each began.
 #[derive(Default)]
@@ -18,11 +29,11 @@ pub(super) struct InFlight(Mutex<State>);
 struct State {
     /// Deletions so far.
     deletions: u64,
-    /// Calls running, by the deletion count when they began.
+    /// Holders running, by the deletion count when their call began.
     running: BTreeMap<u64, usize>,
     /// Threads (tenant, id) to forget again once no call that began before
-    /// their deletion (a count below theirs) runs.
-    pending: Vec<(u64, String, String)>,
+    /// their (latest) deletion runs, with that deletion's count.
+    pending: BTreeMap<(String, String), u64>,
 }
 
 impl InFlight {
@@ -33,28 +44,30 @@ impl InFlight {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Records a deletion; whether a call that began before it still runs
-    /// (the thread is then forgotten again when the last such call ends).
-    pub(super) fn deleted(&self, tenant: &str, thread_id: &str) -> bool {
+    /// Records a deletion, before the caches are cleared: a call running
+    /// then forgets the thread again when it ends.
+    pub(super) fn deleted(&self, tenant: &str, thread_id: &str) {
         let mut s = self.lock();
         s.deletions += 1;
         if s.running.is_empty() {
-            return false;
+            return;
         }
         let at = s.deletions;
         s.pending
-            .push((at, tenant.to_owned(), thread_id.to_owned()));
-        true
+            .insert((tenant.to_owned(), thread_id.to_owned()), at);
     }
 
-    fn begin(&self) -> u64 {
+    /// One more holder of a call begun at `at` (the current count when
+    /// `None`); the count.
+    fn begin(&self, at: Option<u64>) -> u64 {
         let mut s = self.lock();
-        let at = s.deletions;
+        let at = at.unwrap_or(s.deletions);
         *s.running.entry(at).or_default() += 1;
         at
     }
 
-    /// Ends a call begun at `at`; the threads now due to be forgotten again.
+    /// Ends a holder of a call begun at `at`; the threads now due to be
+    /// forgotten again.
     fn end(&self, at: u64) -> Vec<(String, String)> {
         let mut s = self.lock();
         if let Some(n) = s.running.get_mut(&at) {
@@ -63,14 +76,21 @@ impl InFlight {
                 s.running.remove(&at);
             }
         }
+        if s.pending.is_empty() {
+            return Vec::new();
+        }
         // The oldest call still running began at this count: deletions
         // after it are not due yet.
         let oldest = s.running.keys().next().copied().unwrap_or(u64::MAX);
-        let (due, wait) = std::mem::take(&mut s.pending)
-            .into_iter()
-            .partition(|(deleted, _, _)| *deleted <= oldest);
-        s.pending = wait;
-        due.into_iter().map(|(_, t, id)| (t, id)).collect()
+        let mut due = Vec::new();
+        s.pending.retain(|thread, deleted| {
+            let now = *deleted <= oldest;
+            if now {
+                due.push(thread.clone());
+            }
+            !now
+        });
+        due
     }
 
     #[cfg(test)]
@@ -79,11 +99,22 @@ impl InFlight {
     }
 }
 
-/// A call running; its end forgets the threads deleted while it ran.
+/// A holder of a running call; when the last holder of every call begun
+/// before a deletion ends, the deleted thread is forgotten again.
 #[derive(Debug)]
 pub(super) struct Running {
     app: App,
     at: u64,
+}
+
+/// Another holder of the same call (the same count).
+impl Clone for Running {
+    fn clone(&self) -> Running {
+        Running {
+            at: self.app.inner.in_flight.begin(Some(self.at)),
+            app: self.app.clone(),
+        }
+    }
 }
 
 impl App {
@@ -91,9 +122,26 @@ impl App {
     /// value returned is dropped.
     pub(super) fn running(&self) -> Running {
         Running {
-            at: self.inner.in_flight.begin(),
+            at: self.inner.in_flight.begin(None),
             app: self.clone(),
         }
+    }
+
+    /// Runs `fut` as a call that fills per-thread caches: it, the jobs it
+    /// starts on the blocking pool and the background work it schedules
+    /// count as running until the last of them ends.
+    pub(super) async fn held<F: Future>(&self, fut: F) -> F::Output {
+        let running = self.running();
+        let call = Call::current_holding(Arc::new(running.clone()));
+        RUNNING.scope(running, call.within(fut)).await
+    }
+
+    /// The running call this task is part of ([`App::held`]) held once
+    /// more; a new one outside any.
+    pub(super) fn still_running(&self) -> Running {
+        RUNNING
+            .try_with(Running::clone)
+            .unwrap_or_else(|_| self.running())
     }
 }
 
@@ -109,32 +157,81 @@ impl Drop for Running {
 mod tests {
     use super::InFlight;
 
-    /// A deletion is due once every call begun before it has ended, and
-    /// calls begun after it never hold it back.
+    fn thread(id: &str) -> (String, String) {
+        ("t".to_string(), id.to_string())
+    }
+
+    /// A job a call started on the blocking pool holds the call after the
+    /// caller gave up: what it caches once the thread was deleted is
+    /// forgotten when it ends.
+    #[tokio::test]
+    async fn a_job_outliving_its_caller_is_waited_for() {
+        use crate::app::{App, Defaults};
+        use crate::render::prefix::PrefixTrace;
+        use crate::security::SecurityContext;
+        use std::sync::Arc;
+        let app = App::offline(Defaults::default());
+        let ctx = SecurityContext::dev();
+        let tenant = ctx.tenant_id.clone();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let (cached, was_cached) = tokio::sync::oneshot::channel::<()>();
+        let job_app = app.clone();
+        let job_tenant = tenant.clone();
+        let call = app.held(async move {
+            crate::runtime::blocking(move || {
+                let _ = wait.recv();
+                let trace = Arc::new(PrefixTrace::default());
+                job_app.inner.sessions.keep_trace(&job_tenant, "x", trace);
+                let _ = cached.send(());
+            })
+            .await
+        });
+        // The caller gives up while its job waits.
+        let gave_up = tokio::time::timeout(std::time::Duration::from_millis(50), call).await;
+        assert!(gave_up.is_err());
+        app.delete_thread(&ctx, "x").await.expect("deleted");
+        go.send(()).expect("the job waits");
+        was_cached.await.expect("the job cached its trace");
+        // It is gone once the job has ended.
+        let gone = async {
+            while app.inner.sessions.trace(&tenant, "x").is_some() {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(30), gone)
+            .await
+            .expect("forgotten once the job ended");
+    }
+
+    /// A deletion is due once every holder of a call begun before it has
+    /// ended, and calls begun after it never hold it back.
     #[test]
     fn a_deletion_waits_only_for_calls_begun_before_it() {
         let f = InFlight::default();
-        assert!(!f.deleted("t", "idle"), "nothing runs: nothing to wait for");
-        let first = f.begin();
-        let second = f.begin();
-        assert!(f.deleted("t", "a"));
-        let after = f.begin();
+        f.deleted("t", "idle");
+        assert_eq!(f.pending(), 0, "nothing runs: nothing to wait for");
+        let first = f.begin(None);
+        let second = f.begin(None);
+        // A job of the second call, still running after the call ended.
+        let job = f.begin(Some(second));
+        f.deleted("t", "a");
+        f.deleted("t", "a");
+        assert_eq!(f.pending(), 1, "one thread, however often deleted");
+        let after = f.begin(None);
         assert!(f.end(after).is_empty(), "began after the deletion");
-        assert!(
-            f.end(first).is_empty(),
-            "another call from before still runs"
-        );
-        assert_eq!(f.end(second), [("t".to_string(), "a".to_string())]);
+        assert!(f.end(first).is_empty(), "a call from before still runs");
+        assert!(f.end(second).is_empty(), "its job still runs");
+        assert_eq!(f.end(job), [thread("a")]);
         assert_eq!(f.pending(), 0);
 
         // Two deletions, a call between them: each waits only for the calls
         // begun before it.
-        let old = f.begin();
-        assert!(f.deleted("t", "b"));
-        let between = f.begin();
-        assert!(f.deleted("t", "c"));
-        assert_eq!(f.end(old), [("t".to_string(), "b".to_string())]);
-        assert_eq!(f.end(between), [("t".to_string(), "c".to_string())]);
+        let old = f.begin(None);
+        f.deleted("t", "b");
+        let between = f.begin(None);
+        f.deleted("t", "c");
+        assert_eq!(f.end(old), [thread("b")]);
+        assert_eq!(f.end(between), [thread("c")]);
         assert_eq!(f.pending(), 0);
     }
 }

@@ -181,10 +181,10 @@ impl App {
             .await
             .map_err(|e| store_error(e, "artifact"))?;
         let had_session = self.inner.sessions.delete(tenant, thread_id).await?;
-        // Forgotten now, and again once the calls that began before this
-        // one have ended (they fill the caches as they end).
-        self.forget_thread(tenant, thread_id);
+        // Recorded first, then forgotten: a call running now forgets the
+        // thread again when it ends (calls fill the caches as they end).
         self.inner.in_flight.deleted(tenant, thread_id);
+        self.forget_thread(tenant, thread_id);
         self.inner.usage.adjust(tenant, |u| {
             u.bytes = u.bytes.saturating_sub(removed.bytes);
             u.threads = u.threads.saturating_sub(u64::from(had_plan));

@@ -79,7 +79,8 @@ impl Searches {
     }
 
     fn bytes(&self) -> usize {
-        self.ranked.values().map(|r| 32 + 8 * r.len()).sum()
+        let pair = std::mem::size_of::<(usize, f32)>();
+        self.ranked.values().map(|r| 48 + pair * r.len()).sum()
     }
 }
 

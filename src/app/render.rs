@@ -128,33 +128,39 @@ impl App {
             rehydrates: !cmd.rehydrate_artifact_ids.is_empty(),
         }
         .authorize(ctx, None)?;
-        let _running = self.running();
-        let (sent, input) = (Arc::clone(&cmd.request.thread), cmd.request.session.clone());
-        let outcome = cmd.request.task_outcome;
-        let basis = self
-            .outcome_basis(outcome, &ctx.tenant_id, &cmd.request.thread.id)
-            .await;
-        let run = |thread: Arc<Thread>, extends: Option<Arc<Thread>>, previous| {
-            let mut cmd = cmd;
-            cmd.request.extends = extends.or_else(|| own_start(&mut cmd.request, &thread));
-            cmd.request.thread = thread;
-            self.render_thread(ctx, cmd, previous)
-        };
-        let done = self
-            .in_session(&ctx.tenant_id, sent, input, run, |out| out.trace.as_ref())
-            .await?;
-        if let Some(o) = outcome {
-            crate::telemetry::events::task_outcome(o.as_str(), basis.as_deref(), &ctx.tenant_id);
-        }
-        let unchanged_prefix_tokens = match (&done.out.trace, &done.previous) {
-            (Some(now), Some(previous)) => Some(now.unchanged_since(previous).0),
-            _ => None,
-        };
-        Ok(RenderOutcome {
-            unchanged_prefix_tokens,
-            session: done.session,
-            ..done.out
+        self.held(async move {
+            let (sent, input) = (Arc::clone(&cmd.request.thread), cmd.request.session.clone());
+            let outcome = cmd.request.task_outcome;
+            let basis = self
+                .outcome_basis(outcome, &ctx.tenant_id, &cmd.request.thread.id)
+                .await;
+            let run = |thread: Arc<Thread>, extends: Option<Arc<Thread>>, previous| {
+                let mut cmd = cmd;
+                cmd.request.extends = extends.or_else(|| own_start(&mut cmd.request, &thread));
+                cmd.request.thread = thread;
+                self.render_thread(ctx, cmd, previous)
+            };
+            let done = self
+                .in_session(&ctx.tenant_id, sent, input, run, |out| out.trace.as_ref())
+                .await?;
+            if let Some(o) = outcome {
+                crate::telemetry::events::task_outcome(
+                    o.as_str(),
+                    basis.as_deref(),
+                    &ctx.tenant_id,
+                );
+            }
+            let unchanged_prefix_tokens = match (&done.out.trace, &done.previous) {
+                (Some(now), Some(previous)) => Some(now.unchanged_since(previous).0),
+                _ => None,
+            };
+            Ok(RenderOutcome {
+                unchanged_prefix_tokens,
+                session: done.session,
+                ..done.out
+            })
         })
+        .await
     }
 
     /// [`App::render`] of the whole thread.

@@ -71,16 +71,18 @@ impl App {
         cmd: SearchCommand,
     ) -> Result<SearchOutcome> {
         UseCase::SearchContext.authorize(ctx, None)?;
-        let _running = self.running();
-        let (sent, input) = (Arc::clone(&cmd.thread), cmd.session.clone());
-        let run = |thread, _, _| self.search_thread(ctx, SearchCommand { thread, ..cmd });
-        let done = self
-            .in_session(&ctx.tenant_id, sent, input, run, |_| None)
-            .await?;
-        Ok(SearchOutcome {
-            session: done.session,
-            ..done.out
+        self.held(async move {
+            let (sent, input) = (Arc::clone(&cmd.thread), cmd.session.clone());
+            let run = |thread, _, _| self.search_thread(ctx, SearchCommand { thread, ..cmd });
+            let done = self
+                .in_session(&ctx.tenant_id, sent, input, run, |_| None)
+                .await?;
+            Ok(SearchOutcome {
+                session: done.session,
+                ..done.out
+            })
         })
+        .await
     }
 
     /// [`App::search_context`] of the whole thread.

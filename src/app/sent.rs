@@ -133,8 +133,8 @@ mod tests {
         assert!(app.sent_thread("acme", "t").0.is_none());
         // Converted across a deletion (as DeleteThread forgets): not kept.
         let (_, before) = app.sent_thread("acme", "t");
-        app.forget_thread("acme", "t");
         app.inner.in_flight.deleted("acme", "t");
+        app.forget_thread("acme", "t");
         app.keep_sent("acme", sent("t", "deleted"), before);
         assert!(app.sent_thread("acme", "t").0.is_none());
     }

@@ -585,7 +585,7 @@ impl Sessions {
     }
 
     /// Keeps `trace` as the last render of a thread sent in full.
-    fn keep_trace(&self, tenant: &str, thread_id: &str, trace: Arc<PrefixTrace>) {
+    pub(super) fn keep_trace(&self, tenant: &str, thread_id: &str, trace: Arc<PrefixTrace>) {
         self.traces
             .insert((tenant.to_owned(), thread_id.to_owned()), trace);
     }

@@ -583,9 +583,10 @@ impl App {
             compactd.plan_version = crate::telemetry::int(version),
         );
         span.follows_from(tracing::Span::current());
-        // Its answers are cached for the thread: a deletion while it runs is
-        // forgotten again when it ends.
-        let running = app.running();
+        // Its answers are cached for the thread: it holds the call that
+        // scheduled it, so a deletion since that call began is forgotten
+        // again when it ends.
+        let running = app.still_running();
         let task = async move {
             let _running = running;
             let _slot = slot;

@@ -146,8 +146,9 @@ pub struct RecallIndex {
     /// evictions changes nothing (the per-turn path).
     last: Option<(Arc<Thread>, u128)>,
     bytes: usize,
-    /// Updates that changed what a search finds: results kept for a query
-    /// hold while it stays the same.
+    /// Updates that may have changed what a search finds (every one not
+    /// skipped as unchanged): results kept for a query hold while it stays
+    /// the same.
     generation: u64,
 }
 
@@ -388,7 +389,7 @@ impl RecallIndex {
             .collect()
     }
 
-    /// Changes with every update that changes what a search finds.
+    /// Changes with every update that may change what a search finds.
     pub fn generation(&self) -> u64 {
         self.generation
     }
@@ -482,14 +483,15 @@ impl RecallIndex {
         k: usize,
     ) -> Vec<Hit<'_>> {
         let mut out: Vec<(usize, f32)> = Vec::new();
-        'queries: for found in ranked {
+        for found in ranked {
             for h in found {
-                if out.len() == k {
-                    break 'queries;
-                }
-                if !out.iter().any(|o| o.0 == h.0) {
+                if out.len() < k && !out.iter().any(|o| o.0 == h.0) {
                     out.push(h);
                 }
+            }
+            // No further query is searched once k are found.
+            if out.len() == k {
+                break;
             }
         }
         out.into_iter().map(|h| self.hit(h)).collect()

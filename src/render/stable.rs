@@ -86,18 +86,30 @@ impl From<String> for Elements {
     }
 }
 
+impl Elements {
+    /// The joined text, piece by piece (commas included), without joining.
+    fn chunks(&self) -> impl Iterator<Item = &str> {
+        self.pieces
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| [if i == 0 { "" } else { "," }, &**p])
+    }
+}
+
 impl std::fmt::Display for Elements {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut joined = String::with_capacity(self.len);
-        self.write_to(&mut joined);
-        f.write_str(&joined)
+        self.chunks().try_for_each(|c| f.write_str(c))
     }
 }
 
 /// The same elements, however they are split into pieces.
 impl PartialEq for Elements {
     fn eq(&self, other: &Elements) -> bool {
-        self.len == other.len && self.to_string() == other.to_string()
+        self.len == other.len
+            && self
+                .chunks()
+                .flat_map(str::bytes)
+                .eq(other.chunks().flat_map(str::bytes))
     }
 }
 
@@ -468,7 +480,7 @@ mod tests {
             };
             push_json(&mut joined, &run);
             pieces.extend(&Elements::from(run));
-            assert!(pieces.pieces.len() <= MAX_PIECES + 1);
+            assert!(pieces.pieces.len() <= MAX_PIECES);
             assert_eq!(pieces.len(), joined.len(), "after {i}");
             assert_eq!(pieces.to_string(), joined, "after {i}");
             assert_eq!(pieces, Elements::from(joined.clone()));
@@ -477,6 +489,19 @@ mod tests {
             assert_eq!(body, format!("{{\"messages\":[{joined}"));
         }
         assert_ne!(pieces, Elements::from(format!("{joined},{{}}")));
+        // Extended by elements in many pieces (a part's loop joining its
+        // `before`), past the point where they are joined into one.
+        let mut many = Elements::default();
+        for i in 0..MAX_PIECES - 1 {
+            many.extend(&Elements::from(format!("{{\"k\":{i}}}")));
+        }
+        let mut twice = pieces.clone();
+        twice.extend(&many);
+        let expected = format!("{joined},{many}");
+        assert_eq!(twice.to_string(), expected);
+        assert_eq!(twice.len(), expected.len());
+        assert_eq!(twice, Elements::from(expected));
+        assert!(twice.pieces.len() <= MAX_PIECES);
         assert!(Elements::from(String::new()).is_empty());
     }
 }
