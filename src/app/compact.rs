@@ -292,13 +292,7 @@ impl App {
             let done = self
                 .in_session(&ctx.tenant_id, sent, input, run, |_| None)
                 .await?;
-            if let Some(o) = outcome {
-                crate::telemetry::events::task_outcome(
-                    o.as_str(),
-                    basis.as_deref(),
-                    &ctx.tenant_id,
-                );
-            }
+            super::report_outcome(outcome, basis.as_deref(), &ctx.tenant_id);
             Ok(CompactOutcome {
                 session: done.session,
                 ..done.out

@@ -434,6 +434,18 @@ impl App {
     }
 }
 
+/// Records how the task on the caller's last prompt went, once the call
+/// that reported it succeeded ([`App::outcome_basis`] read its plan).
+fn report_outcome(
+    outcome: Option<TaskOutcome>,
+    basis: Option<&crate::model::CompactionPlan>,
+    tenant: &str,
+) {
+    if let Some(o) = outcome {
+        crate::telemetry::events::task_outcome(o.as_str(), basis, tenant);
+    }
+}
+
 /// Each plugin's id and settings, as [`App::fingerprint`] hashes them.
 fn plugin_setup(plugins: &[Arc<crate::plugin::LoadedPlugin>]) -> Vec<u8> {
     let mut out = Vec::new();

@@ -143,13 +143,7 @@ impl App {
             let done = self
                 .in_session(&ctx.tenant_id, sent, input, run, |out| out.trace.as_ref())
                 .await?;
-            if let Some(o) = outcome {
-                crate::telemetry::events::task_outcome(
-                    o.as_str(),
-                    basis.as_deref(),
-                    &ctx.tenant_id,
-                );
-            }
+            super::report_outcome(outcome, basis.as_deref(), &ctx.tenant_id);
             let unchanged_prefix_tokens = match (&done.out.trace, &done.previous) {
                 (Some(now), Some(previous)) => Some(now.unchanged_since(previous).0),
                 _ => None,
