@@ -1263,3 +1263,123 @@ async fn a_replica_appends_on_its_own_writes_and_meets_the_other_replicas() {
         r.stop().await.expect("clean stop");
     }
 }
+
+/// Thread `id` of the replica race after `round` rounds: each round adds
+/// 16 turns with long tool results, so each compacts anew and writes new
+/// artifacts (the store work a loser must not wait behind).
+fn race_thread(id: &str, round: u32) -> pb::Thread {
+    let mut messages = Vec::new();
+    for n in 1..=(round + 1) * 16 {
+        messages.extend(agent_turn(n, 1_500, "replica race batch finished"));
+    }
+    pb::Thread {
+        id: id.into(),
+        messages,
+    }
+}
+
+/// An agent platform behind a load balancer fans one turn out to both
+/// replicas: 32 Compacts on one thread, all with the version both replicas
+/// last saw, half to each. The store's conditional write decides: one
+/// commit, 31 ABORTED with the new version, on either replica, each well
+/// inside a deadline that a call queued behind the losers' store work (the
+/// old behaviour) overran; round after round (4 on one thread, or
+/// `COMPACTD_RACE_ROUNDS`, 4 a thread); no loser's artifact left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conflicting_compacts_on_two_replicas_are_aborted_promptly() {
+    let aws = aws().await;
+    let (replicas, clients, token) = two_replicas(&aws).await;
+    let rounds: u32 =
+        std::env::var("COMPACTD_RACE_ROUNDS").map_or(4, |r| r.parse().expect("a count"));
+    let request = |thread: &str, round: u32, version: u64| {
+        let mut req = compact_req(race_thread(thread, round), 8_000);
+        req.policy = Some(externalize_policy());
+        req.expected_version = Some(version);
+        let mut req = authed(req, &token);
+        req.set_timeout(std::time::Duration::from_secs(10));
+        req
+    };
+    let (mut version, mut slowest, mut written) = (0, std::time::Duration::ZERO, Vec::new());
+    for round in 0..rounds {
+        let thread = format!("race-{}", round / 4);
+        if round % 4 == 0 {
+            version = 0;
+        }
+        let calls = (0..32).map(|i| {
+            let mut client = clients[i % 2].clone();
+            let req = request(&thread, round % 4, version);
+            async move {
+                let started = std::time::Instant::now();
+                let out = client.compact(req).await;
+                (i % 2, started.elapsed(), out)
+            }
+        });
+        let (mut winners, mut losers) = (Vec::new(), Vec::new());
+        let mut round_slowest = std::time::Duration::ZERO;
+        for (replica, took, out) in futures_join(calls.collect()).await {
+            round_slowest = round_slowest.max(took);
+            match out {
+                Ok(resp) => winners.push(resp.into_inner()),
+                Err(s) => losers.push((replica, took, s)),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: exactly one commit");
+        let winner = winners.remove(0);
+        assert_eq!(winner.version, version + 1, "round {round}");
+        for (replica, took, s) in losers {
+            let at = format!("round {round}, replica {replica}, after {took:?}: {s:?}");
+            assert_eq!(s.code(), Code::Aborted, "{at}");
+            let d = compactd::proto::status::ErrorDescription::of(&s);
+            assert_eq!(d.reason, "VERSION_CONFLICT", "{at}");
+            assert_eq!(d.current_version, Some(winner.version), "{at}");
+        }
+        version = winner.version;
+        written.extend(winner.new_artifact_ids);
+        eprintln!("round {round}: slowest of 32 calls {round_slowest:?}");
+        slowest = slowest.max(round_slowest);
+    }
+    eprintln!("slowest of {rounds} rounds x 32 calls: {slowest:?}");
+    // Every artifact in the bucket is one a winner wrote.
+    let written: std::collections::BTreeSet<String> = written.into_iter().collect();
+    for k in aws.artifact_keys().await {
+        let id = k.rsplit('/').next().expect("id");
+        assert!(written.contains(id), "{k}: a loser's artifact was left");
+    }
+    for r in replicas {
+        r.stop().await.expect("clean stop");
+    }
+}
+
+/// The same fan-out without `expected_version`: the caller did not ask
+/// for compare-and-swap, so a call that lost the race to the other
+/// replica's commit builds on it (here: finds it answers the request) and
+/// every call answers OK with the one new version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unconditional_compacts_on_two_replicas_all_get_the_winning_plan() {
+    let aws = aws().await;
+    let (replicas, clients, token) = two_replicas(&aws).await;
+    for round in 0..2u32 {
+        let calls = (0..32).map(|i| {
+            let mut client = clients[i % 2].clone();
+            let mut req = compact_req(race_thread("fan-out", round), 8_000);
+            req.policy = Some(externalize_policy());
+            let mut req = authed(req, &token);
+            req.set_timeout(std::time::Duration::from_secs(10));
+            async move { (i % 2, client.compact(req).await) }
+        });
+        let versions: std::collections::BTreeSet<u64> = futures_join(calls.collect())
+            .await
+            .into_iter()
+            .map(|(replica, out)| {
+                let at = format!("round {round}, replica {replica}");
+                out.unwrap_or_else(|s| panic!("{at}: {s:?}"))
+                    .into_inner()
+                    .version
+            })
+            .collect();
+        assert_eq!(versions, [u64::from(round) + 1].into(), "round {round}");
+    }
+    for r in replicas {
+        r.stop().await.expect("clean stop");
+    }
+}

@@ -25,6 +25,10 @@ use crate::tokens::Target;
 /// Artifact writes of one compaction in flight at most.
 const WRITE_CONCURRENCY: usize = 8;
 
+/// Lost races a Compact without `expected_version` starts again after
+/// (each time on the plan that won), before it answers ABORTED.
+const UNCONDITIONAL_RETRIES: u32 = 2;
+
 use super::error::{plan_store_error, store_error};
 use super::{App, AppError, EngineParts, Observations, Result, Tools, UseCase};
 
@@ -240,8 +244,8 @@ pub(super) enum Staging {
 enum Prior {
     /// It answers the request as it stands.
     Unchanged(CompactionPlan),
-    /// The request changed: compact, on top of it if there is one.
-    Changed(Option<CompactionPlan>),
+    /// The request changed: compact on top of it.
+    Changed(CompactionPlan),
 }
 
 /// A compaction whose artifacts are written and whose plan is bound and
@@ -312,9 +316,22 @@ impl App {
         let warnings = Self::settle_thread(&mut cmd.thread, &mut cmd.extends);
         cmd.policy = self.effective_policy(&cmd.policy)?;
         let resolved = self.resolve(&ctx.tenant_id, cmd)?;
-        let mut out = match self.stage(&ctx.tenant_id, resolved).await? {
-            Staging::Reused(out) => out,
-            Staging::Staged(staged) => self.commit(staged).await?,
+        let mut lost = 0;
+        let mut out = loop {
+            let staged = match self.stage(&ctx.tenant_id, Arc::clone(&resolved)).await? {
+                Staging::Reused(out) => break out,
+                Staging::Staged(staged) => staged,
+            };
+            match self.commit(staged).await {
+                // A call without `expected_version` that another replica's
+                // commit beat builds on that commit instead.
+                Err(AppError::VersionConflict { .. })
+                    if resolved.cmd.expected_version.is_none() && lost < UNCONDITIONAL_RETRIES =>
+                {
+                    lost += 1;
+                }
+                done => break done?,
+            }
         };
         out.warnings = warnings;
         Ok(out)
@@ -352,13 +369,46 @@ impl App {
         Ok(stored.map(|StoredPlan { plan, .. }| plan))
     }
 
-    /// Load → (reuse | compact → write artifacts → bind → verify): all of
-    /// Compact but the commit. The caller has validated the thread and made
-    /// the policy effective.
+    /// Load → (reuse | lock → compact → write artifacts → bind → verify):
+    /// all of Compact but the commit. The caller has validated the thread
+    /// and made the policy effective.
+    ///
+    /// Calls on one thread compact one at a time on a replica, and a call
+    /// that had to wait for another reads the plan again before it
+    /// compacts: the other's commit usually answers it (reused, or ABORTED
+    /// at once when it set `expected_version`), so a fan-out of one turn
+    /// costs one compaction, not one each behind the lock. Across replicas
+    /// the store's conditional write decides.
     pub(super) async fn stage(&self, tenant: &str, resolved: Arc<Resolved>) -> Result<Staging> {
-        let tokenizer = resolved.parts.counter.name().to_string();
         let thread_id = resolved.cmd.thread.id.clone();
-        let previous = self.current_plan(tenant, &thread_id).await?;
+        let mut waited = None;
+        loop {
+            let previous = match self.prior(tenant, &resolved).await? {
+                Ok(out) => return Ok(Staging::Reused(out)),
+                Err(previous) => previous,
+            };
+            let lock = match waited.take() {
+                Some(lock) => lock,
+                None => match self.try_lock_thread(tenant, &thread_id) {
+                    Some(lock) => lock,
+                    None => {
+                        waited = Some(self.lock_thread(tenant, &thread_id).await);
+                        continue;
+                    }
+                },
+            };
+            return self.stage_locked(tenant, resolved, previous, lock).await;
+        }
+    }
+
+    /// The committed plan, checked against `expected_version`, as the
+    /// answer when it still answers the request (carried or unchanged).
+    async fn prior(
+        &self,
+        tenant: &str,
+        resolved: &Arc<Resolved>,
+    ) -> Result<std::result::Result<CompactOutcome, Option<CompactionPlan>>> {
+        let previous = self.current_plan(tenant, &resolved.cmd.thread.id).await?;
         let base_version = previous.as_ref().map_or(0, |p| p.version);
         if let Some(expected) = resolved.cmd.expected_version {
             if expected != base_version {
@@ -368,35 +418,40 @@ impl App {
                 });
             }
         }
-        let reused = |plan: CompactionPlan| {
-            crate::telemetry::metrics().compaction(true, false, 0, 0, tenant);
-            Ok(Staging::Reused(CompactOutcome::reused(
-                plan,
-                tokenizer.clone(),
-                &resolved.cmd,
-            )))
+        let Some(committed) = previous else {
+            return Ok(Err(None));
         };
-        let previous = match previous {
-            Some(committed) => match self
-                .carried(tenant, &resolved, Arc::unwrap_or_clone(committed))
-                .await?
-            {
-                Ok(out) => {
-                    crate::telemetry::metrics().compaction(true, false, 0, 0, tenant);
-                    return Ok(Staging::Reused(out));
-                }
-                Err(committed) => Some(committed),
-            },
-            None => None,
+        let committed = match self
+            .carried(tenant, resolved, Arc::unwrap_or_clone(committed))
+            .await?
+        {
+            Ok(out) => {
+                crate::telemetry::metrics().compaction(true, false, 0, 0, tenant);
+                return Ok(Ok(out));
+            }
+            Err(committed) => committed,
         };
-        let previous = match self.unchanged(&resolved, previous).await? {
-            Prior::Unchanged(committed) => return reused(committed),
-            Prior::Changed(previous) => previous,
-        };
+        Ok(match self.unchanged(resolved, committed).await? {
+            Prior::Unchanged(plan) => Ok(reuse(tenant, resolved, plan)),
+            Prior::Changed(previous) => Err(Some(previous)),
+        })
+    }
+
+    /// [`App::stage`] under the thread's lock, from the committed plan
+    /// `previous` that does not answer the request.
+    async fn stage_locked(
+        &self,
+        tenant: &str,
+        resolved: Arc<Resolved>,
+        previous: Option<CompactionPlan>,
+        lock: tokio::sync::OwnedMutexGuard<()>,
+    ) -> Result<Staging> {
+        let thread_id = resolved.cmd.thread.id.clone();
+        let base_version = previous.as_ref().map_or(0, |p| p.version);
         let (compaction, previous) = self.compute(tenant, &resolved, previous).await?;
         if let Some(prev) = previous.as_ref() {
             if prev.fingerprint == compaction.plan.fingerprint {
-                return reused(prev.clone());
+                return Ok(Staging::Reused(reuse(tenant, &resolved, prev.clone())));
             }
         }
         let upgrade = super::summaries::UpgradeInput {
@@ -413,7 +468,6 @@ impl App {
             .sum();
         self.check_quotas(tenant, base_version == 0, pending_bytes)
             .await?;
-        let lock = self.lock_thread(tenant, &thread_id).await;
         let (ids, written) = self
             .write_artifacts(tenant, &thread_id, &compaction)
             .await?;
@@ -445,16 +499,8 @@ impl App {
 
     /// The committed plan when the request fingerprints as it did (the
     /// per-turn path), else the plan to compact on top of. Fingerprinting
-    /// hashes the whole thread, so it runs on the blocking pool; a thread
-    /// without a plan has nothing to reuse: no hashing, no hop.
-    async fn unchanged(
-        &self,
-        resolved: &Arc<Resolved>,
-        previous: Option<CompactionPlan>,
-    ) -> Result<Prior> {
-        let Some(prev) = previous else {
-            return Ok(Prior::Changed(None));
-        };
+    /// hashes the whole thread, so it runs on the blocking pool.
+    async fn unchanged(&self, resolved: &Arc<Resolved>, prev: CompactionPlan) -> Result<Prior> {
         let (app, r) = (self.clone(), Arc::clone(resolved));
         Ok(blocking(move || {
             let fingerprint = app.fingerprint(request_fingerprint(
@@ -464,7 +510,7 @@ impl App {
             if prev.fingerprint == fingerprint {
                 Prior::Unchanged(prev)
             } else {
-                Prior::Changed(Some(prev))
+                Prior::Changed(prev)
             }
         })
         .await?)
@@ -546,6 +592,9 @@ impl App {
         {
             Ok(version) => version,
             Err(e) => {
+                // The calls waiting for the thread go on while the
+                // artifacts no plan points at are removed.
+                drop(_lock);
                 self.delete_artifacts(&tenant, thread_id, &written).await;
                 return Err(plan_store_error(e));
             }
@@ -724,19 +773,39 @@ impl App {
     }
 
     /// Best effort: an artifact that no plan references is garbage, not a
-    /// correctness problem, so failures are logged, not returned.
+    /// correctness problem, so failures are logged, not returned. Up to
+    /// [`WRITE_CONCURRENCY`] at once, as they were written.
     async fn delete_artifacts(&self, tenant: &str, thread_id: &str, written: &[WrittenArtifact]) {
+        let limit = Arc::new(tokio::sync::Semaphore::new(WRITE_CONCURRENCY));
+        let mut set = tokio::task::JoinSet::new();
+        let call = Call::current();
         for a in written {
-            if let Err(e) = self
-                .inner
-                .artifacts
-                .delete(tenant, thread_id, &a.artifact_id)
-                .await
-            {
-                tracing::warn!(artifact_id = %a.artifact_id, error = %e, "could not delete an uncommitted artifact");
-            }
+            let (store, limit) = (Arc::clone(&self.inner.artifacts), Arc::clone(&limit));
+            let (tenant, thread_id, id) = (
+                tenant.to_string(),
+                thread_id.to_string(),
+                a.artifact_id.clone(),
+            );
+            let delete = async move {
+                let _permit = limit.acquire_owned().await;
+                if let Err(e) = store.delete(&tenant, &thread_id, &id).await {
+                    tracing::warn!(artifact_id = %id, error = %e, "could not delete an uncommitted artifact");
+                }
+            };
+            match call.clone() {
+                Some(c) => set.spawn(c.within(delete)),
+                None => set.spawn(delete),
+            };
         }
+        while set.join_next().await.is_some() {}
     }
+}
+
+/// The committed plan `plan` as the answer to `resolved`: nothing compacted.
+fn reuse(tenant: &str, resolved: &Resolved, plan: CompactionPlan) -> CompactOutcome {
+    crate::telemetry::metrics().compaction(true, false, 0, 0, tenant);
+    let tokenizer = resolved.parts.counter.name().to_string();
+    CompactOutcome::reused(plan, tokenizer, &resolved.cmd)
 }
 
 /// Binds the store's ids and recounts exactly (only pointers and summaries

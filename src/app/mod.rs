@@ -100,8 +100,8 @@ struct Inner {
     usage: lifecycle::UsageBook,
     /// Applied to everything compaction keeps (artifacts, summaries).
     redactor: Arc<Redactor>,
-    /// Per (tenant, thread): a Compact's artifact writes and commit, and a
-    /// DeleteThread's removals, never interleave.
+    /// Per (tenant, thread): a Compact's compaction, artifact writes and
+    /// commit, and a DeleteThread's removals, never interleave.
     thread_locks: crate::store::KeyedLocks<String>,
     /// Upgrades extractive summaries through an LLM, when configured.
     llm: Option<Arc<LlmSummaries>>,
@@ -373,9 +373,22 @@ impl App {
 
     /// The lock of one tenant's thread (see `Inner::thread_locks`).
     async fn lock_thread(&self, tenant: &str, thread_id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        self.thread_lock(tenant, thread_id).lock_owned().await
+    }
+
+    /// The thread's lock if nobody holds it.
+    fn try_lock_thread(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+    ) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        self.thread_lock(tenant, thread_id).try_lock_owned().ok()
+    }
+
+    fn thread_lock(&self, tenant: &str, thread_id: &str) -> Arc<tokio::sync::Mutex<()>> {
         // NUL cannot occur in a tenant id, so the key is unambiguous.
         let key = format!("{tenant}\0{thread_id}");
-        self.inner.thread_locks.get(key.as_str()).lock_owned().await
+        self.inner.thread_locks.get(key.as_str())
     }
 
     /// The pipeline for `policy` and `model`: the core's reducers with the

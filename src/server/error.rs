@@ -115,7 +115,10 @@ impl From<ApiError> for Status {
                 _ => None,
             },
             current_version: match &e {
-                ApiError::App(AppError::SessionStale { current, .. }) => Some(*current),
+                ApiError::App(
+                    AppError::SessionStale { current, .. }
+                    | AppError::VersionConflict { current, .. },
+                ) => Some(*current),
                 _ => None,
             },
         }

@@ -31,6 +31,44 @@ pub fn moto_server_path() -> PathBuf {
     venv.join("bin").join("moto_server")
 }
 
+/// Runs moto's server with its S3 writes made atomic. S3 decides a
+/// conditional write (`If-Match`, `If-None-Match`) atomically, and
+/// compactd's compare-and-swap rests on that; moto 5 checks the condition
+/// and then writes, unlocked, on a thread per request, so two racing
+/// conditional PUTs could both succeed there and never on S3.
+const ATOMIC_WRITES: &str = r#"
+import sys, threading
+from moto.s3.responses import S3Response
+from moto.server import main
+lock = threading.RLock()
+def atomic(f):
+    def run(*args, **kwargs):
+        with lock:
+            return f(*args, **kwargs)
+    return run
+for name in ("put_object", "delete_object", "delete_objects"):
+    if hasattr(S3Response, name):
+        setattr(S3Response, name, atomic(getattr(S3Response, name)))
+sys.argv[0] = "moto_server"
+sys.exit(main(sys.argv[1:]))
+"#;
+
+/// The interpreter `moto_server` runs on: its `#!` line, else the `python`
+/// beside it (a venv's `bin/`).
+fn interpreter(moto_server: &std::path::Path) -> PathBuf {
+    let shebang = std::fs::read(moto_server).ok().and_then(|b| {
+        let line = b
+            .split(|&c| c == b'\n')
+            .next()?
+            .strip_prefix(b"#!")?
+            .to_vec();
+        let line = String::from_utf8(line).ok()?;
+        let path = line.split_whitespace().next()?.to_string();
+        Some(PathBuf::from(path)).filter(|p| p.is_absolute() && p.exists())
+    });
+    shebang.unwrap_or_else(|| moto_server.with_file_name("python"))
+}
+
 /// A running moto server.
 pub struct Moto {
     child: Child,
@@ -77,8 +115,15 @@ impl Moto {
         );
         let port = free_port();
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let mut child = Command::new(&bin)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        let mut child = Command::new(interpreter(&bin))
+            .args([
+                "-c",
+                ATOMIC_WRITES,
+                "-H",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
