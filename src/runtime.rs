@@ -24,8 +24,24 @@ tokio::task_local! {
 #[derive(Clone)]
 pub struct Call {
     /// Whatever must live until the last job ends (the tenant's permit).
-    _hold: Arc<dyn Send + Sync>,
+    _hold: Arc<Hold>,
     cancel: Arc<Cancel>,
+}
+
+/// What a call holds: what it began with, and what was attached to it once
+/// it ran (the memory its request was admitted with).
+struct Hold {
+    _first: Box<dyn Send + Sync>,
+    attached: std::sync::Mutex<Vec<Box<dyn Send + Sync>>>,
+}
+
+impl Hold {
+    fn new(first: impl Send + Sync + 'static) -> Arc<Hold> {
+        Arc::new(Hold {
+            _first: Box::new(first),
+            attached: std::sync::Mutex::new(Vec::new()),
+        })
+    }
 }
 
 impl std::fmt::Debug for Call {
@@ -40,9 +56,15 @@ impl Call {
     /// A call holding `hold` until it and every job it started are gone.
     pub fn new(hold: impl Send + Sync + 'static) -> Self {
         Call {
-            _hold: Arc::new(hold),
+            _hold: Hold::new(hold),
             cancel: Arc::new(Cancel::default()),
         }
+    }
+
+    /// Holds `hold` as well, until the call and every job it started are
+    /// gone, like what it began with.
+    pub fn attach(&self, hold: impl Send + Sync + 'static) {
+        lock(&self._hold.attached).push(Box::new(hold));
     }
 
     /// Runs `fut` as this call: jobs it starts through [`blocking`] hold the
@@ -73,7 +95,7 @@ impl Call {
     pub fn current_holding(hold: impl Send + Sync + 'static) -> Call {
         match Call::current() {
             Some(c) => Call {
-                _hold: Arc::new((c._hold, hold)),
+                _hold: Hold::new((c._hold, hold)),
                 cancel: c.cancel,
             },
             None => Call::new(hold),

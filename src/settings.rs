@@ -68,6 +68,11 @@ pub struct Settings {
     /// with RESOURCE_EXHAUSTED instead of queueing. Health checks and
     /// reflection are never counted or shed.
     pub global_concurrency: usize,
+    /// Request bytes the server works on at once (0: no limit): a call
+    /// whose request does not fit waits, first come first served, until
+    /// calls in flight end, so the memory of calls in flight stays bounded
+    /// (docs/operations.md gives its multiple of these bytes).
+    pub in_flight_bytes: u64,
     /// How often the plan store is probed for the health status, in ms.
     pub health_probe_interval_ms: u64,
     /// A second, plaintext listener that serves only `grpc.health.v1`
@@ -143,6 +148,7 @@ impl Default for Settings {
             per_tenant_messages_per_second: 200_000.0,
             per_tenant_messages_burst: 1_000_000,
             global_concurrency: 1024,
+            in_flight_bytes: 64 << 20,
             health_probe_interval_ms: 1000,
             health_listen: None,
             compute_threads: 0,
@@ -193,6 +199,7 @@ impl Settings {
             bytes_burst: self.per_tenant_bytes_burst,
             messages_per_second: self.per_tenant_messages_per_second,
             messages_burst: self.per_tenant_messages_burst,
+            in_flight_bytes: self.in_flight_bytes,
         }
     }
 

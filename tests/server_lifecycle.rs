@@ -438,6 +438,36 @@ async fn a_timed_out_call_keeps_its_tenant_slot_until_its_work_ends() {
     assert!(ok, "the slot was released once the work ended");
 }
 
+/// With room for one request's memory in flight, a second waits, decoded,
+/// before any work (it is neither shed nor failed), and runs once the
+/// first has ended.
+#[tokio::test]
+async fn a_request_waits_for_memory_in_flight_then_runs() {
+    use prost::Message as _;
+    let size = externalizing("mem-1").encoded_len() as u64;
+    let (server, slow, _dir) = slow_server(|s| s.in_flight_bytes = size * 3 / 2).await;
+    let client = server.client().await;
+    let acme = token("acme", ALL);
+    let call = |id: &'static str| {
+        let (mut c, t) = (client.clone(), acme.clone());
+        tokio::spawn(async move { c.compact(authed(externalizing(id), &t)).await })
+    };
+    let first = call("mem-1");
+    within(slow.entered.notified()).await;
+    let second = call("mem-2");
+    // The second would reach its own artifact write well within this if
+    // it had been let in beside the first.
+    let entered = tokio::time::timeout(Duration::from_millis(500), slow.entered.notified()).await;
+    assert!(entered.is_err(), "the second request ran beside the first");
+    assert!(!second.is_finished());
+    slow.release.store(true, Ordering::SeqCst);
+    within(first).await.expect("task").expect("first");
+    within(second)
+        .await
+        .expect("task")
+        .expect("second, once there was room");
+}
+
 #[tokio::test]
 async fn health_checks_are_never_shed() {
     let (server, artifacts, _dir) = slow_server(|s| s.global_concurrency = 1).await;

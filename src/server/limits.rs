@@ -55,6 +55,9 @@ pub struct TenantLimits {
     pub messages_per_second: f64,
     /// Thread messages a tenant may send at once after being idle.
     pub messages_burst: u64,
+    /// Request bytes the whole server works on at once; a call waits for
+    /// room (0: no limit).
+    pub in_flight_bytes: u64,
 }
 
 /// A token bucket: `capacity` tokens, refilled at `rate` per second.
@@ -104,7 +107,15 @@ struct TenantState {
 pub struct TenantLimiter {
     limits: TenantLimits,
     global: Arc<Semaphore>,
+    /// KiB of request bytes in flight, when `in_flight_bytes` is set.
+    memory: Option<Arc<Semaphore>>,
     tenants: Mutex<HashMap<String, TenantState>>,
+}
+
+/// The memory a call's request was admitted with; given back on drop.
+#[derive(Debug)]
+pub struct Reservation {
+    _permit: OwnedSemaphorePermit,
 }
 
 /// Held while a call (and every job it started) runs; releases the server's
@@ -130,6 +141,8 @@ impl TenantLimiter {
             global: Arc::new(Semaphore::new(
                 limits.global_concurrency.clamp(1, Semaphore::MAX_PERMITS),
             )),
+            memory: (limits.in_flight_bytes > 0)
+                .then(|| Arc::new(Semaphore::new(kib(limits.in_flight_bytes) as usize))),
             tenants: Mutex::new(HashMap::new()),
         }
     }
@@ -206,6 +219,18 @@ impl TenantLimiter {
         })
     }
 
+    /// Waits until `bytes` of request fit in the server's memory for calls
+    /// in flight, first come first served; `None` without that limit. A
+    /// request larger than the whole limit waits until it runs alone, so the
+    /// largest request accepted can always run.
+    pub async fn reserve(&self, bytes: usize) -> Option<Reservation> {
+        let memory = Arc::clone(self.memory.as_ref()?);
+        let want = kib(bytes as u64).min(kib(self.limits.in_flight_bytes));
+        // The semaphore is never closed, so acquiring only waits.
+        let permit = memory.acquire_many_owned(want).await.ok()?;
+        Some(Reservation { _permit: permit })
+    }
+
     /// Charges a decoded request's size to the tenant's byte and message
     /// buckets; RESOURCE_EXHAUSTED with a retry hint when either is empty.
     pub fn charge(&self, tenant: &str, bytes: usize, messages: usize) -> Result<(), ApiError> {
@@ -243,6 +268,12 @@ impl TenantLimiter {
             Ok(())
         })
     }
+}
+
+/// `bytes` in whole KiB, at least one (the memory semaphore's unit: its
+/// permits fit `u32` up to 4 TiB).
+fn kib(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX)
 }
 
 /// Which per-tenant rate ran out.
@@ -420,7 +451,47 @@ mod tests {
             bytes_burst: 0,
             messages_per_second: 0.0,
             messages_burst: 0,
+            in_flight_bytes: 0,
         }
+    }
+
+    /// Whether `fut` is still waiting after the runtime had a chance to run it.
+    fn waits<F: std::future::Future>(fut: &mut std::pin::Pin<Box<F>>) -> bool {
+        let waker = std::task::Waker::noop();
+        fut.as_mut()
+            .poll(&mut Context::from_waker(waker))
+            .is_pending()
+    }
+
+    #[tokio::test]
+    async fn requests_wait_for_memory_in_flight_first_come_first_served() {
+        let l = TenantLimiter::new(TenantLimits {
+            in_flight_bytes: 10 << 20,
+            ..limits()
+        });
+        let six = l.reserve(6 << 20).await.expect("fits");
+        // 6 + 6 MiB does not fit 10: the second waits, and a small one
+        // behind it waits too (no overtaking, so a large one is never
+        // starved by small ones).
+        let mut second = Box::pin(l.reserve(6 << 20));
+        assert!(waits(&mut second));
+        let mut small = Box::pin(l.reserve(1024));
+        assert!(waits(&mut small));
+        drop(six);
+        let second = second.await.expect("room again");
+        let small = small.await.expect("room for it too");
+        drop((second, small));
+        // Larger than the whole limit: it runs once it runs alone.
+        let huge = l.reserve(64 << 20).await.expect("alone");
+        let mut next = Box::pin(l.reserve(1));
+        assert!(waits(&mut next));
+        drop(huge);
+        assert!(next.await.is_some());
+        // No limit, no reservation.
+        assert!(TenantLimiter::new(limits())
+            .reserve(1 << 30)
+            .await
+            .is_none());
     }
 
     #[test]

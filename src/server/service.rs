@@ -45,7 +45,8 @@ impl CompactionApi {
         }
     }
 
-    /// Charges the request's size to the tenant's byte and message budgets,
+    /// Waits until the server's memory for requests in flight has room for
+    /// this one, charges its size to the tenant's byte and message budgets,
     /// then converts it — both on the blocking pool: measuring and
     /// converting a 100k-message thread (every tool output's JSON parsed)
     /// must not stall the async workers other tenants' calls run on.
@@ -65,6 +66,13 @@ impl CompactionApi {
             ctx.tenant_id.clone(),
         );
         let bytes = request.encoded_len();
+        // The request's working memory is admitted before any of it is
+        // made, and held until the call and every job it started are gone.
+        if let Some(memory) = limiter.reserve(bytes).await {
+            if let Some(call) = crate::runtime::Call::current() {
+                call.attach(memory);
+            }
+        }
         let work = move || {
             limiter.charge(&tenant, bytes, request.messages())?;
             // A thread sent in full again converts only what changed.
