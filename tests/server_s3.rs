@@ -1350,31 +1350,51 @@ async fn conflicting_compacts_on_two_replicas_are_aborted_promptly() {
     }
 }
 
-/// The same fan-out without `expected_version`: the caller did not ask
-/// for compare-and-swap, so a call that lost the race to the other
-/// replica's commit builds on it (here: finds it answers the request) and
-/// every call answers OK with the one new version.
+/// The same fan-out without `expected_version`, of Compacts and of
+/// compacting Renders: the caller did not ask for compare-and-swap, so a
+/// call that lost the race to the other replica's commit builds on it
+/// (here: finds it answers the request) and every call answers OK with the
+/// one new version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn unconditional_compacts_on_two_replicas_all_get_the_winning_plan() {
+async fn unconditional_calls_on_two_replicas_all_get_the_winning_plan() {
     let aws = aws().await;
     let (replicas, clients, token) = two_replicas(&aws).await;
-    for round in 0..2u32 {
+    for round in 0..4u32 {
         let calls = (0..32).map(|i| {
             let mut client = clients[i % 2].clone();
             let mut req = compact_req(race_thread("fan-out", round), 8_000);
             req.policy = Some(externalize_policy());
-            let mut req = authed(req, &token);
-            req.set_timeout(std::time::Duration::from_secs(10));
-            async move { (i % 2, client.compact(req).await) }
+            let render = round % 2 == 1;
+            let render_req = pb::RenderRequest {
+                thread: req.thread.clone(),
+                model: req.model.clone(),
+                max_input_tokens: req.max_input_tokens,
+                policy: req.policy.clone(),
+                compact_first: true,
+                format: pb::OutputFormat::OpenaiChat as i32,
+                ..Default::default()
+            };
+            let timeout = std::time::Duration::from_secs(10);
+            let (mut req, mut render_req) = (authed(req, &token), authed(render_req, &token));
+            req.set_timeout(timeout);
+            render_req.set_timeout(timeout);
+            async move {
+                let version = if render {
+                    client
+                        .render(render_req)
+                        .await
+                        .map(|r| r.into_inner().plan_version)
+                } else {
+                    client.compact(req).await.map(|r| r.into_inner().version)
+                };
+                (i % 2, version)
+            }
         });
         let versions: std::collections::BTreeSet<u64> = futures_join(calls.collect())
             .await
             .into_iter()
             .map(|(replica, out)| {
-                let at = format!("round {round}, replica {replica}");
-                out.unwrap_or_else(|s| panic!("{at}: {s:?}"))
-                    .into_inner()
-                    .version
+                out.unwrap_or_else(|s| panic!("round {round}, replica {replica}: {s:?}"))
             })
             .collect();
         assert_eq!(versions, [u64::from(round) + 1].into(), "round {round}");

@@ -27,7 +27,7 @@ const WRITE_CONCURRENCY: usize = 8;
 
 /// Lost races a Compact without `expected_version` starts again after
 /// (each time on the plan that won), before it answers ABORTED.
-const UNCONDITIONAL_RETRIES: u32 = 2;
+pub(super) const UNCONDITIONAL_RETRIES: u32 = 2;
 
 use super::error::{plan_store_error, store_error};
 use super::{App, AppError, EngineParts, Observations, Result, Tools, UseCase};

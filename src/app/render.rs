@@ -157,8 +157,32 @@ impl App {
         .await
     }
 
-    /// [`App::render`] of the whole thread.
+    /// [`App::render`] of the whole thread. A compacting Render without
+    /// `expected_version` whose commit another replica's beat renders again
+    /// on the winning plan, as Compact does.
     async fn render_thread(
+        &self,
+        ctx: &SecurityContext,
+        cmd: RenderCommand,
+        previous: Option<Arc<PrefixTrace>>,
+    ) -> Result<RenderOutcome> {
+        let (mut cmd, mut lost) = (cmd, 0);
+        loop {
+            let again = (cmd.compact_first
+                && cmd.request.expected_version.is_none()
+                && lost < super::compact::UNCONDITIONAL_RETRIES)
+                .then(|| cmd.clone());
+            match (self.render_once(ctx, cmd, previous.clone()).await, again) {
+                (Err(AppError::VersionConflict { .. }), Some(again)) => {
+                    (cmd, lost) = (again, lost + 1);
+                }
+                (done, _) => return done,
+            }
+        }
+    }
+
+    /// One try of [`App::render_thread`].
+    async fn render_once(
         &self,
         ctx: &SecurityContext,
         cmd: RenderCommand,

@@ -593,13 +593,15 @@ pub fn fit_to_size_with(
     max_chars: usize,
     echoes: &Echoes,
 ) -> StructuredSummary {
-    let full = summary.render_as_message().len();
+    // Which quotes say which fact, found once: the whole summary's size and
+    // every attempt below render a subset of this summary (a long thread's
+    // holds thousands of both).
+    let said_by = summary.facts_said_by_requests();
+    let hidden: Vec<bool> = said_by.iter().map(|by| !by.is_empty()).collect();
+    let full = summary.render_hiding_facts(&hidden).len();
     if full <= max_chars {
         return summary;
     }
-    // Which quotes say which fact, found once: every attempt below renders
-    // a subset of this summary (a long thread's holds thousands of both).
-    let said_by = summary.facts_said_by_requests();
     let size = |(s, hidden): &(StructuredSummary, Vec<bool>)| s.render_hiding_facts(hidden).len();
     let order = removal_order(&summary, echoes);
     // Size shrinks with each removal (nearly always: a reference may start
