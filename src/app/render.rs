@@ -158,8 +158,8 @@ impl App {
     }
 
     /// [`App::render`] of the whole thread. A compacting Render without
-    /// `expected_version` whose commit another replica's beat renders again
-    /// on the winning plan, as Compact does.
+    /// `expected_version` whose commit lost to another replica's renders
+    /// again on the winning plan, as Compact does.
     async fn render_thread(
         &self,
         ctx: &SecurityContext,
