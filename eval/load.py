@@ -166,9 +166,20 @@ def renders(stubs, body, ids, concurrency):
         return max(ex.map(one, ids))
 
 
-def memory(binary, in_flight, calls):
-    body = LOG.read_text()
-    print(f"{calls} compacting Renders of {LOG.name} ({len(body)} bytes), a thread id each")
+def memory(binary, in_flight, calls, logs):
+    """`logs`: OpenAI `messages` files laid end to end, tool-call ids suffixed per file."""
+    messages = []
+    for k, path in enumerate(logs):
+        for m in json.loads(pathlib.Path(path).read_text()):
+            m = dict(m)
+            if m.get("tool_calls"):
+                m["tool_calls"] = [dict(c, id=f"{c.get('id')}-{k}") for c in m["tool_calls"]]
+            if m.get("tool_call_id"):
+                m["tool_call_id"] = f"{m['tool_call_id']}-{k}"
+            messages.append(m)
+    body = json.dumps(messages)
+    names = " + ".join(pathlib.Path(p).name for p in logs)
+    print(f"{calls} compacting Renders of {names} ({len(body)} bytes), a thread id each")
     for budget in in_flight:
         peaks = {}
         for concurrency in (1, calls):
@@ -240,6 +251,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--in-flight", default="0,67108864,4194304", help="in_flight_bytes values (memory)")
     ap.add_argument("--calls", type=int, default=64)
+    ap.add_argument("--logs", default=str(LOG), help="comma-separated OpenAI messages logs, end to end (memory)")
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
@@ -248,7 +260,7 @@ def main():
         if not os.path.exists(b):
             sys.exit(f"{b} not found: cargo build --release --bin compactd")
     if args.what == "memory":
-        memory(args.bin, [int(x) for x in args.in_flight.split(",")], args.calls)
+        memory(args.bin, [int(x) for x in args.in_flight.split(",")], args.calls, args.logs.split(","))
         return
     for b in binaries:
         print(f"{b}:", flush=True)
