@@ -41,7 +41,9 @@ import grpc  # noqa: E402
 from compactd.v1 import compactd_pb2 as pb, compactd_pb2_grpc as rpc  # noqa: E402
 
 OPTS = [("grpc.max_send_message_length", 256 << 20), ("grpc.max_receive_message_length", 256 << 20)]
-LOG = ROOT.parent / "shared" / "realworld" / "cc_explore.json"
+# The public Claude Code log; a checkout without ../shared has its own.
+LOG = next(p for p in (ROOT.parent / "shared" / "realworld" / "cc_explore.json",
+                       ROOT / "tests" / "data" / "claude_code_rust_port.json") if p.exists())
 
 
 def free_port():
@@ -89,9 +91,8 @@ def moto():
     """moto in server mode with atomic S3 writes (testkit/src/moto.rs's wrapper)."""
     src = (ROOT / "testkit" / "src" / "moto.rs").read_text()
     wrapper = src.split('const ATOMIC_WRITES: &str = r#"')[1].split('"#;')[0]
-    python = ROOT / ".venv" / "bin" / "python"
     port = free_port()
-    p = subprocess.Popen([str(python), "-c", wrapper, "-H", "127.0.0.1", "-p", str(port)],
+    p = subprocess.Popen([sys.executable, "-c", wrapper, "-H", "127.0.0.1", "-p", str(port)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(port)
     return p, f"http://127.0.0.1:{port}"
