@@ -102,6 +102,19 @@ impl Call {
         }
     }
 
+    /// Spawns `fut` into `set` as the current call, if any, so that what
+    /// it starts holds the call too (a deadline does not free the call's
+    /// slots while it still runs).
+    pub fn spawn_current<T: Send + 'static>(
+        set: &mut tokio::task::JoinSet<T>,
+        fut: impl Future<Output = T> + Send + 'static,
+    ) {
+        match Call::current() {
+            Some(c) => set.spawn(c.within(fut)),
+            None => set.spawn(fut),
+        };
+    }
+
     /// The call the current task runs as, if any.
     pub fn current() -> Option<Call> {
         CALL.try_with(Call::clone).ok()

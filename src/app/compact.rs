@@ -672,14 +672,9 @@ impl App {
         let mut set = tokio::task::JoinSet::new();
         // The writes run as this call: a deadline does not free the tenant's
         // slot while a write is still blocking.
-        let call = Call::current();
         for (k, a) in compaction.pending.iter().enumerate() {
             let write = self.artifact_write(tenant, thread_id, created, a, Arc::clone(&limit));
-            let write = async move { (k, write.await) };
-            match call.clone() {
-                Some(c) => set.spawn(c.within(write)),
-                None => set.spawn(write),
-            };
+            Call::spawn_current(&mut set, async move { (k, write.await) });
         }
         let mut results: Vec<Option<Result<String>>> =
             (0..compaction.pending.len()).map(|_| None).collect();
@@ -778,7 +773,6 @@ impl App {
     async fn delete_artifacts(&self, tenant: &str, thread_id: &str, written: &[WrittenArtifact]) {
         let limit = Arc::new(tokio::sync::Semaphore::new(WRITE_CONCURRENCY));
         let mut set = tokio::task::JoinSet::new();
-        let call = Call::current();
         for a in written {
             let (store, limit) = (Arc::clone(&self.inner.artifacts), Arc::clone(&limit));
             let (tenant, thread_id, id) = (
@@ -786,16 +780,12 @@ impl App {
                 thread_id.to_string(),
                 a.artifact_id.clone(),
             );
-            let delete = async move {
+            Call::spawn_current(&mut set, async move {
                 let _permit = limit.acquire_owned().await;
                 if let Err(e) = store.delete(&tenant, &thread_id, &id).await {
                     tracing::warn!(artifact_id = %id, error = %e, "could not delete an uncommitted artifact");
                 }
-            };
-            match call.clone() {
-                Some(c) => set.spawn(c.within(delete)),
-                None => set.spawn(delete),
-            };
+            });
         }
         while set.join_next().await.is_some() {}
     }

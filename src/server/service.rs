@@ -67,7 +67,8 @@ impl CompactionApi {
         );
         let bytes = request.encoded_len();
         // The request's working memory is admitted before any of it is
-        // made, and held until the call and every job it started are gone.
+        // made, and held until the call and every job it started are gone
+        // (every API call runs as one: the admission layer makes it).
         if let Some(memory) = limiter.reserve(bytes).await {
             if let Some(call) = crate::runtime::Call::current() {
                 call.attach(memory);
