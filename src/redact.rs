@@ -522,8 +522,10 @@ impl Redactor {
                 }
             }
             Content::Parts(parts) => {
-                let changed = parts.iter().any(|p| {
-                    matches!(p, ContentPart::Text { text } if matches!(self.redact(text), Cow::Owned(_)))
+                let changed = parts.iter().any(|p| match p {
+                    ContentPart::Text { text } => matches!(self.redact(text), Cow::Owned(_)),
+                    ContentPart::Provider(pp) => self.redact_provider(pp).is_some(),
+                    _ => false,
                 });
                 if changed {
                     let parts = parts
@@ -532,6 +534,9 @@ impl Redactor {
                             ContentPart::Text { text } => ContentPart::Text {
                                 text: self.redact(text).into_owned(),
                             },
+                            ContentPart::Provider(pp) => ContentPart::Provider(
+                                self.redact_provider(pp).unwrap_or_else(|| pp.clone()),
+                            ),
                             other => other.clone(),
                         })
                         .collect();
@@ -660,6 +665,53 @@ const KEYED_SECRET: &str = "[REDACTED:secret]";
 
 /// Redacts a JSON value in place: strings by the rules, and any scalar
 /// under a key that names a secret whole, whatever it looks like.
+impl Redactor {
+    /// A provider part with its conversation text redacted, `None` when
+    /// nothing in it is a secret. Provider state (encrypted content,
+    /// signatures) and inline media are left as they are: they are not
+    /// text, and the provider refuses them changed.
+    pub fn redact_provider(
+        &self,
+        p: &crate::model::ProviderPart,
+    ) -> Option<crate::model::ProviderPart> {
+        let mut v = p.value();
+        let changed = redact_carried(self, None, &mut v);
+        changed.then(|| crate::model::ProviderPart {
+            dialect: p.dialect,
+            kind: p.kind.clone(),
+            json: crate::model::JsonText::from_value(&v),
+        })
+    }
+}
+
+/// Redacts the text of a carried item in place; true when anything changed.
+fn redact_carried(r: &Redactor, key: Option<&str>, v: &mut serde_json::Value) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => {
+            let state = key.is_some_and(|k| crate::model::STATE_KEYS.contains(&k));
+            if state || matches!(key, Some("type" | "id" | "call_id")) || crate::model::is_blob(s) {
+                return false;
+            }
+            let before = s.clone();
+            let mut x = Value::String(std::mem::take(s));
+            match key {
+                Some(k) => redact_keyed(r, k, &mut x),
+                None => redact_json(r, &mut x),
+            }
+            *v = x;
+            v.as_str() != Some(before.as_str())
+        }
+        Value::Array(a) => a
+            .iter_mut()
+            .fold(false, |c, x| redact_carried(r, key, x) | c),
+        Value::Object(m) => m
+            .iter_mut()
+            .fold(false, |c, (k, x)| redact_carried(r, Some(k), x) | c),
+        _ => false,
+    }
+}
+
 fn redact_json(r: &Redactor, v: &mut serde_json::Value) {
     use serde_json::Value;
     match v {

@@ -124,6 +124,18 @@ pub struct Settings {
     pub plugins: crate::plugin::PluginsSettings,
     /// Trace export (OTLP/gRPC) and how tenants appear in it.
     pub telemetry: crate::telemetry::TelemetrySettings,
+    /// How provider bodies are read.
+    pub import: ImportSettings,
+}
+
+/// How provider bodies are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImportSettings {
+    /// An item or block of a type this release does not know (a provider
+    /// added it since): `carry` it as it came, with a warning, or
+    /// `refuse` the thread naming it.
+    pub unknown_items: crate::model::UnknownItems,
 }
 
 impl Default for Settings {
@@ -169,6 +181,7 @@ impl Default for Settings {
             summarizer: crate::llm::SummarizerSettings::default(),
             plugins: crate::plugin::PluginsSettings::default(),
             telemetry: crate::telemetry::TelemetrySettings::default(),
+            import: ImportSettings::default(),
         }
     }
 }
@@ -183,6 +196,7 @@ impl Settings {
             min_safety_buffer_tokens: self.min_safety_buffer_tokens,
             auto_rehydrate: self.auto_rehydrate,
             recall: self.recall,
+            unknown_items: self.import.unknown_items,
         }
     }
 }

@@ -64,6 +64,8 @@ pub struct Defaults {
     pub auto_rehydrate: crate::render::AutoRehydrate,
     /// Render's recall block.
     pub recall: crate::recall::RecallSettings,
+    /// Items of a type compactd does not know: carried or refused.
+    pub unknown_items: crate::model::UnknownItems,
 }
 
 impl Default for Defaults {
@@ -75,6 +77,7 @@ impl Default for Defaults {
             min_safety_buffer_tokens: 256,
             auto_rehydrate: crate::render::AutoRehydrate::default(),
             recall: crate::recall::RecallSettings::default(),
+            unknown_items: crate::model::UnknownItems::Carry,
         }
     }
 }
@@ -174,8 +177,11 @@ impl App {
                 ledger: Arc::new(TokenLedger::new(ledger_max_entries)),
                 memo: Memo::default(),
                 summarizer: Arc::new(ExtractiveSummarizer),
+                limits: ThreadLimits {
+                    unknown_items: defaults.unknown_items,
+                    ..ThreadLimits::default()
+                },
                 defaults,
-                limits: ThreadLimits::default(),
                 lifecycle,
                 usage: lifecycle::UsageBook::default(),
                 redactor,

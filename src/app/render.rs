@@ -291,6 +291,14 @@ impl App {
                 "an OpenAI Chat body needs at least one message: send a system prompt or a message",
             ));
         }
+        // A provider item the format has no form for is refused, before
+        // anything is compacted: nothing is dropped silently.
+        if let Some(u) = cmd
+            .format
+            .unsendable(cmd.request.thread.messages.iter().map(|m| &**m))
+        {
+            return Err(AppError::invalid("output_format", u.to_string()));
+        }
         let mut cmd = cmd;
         let request = &mut cmd.request;
         let sent = Arc::clone(&request.thread);

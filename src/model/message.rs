@@ -86,6 +86,9 @@ pub enum ContentPart {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         encrypted_content: Option<String>,
     },
+    /// An item or block of a provider's own vocabulary, carried as it came
+    /// and sent back only to its format.
+    Provider(super::ProviderPart),
 }
 
 impl ContentPart {
@@ -110,6 +113,7 @@ impl ContentPart {
                 signature,
             } => thinking.len() + signature.len(),
             ContentPart::RedactedThinking { data } => data.len(),
+            ContentPart::Provider(p) => p.byte_len(),
             ContentPart::Reasoning {
                 id,
                 summary,
@@ -638,6 +642,19 @@ impl Message {
         s
     }
 
+    /// Its provider parts of a type compactd does not know, with their
+    /// index among the parts.
+    pub fn unknown_parts(&self) -> impl Iterator<Item = (usize, &super::ProviderPart)> {
+        let parts: &[ContentPart] = match &self.content {
+            Content::Parts(parts) => parts,
+            Content::Text(_) => &[],
+        };
+        parts.iter().enumerate().filter_map(|(k, p)| match p {
+            ContentPart::Provider(p) if !p.dialect.knows(&p.kind) => Some((k, p)),
+            _ => None,
+        })
+    }
+
     /// At least [`Self::byte_len`], without formatting any tool call's
     /// arguments: a size check needs the exact size only near its limit,
     /// and every message of a thread is checked on every call.
@@ -718,8 +735,9 @@ pub struct ToolSchema {
     pub parameters: Value,
 }
 
-/// Text parts and images (as `image` writes them; `None` leaves one out)
-/// joined by newlines; thinking and reasoning are never text. With
+/// Text parts, images (as `image` writes them; `None` leaves one out) and
+/// provider parts' text joined by newlines; thinking and reasoning are
+/// never text. With
 /// `skip_blank`, blank pieces are left out.
 fn join_parts<'a>(
     parts: &'a [ContentPart],
@@ -735,6 +753,9 @@ fn join_parts<'a>(
                 Some(piece) => piece,
                 None => continue,
             },
+            ContentPart::Provider(p) => {
+                Cow::Owned(p.text_equivalent().unwrap_or_else(|| p.readable_text()))
+            }
             ContentPart::Thinking { .. }
             | ContentPart::RedactedThinking { .. }
             | ContentPart::Reasoning { .. } => continue,

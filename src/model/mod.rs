@@ -6,6 +6,7 @@ pub(crate) mod image;
 mod message;
 mod outcome;
 mod plan;
+mod provider_part;
 mod records;
 mod summary;
 mod thread;
@@ -23,6 +24,9 @@ pub use plan::{
     fingerprint, is_artifact_id, message_digest, thread_digest, Action, ActionKind, ActionMap,
     ClearReason, ClearRecord, CompactionPlan, DropRecord, DroppedSpanIndex, ExternalizationRecord,
     NormalizationWarning, PlanError, SpanReference, SummarizationRecord, PLAN_FORMAT_VERSION,
+};
+pub use provider_part::{
+    countable, is_blob, Dialect, Media, ProviderPart, UnknownItems, STATE_KEYS,
 };
 pub use records::Records;
 pub use summary::{

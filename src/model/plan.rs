@@ -873,6 +873,11 @@ fn hash_message(h: &mut xxhash_rust::xxh3::Xxh3, buf: &mut Vec<u8>, m: &super::m
                         }
                         field(encrypted_content.as_deref().unwrap_or("\u{0}").as_bytes());
                     }
+                    ContentPart::Provider(p) => {
+                        field(b"provider");
+                        field(p.dialect.as_str().as_bytes());
+                        field(p.json.as_str().as_bytes());
+                    }
                 }
             }
         }

@@ -36,6 +36,9 @@ pub struct ThreadLimits {
     /// size is often a dump or was cut off on its way (256 KB, the ingestion
     /// limit the seeds name).
     pub warn_message_bytes: usize,
+    /// Items and blocks of a type compactd does not know: carried, or the
+    /// thread refused.
+    pub unknown_items: super::UnknownItems,
 }
 
 impl Default for ThreadLimits {
@@ -45,6 +48,7 @@ impl Default for ThreadLimits {
             max_message_bytes: 8 * 1024 * 1024,
             max_id_bytes: 256,
             warn_message_bytes: 256 * 1024,
+            unknown_items: super::UnknownItems::Carry,
         }
     }
 }
@@ -116,6 +120,18 @@ pub enum ThreadError {
         turn: u32,
         /// The turn before it.
         previous: u32,
+    },
+    /// An item of a type compactd does not know, where such items are refused.
+    #[error("messages[{index}].parts[{part}] is a {dialect} item of type {kind:?}, which this deployment refuses (import.unknown_items: refuse)")]
+    UnknownItem {
+        /// Message index.
+        index: usize,
+        /// Part index.
+        part: usize,
+        /// Its type.
+        kind: String,
+        /// Its format.
+        dialect: &'static str,
     },
     /// A message over the size limit.
     #[error("messages[{index}].content is {bytes} bytes; the limit is {limit}")]
@@ -234,7 +250,8 @@ impl ThreadError {
             ThreadError::DuplicateToolCallId { index, call, .. } => {
                 format!("thread.messages[{index}].tool_calls[{call}].id")
             }
-            ThreadError::ReasoningOutsideAssistant { index, part } => {
+            ThreadError::ReasoningOutsideAssistant { index, part }
+            | ThreadError::UnknownItem { index, part, .. } => {
                 format!("thread.messages[{index}].parts[{part}]")
             }
             ThreadError::OrphanToolResult { index, .. }
@@ -670,6 +687,16 @@ impl Message {
         if !self.tool_calls.is_empty() && self.role != Role::Assistant {
             return Err(ThreadError::UnexpectedToolCalls { index });
         }
+        if limits.unknown_items == super::UnknownItems::Refuse {
+            if let Some((part, p)) = self.unknown_parts().next() {
+                return Err(ThreadError::UnknownItem {
+                    index,
+                    part,
+                    kind: p.kind.clone(),
+                    dialect: p.dialect.as_str(),
+                });
+            }
+        }
         Ok(())
     }
 }
@@ -880,6 +907,7 @@ mod tests {
         max_message_bytes: 40,
         max_id_bytes: 2,
         warn_message_bytes: 1000,
+        unknown_items: crate::model::UnknownItems::Refuse,
     };
 
     /// Messages from small alphabets, mostly well formed, so that valid

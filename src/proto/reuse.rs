@@ -173,6 +173,16 @@ pub(super) fn digest(m: &pb::Message, seed: u64) -> u128 {
                 }
                 optional(&mut field, encrypted_content.as_deref());
             }
+            Some(Kind::Provider(pb::ProviderPart {
+                format,
+                r#type,
+                json,
+            })) => {
+                field(b"provider");
+                field(format.as_bytes());
+                field(r#type.as_bytes());
+                field(json.as_bytes());
+            }
         }
     }
     field(&(tool_calls.len() as u64).to_le_bytes());

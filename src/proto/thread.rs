@@ -206,6 +206,11 @@ fn part_to_pb(p: &ContentPart) -> pb::ContentPart {
                 summary: summary.clone(),
                 encrypted_content: encrypted_content.clone(),
             }),
+            ContentPart::Provider(p) => Kind::Provider(pb::ProviderPart {
+                format: p.dialect.as_str().to_string(),
+                r#type: p.kind.clone(),
+                json: p.json.as_str().to_string(),
+            }),
         }),
     }
 }
@@ -241,12 +246,48 @@ impl TryFrom<pb::ContentPart> for ContentPart {
                 summary: r.summary,
                 encrypted_content: r.encrypted_content,
             }),
+            Some(Kind::Provider(p)) => provider_part(p).map(ContentPart::Provider),
             None => Err(ConvertError::new(
                 "",
-                "one of text, image_url, thinking, redacted_thinking or reasoning is required",
+                "one of text, image_url, thinking, redacted_thinking, reasoning or provider is required",
             )),
         }
     }
+}
+
+/// A provider part: a known format, a type, a JSON object of that type.
+fn provider_part(p: pb::ProviderPart) -> Result<crate::model::ProviderPart> {
+    let dialect = crate::model::Dialect::parse(&p.format).ok_or_else(|| {
+        ConvertError::new(
+            "provider.format",
+            format!(
+                "{:?} is not one of openai_chat, openai_responses, anthropic_messages",
+                p.format
+            ),
+        )
+    })?;
+    if p.r#type.is_empty() {
+        return Err(ConvertError::new("provider.type", "is required"));
+    }
+    let json = JsonText::from_string(p.json)
+        .map_err(|e| ConvertError::new("provider.json", format!("is not JSON: {e}")))?;
+    let v = json.parse();
+    if !v.is_object() {
+        return Err(ConvertError::new("provider.json", "must be a JSON object"));
+    }
+    // A Responses `item_reference` may leave its type out.
+    let stated = v.get("type").and_then(serde_json::Value::as_str);
+    if stated.is_some_and(|t| t != p.r#type) {
+        return Err(ConvertError::new(
+            "provider.type",
+            format!("is {:?} but the JSON's type is {stated:?}", p.r#type),
+        ));
+    }
+    Ok(crate::model::ProviderPart {
+        dialect,
+        kind: p.r#type,
+        json,
+    })
 }
 
 // ───────────────────────────── tool calls ─────────────────────────────

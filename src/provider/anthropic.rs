@@ -56,7 +56,7 @@ use std::collections::BTreeSet;
 use serde_json::{json, Map, Value};
 
 use super::body::{array, BodyCounter};
-use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
+use crate::model::{Content, ContentPart, Dialect, Role, ToolCall, ToolSchema};
 use crate::render::tool_ids::{self, IdRules, ToolIds};
 use crate::render::wire::{input_schema, CONTINUATION_TEXT, EMPTY_TEXT};
 use crate::render::{images, ProviderOptions, RenderedMessage, Request};
@@ -187,6 +187,11 @@ fn content_blocks(c: &Content, images_allowed: bool) -> Vec<Value> {
                     Some(source) if images_allowed => json!({"type": "image", "source": source}),
                     _ => text_block(&images::reference(url)),
                 }),
+                ContentPart::Provider(p) => match super::sent(p, Dialect::AnthropicMessages)? {
+                    super::Sent::Raw(v) => Some(v),
+                    super::Sent::Text(t) if is_blank(&t) => None,
+                    super::Sent::Text(t) => Some(text_block(&t)),
+                },
                 ContentPart::Thinking { .. }
                 | ContentPart::RedactedThinking { .. }
                 | ContentPart::Reasoning { .. } => None,
@@ -577,7 +582,7 @@ pub fn count_body(body: &Value, bc: &BodyCounter<'_>) -> u32 {
                 Some("image") => o.per_image,
                 Some("thinking") => o.per_block + text(&b["thinking"]),
                 Some("redacted_thinking") => o.per_block + text(&b["data"]),
-                _ => 0,
+                _ => bc.provider(b),
             })
             .sum()
     };
@@ -619,8 +624,11 @@ pub fn count_body(body: &Value, bc: &BodyCounter<'_>) -> u32 {
 pub(super) mod import {
     use serde_json::{Map, Value};
 
-    use crate::model::{Content, ContentPart, Role, Thread, ToolCall, ToolContent};
-    use crate::provider::import::{content_of, err, str_field, Builder, ImportError, Marks};
+    use crate::model::{Content, ContentPart, Dialect, Role, Thread, ToolCall, ToolContent};
+    use crate::provider::import::{
+        carried, content_of, err, only_keys, protect_before_compaction, str_field, Builder,
+        ImportError, Marks,
+    };
 
     /// Anthropic blocks that Chat Completions never has; a text-only Anthropic
     /// conversation reads the same either way.
@@ -640,6 +648,9 @@ pub(super) mod import {
                             let t = b.get("type").and_then(Value::as_str).unwrap_or_default();
                             ONLY_ANTHROPIC.contains(&t)
                                 || (t == "image" && b.get("source").is_some())
+                                || (t != "text"
+                                    && t != "image"
+                                    && Dialect::AnthropicMessages.knows(t))
                         })
                     })
             })
@@ -692,6 +703,7 @@ pub(super) mod import {
                 }
             }
         }
+        protect_before_compaction(&mut b.messages);
         Ok(b.thread(id))
     }
 
@@ -764,7 +776,20 @@ pub(super) mod import {
     }
 
     fn part(block: &Value, path: &str) -> Result<ContentPart, ImportError> {
-        match block.get("type").and_then(Value::as_str) {
+        let kind = block.get("type").and_then(Value::as_str);
+        // A block compactd sends back otherwise than it came (with
+        // `cache_control`, citations, a url-less image…) is carried as is.
+        let modelled: &[&str] = match kind {
+            Some("text") => &["type", "text"],
+            Some("image") => &["type", "source"],
+            Some("thinking") => &["type", "thinking", "signature"],
+            Some("redacted_thinking") => &["type", "data"],
+            _ => &[],
+        };
+        if let Some(k) = kind.filter(|_| !only_keys(block, modelled)) {
+            return Ok(carried(Dialect::AnthropicMessages, k, block));
+        }
+        match kind {
             Some("text") => Ok(ContentPart::Text {
                 text: str_field(block, "text", path)?.to_string(),
             }),
@@ -795,10 +820,7 @@ pub(super) mod import {
             Some("redacted_thinking") => Ok(ContentPart::RedactedThinking {
                 data: str_field(block, "data", path)?.to_string(),
             }),
-            Some(other) => Err(err(
-                format!("{path}.type"),
-                format!("unsupported block type {other:?}"),
-            )),
+            Some(other) => Ok(carried(Dialect::AnthropicMessages, other, block)),
             None => Err(err(format!("{path}.type"), "is required")),
         }
     }

@@ -37,6 +37,15 @@ impl<'a> BodyCounter<'a> {
         self.rc.text(&serde_json::to_string(v).unwrap_or_default())
     }
 
+    /// Tokens of an item or block compactd does not model, as sent: its
+    /// JSON text with inline media emptied, plus each medium's published
+    /// cost (see [`crate::model::Media::tokens`]) and one block's framing.
+    pub fn provider(&self, v: &Value) -> u32 {
+        let (text, media) = crate::model::countable(v);
+        let o = self.rc.overhead;
+        o.per_block + self.rc.text(&text) + media.iter().map(|m| m.tokens(o.per_image)).sum::<u32>()
+    }
+
     /// Tokens of `body`'s `tools`: each tool's name, description and
     /// parameters under `key_params`, at the top level of the tool (`flat`)
     /// or under its `function`; with the target's tool preamble.

@@ -17,8 +17,8 @@ use thiserror::Error;
 
 use super::{anthropic, neutral, openai_chat, openai_responses, Format};
 use crate::model::{
-    infer_outcome, Content, ContentPart, Message, MessageMetadata, Outcome, Role, Thread, ToolCall,
-    ToolContent, ToolResultEnvelope, ToolSchema,
+    infer_outcome, Content, ContentPart, Dialect, Message, MessageMetadata, Outcome, ProviderPart,
+    Role, Thread, ToolCall, ToolContent, ToolResultEnvelope, ToolSchema,
 };
 
 /// A thread file: the thread plus what the request around it carries.
@@ -424,6 +424,51 @@ impl Builder {
         let mut thread = Thread::new(id, self.messages);
         assign_turns_if_absent(&mut thread);
         thread
+    }
+}
+
+/// Keys compactd reads as marks on a message or item ([`Marks`]) and never
+/// sends on.
+const MARK_KEYS: &[&str] = &["protected", "label", "metadata", "created_at", "timestamp"];
+
+/// Whether object `v` has only keys in `modelled` (or marks, or null
+/// values): what compactd's own rendering gives back as it came.
+pub(super) fn only_keys(v: &Value, modelled: &[&str]) -> bool {
+    v.as_object().is_some_and(|o| {
+        o.iter().all(|(k, x)| {
+            x.is_null() || modelled.contains(&k.as_str()) || MARK_KEYS.contains(&k.as_str())
+        })
+    })
+}
+
+/// `v`, without its marks, as a provider part of `kind`.
+pub(super) fn carried(dialect: Dialect, kind: &str, v: &Value) -> ContentPart {
+    match v {
+        Value::Object(o) if MARK_KEYS.iter().any(|k| o.contains_key(*k)) => {
+            let mut o = o.clone();
+            for k in MARK_KEYS {
+                o.remove(*k);
+            }
+            ContentPart::Provider(ProviderPart::new(dialect, kind, &Value::Object(o)))
+        }
+        _ => ContentPart::Provider(ProviderPart::new(dialect, kind, v)),
+    }
+}
+
+/// A provider `compaction` (OpenAI's encrypted item, Anthropic's summary
+/// block) stands for everything before it: that, and the compaction, are
+/// never compacted again; compactd may compact what follows.
+pub(super) fn protect_before_compaction(messages: &mut [Message]) {
+    let last = messages.iter().rposition(|m| match &m.content {
+        Content::Parts(parts) => parts
+            .iter()
+            .any(|p| matches!(p, ContentPart::Provider(p) if p.kind == "compaction")),
+        Content::Text(_) => false,
+    });
+    if let Some(last) = last {
+        for m in &mut messages[..=last] {
+            m.metadata.protected = true;
+        }
     }
 }
 

@@ -41,6 +41,7 @@ pub(crate) mod testgen;
 
 use serde_json::Value;
 
+use crate::model::{Content, ContentPart, Dialect};
 use crate::render::{ProviderOptions, RenderedMessage, Request, RequestCounter};
 use crate::tokens::{encoding_known, normalize_model, ChatOverhead, Framing, Target};
 
@@ -93,6 +94,53 @@ impl std::str::FromStr for Format {
                 lower == f.name() || lower == long
             })
             .ok_or_else(|| format!("{s:?} is not one of neutral, openai, anthropic, responses"))
+    }
+}
+
+/// A provider part a format has no form for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsendable {
+    /// The message holding it.
+    pub message_id: String,
+    /// Its index in the message's parts.
+    pub part: usize,
+    /// Its type.
+    pub kind: String,
+    /// The format it came in.
+    pub from: Format,
+    /// The format asked for.
+    pub to: Format,
+}
+
+impl std::fmt::Display for Unsendable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "message {:?} part {} is {} item type {:?}, which {} has no form for",
+            self.message_id,
+            self.part,
+            self.from.display_name(),
+            self.kind,
+            self.to.display_name()
+        )
+    }
+}
+
+/// A provider part as `dialect`'s body sends it: its JSON when it came in
+/// that dialect, else its text when it is only text (`None`: neither;
+/// [`Format::unsendable`] refuses such a thread first).
+pub(crate) enum Sent {
+    /// The part's own JSON.
+    Raw(Value),
+    /// Its text.
+    Text(String),
+}
+
+pub(crate) fn sent(p: &crate::model::ProviderPart, dialect: Dialect) -> Option<Sent> {
+    if p.dialect == dialect {
+        Some(Sent::Raw(p.value()))
+    } else {
+        p.text_equivalent().map(Sent::Text)
     }
 }
 
@@ -199,6 +247,55 @@ impl Format {
             ),
             Format::Neutral | Format::AnthropicMessages | Format::OpenAiResponses => None,
         }
+    }
+
+    /// The provider vocabulary a body in this format is written in
+    /// (`None`: the neutral format, which carries every part as it is).
+    pub fn dialect(self) -> Option<Dialect> {
+        match self {
+            Format::Neutral => None,
+            Format::OpenAiChat => Some(Dialect::OpenAiChat),
+            Format::AnthropicMessages => Some(Dialect::AnthropicMessages),
+            Format::OpenAiResponses => Some(Dialect::OpenAiResponses),
+        }
+    }
+
+    /// The format a dialect's bodies are.
+    pub fn of_dialect(d: Dialect) -> Format {
+        match d {
+            Dialect::OpenAiChat => Format::OpenAiChat,
+            Dialect::AnthropicMessages => Format::AnthropicMessages,
+            Dialect::OpenAiResponses => Format::OpenAiResponses,
+        }
+    }
+
+    /// The first provider part of `messages` this format cannot send: one
+    /// of another format that is more than text with metadata. Nothing is
+    /// dropped silently: such a thread is refused in this format.
+    pub fn unsendable<'a>(
+        self,
+        messages: impl IntoIterator<Item = &'a crate::model::Message>,
+    ) -> Option<Unsendable> {
+        let dialect = self.dialect()?;
+        messages.into_iter().find_map(|m| {
+            let Content::Parts(parts) = &m.content else {
+                return None;
+            };
+            parts.iter().enumerate().find_map(|(k, p)| match p {
+                ContentPart::Provider(p)
+                    if p.dialect != dialect && p.text_equivalent().is_none() =>
+                {
+                    Some(Unsendable {
+                        message_id: m.id.clone(),
+                        part: k,
+                        kind: p.kind.clone(),
+                        from: Format::of_dialect(p.dialect),
+                        to: self,
+                    })
+                }
+                _ => None,
+            })
+        })
     }
 
     /// The name a person reads in warnings.

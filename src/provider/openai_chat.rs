@@ -20,7 +20,7 @@
 use serde_json::{json, Map, Value};
 
 use super::body::{array, BodyCounter};
-use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
+use crate::model::{Content, ContentPart, Dialect, Role, ToolCall, ToolSchema};
 use crate::render::{images, ProviderOptions, RenderedMessage, Request};
 use crate::tokens::{normalize_model, BlankFiller, ChatOverhead, Framing, IdGrowth, TokenizerRule};
 
@@ -64,6 +64,9 @@ fn message(mut m: RenderedMessage) -> Option<Value> {
         // Nothing left to send: the message only held another provider's reasoning.
         return None;
     }
+    if let Some(whole) = whole_message(&m) {
+        return Some(whole);
+    }
     let mut out = Map::new();
     out.insert("role".into(), Value::String(m.role.as_str().into()));
     match m.role {
@@ -94,6 +97,22 @@ fn message(mut m: RenderedMessage) -> Option<Value> {
     Some(Value::Object(out))
 }
 
+/// A message carried whole (it had fields compactd does not model: a
+/// `name`, a `refusal`, `audio`), sent back as it came.
+fn whole_message(m: &RenderedMessage) -> Option<Value> {
+    match (&m.content, m.tool_calls.is_empty()) {
+        (Content::Parts(parts), true) => match parts.as_slice() {
+            [ContentPart::Provider(p)]
+                if p.kind == "message" && p.dialect == Dialect::OpenAiChat =>
+            {
+                Some(p.value())
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// Plain text stays a string; parts become a content array. Only user
 /// messages may carry `image_url` parts.
 fn content(c: Content, images_allowed: bool) -> Value {
@@ -111,6 +130,10 @@ fn content(c: Content, images_allowed: bool) -> Value {
                     ContentPart::Image { url } => {
                         Some(json!({"type": "text", "text": images::reference(&url)}))
                     }
+                    ContentPart::Provider(p) => match super::sent(&p, Dialect::OpenAiChat)? {
+                        super::Sent::Raw(v) => Some(v),
+                        super::Sent::Text(text) => Some(json!({"type": "text", "text": text})),
+                    },
                     // Removed by `without_reasoning` before this is called.
                     ContentPart::Thinking { .. }
                     | ContentPart::RedactedThinking { .. }
@@ -319,7 +342,8 @@ pub fn count_message(m: &Value, bc: &BodyCounter<'_>) -> u32 {
                 for p in parts {
                     n += match p.get("type").and_then(Value::as_str) {
                         Some("image_url") => o.per_image,
-                        _ => text(&p["text"]),
+                        Some("text") => text(&p["text"]),
+                        _ => bc.provider(p),
                     };
                 }
             }
@@ -334,6 +358,12 @@ pub fn count_message(m: &Value, bc: &BodyCounter<'_>) -> u32 {
         }
         if let Some(id) = m.get("tool_call_id") {
             n += o.per_name + text(id);
+        }
+        // A message carried whole: what it holds beside its content.
+        for key in ["name", "refusal", "audio", "function_call"] {
+            if let Some(v) = m.get(key).filter(|v| !v.is_null()) {
+                n += o.per_name + bc.provider(v);
+            }
         }
     }
     n
@@ -356,10 +386,12 @@ pub(super) mod import {
     use serde_json::Value;
 
     use crate::model::{
-        Content, ContentPart, Message, MessageMetadata, Role, Thread, ToolCall, ToolContent,
+        Content, ContentPart, Dialect, Message, MessageMetadata, Role, Thread, ToolCall,
+        ToolContent,
     };
     use crate::provider::import::{
-        assign_turns_if_absent, err, imported_result, parse_arguments, ImportError, Marks,
+        assign_turns_if_absent, carried, err, imported_result, only_keys, parse_arguments,
+        ImportError, Marks,
     };
 
     pub(in crate::provider) fn thread(
@@ -391,8 +423,14 @@ pub(super) mod import {
                     format!("{role_s:?} is not one of system, developer, user, assistant, tool"),
                 )
             })?;
-            let content = content(m, i)?;
+            let mut content = content(m, i)?;
             let tool_calls = tool_calls(m, i)?;
+            // A message with fields compactd does not model (a `name`, a
+            // `refusal`, `audio`) and no calls is carried whole.
+            let plain = only_keys(m, &["role", "content", "tool_calls", "tool_call_id"]);
+            if !plain && tool_calls.is_empty() && role != Role::Tool {
+                content = Content::Parts(vec![carried(Dialect::OpenAiChat, "message", m)]);
+            }
             for c in &tool_calls {
                 call_names.insert(c.id.clone(), c.name.clone());
             }
@@ -491,7 +529,19 @@ pub(super) mod import {
     }
 
     fn content_part(p: &Value) -> Result<ContentPart, String> {
-        match p.get("type").and_then(Value::as_str) {
+        let kind = p.get("type").and_then(Value::as_str);
+        let plain = match kind {
+            Some("text") => only_keys(p, &["type", "text"]),
+            Some("image_url") => {
+                only_keys(p, &["type", "image_url"])
+                    && p.get("image_url").is_some_and(|i| only_keys(i, &["url"]))
+            }
+            _ => true,
+        };
+        if let Some(k) = kind.filter(|_| !plain) {
+            return Ok(carried(Dialect::OpenAiChat, k, p));
+        }
+        match kind {
             Some("text") => Ok(ContentPart::Text {
                 text: p
                     .get("text")
@@ -506,7 +556,7 @@ pub(super) mod import {
                     .ok_or("image_url.url is required")?
                     .to_string(),
             }),
-            Some(other) => Err(format!("unsupported part type {other:?}")),
+            Some(other) => Ok(carried(Dialect::OpenAiChat, other, p)),
             None => Err("type is required".into()),
         }
     }

@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{json, Map, Value};
 
 use super::body::{array, BodyCounter};
-use crate::model::{Content, ContentPart, Role, ToolCall, ToolSchema};
+use crate::model::{Content, ContentPart, Dialect, Role, ToolCall, ToolSchema};
 use crate::render::tool_ids::{IdRules, ToolIds};
 use crate::render::wire::{input_schema, EMPTY_TEXT};
 use crate::render::{images, ProviderOptions, RenderedMessage, Request};
@@ -67,7 +67,36 @@ pub fn into_responses(req: Request, opts: &ProviderOptions) -> Value {
     Value::Object(body)
 }
 
+/// Responses content-part types; every other carried type is an item.
+const PART_KINDS: &[&str] = &[
+    "input_text",
+    "output_text",
+    "input_image",
+    "input_file",
+    "input_audio",
+    "refusal",
+];
+
+/// Whether `p` is a Responses item carried as it came (not a content part).
+fn carried_item(p: &ContentPart) -> Option<&crate::model::ProviderPart> {
+    match p {
+        ContentPart::Provider(p)
+            if p.dialect == Dialect::OpenAiResponses && !PART_KINDS.contains(&p.kind.as_str()) =>
+        {
+            Some(p)
+        }
+        _ => None,
+    }
+}
+
 fn items(m: RenderedMessage, ids: &ToolIds, i: usize, out: &mut Vec<Value>) {
+    let carries = match &m.content {
+        Content::Parts(parts) => parts.iter().any(|p| carried_item(p).is_some()),
+        Content::Text(_) => false,
+    };
+    if carries && m.role != Role::Tool {
+        return in_order(&m, &ids.calls[i], out);
+    }
     match m.role {
         Role::Tool => {
             out.push(json!({
@@ -103,6 +132,59 @@ fn assistant_items(m: &RenderedMessage, call_ids: &[String], out: &mut Vec<Value
     if has_text {
         out.push(json!({"type": "message", "role": "assistant", "content": text}));
     }
+    out.extend(
+        m.tool_calls
+            .iter()
+            .zip(call_ids)
+            .map(|(c, id)| function_call(c, id)),
+    );
+}
+
+/// A message holding carried items, as items in its own order: carried
+/// items as they came, reasoning items, and the parts between them as one
+/// message item each; then its function calls. A reasoning item with
+/// nothing after it is not sent (the API refuses it).
+fn in_order(m: &RenderedMessage, call_ids: &[String], out: &mut Vec<Value>) {
+    let Content::Parts(parts) = &m.content else {
+        return;
+    };
+    let mut pending: Vec<ContentPart> = Vec::new();
+    let mut emitted: Vec<(bool, Value)> = Vec::new();
+    let flush = |pending: &mut Vec<ContentPart>, emitted: &mut Vec<(bool, Value)>| {
+        if pending.is_empty() {
+            return;
+        }
+        let content = Content::Parts(std::mem::take(pending));
+        let item = match m.role {
+            Role::User => {
+                Some(json!({"type": "message", "role": "user", "content": user_content(content)}))
+            }
+            role => {
+                let text = content.flat_text();
+                (!text.trim().is_empty())
+                    .then(|| json!({"type": "message", "role": role.as_str(), "content": text}))
+            }
+        };
+        emitted.extend(item.map(|v| (false, v)));
+    };
+    for p in parts {
+        if let Some(c) = carried_item(p) {
+            flush(&mut pending, &mut emitted);
+            emitted.push((false, c.value()));
+        } else if let Some(r) = reasoning_item(p) {
+            flush(&mut pending, &mut emitted);
+            emitted.push((true, r));
+        } else if !p.is_reasoning() {
+            pending.push(p.clone());
+        }
+    }
+    flush(&mut pending, &mut emitted);
+    if m.tool_calls.is_empty() {
+        while emitted.last().is_some_and(|(reasoning, _)| *reasoning) {
+            emitted.pop();
+        }
+    }
+    out.extend(emitted.into_iter().map(|(_, v)| v));
     out.extend(
         m.tool_calls
             .iter()
@@ -157,6 +239,12 @@ fn user_content(content: Content) -> Value {
                     ContentPart::Image { url } => {
                         Some(json!({"type": "input_text", "text": images::reference(&url)}))
                     }
+                    ContentPart::Provider(p) => match super::sent(&p, Dialect::OpenAiResponses)? {
+                        super::Sent::Raw(v) => Some(v),
+                        super::Sent::Text(text) => {
+                            Some(json!({"type": "input_text", "text": text}))
+                        }
+                    },
                     _ => None,
                 })
                 .collect();
@@ -210,6 +298,7 @@ pub fn check_structure(body: &Value) -> Result<(), String> {
     // ever used (the API matches outputs by call_id across the request).
     let mut open: BTreeMap<String, usize> = BTreeMap::new();
     let mut used: BTreeSet<String> = BTreeSet::new();
+    let mut carried_calls: BTreeSet<String> = BTreeSet::new();
     for (i, item) in input.iter().enumerate() {
         let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
         match kind {
@@ -246,9 +335,9 @@ pub fn check_structure(body: &Value) -> Result<(), String> {
                 let kind = next.and_then(|n| n.get("type")).and_then(Value::as_str);
                 let role = next.and_then(|n| n.get("role")).and_then(Value::as_str);
                 let follows = match kind {
-                    Some("reasoning" | "function_call") => true,
                     Some("message") => role == Some("assistant"),
-                    _ => false,
+                    Some(k) => !k.ends_with("_output"),
+                    None => false,
                 };
                 if !follows {
                     return Err(format!(
@@ -266,7 +355,23 @@ pub fn check_structure(body: &Value) -> Result<(), String> {
                     return Err(format!("input[{i}] is a message without content"));
                 }
             }
-            other => return Err(format!("input[{i}] has unknown type {other:?}")),
+            // Carried items: an output answers an earlier item's call_id.
+            other if other.ends_with("_output") => {
+                let id = ["call_id", "id"]
+                    .iter()
+                    .find_map(|k| item.get(*k).and_then(Value::as_str))
+                    .unwrap_or_default();
+                if !carried_calls.contains(id) {
+                    return Err(format!(
+                        "input[{i}] is a {other} for {id:?} with no earlier item with that call_id"
+                    ));
+                }
+            }
+            _ => {
+                if let Some(id) = item.get("call_id").and_then(Value::as_str) {
+                    carried_calls.insert(id.to_string());
+                }
+            }
         }
     }
     match open.iter().next() {
@@ -316,6 +421,7 @@ pub fn count_body(body: &Value, bc: &BodyCounter<'_>) -> u32 {
                         .sum::<u32>()
                     + text(&item["encrypted_content"])
             }
+            Some(k) if k != "message" => bc.provider(item),
             _ => {
                 o.per_message
                     + match item.get("content") {
@@ -323,7 +429,8 @@ pub fn count_body(body: &Value, bc: &BodyCounter<'_>) -> u32 {
                             .iter()
                             .map(|p| match p.get("type").and_then(Value::as_str) {
                                 Some("input_image") => o.per_image,
-                                _ => text(&p["text"]),
+                                Some("input_text" | "output_text") => text(&p["text"]),
+                                _ => bc.provider(p),
                             })
                             .sum(),
                         Some(c) => text(c),
@@ -343,10 +450,10 @@ pub fn count_body(body: &Value, bc: &BodyCounter<'_>) -> u32 {
 pub(super) mod import {
     use serde_json::Value;
 
-    use crate::model::{Content, ContentPart, Message, Role, ToolCall, ToolContent};
+    use crate::model::{Content, ContentPart, Dialect, Message, Role, ToolCall, ToolContent};
     use crate::provider::import::{
-        content_of, err, parse_arguments, str_field, tool_schema, Builder, ImportError, Marks,
-        ThreadInput,
+        carried, content_of, err, only_keys, parse_arguments, protect_before_compaction, str_field,
+        tool_schema, Builder, ImportError, Marks, ThreadInput,
     };
     use crate::provider::Format;
 
@@ -368,6 +475,7 @@ pub(super) mod import {
                 .any(|i| {
                     let t = i.get("type").and_then(Value::as_str).unwrap_or_default();
                     ONLY_RESPONSES.contains(&t)
+                        || (t != "message" && Dialect::OpenAiResponses.knows(t))
                         || i.get("content")
                             .and_then(Value::as_array)
                             .is_some_and(|parts| {
@@ -440,6 +548,7 @@ pub(super) mod import {
             }
             _ => return Err(err("input", "must be a string or an array")),
         }
+        protect_before_compaction(&mut b.messages);
         Ok(ThreadInput {
             thread: b.thread(id),
             system,
@@ -476,11 +585,13 @@ pub(super) mod import {
         item: &Value,
         path: &str,
     ) -> Result<(), ImportError> {
-        match item
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("message")
-        {
+        let kind = match item.get("type").and_then(Value::as_str) {
+            Some(t) => t,
+            // An `item_reference` may leave its type out.
+            None if item.get("role").is_none() && item.get("id").is_some() => "item_reference",
+            None => "message",
+        };
+        match kind {
             "message" => message_item(b, turn, item, path)?,
             "reasoning" => reasoning_item(b, turn, item, path)?,
             "function_call" => {
@@ -508,14 +619,93 @@ pub(super) mod import {
                     &format!("{path}.call_id"),
                 )?;
             }
-            other => {
-                return Err(err(
-                    format!("{path}.type"),
-                    format!("unsupported item type {other:?}"),
-                ))
+            "compaction" => {
+                // Provider state standing for everything before it: its own
+                // message, kept as it came (see `protect_before_compaction`).
+                *turn = None;
+                let part = carried(Dialect::OpenAiResponses, kind, item);
+                b.push(Role::Assistant, Content::Parts(vec![part]));
             }
+            other => carried_item(b, turn, item, other, path)?,
         }
         Ok(())
+    }
+
+    /// An item compactd does not model, carried as it came. One that
+    /// answers an earlier carried item (a `*_output` by `call_id`, an
+    /// approval by `approval_request_id`) joins that item's message, so no
+    /// compaction can part them; any other joins the open assistant turn.
+    fn carried_item(
+        b: &mut Builder,
+        turn: &mut Option<usize>,
+        item: &Value,
+        kind: &str,
+        path: &str,
+    ) -> Result<(), ImportError> {
+        let part = carried(Dialect::OpenAiResponses, kind, item);
+        let ContentPart::Provider(p) = &part else {
+            return Ok(());
+        };
+        if let Some(target) = p.answers() {
+            let holder = b.messages.iter().rposition(|m| holds_item(m, &target));
+            match holder {
+                Some(at) => {
+                    add_part(&mut b.messages[at], part);
+                    return Ok(());
+                }
+                None if kind.ends_with("_output") => {
+                    return Err(err(
+                        format!("{path}.call_id"),
+                        format!("{target:?} answers no earlier item with that call_id"),
+                    ))
+                }
+                None => {}
+            }
+        }
+        let at = assistant_turn(b, turn);
+        add_part(&mut b.messages[at], part);
+        Ok(())
+    }
+
+    /// Whether `m` holds a carried item named `id` (by `call_id` or `id`).
+    fn holds_item(m: &Message, id: &str) -> bool {
+        let Content::Parts(parts) = &m.content else {
+            return false;
+        };
+        parts.iter().any(|p| match p {
+            ContentPart::Provider(p) => p.answers().is_none() && p.ids().iter().any(|i| i == id),
+            _ => false,
+        })
+    }
+
+    /// Whether compactd's own rendering gives `item` back as it came: a
+    /// message of `type`, `role` and string content, or a user message of
+    /// plain text and image parts. Anything else is carried whole.
+    fn reproduced(item: &Value, role: Role) -> bool {
+        if !only_keys(item, &["type", "role", "content"]) {
+            return false;
+        }
+        match item.get("content") {
+            Some(Value::String(_)) => true,
+            Some(Value::Array(parts)) => {
+                role == Role::User
+                    && !parts.is_empty()
+                    && parts
+                        .iter()
+                        .all(|p| match p.get("type").and_then(Value::as_str) {
+                            Some("input_text") => only_keys(p, &["type", "text"]),
+                            Some("input_image") => {
+                                only_keys(p, &["type", "image_url", "detail"])
+                                    && p.get("detail").and_then(Value::as_str) == Some("auto")
+                                    && p.get("image_url")
+                                        .and_then(Value::as_str)
+                                        .is_some_and(crate::render::images::sendable)
+                            }
+                            _ => false,
+                        })
+            }
+            _ => false,
+        }
     }
 
     /// A message item: an assistant one joins the open assistant turn.
@@ -534,6 +724,33 @@ pub(super) mod import {
                     format!("{role_s:?} is not one of system, developer, user, assistant"),
                 )
             })?;
+        if !reproduced(item, role) {
+            // Read for its shape (an error names the field), carried whole.
+            match item.get("content") {
+                Some(Value::String(_)) => {}
+                Some(Value::Array(a)) => {
+                    for (k, p) in a.iter().enumerate() {
+                        part(p, &format!("{path}.content[{k}]"))?;
+                    }
+                }
+                _ => {
+                    return Err(err(
+                        format!("{path}.content"),
+                        "must be a string or an array",
+                    ))
+                }
+            }
+            let whole = carried(Dialect::OpenAiResponses, "message", item);
+            if role == Role::Assistant {
+                let at = assistant_turn(b, turn);
+                add_part(&mut b.messages[at], whole);
+            } else {
+                *turn = None;
+                b.push(role, Content::Parts(vec![whole]));
+            }
+            return Ok(());
+        }
+        let array = item.get("content").is_some_and(Value::is_array);
         let parts = match item.get("content") {
             Some(Value::String(s)) => vec![ContentPart::Text { text: s.clone() }],
             Some(Value::Array(a)) => a
@@ -555,7 +772,15 @@ pub(super) mod import {
             }
         } else {
             *turn = None;
-            b.push(role, content_of(parts));
+            // Parts stay parts: the body sends them back as an array.
+            b.push(
+                role,
+                if array {
+                    Content::Parts(parts)
+                } else {
+                    content_of(parts)
+                },
+            );
         }
         Ok(())
     }
@@ -614,10 +839,7 @@ pub(super) mod import {
                     ),
                 }),
             },
-            Some(other) => Err(err(
-                format!("{path}.type"),
-                format!("unsupported content type {other:?}"),
-            )),
+            Some(other) => Ok(carried(Dialect::OpenAiResponses, other, p)),
             None => Err(err(format!("{path}.type"), "is required")),
         }
     }

@@ -620,6 +620,7 @@ pub fn compact_with(
     );
     budget.workspace_tokens = req.workspace.map_or(0, |w| counter.message(w));
     let mut warnings = oversize_warnings(thread, &req.limits);
+    warnings.extend(unknown_item_warnings(thread));
     let start = starting_plan(req, &mut warnings);
     let pinned = partition::pinned(thread, policy);
     let fixed = budget.fixed_tokens();
@@ -720,6 +721,30 @@ pub fn compact_with(
     finish(req, engine, p, state, report, &start_costs)
 }
 
+/// One warning naming the items of a type compactd does not know, carried
+/// as they came (the first three and how many in all).
+fn unknown_item_warnings(thread: &Thread) -> Vec<String> {
+    let unknown: Vec<String> = thread
+        .messages
+        .iter()
+        .flat_map(|m| {
+            m.unknown_parts()
+                .map(|(k, p)| format!("{} part {k} ({} {:?})", m.id, p.dialect.as_str(), p.kind))
+        })
+        .collect();
+    if unknown.is_empty() {
+        return Vec::new();
+    }
+    let more = match unknown.len() {
+        1..=3 => String::new(),
+        n => format!(" and {} more", n - 3),
+    };
+    vec![format!(
+        "input: {}{more} of a type compactd does not know, carried as it came and sent back only in its own format",
+        unknown[..unknown.len().min(3)].join(", ")
+    )]
+}
+
 /// One warning naming the messages over `limits.warn_message_bytes` (the
 /// first three and how many in all).
 fn oversize_warnings(thread: &Thread, limits: &ThreadLimits) -> Vec<String> {
@@ -731,7 +756,11 @@ fn oversize_warnings(thread: &Thread, limits: &ThreadLimits) -> Vec<String> {
             let images: usize = match &m.content {
                 crate::model::Content::Parts(parts) => parts
                     .iter()
-                    .filter(|p| matches!(p, crate::model::ContentPart::Image { .. }))
+                    .filter(|p| match p {
+                        crate::model::ContentPart::Image { .. } => true,
+                        crate::model::ContentPart::Provider(p) => !p.media().is_empty(),
+                        _ => false,
+                    })
                     .map(crate::model::ContentPart::byte_len)
                     .sum(),
                 crate::model::Content::Text(_) => 0,

@@ -49,7 +49,7 @@ fn blank(c: &Content) -> bool {
         Content::Text(t) => t.trim().is_empty(),
         Content::Parts(parts) => parts.iter().all(|p| match p {
             ContentPart::Text { text } => text.trim().is_empty(),
-            ContentPart::Image { .. } => false,
+            ContentPart::Image { .. } | ContentPart::Provider(_) => false,
             _ => true,
         }),
     }
@@ -212,6 +212,15 @@ impl<'a> RequestCounter<'a> {
                 self.overhead.per_block
                     + summary.iter().map(|s| self.text(s)).sum::<u32>()
                     + encrypted_content.as_deref().map_or(0, |e| self.text(e))
+            }
+            // Sent as it came (or as its text, which is shorter): its
+            // text with media emptied, and each medium's own cost.
+            ContentPart::Provider(p) => {
+                let (text, media) = p.countable();
+                let per_image = self.overhead.per_image;
+                self.overhead.per_block
+                    + self.text(&text)
+                    + media.iter().map(|m| m.tokens(per_image)).sum::<u32>()
             }
             // Not sent to this provider.
             ContentPart::Thinking { .. }
