@@ -511,6 +511,7 @@ fn session_turn(n: usize, turn: u32) -> Vec<pb::Message> {
             role: pb::Role::Assistant as i32,
             turn,
             tool_calls: vec![pb::ToolCall {
+                wire: None,
                 id: format!("s{n}-c"),
                 name: "http_log".into(),
                 arguments_json: format!(r#"{{"since":"T{n}"}}"#),

@@ -999,6 +999,7 @@ mod tests {
             role: Role::Assistant,
             content: Content::default(),
             tool_calls: vec![ToolCall {
+                wire: None,
                 id: "c".into(),
                 name: "deploy".into(),
                 arguments: args,
@@ -1028,6 +1029,7 @@ mod tests {
             content: Content::default(),
             tool_calls: Vec::new(),
             tool_result: Some(ToolResultEnvelope {
+                wire: None,
                 tool_name: "fetch".into(),
                 tool_call_id: "c".into(),
                 outcome: Outcome::Success,

@@ -121,6 +121,7 @@ fn stub_thread(id: &str) -> pb::Thread {
             role: pb::Role::Assistant as i32,
             turn,
             tool_calls: vec![pb::ToolCall {
+                wire: None,
                 id: call_id.clone(),
                 name: "read_config".into(),
                 arguments_json: serde_json::json!({

@@ -299,6 +299,7 @@ async fn the_search_tool_loop_puts_the_answer_in_the_next_prompt() {
         role: pb::Role::Assistant as i32,
         turn: turn + 1,
         tool_calls: vec![pb::ToolCall {
+            wire: None,
             id: "call_s1".into(),
             name: "search_context".into(),
             arguments_json: r#"{"query":"last_error deploy"}"#.into(),

@@ -541,6 +541,7 @@ fn odd_turn(n: u32) -> Vec<pb::Message> {
         1 => {
             let mut two = call(&format!("a{n}"), n, &format!("c{n}x"), "read_file");
             two.tool_calls.push(pb::ToolCall {
+                wire: None,
                 id: format!("c{n}y"),
                 name: "read_file".into(),
                 arguments_json: r#"{"path":"/srv/app/other.txt"}"#.into(),

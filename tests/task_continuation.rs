@@ -65,6 +65,7 @@ fn thread(id: &str) -> pb::Thread {
             role: pb::Role::Assistant as i32,
             turn: k,
             tool_calls: vec![pb::ToolCall {
+                wire: None,
                 id: format!("c{k}"),
                 name: "lookup_invoice".into(),
                 arguments_json: format!("{{\"invoice\":\"INV-{k}\"}}"),

@@ -312,6 +312,7 @@ fn the_wire_names_unreadable_json_and_keeps_raw_output_as_it_arrived() {
                 id: "a".into(),
                 role: pb::Role::Assistant as i32,
                 tool_calls: vec![pb::ToolCall {
+                    wire: None,
                     id: "c1".into(),
                     name: "get_order".into(),
                     arguments_json: arguments.into(),

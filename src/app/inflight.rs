@@ -97,6 +97,12 @@ impl InFlight {
     fn pending(&self) -> usize {
         self.lock().pending.len()
     }
+
+    /// Whether no call runs (background work included).
+    #[cfg(test)]
+    pub(super) fn idle(&self) -> bool {
+        self.lock().running.is_empty()
+    }
 }
 
 /// A holder of a running call; when the last holder of every call begun

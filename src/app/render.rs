@@ -1520,8 +1520,20 @@ mod tests {
         drop(call);
         assert_eq!(held(&app), [false; 4], "forgotten when the call ended");
         // With no call from before it running, a deletion is forgotten
-        // once: later calls keep what they cache.
+        // once: later calls keep what they cache. (The render's background
+        // work is waited for: one still running at the deletion would make
+        // it wait, and forget again what later calls cached, once it ends.)
         render().await.expect("renders");
+        for _ in 0..5_000 {
+            if app.inner.in_flight.idle() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        assert!(
+            app.inner.in_flight.idle(),
+            "the render's background work ends"
+        );
         app.delete_thread(&ctx, "long").await.expect("deleted");
         render().await.expect("renders");
         let later = app.running();

@@ -242,11 +242,47 @@ pub struct ToolCall {
     /// Tool name.
     pub name: String,
     /// Arguments as a JSON value (OpenAI sends them as a JSON string; we parse it).
+    /// A custom (free-form) tool's input is a JSON string.
     #[serde(default)]
     pub arguments: Value,
+    /// The call as its provider wrote it, when it holds more than the
+    /// fields above (a Responses item's `id`, `status` or `namespace`,
+    /// Anthropic's `cache_control`) or is not a function call (a custom
+    /// tool, Chat's legacy `function_call`): sent back with them in its
+    /// own format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire: Option<Box<super::ProviderPart>>,
 }
 
+/// The call and output types of custom (free-form input) tools.
+pub const CUSTOM_CALL_KINDS: &[&str] = &["custom_tool_call", "custom"];
+
 impl ToolCall {
+    /// A function call with no provider form of its own.
+    pub fn function(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments,
+            wire: None,
+        }
+    }
+
+    /// Whether it calls a custom tool (free-form text input): only OpenAI
+    /// formats have those.
+    pub fn is_custom(&self) -> bool {
+        self.wire
+            .as_ref()
+            .is_some_and(|w| CUSTOM_CALL_KINDS.contains(&w.kind.as_str()))
+    }
+
+    /// Chat's legacy `function_call` (no id on the wire).
+    pub fn is_legacy_function(&self) -> bool {
+        self.wire
+            .as_ref()
+            .is_some_and(|w| w.kind == "function_call" && w.dialect == super::Dialect::OpenAiChat)
+    }
+
     /// The arguments as the JSON text OpenAI formats send: an object's text,
     /// `{}` for none.
     pub fn arguments_json(&self) -> String {
@@ -475,6 +511,13 @@ pub struct ToolResultEnvelope {
     /// RFC 3339 completion time, informational.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<String>,
+    /// The result as its provider wrote it, when it holds more than its
+    /// text (an item `id` or `status`, `cache_control`, image or document
+    /// blocks, a Chat `name`) or answers a custom tool or a legacy function
+    /// call: sent back as it came in its own format while its content is
+    /// unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire: Option<Box<super::ProviderPart>>,
 }
 
 impl ToolResultEnvelope {

@@ -131,7 +131,10 @@ impl Dialect {
                 "compaction",
             ],
         };
+        // Chat-shaped messages carrying Anthropic blocks are what LangChain
+        // writes for a Claude conversation: Chat knows those blocks too.
         known.contains(&kind)
+            || (self == Dialect::OpenAiChat && Dialect::AnthropicMessages.knows(kind))
     }
 }
 
@@ -367,6 +370,7 @@ fn collect_text(v: &Value, key: Option<&str>, out: &mut Vec<String>) {
 fn collect_media(v: &Value, out: &mut Vec<Media>) {
     match v {
         Value::Object(m) => {
+            let found = out.len();
             let hint = media_hint(m);
             for (k, x) in m {
                 match x {
@@ -375,6 +379,14 @@ fn collect_media(v: &Value, out: &mut Vec<Media>) {
                     }
                     other => collect_media(other, out),
                 }
+            }
+            // An image by URL or file id: the model's worst case all the same.
+            let image = matches!(
+                m.get("type").and_then(Value::as_str),
+                Some("image" | "image_url" | "input_image")
+            );
+            if image && out.len() == found {
+                out.push(Media::Image);
             }
         }
         Value::Array(a) => a.iter().for_each(|x| collect_media(x, out)),

@@ -85,6 +85,7 @@ impl TryFrom<pb::RenderedMessage> for RenderedMessage {
     type Error = ConvertError;
     fn try_from(m: pb::RenderedMessage) -> Result<Self> {
         Ok(RenderedMessage {
+            wire: None,
             role: role(m.role, "role")?,
             content: content(m.text, m.parts)?,
             tool_calls: each(m.tool_calls, "tool_calls")?,

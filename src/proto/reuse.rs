@@ -190,11 +190,13 @@ pub(super) fn digest(m: &pb::Message, seed: u64) -> u128 {
         id,
         name,
         arguments_json,
+        wire,
     } in tool_calls
     {
         field(id.as_bytes());
         field(name.as_bytes());
         field(arguments_json.as_bytes());
+        provider(&mut field, wire.as_ref());
     }
     match tool_result {
         None => field(b"no result"),
@@ -208,8 +210,10 @@ pub(super) fn digest(m: &pb::Message, seed: u64) -> u128 {
             started_at,
             completed_at,
             content,
+            wire,
         }) => {
             field(b"result");
+            provider(&mut field, wire.as_ref());
             field(tool_name.as_bytes());
             field(tool_call_id.as_bytes());
             field(&outcome.to_le_bytes());
@@ -276,6 +280,23 @@ pub(super) fn digest(m: &pb::Message, seed: u64) -> u128 {
 }
 
 /// An optional text: absent and empty differ.
+/// A provider form, or its absence.
+fn provider(field: &mut impl FnMut(&[u8]), p: Option<&pb::ProviderPart>) {
+    match p {
+        None => field(b"no wire"),
+        Some(pb::ProviderPart {
+            format,
+            r#type,
+            json,
+        }) => {
+            field(b"wire");
+            field(format.as_bytes());
+            field(r#type.as_bytes());
+            field(json.as_bytes());
+        }
+    }
+}
+
 fn optional(field: &mut impl FnMut(&[u8]), s: Option<&str>) {
     match s {
         None => field(b"absent"),

@@ -102,6 +102,7 @@ fn content() -> impl Strategy<Value = Content> {
 
 fn tool_call() -> impl Strategy<Value = ToolCall> {
     (text(), text(), json()).prop_map(|(id, name, arguments)| ToolCall {
+        wire: None,
         id,
         name,
         arguments,
@@ -143,6 +144,7 @@ fn envelope() -> impl Strategy<Value = ToolResultEnvelope> {
                 (tool_name, tool_call_id, outcome, content),
                 (key_fields, durability, determinism, started_at, completed_at),
             )| ToolResultEnvelope {
+                wire: None,
                 tool_name,
                 tool_call_id,
                 outcome,
@@ -426,6 +428,7 @@ fn rendered() -> impl Strategy<Value = RenderedMessage> {
         .prop_map(
             |(role, content, tool_calls, tool_call_id, tool_name, is_error, source_id, origin)| {
                 RenderedMessage {
+                    wire: None,
                     role,
                     content,
                     tool_calls,
@@ -761,6 +764,7 @@ fn responses_are_as_strict_as_requests() {
     );
 
     let mut m = pb::RenderedMessage::from(&RenderedMessage {
+        wire: None,
         role: Role::Assistant,
         content: Content::Text("x".into()),
         tool_calls: vec![],
@@ -1071,6 +1075,7 @@ fn an_error_after_a_shared_prefix_is_the_error_alone() {
                 id: "m2".into(),
                 role: pb::Role::Assistant as i32,
                 tool_calls: vec![pb::ToolCall {
+                    wire: None,
                     id: "c1".into(),
                     name: "f".into(),
                     arguments_json: args.into(),
@@ -1127,11 +1132,13 @@ fn every_field_of_a_message_is_digested() {
             },
         ],
         tool_calls: vec![pb::ToolCall {
+            wire: None,
             id: "c".into(),
             name: "n".into(),
             arguments_json: "{}".into(),
         }],
         tool_result: Some(pb::ToolResultEnvelope {
+            wire: None,
             tool_name: "tool".into(),
             tool_call_id: "c0".into(),
             outcome: pb::Outcome::Success as i32,

@@ -206,11 +206,7 @@ fn part_to_pb(p: &ContentPart) -> pb::ContentPart {
                 summary: summary.clone(),
                 encrypted_content: encrypted_content.clone(),
             }),
-            ContentPart::Provider(p) => Kind::Provider(pb::ProviderPart {
-                format: p.dialect.as_str().to_string(),
-                r#type: p.kind.clone(),
-                json: p.json.as_str().to_string(),
-            }),
+            ContentPart::Provider(p) => Kind::Provider(provider_part_to_pb(p)),
         }),
     }
 }
@@ -246,7 +242,9 @@ impl TryFrom<pb::ContentPart> for ContentPart {
                 summary: r.summary,
                 encrypted_content: r.encrypted_content,
             }),
-            Some(Kind::Provider(p)) => provider_part(p).map(ContentPart::Provider),
+            Some(Kind::Provider(p)) => provider_part(p)
+                .map(ContentPart::Provider)
+                .map_err(|e| e.within("provider")),
             None => Err(ConvertError::new(
                 "",
                 "one of text, image_url, thinking, redacted_thinking, reasoning or provider is required",
@@ -255,11 +253,19 @@ impl TryFrom<pb::ContentPart> for ContentPart {
     }
 }
 
+fn provider_part_to_pb(p: &crate::model::ProviderPart) -> pb::ProviderPart {
+    pb::ProviderPart {
+        format: p.dialect.as_str().to_string(),
+        r#type: p.kind.clone(),
+        json: p.json.as_str().to_string(),
+    }
+}
+
 /// A provider part: a known format, a type, a JSON object of that type.
 fn provider_part(p: pb::ProviderPart) -> Result<crate::model::ProviderPart> {
     let dialect = crate::model::Dialect::parse(&p.format).ok_or_else(|| {
         ConvertError::new(
-            "provider.format",
+            "format",
             format!(
                 "{:?} is not one of openai_chat, openai_responses, anthropic_messages",
                 p.format
@@ -267,19 +273,19 @@ fn provider_part(p: pb::ProviderPart) -> Result<crate::model::ProviderPart> {
         )
     })?;
     if p.r#type.is_empty() {
-        return Err(ConvertError::new("provider.type", "is required"));
+        return Err(ConvertError::new("type", "is required"));
     }
     let json = JsonText::from_string(p.json)
-        .map_err(|e| ConvertError::new("provider.json", format!("is not JSON: {e}")))?;
+        .map_err(|e| ConvertError::new("json", format!("is not JSON: {e}")))?;
     let v = json.parse();
     if !v.is_object() {
-        return Err(ConvertError::new("provider.json", "must be a JSON object"));
+        return Err(ConvertError::new("json", "must be a JSON object"));
     }
     // A Responses `item_reference` may leave its type out.
     let stated = v.get("type").and_then(serde_json::Value::as_str);
     if stated.is_some_and(|t| t != p.r#type) {
         return Err(ConvertError::new(
-            "provider.type",
+            "type",
             format!("is {:?} but the JSON's type is {stated:?}", p.r#type),
         ));
     }
@@ -295,6 +301,7 @@ fn provider_part(p: pb::ProviderPart) -> Result<crate::model::ProviderPart> {
 impl From<&ToolCall> for pb::ToolCall {
     fn from(c: &ToolCall) -> Self {
         pb::ToolCall {
+            wire: c.wire.as_deref().map(provider_part_to_pb),
             id: c.id.clone(),
             name: c.name.clone(),
             arguments_json: json_text(&c.arguments),
@@ -306,6 +313,11 @@ impl TryFrom<pb::ToolCall> for ToolCall {
     type Error = ConvertError;
     fn try_from(c: pb::ToolCall) -> Result<Self> {
         Ok(ToolCall {
+            wire: c
+                .wire
+                .map(|w| provider_part(w).map(Box::new))
+                .transpose()
+                .map_err(|e| e.within("wire"))?,
             arguments: json_value(&c.arguments_json, "arguments_json")?,
             id: c.id,
             name: c.name,
@@ -397,6 +409,7 @@ impl From<&ToolResultEnvelope> for pb::ToolResultEnvelope {
             }
         };
         pb::ToolResultEnvelope {
+            wire: e.wire.as_deref().map(provider_part_to_pb),
             tool_name: e.tool_name.clone(),
             tool_call_id: e.tool_call_id.clone(),
             outcome: pb::Outcome::from(e.outcome) as i32,
@@ -426,7 +439,13 @@ impl TryFrom<pb::ToolResultEnvelope> for ToolResultEnvelope {
         // status, an `Error:` line), as for imported provider logs.
         let outcome =
             stated_outcome(e.outcome, "outcome")?.unwrap_or_else(|| infer_outcome(&content));
+        let wire = e
+            .wire
+            .map(|w| provider_part(w).map(Box::new))
+            .transpose()
+            .map_err(|e| e.within("wire"))?;
         Ok(ToolResultEnvelope {
+            wire,
             outcome,
             content,
             key_fields: json_map(e.key_fields, "key_fields")?,

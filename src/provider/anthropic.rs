@@ -188,6 +188,12 @@ fn content_blocks(c: &Content, images_allowed: bool) -> Vec<Value> {
                     _ => text_block(&images::reference(url)),
                 }),
                 ContentPart::Provider(p) => match super::sent(p, Dialect::AnthropicMessages)? {
+                    // A blank text block goes as a plain one does: not at all.
+                    super::Sent::Raw(v)
+                        if v["type"] == "text" && v["text"].as_str().is_some_and(is_blank) =>
+                    {
+                        None
+                    }
                     super::Sent::Raw(v) => Some(v),
                     super::Sent::Text(t) if is_blank(&t) => None,
                     super::Sent::Text(t) => Some(text_block(&t)),
@@ -258,15 +264,61 @@ pub fn tool_id_rewrites(req: &Request) -> Vec<(String, String)> {
 }
 
 fn tool_use(c: &ToolCall, id: &str) -> Value {
+    use crate::render::wire::set;
     let input = match &c.arguments {
         Value::Object(_) => c.arguments.clone(),
         Value::Null => json!({}),
         other => json!({"value": other}),
     };
-    json!({"type": "tool_use", "id": id, "name": c.name, "input": input})
+    match c
+        .wire
+        .as_deref()
+        .filter(|w| w.dialect == Dialect::AnthropicMessages && w.kind == "tool_use")
+    {
+        // As it came (`cache_control`, `caller`), its fields updated.
+        Some(w) => {
+            let mut v = w.value();
+            set(&mut v, "id", json!(id));
+            set(&mut v, "name", json!(c.name));
+            set(&mut v, "input", input);
+            v
+        }
+        None => json!({"type": "tool_use", "id": id, "name": c.name, "input": input}),
+    }
 }
 
+/// A result in its provider form when it came in this format: its content
+/// as it came while the rendered text is that content (between the
+/// delimiter's lines as text blocks), else the rendered text.
 fn tool_result(m: &RenderedMessage, id: Option<&str>) -> Value {
+    use crate::render::wire::{delimited_parts, kept_as, set, Kept};
+    let Some(w) = m
+        .wire
+        .as_deref()
+        .filter(|w| w.dialect == Dialect::AnthropicMessages && w.kind == "tool_result")
+    else {
+        return plain_tool_result(m, id);
+    };
+    let mut v = w.value();
+    set(&mut v, "tool_use_id", json!(id.unwrap_or_default()));
+    let rendered = m.content.flat_text();
+    let original = import::result_text(v.get("content"), "").unwrap_or_default();
+    match (kept_as(&rendered, &original), v.get("content")) {
+        (Kept::Same, Some(_)) => {}
+        (Kept::Delimited { open, close }, Some(Value::Array(blocks))) => {
+            let blocks = delimited_parts(blocks, &open, &close, "text");
+            set(&mut v, "content", blocks);
+        }
+        _ if is_blank(&rendered) => set(&mut v, "content", json!(EMPTY_TEXT)),
+        _ => set(&mut v, "content", json!(rendered)),
+    }
+    if m.is_error {
+        set(&mut v, "is_error", json!(true));
+    }
+    v
+}
+
+fn plain_tool_result(m: &RenderedMessage, id: Option<&str>) -> Value {
     let content = match &m.content {
         Content::Text(s) if !is_blank(s) => Value::String(s.clone()),
         Content::Parts(_) => {
@@ -483,6 +535,7 @@ fn check_final_assistant(
     }
     let ends_in_space = blocks
         .last()
+        .filter(|b| b["type"] == "text")
         .and_then(|b| b["text"].as_str())
         .is_some_and(|t| t.ends_with(char::is_whitespace));
     if ends_in_space {
@@ -626,8 +679,8 @@ pub(super) mod import {
 
     use crate::model::{Content, ContentPart, Dialect, Role, Thread, ToolCall, ToolContent};
     use crate::provider::import::{
-        carried, content_of, err, only_keys, protect_before_compaction, str_field, Builder,
-        ImportError, Marks,
+        carried, content_of, err, only_keys, protect_before_compaction, str_field, wire_unless,
+        Builder, ImportError, Marks,
     };
 
     /// Anthropic blocks that Chat Completions never has; a text-only Anthropic
@@ -716,26 +769,7 @@ pub(super) mod import {
             match block.get("type").and_then(Value::as_str) {
                 Some("tool_result") => {
                     let call_id = str_field(block, "tool_use_id", &bpath)?;
-                    let text = match block.get("content") {
-                        None | Some(Value::Null) => String::new(),
-                        Some(Value::String(s)) => s.clone(),
-                        // Tool output is text here: images (screenshots)
-                        // become short references, never inline data.
-                        Some(Value::Array(parts)) => Content::Parts(
-                            parts
-                                .iter()
-                                .enumerate()
-                                .map(|(k, p)| part(p, &format!("{bpath}.content[{k}]")))
-                                .collect::<Result<Vec<_>, _>>()?,
-                        )
-                        .flat_text(),
-                        Some(_) => {
-                            return Err(err(
-                                format!("{bpath}.content"),
-                                "must be a string or an array",
-                            ))
-                        }
-                    };
+                    let text = result_text(block.get("content"), &bpath)?;
                     let failed = block.get("is_error").and_then(Value::as_bool) == Some(true);
                     b.result(
                         call_id,
@@ -743,6 +777,18 @@ pub(super) mod import {
                         failed,
                         &format!("{bpath}.tool_use_id"),
                     )?;
+                    // Blocks (images, documents, search results) and keys
+                    // such as `cache_control` go back as they came.
+                    let plain = !block.get("content").is_some_and(Value::is_array);
+                    let modelled: &[&str] = if plain {
+                        &["type", "tool_use_id", "content", "is_error"]
+                    } else {
+                        &[]
+                    };
+                    b.set_result_wire(
+                        wire_unless(Dialect::AnthropicMessages, "tool_result", block, modelled)
+                            .map(|p| ContentPart::Provider(*p)),
+                    );
                 }
                 _ => own.push(part(block, &bpath)?),
             }
@@ -760,6 +806,12 @@ pub(super) mod import {
             let bpath = format!("{path}.content[{j}]");
             match block.get("type").and_then(Value::as_str) {
                 Some("tool_use") => calls.push(ToolCall {
+                    wire: wire_unless(
+                        Dialect::AnthropicMessages,
+                        "tool_use",
+                        block,
+                        &["type", "id", "name", "input"],
+                    ),
                     id: str_field(block, "id", &bpath)?.to_string(),
                     name: str_field(block, "name", &bpath)?.to_string(),
                     arguments: block.get("input").cloned().unwrap_or(Value::Null),
@@ -773,6 +825,32 @@ pub(super) mod import {
             b.call(at, c);
         }
         Ok(())
+    }
+
+    /// A tool result's text: a string as it is, blocks as text with
+    /// images (screenshots) as short references, never inline data.
+    pub(in crate::provider) fn result_text(
+        content: Option<&Value>,
+        path: &str,
+    ) -> Result<String, ImportError> {
+        Ok(match content {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(parts)) => Content::Parts(
+                parts
+                    .iter()
+                    .enumerate()
+                    .map(|(k, p)| part(p, &format!("{path}.content[{k}]")))
+                    .collect::<Result<Vec<_>, _>>()?,
+            )
+            .flat_text(),
+            Some(_) => {
+                return Err(err(
+                    format!("{path}.content"),
+                    "must be a string or an array",
+                ))
+            }
+        })
     }
 
     fn part(block: &Value, path: &str) -> Result<ContentPart, ImportError> {

@@ -420,6 +420,20 @@ impl Builder {
         Ok(())
     }
 
+    /// Gives the last result pushed its provider form.
+    pub(super) fn set_result_wire(&mut self, wire: Option<ContentPart>) {
+        let Some(ContentPart::Provider(p)) = wire else {
+            return;
+        };
+        if let Some(env) = self
+            .messages
+            .last_mut()
+            .and_then(|m| m.tool_result.as_mut())
+        {
+            env.wire = Some(Box::new(p));
+        }
+    }
+
     pub(super) fn thread(self, id: String) -> Thread {
         let mut thread = Thread::new(id, self.messages);
         assign_turns_if_absent(&mut thread);
@@ -439,6 +453,23 @@ pub(super) fn only_keys(v: &Value, modelled: &[&str]) -> bool {
             x.is_null() || modelled.contains(&k.as_str()) || MARK_KEYS.contains(&k.as_str())
         })
     })
+}
+
+/// `v`'s provider form when it holds more than `modelled` (or always):
+/// what a call or result keeps to be sent back as it came.
+pub(super) fn wire_unless(
+    dialect: Dialect,
+    kind: &str,
+    v: &Value,
+    modelled: &[&str],
+) -> Option<Box<ProviderPart>> {
+    if only_keys(v, modelled) {
+        return None;
+    }
+    match carried(dialect, kind, v) {
+        ContentPart::Provider(p) => Some(Box::new(p)),
+        _ => None,
+    }
 }
 
 /// `v`, without its marks, as a provider part of `kind`.
@@ -527,6 +558,7 @@ pub(super) fn imported_result(
         infer_outcome(&content)
     };
     ToolResultEnvelope {
+        wire: None,
         tool_name,
         tool_call_id: call_id.to_string(),
         outcome,

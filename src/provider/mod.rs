@@ -38,6 +38,8 @@ pub mod openai_chat;
 pub mod openai_responses;
 #[cfg(test)]
 pub(crate) mod testgen;
+#[cfg(test)]
+mod vocabulary_tests;
 
 use serde_json::Value;
 
@@ -278,6 +280,18 @@ impl Format {
     ) -> Option<Unsendable> {
         let dialect = self.dialect()?;
         messages.into_iter().find_map(|m| {
+            // A custom (free-form) tool call: only OpenAI formats have one.
+            if dialect == Dialect::AnthropicMessages {
+                if let Some((k, c)) = m.tool_calls.iter().enumerate().find(|(_, c)| c.is_custom()) {
+                    return Some(Unsendable {
+                        message_id: m.id.clone(),
+                        part: k,
+                        kind: c.wire.as_ref().map_or_else(String::new, |w| w.kind.clone()),
+                        from: Format::of_dialect(c.wire.as_ref().map_or(dialect, |w| w.dialect)),
+                        to: self,
+                    });
+                }
+            }
             let Content::Parts(parts) = &m.content else {
                 return None;
             };

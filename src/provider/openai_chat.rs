@@ -70,12 +70,24 @@ fn message(mut m: RenderedMessage) -> Option<Value> {
     let mut out = Map::new();
     out.insert("role".into(), Value::String(m.role.as_str().into()));
     match m.role {
-        Role::Tool => {
-            // A missing id is kept visible (empty string) so `check_pairing`
-            // reports it instead of the provider.
-            let id = m.tool_call_id.unwrap_or_default();
-            out.insert("tool_call_id".into(), Value::String(id));
-            out.insert("content".into(), content(m.content, false));
+        Role::Tool => return Some(tool_message(m)),
+        Role::Assistant if legacy(&m) => {
+            // Chat's legacy form: one `function_call`, no id.
+            let mut f = json!({});
+            if let [c] = m.tool_calls.as_slice() {
+                f = c.wire.as_deref().map_or(f, |w| w.value());
+                crate::render::wire::set(&mut f, "name", json!(c.name));
+                if !same_arguments(&f, &c.arguments) {
+                    crate::render::wire::set(&mut f, "arguments", json!(c.arguments_json()));
+                }
+            }
+            let text = if m.content.is_empty() {
+                Value::Null
+            } else {
+                content(m.content, false)
+            };
+            out.insert("content".into(), text);
+            out.insert("function_call".into(), f);
         }
         Role::Assistant if !m.tool_calls.is_empty() => {
             // The API wants null, not "", next to tool calls.
@@ -144,13 +156,98 @@ fn content(c: Content, images_allowed: bool) -> Value {
     }
 }
 
+/// Whether `v`'s `arguments` string parses to `arguments` (then it is sent
+/// as it came, whitespace and key order kept).
+pub(super) fn same_arguments(v: &Value, arguments: &Value) -> bool {
+    v.get("arguments")
+        .and_then(Value::as_str)
+        .is_some_and(|a| super::import::parse_arguments(Some(&json!(a))) == *arguments)
+}
+
+/// Whether an assistant message is Chat's legacy function call: its one
+/// call came as a `function_call`.
+fn legacy(m: &RenderedMessage) -> bool {
+    matches!(m.tool_calls.as_slice(), [c] if c.is_legacy_function())
+}
+
+/// A tool result: its provider form when it came in this format (a `name`,
+/// parts, the legacy `function` role) with its content as it came while
+/// the rendered text is that content, else a plain tool message.
+fn tool_message(m: RenderedMessage) -> Value {
+    use crate::render::wire::{delimited_parts, kept_as, set, Kept};
+    // A missing id is kept visible (empty string) so `check_pairing`
+    // reports it instead of the provider.
+    let id = m.tool_call_id.clone().unwrap_or_default();
+    let Some(w) = m
+        .wire
+        .as_deref()
+        .filter(|w| w.dialect == Dialect::OpenAiChat)
+    else {
+        return json!({"role": "tool", "tool_call_id": id, "content": content(m.content, false)});
+    };
+    let mut v = w.value();
+    if w.kind != "function" {
+        set(&mut v, "tool_call_id", json!(id));
+    }
+    let rendered = m.content.flat_text();
+    let original = match v.get("content") {
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .filter(|t| !t.trim().is_empty())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Some(Value::String(s)) => s.clone(),
+        _ => String::new(),
+    };
+    match (kept_as(&rendered, &original), v.get("content")) {
+        (Kept::Same, _) => {}
+        (Kept::Delimited { open, close }, Some(Value::Array(parts))) => {
+            let parts = delimited_parts(parts, &open, &close, "text");
+            set(&mut v, "content", parts);
+        }
+        _ => set(&mut v, "content", json!(rendered)),
+    }
+    v
+}
+
 fn tool_call(c: &ToolCall) -> Value {
+    use crate::render::wire::set;
+    let own = c
+        .wire
+        .as_deref()
+        .filter(|w| w.dialect == Dialect::OpenAiChat);
+    if c.is_custom() {
+        let input = c.arguments.as_str().unwrap_or_default();
+        let mut v = own
+            .filter(|w| w.kind == "custom")
+            .map_or_else(|| json!({"type": "custom", "custom": {}}), |w| w.value());
+        set(&mut v, "id", json!(c.id));
+        if let Some(custom) = v.get_mut("custom") {
+            set(custom, "name", json!(c.name));
+            set(custom, "input", json!(input));
+        }
+        return v;
+    }
     let arguments = c.arguments_json();
-    json!({
-        "id": c.id,
-        "type": "function",
-        "function": {"name": c.name, "arguments": arguments},
-    })
+    match own.filter(|w| w.kind == "function") {
+        Some(w) => {
+            let mut v = w.value();
+            set(&mut v, "id", json!(c.id));
+            if let Some(f) = v.get_mut("function") {
+                set(f, "name", json!(c.name));
+                if !same_arguments(f, &c.arguments) {
+                    set(f, "arguments", json!(arguments));
+                }
+            }
+            v
+        }
+        None => json!({
+            "id": c.id,
+            "type": "function",
+            "function": {"name": c.name, "arguments": arguments},
+        }),
+    }
 }
 
 fn tool(t: &ToolSchema) -> Value {
@@ -351,10 +448,16 @@ pub fn count_message(m: &Value, bc: &BodyCounter<'_>) -> u32 {
             None => {}
         }
         for c in array(m, "tool_calls") {
+            let f = if c.get("custom").is_some() {
+                &c["custom"]
+            } else {
+                &c["function"]
+            };
             n += o.per_tool_call
-                + text(&c["function"]["name"])
+                + text(&f["name"])
                 + text(&c["id"])
-                + text(&c["function"]["arguments"]);
+                + text(&f["arguments"])
+                + text(&f["input"]);
         }
         if let Some(id) = m.get("tool_call_id") {
             n += o.per_name + text(id);
@@ -391,7 +494,7 @@ pub(super) mod import {
     };
     use crate::provider::import::{
         assign_turns_if_absent, carried, err, imported_result, only_keys, parse_arguments,
-        ImportError, Marks,
+        wire_unless, ImportError, Marks,
     };
 
     pub(in crate::provider) fn thread(
@@ -411,20 +514,30 @@ pub(super) mod import {
     ) -> Result<Thread, ImportError> {
         let mut out = Vec::with_capacity(messages.len());
         let mut call_names: HashMap<String, String> = earlier.clone();
+        // Legacy `function_call`s not yet answered by a `function` message:
+        // (name, the id given to the call).
+        let mut legacy: Vec<(String, String)> = Vec::new();
         for (i, m) in messages.iter().enumerate() {
             let path = |f: &str| format!("messages[{i}].{f}");
             let role_s = m
                 .get("role")
                 .and_then(Value::as_str)
                 .ok_or_else(|| err(path("role"), "is required"))?;
-            let role = Role::parse(role_s).ok_or_else(|| {
-                err(
-                    path("role"),
-                    format!("{role_s:?} is not one of system, developer, user, assistant, tool"),
-                )
-            })?;
+            // The legacy `function` role is a tool result.
+            let role = Role::parse(role_s)
+                .or((role_s == "function").then_some(Role::Tool))
+                .ok_or_else(|| {
+                    err(
+                        path("role"),
+                        format!("{role_s:?} is not one of system, developer, user, assistant, tool, function"),
+                    )
+                })?;
             let mut content = content(m, i)?;
-            let tool_calls = tool_calls(m, i)?;
+            let mut tool_calls = tool_calls(m, i)?;
+            if let Some(call) = legacy_call(m, &format!("fc_m{}", offset + i), i)? {
+                legacy.push((call.name.clone(), call.id.clone()));
+                tool_calls.push(call);
+            }
             // A message with fields compactd does not model (a `name`, a
             // `refusal`, `audio`) and no calls is carried whole.
             let plain = only_keys(m, &["role", "content", "tool_calls", "tool_call_id"]);
@@ -445,11 +558,15 @@ pub(super) mod import {
             };
             Marks::of(m, &format!("messages[{i}]"))?.apply(&mut message);
             if role == Role::Tool {
-                let call_id = m
-                    .get("tool_call_id")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| err(path("tool_call_id"), "is required for role tool"))?;
-                let tool_name = call_names.get(call_id).cloned().ok_or_else(|| {
+                let call_id = if role_s == "function" {
+                    answered_legacy(m, &mut legacy, i)?
+                } else {
+                    m.get("tool_call_id")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| err(path("tool_call_id"), "is required for role tool"))?
+                        .to_string()
+                };
+                let tool_name = call_names.get(&call_id).cloned().ok_or_else(|| {
                     err(
                         path("tool_call_id"),
                         format!("{call_id:?} has no earlier tool call"),
@@ -459,12 +576,16 @@ pub(super) mod import {
                 // Chat Completions tool messages carry no outcome; some logs add
                 // `is_error`.
                 let failed = m.get("is_error").and_then(Value::as_bool) == Some(true);
-                message.tool_result = Some(imported_result(
-                    tool_name,
-                    call_id,
-                    ToolContent::Text(text),
-                    failed,
-                ));
+                let mut env = imported_result(tool_name, &call_id, ToolContent::Text(text), failed);
+                // A `name`, parts, or the legacy form go back as they came.
+                let plain = role_s == "tool" && !m.get("content").is_some_and(Value::is_array);
+                let modelled: &[&str] = if plain {
+                    &["role", "tool_call_id", "content", "is_error"]
+                } else {
+                    &[]
+                };
+                env.wire = wire_unless(Dialect::OpenAiChat, role_s, m, modelled);
+                message.tool_result = Some(env);
             }
             out.push(message);
         }
@@ -497,6 +618,45 @@ pub(super) mod import {
         })
     }
 
+    /// An assistant message's legacy `function_call`, as a call named `id`.
+    fn legacy_call(m: &Value, id: &str, i: usize) -> Result<Option<ToolCall>, ImportError> {
+        let Some(f) = m.get("function_call").filter(|f| !f.is_null()) else {
+            return Ok(None);
+        };
+        let name = f
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| err(format!("messages[{i}].function_call.name"), "is required"))?;
+        Ok(Some(ToolCall {
+            id: id.to_string(),
+            name: name.to_string(),
+            arguments: parse_arguments(f.get("arguments")),
+            wire: wire_unless(Dialect::OpenAiChat, "function_call", f, &[]),
+        }))
+    }
+
+    /// The call a legacy `function` message answers: the latest
+    /// unanswered `function_call` of its `name`.
+    fn answered_legacy(
+        m: &Value,
+        legacy: &mut Vec<(String, String)>,
+        i: usize,
+    ) -> Result<String, ImportError> {
+        let name = m.get("name").and_then(Value::as_str).ok_or_else(|| {
+            err(
+                format!("messages[{i}].name"),
+                "is required for role function",
+            )
+        })?;
+        let at = legacy.iter().rposition(|(n, _)| n == name).ok_or_else(|| {
+            err(
+                format!("messages[{i}].name"),
+                format!("{name:?} answers no earlier function_call"),
+            )
+        })?;
+        Ok(legacy.remove(at).1)
+    }
+
     /// A message's `tool_calls`, their arguments parsed.
     fn tool_calls(m: &Value, i: usize) -> Result<Vec<ToolCall>, ImportError> {
         let Some(calls) = m.get("tool_calls").filter(|c| !c.is_null()) else {
@@ -512,17 +672,39 @@ pub(super) mod import {
                 .get("id")
                 .and_then(Value::as_str)
                 .ok_or_else(|| err(cpath("id"), "is required"))?;
-            let f = c
-                .get("function")
-                .ok_or_else(|| err(cpath("function"), "is required"))?;
+            // A custom tool takes free-form text.
+            let custom = c.get("type").and_then(Value::as_str) == Some("custom");
+            let key = if custom { "custom" } else { "function" };
+            let f = c.get(key).ok_or_else(|| err(cpath(key), "is required"))?;
             let name = f
                 .get("name")
                 .and_then(Value::as_str)
-                .ok_or_else(|| err(cpath("function.name"), "is required"))?;
+                .ok_or_else(|| err(cpath(&format!("{key}.name")), "is required"))?;
+            let (arguments, wire) = if custom {
+                let input = f.get("input").and_then(Value::as_str).unwrap_or_default();
+                (
+                    Value::String(input.to_string()),
+                    wire_unless(Dialect::OpenAiChat, "custom", c, &[]),
+                )
+            } else {
+                let plain = f
+                    .as_object()
+                    .is_some_and(|o| o.keys().all(|k| k == "name" || k == "arguments"));
+                let modelled: &[&str] = if plain {
+                    &["id", "type", "function"]
+                } else {
+                    &[]
+                };
+                (
+                    parse_arguments(f.get("arguments")),
+                    wire_unless(Dialect::OpenAiChat, "function", c, modelled),
+                )
+            };
             out.push(ToolCall {
+                wire,
                 id: cid.to_string(),
                 name: name.to_string(),
-                arguments: parse_arguments(f.get("arguments")),
+                arguments,
             });
         }
         Ok(out)

@@ -45,9 +45,20 @@ pub fn to_responses(req: &Request, opts: &ProviderOptions) -> Value {
 /// [`to_responses`] taking the request by value (text moves into the body).
 pub fn into_responses(req: Request, opts: &ProviderOptions) -> Value {
     let ids = ToolIds::of(&req, IdRules::Unique);
+    let custom: BTreeSet<String> = req
+        .messages
+        .iter()
+        .flat_map(|m| &m.tool_calls)
+        .filter(|c| c.is_custom())
+        .map(|c| c.id.clone())
+        .collect();
     let mut input = Vec::with_capacity(req.messages.len());
     for (i, m) in req.messages.into_iter().enumerate() {
-        items(m, &ids, i, &mut input);
+        let custom = m
+            .tool_call_id
+            .as_ref()
+            .is_some_and(|id| custom.contains(id));
+        items(m, &ids, i, custom, &mut input);
     }
     let mut body = Map::new();
     body.insert("model".into(), Value::String(opts.model.clone()));
@@ -89,7 +100,7 @@ fn carried_item(p: &ContentPart) -> Option<&crate::model::ProviderPart> {
     }
 }
 
-fn items(m: RenderedMessage, ids: &ToolIds, i: usize, out: &mut Vec<Value>) {
+fn items(m: RenderedMessage, ids: &ToolIds, i: usize, custom: bool, out: &mut Vec<Value>) {
     let carries = match &m.content {
         Content::Parts(parts) => parts.iter().any(|p| carried_item(p).is_some()),
         Content::Text(_) => false,
@@ -99,11 +110,8 @@ fn items(m: RenderedMessage, ids: &ToolIds, i: usize, out: &mut Vec<Value>) {
     }
     match m.role {
         Role::Tool => {
-            out.push(json!({
-                "type": "function_call_output",
-                "call_id": ids.results[i].clone().unwrap_or_default(),
-                "output": m.content.flat_text(),
-            }));
+            let call_id = ids.results[i].clone().unwrap_or_default();
+            out.push(output_item(&m, call_id, custom));
         }
         Role::Assistant => assistant_items(&m, &ids.calls[i], out),
         Role::User => {
@@ -257,9 +265,66 @@ fn user_content(content: Content) -> Value {
     }
 }
 
+/// A result as a `function_call_output` (a `custom_tool_call_output` for
+/// a custom tool): its provider form when it came in this format, with its
+/// output as it came while the rendered text is that output.
+fn output_item(m: &RenderedMessage, call_id: String, custom: bool) -> Value {
+    use crate::render::wire::{delimited_parts, kept_as, set, Kept};
+    let kind = if custom {
+        "custom_tool_call_output"
+    } else {
+        "function_call_output"
+    };
+    let rendered = m.content.flat_text();
+    let Some(w) = m
+        .wire
+        .as_deref()
+        .filter(|w| w.dialect == Dialect::OpenAiResponses && w.kind == kind)
+    else {
+        return json!({"type": kind, "call_id": call_id, "output": rendered});
+    };
+    let mut v = w.value();
+    set(&mut v, "call_id", json!(call_id));
+    let original = import::output_text_of(v.get("output")).unwrap_or_default();
+    match (kept_as(&rendered, &original), v.get("output")) {
+        (Kept::Same, _) => {}
+        (Kept::Delimited { open, close }, Some(Value::Array(parts))) => {
+            let parts = delimited_parts(parts, &open, &close, "input_text");
+            set(&mut v, "output", parts);
+        }
+        _ => set(&mut v, "output", json!(rendered)),
+    }
+    v
+}
+
+/// A call as a `function_call` item (a `custom_tool_call` for a custom
+/// tool): its provider form when it came in this format, updated.
 fn function_call(c: &ToolCall, call_id: &str) -> Value {
-    let arguments = c.arguments_json();
-    json!({"type": "function_call", "call_id": call_id, "name": c.name, "arguments": arguments})
+    use crate::render::wire::set;
+    let own = c
+        .wire
+        .as_deref()
+        .filter(|w| w.dialect == Dialect::OpenAiResponses);
+    if c.is_custom() {
+        let input = c.arguments.as_str().unwrap_or_default();
+        let mut v = own.map_or_else(|| json!({"type": "custom_tool_call"}), |w| w.value());
+        set(&mut v, "call_id", json!(call_id));
+        set(&mut v, "name", json!(c.name));
+        set(&mut v, "input", json!(input));
+        return v;
+    }
+    let Some(w) = own.filter(|w| w.kind == "function_call") else {
+        let arguments = c.arguments_json();
+        return json!({"type": "function_call", "call_id": call_id, "name": c.name, "arguments": arguments});
+    };
+    let mut v = w.value();
+    set(&mut v, "call_id", json!(call_id));
+    set(&mut v, "name", json!(c.name));
+    // The arguments as they came, unless they changed (whitespace is kept).
+    if !super::openai_chat::same_arguments(&v, &c.arguments) {
+        set(&mut v, "arguments", json!(c.arguments_json()));
+    }
+    v
 }
 
 /// The call ids the Responses body sends differently from the request
@@ -412,7 +477,21 @@ pub fn count_body(body: &Value, bc: &BodyCounter<'_>) -> u32 {
                     + text(&item["arguments"])
             }
             Some("function_call_output") => {
-                o.per_message + o.per_name + text(&item["call_id"]) + text(&item["output"])
+                o.per_message
+                    + o.per_name
+                    + text(&item["call_id"])
+                    + match item.get("output") {
+                        Some(Value::Array(parts)) => parts
+                            .iter()
+                            .map(|p| match p.get("type").and_then(Value::as_str) {
+                                Some("input_image") => o.per_image,
+                                Some("input_text") => text(&p["text"]),
+                                _ => bc.provider(p),
+                            })
+                            .sum(),
+                        Some(out) => text(out),
+                        None => 0,
+                    }
             }
             Some("reasoning") => {
                 o.per_block
@@ -453,7 +532,7 @@ pub(super) mod import {
     use crate::model::{Content, ContentPart, Dialect, Message, Role, ToolCall, ToolContent};
     use crate::provider::import::{
         carried, content_of, err, only_keys, parse_arguments, protect_before_compaction, str_field,
-        tool_schema, Builder, ImportError, Marks, ThreadInput,
+        tool_schema, wire_unless, Builder, ImportError, Marks, ThreadInput,
     };
     use crate::provider::Format;
 
@@ -594,9 +673,20 @@ pub(super) mod import {
         match kind {
             "message" => message_item(b, turn, item, path)?,
             "reasoning" => reasoning_item(b, turn, item, path)?,
-            "function_call" => {
-                let arguments = parse_arguments(item.get("arguments"));
+            "function_call" | "custom_tool_call" => {
+                let custom = kind == "custom_tool_call";
+                let arguments = if custom {
+                    Value::String(str_field(item, "input", path)?.to_string())
+                } else {
+                    parse_arguments(item.get("arguments"))
+                };
+                let modelled: &[&str] = if custom {
+                    &[]
+                } else {
+                    &["type", "call_id", "name", "arguments"]
+                };
                 let call = ToolCall {
+                    wire: wire_unless(Dialect::OpenAiResponses, kind, item, modelled),
                     id: str_field(item, "call_id", path)?.to_string(),
                     name: str_field(item, "name", path)?.to_string(),
                     arguments,
@@ -604,20 +694,29 @@ pub(super) mod import {
                 let at = assistant_turn(b, turn);
                 b.call(at, call);
             }
-            "function_call_output" => {
+            "function_call_output" | "custom_tool_call_output" => {
                 *turn = None;
                 let call_id = str_field(item, "call_id", path)?;
-                let text = match item.get("output") {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(Value::Array(parts)) => output_text(parts),
-                    _ => return Err(err(format!("{path}.output"), "is required")),
-                };
+                let output = item.get("output");
+                let text = output_text_of(output)
+                    .ok_or_else(|| err(format!("{path}.output"), "is required"))?;
                 b.result(
                     call_id,
                     ToolContent::Text(text),
                     false,
                     &format!("{path}.call_id"),
                 )?;
+                // An output of parts (images, files) is sent back as parts.
+                let plain = kind == "function_call_output" && output.is_some_and(Value::is_string);
+                let modelled: &[&str] = if plain {
+                    &["type", "call_id", "output"]
+                } else {
+                    &[]
+                };
+                b.set_result_wire(
+                    wire_unless(Dialect::OpenAiResponses, kind, item, modelled)
+                        .map(|p| ContentPart::Provider(*p)),
+                );
             }
             "compaction" => {
                 // Provider state standing for everything before it: its own
@@ -841,6 +940,15 @@ pub(super) mod import {
             },
             Some(other) => Ok(carried(Dialect::OpenAiResponses, other, p)),
             None => Err(err(format!("{path}.type"), "is required")),
+        }
+    }
+
+    /// An output's text: a string as it is, parts as [`output_text`].
+    pub(in crate::provider) fn output_text_of(output: Option<&Value>) -> Option<String> {
+        match output {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Array(parts)) => Some(output_text(parts)),
+            _ => None,
         }
     }
 

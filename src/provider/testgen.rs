@@ -16,6 +16,7 @@ pub(crate) fn opts() -> ProviderOptions {
 
 pub(crate) fn msg(role: Role, text: &str) -> RenderedMessage {
     RenderedMessage {
+        wire: None,
         role,
         content: Content::Text(text.into()),
         tool_calls: Vec::new(),
@@ -32,6 +33,7 @@ pub(crate) fn calls(text: &str, calls: &[(&str, &str, Value)]) -> RenderedMessag
         tool_calls: calls
             .iter()
             .map(|(id, name, args)| ToolCall {
+                wire: None,
                 id: (*id).into(),
                 name: (*name).into(),
                 arguments: args.clone(),
@@ -235,11 +237,38 @@ fn text() -> impl Strategy<Value = String> {
     ]
 }
 
+/// A provider part: text with metadata (which every format sends as its
+/// text) or an item only its own format has.
+fn carried(k: usize, t: &str) -> ContentPart {
+    use crate::model::{Dialect, ProviderPart};
+    use serde_json::json;
+    let (dialect, kind, v) = match k {
+        0 => (
+            Dialect::AnthropicMessages,
+            "text",
+            json!({"type": "text", "text": t, "cache_control": {"type": "ephemeral"}}),
+        ),
+        1 => (
+            Dialect::OpenAiChat,
+            "refusal",
+            json!({"type": "refusal", "refusal": t}),
+        ),
+        _ => (
+            Dialect::OpenAiResponses,
+            "web_search_call",
+            json!({"type": "web_search_call", "id": "ws_1", "status": "completed",
+                   "action": {"type": "search", "query": t}}),
+        ),
+    };
+    ContentPart::Provider(ProviderPart::new(dialect, kind, &v))
+}
+
 fn content() -> impl Strategy<Value = Content> {
     let part = prop_oneof![
         3 => text().prop_map(|text| ContentPart::Text { text }),
         1 => "[a-z]{1,8}".prop_map(|s| ContentPart::Image { url: format!("https://img.test/{s}.png") }),
         1 => "[A-Za-z0-9+/]{4,12}".prop_map(|s| ContentPart::Image { url: format!("data:image/jpeg;base64,{s}") }),
+        1 => (0..3usize, text()).prop_map(|(k, t)| carried(k, &t)),
     ];
     prop_oneof![
         4 => text().prop_map(Content::Text),
@@ -303,6 +332,7 @@ pub(crate) fn request() -> impl Strategy<Value = Request> {
                             let id = format!("call_{n}");
                             let name = format!("tool_{}", n % 3);
                             tool_calls.push(ToolCall {
+                                wire: None,
                                 id: id.clone(),
                                 name: name.clone(),
                                 arguments: args,
@@ -376,6 +406,13 @@ pub(crate) fn pieces(req: &Request) -> Vec<String> {
                             Some((media_type, _)) => push(media_type),
                             None => push(url),
                         },
+                        // Text with metadata is sent in every format; an
+                        // item only its own format has is not, elsewhere.
+                        ContentPart::Provider(p) => {
+                            if let Some(t) = p.text_equivalent() {
+                                push(&t)
+                            }
+                        }
                         _ => {}
                     }
                 }

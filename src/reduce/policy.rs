@@ -451,6 +451,7 @@ mod tests {
             },
         );
         let env = |durability| crate::model::ToolResultEnvelope {
+            wire: None,
             tool_name: "search".into(),
             tool_call_id: "c1".into(),
             outcome: crate::model::Outcome::Success,

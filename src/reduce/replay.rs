@@ -226,6 +226,7 @@ mod tests {
                     role: Role::Assistant,
                     content: Content::Text(String::new()),
                     tool_calls: vec![ToolCall {
+                        wire: None,
                         id: call.clone(),
                         name: tool.clone(),
                         arguments: args[next(args.len() as u64) as usize].clone(),
@@ -248,6 +249,7 @@ mod tests {
                     content: Content::Text(String::new()),
                     tool_calls: vec![],
                     tool_result: Some(ToolResultEnvelope {
+                        wire: None,
                         tool_name: tool,
                         tool_call_id: call,
                         outcome: Outcome::Success,

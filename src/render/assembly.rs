@@ -112,6 +112,7 @@ pub fn workspace_message(files: &[ContextFile]) -> Option<RenderedMessage> {
     }
     let text: Vec<String> = files.iter().map(|f| block("workspace_file", f)).collect();
     Some(RenderedMessage {
+        wire: None,
         role: Role::User,
         content: Content::Text(text.join("\n\n")),
         tool_calls: Vec::new(),

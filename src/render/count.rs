@@ -135,9 +135,10 @@ impl<'a> RequestCounter<'a> {
         }
         match c {
             Content::Parts(parts) if self.framing.joins_non_user_parts && role != Role::User => {
+                // Reasoning and carried items go as items of their own.
                 let reasoning: u32 = parts
                     .iter()
-                    .filter(|p| p.is_reasoning())
+                    .filter(|p| p.is_reasoning() || matches!(p, ContentPart::Provider(_)))
                     .map(|p| self.part(p))
                     .sum();
                 reasoning + self.text(&c.flat_text())
@@ -214,11 +215,14 @@ impl<'a> RequestCounter<'a> {
                     + encrypted_content.as_deref().map_or(0, |e| self.text(e))
             }
             // Sent as it came (or as its text, which is shorter): its
-            // text with media emptied, and each medium's own cost.
+            // text with media emptied, and each medium's own cost; framed
+            // as a message, since a carried item may split the message it
+            // is in into items around it.
             ContentPart::Provider(p) => {
                 let (text, media) = p.countable();
                 let per_image = self.overhead.per_image;
                 self.overhead.per_block
+                    + self.overhead.per_message
                     + self.text(&text)
                     + media.iter().map(|m| m.tokens(per_image)).sum::<u32>()
             }

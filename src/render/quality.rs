@@ -364,6 +364,7 @@ mod tests {
 
     fn call(id: &str, name: &str) -> ToolCall {
         ToolCall {
+            wire: None,
             id: id.into(),
             name: name.into(),
             arguments: serde_json::json!({}),

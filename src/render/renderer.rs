@@ -346,6 +346,7 @@ fn render_verbatim(m: &Message, options: &RenderOptions) -> RenderedMessage {
         _ => m.content.clone(),
     };
     RenderedMessage {
+        wire: result_wire(m),
         role: m.role,
         content,
         tool_calls: m.tool_calls.clone(),
@@ -360,10 +361,16 @@ fn render_verbatim(m: &Message, options: &RenderOptions) -> RenderedMessage {
     }
 }
 
+/// A tool result's provider form, which its format's encoder sends it in.
+fn result_wire(m: &Message) -> Option<Box<crate::model::ProviderPart>> {
+    m.tool_result.as_ref().and_then(|e| e.wire.clone())
+}
+
 /// A cleared message keeps its role, tool calls and tool call id: the pair stays
 /// valid and the model sees that the call happened, so it does not re-issue it.
 fn render_cleared(m: &Message, r: &ClearRecord) -> RenderedMessage {
     RenderedMessage {
+        wire: result_wire(m),
         role: m.role,
         content: Content::Text(r.rendered_text().into_owned()),
         tool_calls: m.tool_calls.clone(),
@@ -380,6 +387,7 @@ fn render_cleared(m: &Message, r: &ClearRecord) -> RenderedMessage {
 /// when the span began with the user, else as the assistant.
 fn render_drop_notice(m: &Message, notice: String) -> RenderedMessage {
     RenderedMessage {
+        wire: None,
         role: if m.role == Role::User {
             Role::User
         } else {
@@ -418,6 +426,7 @@ fn render_summary(m: &Message, r: &SummarizationRecord) -> RenderedMessage {
 
 fn summary_message(m: &Message, text: String) -> RenderedMessage {
     RenderedMessage {
+        wire: None,
         role: Role::Assistant,
         content: Content::Text(text),
         tool_calls: Vec::new(),
@@ -443,6 +452,7 @@ pub fn externalization_text(r: &ExternalizationRecord) -> String {
 fn render_externalized(m: &Message, r: &ExternalizationRecord) -> RenderedMessage {
     let single_tool = m.role == Role::Tool && r.span.message_ids.len() == 1;
     RenderedMessage {
+        wire: if single_tool { result_wire(m) } else { None },
         role: if single_tool {
             Role::Tool
         } else {
@@ -481,6 +491,7 @@ pub(super) fn render_rehydrated(r: &Rehydrated, options: &RenderOptions) -> Rend
         text.push_str("\n[truncated]");
     }
     RenderedMessage {
+        wire: None,
         role: Role::User,
         content: Content::Text(text),
         tool_calls: Vec::new(),
@@ -520,6 +531,7 @@ pub fn injected_message(hook: &str, text: &str) -> RenderedMessage {
 /// A user message of this turn only, named by `source_id`.
 fn per_turn_message(text: &str, source_id: String, origin: Origin) -> RenderedMessage {
     RenderedMessage {
+        wire: None,
         role: Role::User,
         content: Content::Text(text.to_string()),
         tool_calls: Vec::new(),
@@ -724,12 +736,14 @@ mod tests {
         let mut t = thread();
         let mut call = msg("c9a", Role::Assistant, "");
         call.tool_calls = vec![crate::model::ToolCall {
+            wire: None,
             id: "c9".into(),
             name: "sql".into(),
             arguments: serde_json::json!({}),
         }];
         let mut result = msg("m9", Role::Tool, "");
         result.tool_result = Some(crate::model::ToolResultEnvelope {
+            wire: None,
             tool_name: "sql".into(),
             tool_call_id: "c9".into(),
             outcome: crate::model::Outcome::Success,

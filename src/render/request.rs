@@ -52,6 +52,10 @@ pub struct RenderedMessage {
     pub source_id: String,
     /// What produced it.
     pub origin: Origin,
+    /// For role tool: the result as its provider wrote it (see
+    /// [`crate::model::ToolResultEnvelope::wire`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire: Option<Box<crate::model::ProviderPart>>,
 }
 
 /// A complete request in neutral form.

@@ -234,6 +234,7 @@ pub fn thread(p: &HardParams) -> Thread {
         let names: Vec<&str> = (0..k).map(|_| rng.pick(TOOLS)).collect();
         for (j, id) in ids.iter().enumerate() {
             messages[a].tool_calls.push(ToolCall {
+                wire: None,
                 id: id.clone(),
                 name: names[j].into(),
                 arguments: json!({"target": format!("t{turn}-{j}")}),
@@ -268,6 +269,7 @@ pub fn thread(p: &HardParams) -> Thread {
             };
             let r = push(&mut messages, Role::Tool, Content::default(), turn);
             messages[r].tool_result = Some(ToolResultEnvelope {
+                wire: None,
                 tool_name: names[j].into(),
                 tool_call_id: ids[j].clone(),
                 outcome: if failed {

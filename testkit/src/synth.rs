@@ -142,6 +142,7 @@ pub fn thread(p: &SynthParams) -> Thread {
                 let call_id = format!("call_{call_n:05}");
                 let (name, args, content, durability, outcome) = tool_output(&mut rng, p, topic);
                 calls.push(ToolCall {
+                    wire: None,
                     id: call_id.clone(),
                     name: name.to_string(),
                     arguments: args,
@@ -168,6 +169,7 @@ pub fn thread(p: &SynthParams) -> Thread {
                     content: Content::default(),
                     tool_calls: vec![],
                     tool_result: Some(ToolResultEnvelope {
+                        wire: None,
                         tool_name: name.to_string(),
                         tool_call_id: call_id,
                         outcome,

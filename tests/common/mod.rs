@@ -365,6 +365,7 @@ impl ThreadBuilder {
         self.calls += 1;
         let call_id = format!("call_{}", self.calls);
         self.push(Role::Assistant, "").tool_calls.push(ToolCall {
+            wire: None,
             id: call_id.clone(),
             name: name.into(),
             arguments: args,
@@ -372,6 +373,7 @@ impl ThreadBuilder {
         let m = self.push(Role::Tool, "");
         m.content = Content::default();
         m.tool_result = Some(ToolResultEnvelope {
+            wire: None,
             tool_name: name.into(),
             tool_call_id: call_id.clone(),
             outcome,

@@ -138,3 +138,49 @@ def test_readme_agents_sdk_example(server_addr, provider):
     for i in sent:
         if i.get("type") == "function_call_output":
             assert i["call_id"] in ids
+
+
+# A web search Anthropic ran on its side, as ChatAnthropic keeps it in an
+# AIMessage's content, and a reply citing it.
+SERVER_TOOL_TURN = [
+    {"role": "user", "content": "What changed in the spec?"},
+    {"role": "assistant", "content": [
+        {"type": "text", "text": "Let me search."},
+        {"type": "server_tool_use", "id": "srvtoolu_01", "name": "web_search", "input": {"query": "spec changes"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_01", "content": [
+            {"type": "web_search_result", "url": "https://spec.example/v2", "title": "Spec v2",
+             "encrypted_content": "RW5jcnlwdGVkIHBhZ2U="}]},
+        {"type": "text", "text": "Version 2 renamed the field.",
+         "citations": [{"type": "web_search_result_location", "url": "https://spec.example/v2",
+                        "title": "Spec v2", "encrypted_index": "RW5j", "cited_text": "renamed"}]},
+    ]},
+    {"role": "user", "content": "And before that?"},
+]
+
+
+def test_langchain_middleware_passes_server_tool_blocks_through(server_addr):
+    model = RecordingModel(messages=iter([AIMessage(content="done")]))
+    run_example("langchain", server_addr, model=model, messages=SERVER_TOOL_TURN)
+    seen = model.seen[0]
+    ai = [m for m in seen if isinstance(m, AIMessage)]
+    assert ai and ai[0].content == SERVER_TOOL_TURN[1]["content"], ai
+
+
+def test_agents_sdk_filter_passes_built_in_tool_items_through(server_addr, provider):
+    built_in = [
+        {"type": "web_search_call", "id": "ws_1", "status": "completed",
+         "action": {"type": "search", "query": "spec changes"}},
+        {"type": "computer_call", "id": "cu_1", "call_id": "call_cu", "status": "completed",
+         "pending_safety_checks": [], "action": {"type": "screenshot"}},
+        {"type": "computer_call_output", "call_id": "call_cu",
+         "output": {"type": "computer_screenshot", "image_url": "https://shots.example/1.png"}},
+        {"type": "mcp_call", "id": "mcp_1", "server_label": "docs", "name": "lookup",
+         "arguments": "{}", "output": "v2 renamed the field", "status": "completed"},
+    ]
+    items = [{"role": "user", "content": "What changed?"}, *built_in,
+             {"role": "user", "content": "And before that?"}]
+    result = run_example("agents", server_addr, items=items)["result"]
+    assert result.final_output == "done"
+    sent = [body for path, body in provider.requests if path == "/v1/responses"][0]["input"]
+    for item in built_in:
+        assert item in sent, (item, sent)

@@ -268,6 +268,7 @@ pub fn call(id: &str, turn: u32, call_id: &str, tool: &str) -> pb::Message {
         role: pb::Role::Assistant as i32,
         turn,
         tool_calls: vec![pb::ToolCall {
+            wire: None,
             id: call_id.into(),
             name: tool.into(),
             arguments_json: r#"{"path":"/srv/app/log.txt"}"#.into(),

@@ -459,6 +459,7 @@ pub(super) mod tests {
     pub fn thread() -> Thread {
         let mut call = msg("m1", 0, Role::Assistant, "Reading the config first.");
         call.tool_calls.push(ToolCall {
+            wire: None,
             id: "call_1".into(),
             name: "read_file".into(),
             arguments: serde_json::json!({"path": "deploy/config.yaml"}),
@@ -466,6 +467,7 @@ pub(super) mod tests {
         let mut result = msg("m2", 0, Role::Tool, "");
         result.content = Content::Text(String::new());
         result.tool_result = Some(ToolResultEnvelope {
+            wire: None,
             tool_name: "read_file".into(),
             tool_call_id: "call_1".into(),
             outcome: Outcome::Success,

@@ -30,6 +30,7 @@ fn tool(id: &str, turn: u32, name: &str, outcome: Outcome, content: &str, kf: Va
         content: Content::default(),
         tool_calls: Vec::new(),
         tool_result: Some(ToolResultEnvelope {
+            wire: None,
             tool_name: name.to_string(),
             tool_call_id: format!("call-{id}"),
             outcome,

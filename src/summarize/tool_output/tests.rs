@@ -4,6 +4,7 @@ use super::*;
 
 fn env(name: &str, outcome: Outcome, content: ToolContent) -> ToolResultEnvelope {
     ToolResultEnvelope {
+        wire: None,
         tool_name: name.to_string(),
         tool_call_id: "call_1".to_string(),
         outcome,

@@ -574,6 +574,11 @@ pub enum Part {
     Redacted(String),
     /// A Responses reasoning item: id, summary, encrypted content.
     Reasoning(String, Vec<String>, Option<String>),
+    /// A type of the provider's own vocabulary (web search, documents,
+    /// MCP, computer and custom calls with their outputs, a block with
+    /// `cache_control`, a type from the future), written in the format's
+    /// own form: which one, a number unique in the conversation, its text.
+    Carried(u8, u32, String),
 }
 
 /// One entry of a conversation.
@@ -700,8 +705,17 @@ fn conversation(g: &mut Gen<'_>) -> Conversation {
     }
 }
 
+/// A carried part now and then, numbered from `n`.
+fn carried(g: &mut Gen<'_>, parts: &mut Vec<Part>) {
+    if g.src.chance(12) {
+        let n = u32::from(g.src.byte()) << 8 | u32::from(g.src.byte());
+        parts.push(Part::Carried(g.src.byte(), n, g.text(6)));
+    }
+}
+
 fn user_parts(g: &mut Gen<'_>) -> Vec<Part> {
     let mut parts = vec![Part::Text(g.text(12))];
+    carried(g, &mut parts);
     if g.src.chance(10) {
         let url = if g.src.chance(50) {
             g.src.pick(PIECES).to_string()
@@ -728,6 +742,7 @@ fn assistant_parts(g: &mut Gen<'_>) -> Vec<Part> {
         )),
         _ => {}
     }
+    carried(g, &mut parts);
     if g.src.chance(60) {
         parts.push(Part::Text(g.text(6)));
     }
@@ -908,6 +923,7 @@ impl Conversation {
                                     Part::Image(u) => {
                                         Some(json!({"type": "image_url", "image_url": {"url": u}}))
                                     }
+                                    Part::Carried(k, n, t) => Some(chat_part(*k, *n, t)),
                                     _ => None,
                                 })
                                 .collect(),
@@ -921,6 +937,14 @@ impl Conversation {
                         "role": "assistant",
                         "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { json!(text) },
                     });
+                    if calls.is_empty() {
+                        if let Some(Part::Carried(_, _, t)) =
+                            parts.iter().find(|p| matches!(p, Part::Carried(..)))
+                        {
+                            // A refusal: the message is carried whole.
+                            m["refusal"] = json!(t);
+                        }
+                    }
                     if !calls.is_empty() {
                         m["tool_calls"] = Value::Array(
                             calls
@@ -1001,11 +1025,17 @@ impl Conversation {
             messages.push(match item {
                 Item::System(t) | Item::Developer(t) => json!({"role": "user", "content": t}),
                 Item::User(parts) => {
-                    let blocks: Vec<Value> = parts.iter().filter_map(anthropic_block).collect();
+                    let blocks: Vec<Value> = parts
+                        .iter()
+                        .flat_map(|p| anthropic_blocks(p, false))
+                        .collect();
                     json!({"role": "user", "content": blocks})
                 }
                 Item::Assistant(parts, calls) => {
-                    let mut blocks: Vec<Value> = parts.iter().filter_map(anthropic_block).collect();
+                    let mut blocks: Vec<Value> = parts
+                        .iter()
+                        .flat_map(|p| anthropic_blocks(p, true))
+                        .collect();
                     for c in calls {
                         blocks.push(json!({"type": "tool_use", "id": c.id, "name": c.name,
                                            "input": c.args}));
@@ -1054,6 +1084,8 @@ impl Conversation {
                                 Part::Image(u) => {
                                     Some(json!({"type": "input_image", "image_url": u}))
                                 }
+                                Part::Carried(_, n, t) => Some(json!({"type": "input_file",
+                                    "filename": format!("f{n}.txt"), "file_data": t})),
                                 _ => None,
                             })
                             .collect();
@@ -1076,6 +1108,7 @@ impl Conversation {
                             }
                             Part::Text(t) => input.push(json!({"type": "message", "role": "assistant",
                                 "content": [{"type": "output_text", "text": t}]})),
+                            Part::Carried(k, n, t) => input.extend(responses_items(*k, *n, t)),
                             _ => {}
                         }
                     }
@@ -1143,9 +1176,89 @@ fn canonical_content(parts: &[Part]) -> Value {
                 Part::Reasoning(id, summary, enc) => {
                     json!({"type": "reasoning", "id": id, "summary": summary, "encrypted_content": enc})
                 }
+                Part::Carried(k, n, t) => json!({"type": "provider", "dialect": "openai_responses",
+                    "kind": "web_search_call",
+                    "json": {"type": "web_search_call", "id": format!("ws_{k}_{n}"), "status": "completed",
+                             "action": {"type": "search", "query": t}}}),
             })
             .collect(),
     )
+}
+
+/// A Chat user part of the provider's own vocabulary.
+fn chat_part(k: u8, n: u32, t: &str) -> Value {
+    match k % 3 {
+        0 => {
+            json!({"type": "input_audio", "input_audio": {"data": "UklGRiQAAABXQVZF", "format": "wav"}})
+        }
+        1 => json!({"type": "file", "file": {"filename": format!("f{n}.txt"), "file_data": t}}),
+        _ => json!({"type": "future_part", "note": t}),
+    }
+}
+
+/// Anthropic blocks of its own vocabulary: user-side documents, search
+/// results, a `cache_control` text, an upload; assistant-side server tool
+/// and MCP uses with their results in the same message; a future type.
+fn anthropic_carried(k: u8, n: u32, t: &str, assistant: bool) -> Vec<Value> {
+    let id = format!("srvtoolu_{k}_{n}");
+    if assistant {
+        return match k % 3 {
+            0 => vec![
+                json!({"type": "server_tool_use", "id": id, "name": "web_search", "input": {"query": t}}),
+                json!({"type": "web_search_tool_result", "tool_use_id": id, "content": [
+                    {"type": "web_search_result", "url": "https://e.example/a", "title": t,
+                     "encrypted_content": "RW5jcnlwdGVk"}]}),
+            ],
+            1 => vec![
+                json!({"type": "mcp_tool_use", "id": id, "name": "lookup", "server_name": "ops", "input": {"q": t}}),
+                json!({"type": "mcp_tool_result", "tool_use_id": id, "content": t, "is_error": false}),
+            ],
+            _ => vec![json!({"type": "future_block", "text": t})],
+        };
+    }
+    vec![match k % 4 {
+        0 => json!({"type": "document", "title": format!("doc {n}"),
+                    "source": {"type": "text", "media_type": "text/plain", "data": t}}),
+        1 => {
+            json!({"type": "search_result", "source": "https://e.example/s", "title": format!("r{n}"),
+                    "content": [{"type": "text", "text": t}]})
+        }
+        2 => json!({"type": "text", "text": t, "cache_control": {"type": "ephemeral"}}),
+        _ => json!({"type": "container_upload", "file_id": format!("file_{n}")}),
+    }]
+}
+
+/// Responses items of its own vocabulary, pairs together.
+fn responses_items(k: u8, n: u32, t: &str) -> Vec<Value> {
+    let call_id = format!("carried_{k}_{n}");
+    match k % 5 {
+        0 => vec![
+            json!({"type": "web_search_call", "id": format!("ws_{n}"), "status": "completed",
+                         "action": {"type": "search", "query": t}}),
+        ],
+        1 => vec![
+            json!({"type": "computer_call", "id": format!("cu_{n}"), "call_id": call_id, "status": "completed",
+                   "pending_safety_checks": [], "action": {"type": "screenshot"}}),
+            json!({"type": "computer_call_output", "call_id": call_id,
+                   "output": {"type": "computer_screenshot", "image_url": "https://e.example/s.png"}}),
+        ],
+        2 => vec![
+            json!({"type": "custom_tool_call", "call_id": call_id, "name": "apply", "input": t}),
+            json!({"type": "custom_tool_call_output", "call_id": call_id, "output": t}),
+        ],
+        3 => vec![
+            json!({"type": "mcp_call", "id": format!("mcp_{n}"), "server_label": "ops",
+                         "name": "lookup", "arguments": "{}", "output": t, "status": "completed"}),
+        ],
+        _ => vec![json!({"type": "future_item", "id": format!("fi_{n}"), "note": t})],
+    }
+}
+
+fn anthropic_blocks(p: &Part, assistant: bool) -> Vec<Value> {
+    match p {
+        Part::Carried(k, n, t) => anthropic_carried(*k, *n, t, assistant),
+        other => anthropic_block(other).into_iter().collect(),
+    }
 }
 
 fn anthropic_block(p: &Part) -> Option<Value> {
@@ -1161,7 +1274,7 @@ fn anthropic_block(p: &Part) -> Option<Value> {
         Part::Image(u) => json!({"type": "image", "source": {"type": "url", "url": u}}),
         Part::Thinking(t, s) => json!({"type": "thinking", "thinking": t, "signature": s}),
         Part::Redacted(d) => json!({"type": "redacted_thinking", "data": d}),
-        Part::Reasoning(..) => return None,
+        Part::Reasoning(..) | Part::Carried(..) => return None,
     })
 }
 

@@ -212,6 +212,7 @@ class _Calls:
         format: Optional[str],
         system: Optional[str],
         tools: Optional[Sequence[Any]],
+        shape: Optional[str] = None,
         max_output_tokens: Optional[int],
         search_context_tool: bool,
         read_artifact_tool: bool,
@@ -238,9 +239,12 @@ class _Calls:
         body = body_of(conversation, system=system, tools=tools)
         conversation_json = json.dumps(body, ensure_ascii=False)
         state = self._thread(thread_id)
-        # The shape the conversation shows (the output format may differ);
+        # The shape the conversation is in (the output format may differ):
+        # as the caller says (an SDK adapter knows it), else as it shows;
         # text-only messages are Chat's.
-        shape = detect_format(body)
+        if shape is not None and shape not in FORMATS:
+            raise ValueError(f"shape must be one of {', '.join(FORMATS)}, not {shape!r}")
+        shape = shape or detect_format(body)
         key = "input" if "input" in body else "messages"
         items = body.get(key)
         items = items if isinstance(items, list) else [items]
@@ -505,6 +509,7 @@ class Client(_Calls):
         model: str = "",
         budget: int = 0,
         format: Optional[str] = None,
+        shape: Optional[str] = None,
         system: Optional[str] = None,
         tools: Optional[Sequence[Any]] = None,
         max_output_tokens: Optional[int] = None,
@@ -520,7 +525,9 @@ class Client(_Calls):
         """Compacts the conversation if it needs it and renders it within
         `budget` tokens (0: the server's default) for `model`, in `format`
         (default: the shape the conversation is in; a Claude model's plain
-        text is rendered for Anthropic).
+        text is rendered for Anthropic). `shape` is the format the
+        conversation is in, when the caller knows it (an SDK adapter
+        converting to one); detected otherwise.
 
         Per-call content around the thread (sent on every call, never kept
         as part of the thread; docs/api.md, "Context assembly"):
@@ -551,6 +558,7 @@ class Client(_Calls):
                 model=model,
                 budget=budget,
                 format=format,
+                shape=shape,
                 system=system,
                 tools=tools,
                 max_output_tokens=max_output_tokens,
@@ -657,6 +665,7 @@ class AsyncClient(_Calls):
         model: str = "",
         budget: int = 0,
         format: Optional[str] = None,
+        shape: Optional[str] = None,
         system: Optional[str] = None,
         tools: Optional[Sequence[Any]] = None,
         max_output_tokens: Optional[int] = None,
@@ -677,6 +686,7 @@ class AsyncClient(_Calls):
                 model=model,
                 budget=budget,
                 format=format,
+                shape=shape,
                 system=system,
                 tools=tools,
                 max_output_tokens=max_output_tokens,

@@ -15,7 +15,26 @@ FORMATS = ("openai", "responses", "anthropic", "neutral")
 
 Conversation = Union[Sequence[Any], Mapping[str, Any]]
 
-_ANTHROPIC_BLOCKS = {"tool_use", "tool_result", "thinking", "redacted_thinking"}
+# Blocks only Anthropic has (its Messages API and its beta blocks).
+_ANTHROPIC_BLOCKS = {
+    "tool_use",
+    "tool_result",
+    "thinking",
+    "redacted_thinking",
+    "document",
+    "search_result",
+    "server_tool_use",
+    "web_search_tool_result",
+    "web_fetch_tool_result",
+    "code_execution_tool_result",
+    "bash_code_execution_tool_result",
+    "text_editor_code_execution_tool_result",
+    "tool_search_tool_result",
+    "mcp_tool_use",
+    "mcp_tool_result",
+    "container_upload",
+}
+# Item and part types only the Responses API has.
 _RESPONSES_TYPES = {
     "function_call",
     "function_call_output",
@@ -23,7 +42,37 @@ _RESPONSES_TYPES = {
     "input_text",
     "output_text",
     "input_image",
+    "input_file",
+    "file_search_call",
+    "computer_call",
+    "computer_call_output",
+    "web_search_call",
+    "tool_search_call",
+    "tool_search_output",
+    "additional_tools",
+    "configuration_update",
+    "compaction",
+    "compaction_trigger",
+    "image_generation_call",
+    "code_interpreter_call",
+    "local_shell_call",
+    "local_shell_call_output",
+    "shell_call",
+    "shell_call_output",
+    "apply_patch_call",
+    "apply_patch_call_output",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "mcp_approval_response",
+    "mcp_call",
+    "custom_tool_call",
+    "custom_tool_call_output",
+    "item_reference",
+    "program",
+    "program_output",
 }
+# Roles Anthropic's messages never have.
+_CHAT_ROLES = {"system", "developer", "tool", "function"}
 
 
 def plain(obj: Any) -> Any:
@@ -59,17 +108,24 @@ def detect_format(conversation: Any, model: str = "") -> str:
             continue
         if item.get("type") in _RESPONSES_TYPES:
             return "responses"
+        if "type" not in item and "role" not in item and "id" in item:
+            return "responses"  # an `item_reference` without its type
         content = item.get("content")
         if isinstance(content, list):
             for part in content:
                 kind = part.get("type") if isinstance(part, Mapping) else None
-                if kind in _ANTHROPIC_BLOCKS or (kind == "image" and "source" in part):
+                anthropic = kind in _ANTHROPIC_BLOCKS or (kind == "image" and "source" in part)
+                if anthropic and not _chat_roles(items):
                     return "anthropic"
                 if kind in _RESPONSES_TYPES:
                     return "responses"
     if "claude" in model.lower():
         return "anthropic"
     return "openai"
+
+
+def _chat_roles(items: Iterable[Any]) -> bool:
+    return any(isinstance(i, Mapping) and i.get("role") in _CHAT_ROLES for i in items)
 
 
 def body_of(

@@ -166,6 +166,7 @@ mod tests {
             id: format!("a-{id}"),
             role: api::Role::Assistant as i32,
             tool_calls: vec![api::ToolCall {
+                wire: None,
                 id: id.into(),
                 name: tool.into(),
                 arguments_json: format!("{{\"path\": \"{path}\"}}"),

@@ -9,7 +9,18 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 
 def to_openai(messages: Sequence[BaseMessage]) -> List[dict]:
-    return list(convert_to_openai_messages(list(messages)))
+    """The messages in the OpenAI Chat shape, each message's content blocks
+    as the message holds them: LangChain's conversion drops what OpenAI has
+    no field for (Anthropic's citations, server tool results), and compactd
+    carries provider blocks as they are."""
+    messages = list(messages)
+    converted = list(convert_to_openai_messages(messages))
+    if len(converted) != len(messages):
+        return converted
+    for original, out in zip(messages, converted):
+        if isinstance(original.content, list) and out.get("content") != original.content:
+            out["content"] = original.content
+    return converted
 
 
 def tool_dicts(tools: Sequence[Any]) -> List[dict]:

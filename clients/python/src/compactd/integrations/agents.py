@@ -42,6 +42,7 @@ def input_filter(
             model=model,
             budget=budget,
             format="responses",
+            shape="responses",
             system=data.model_data.instructions,
             **render_options,
         )

@@ -75,6 +75,7 @@ class CompactdMiddleware(AgentMiddleware):
             model=self.model,
             budget=self.budget,
             format="openai",
+            shape="openai",
             system=system_text(request.system_message),
             tools=tool_dicts(request.tools) or None,
             **self.render_options,

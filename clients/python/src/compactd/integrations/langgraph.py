@@ -44,7 +44,7 @@ def pre_model_hook(
         return str(tid)
 
     def args(config: RunnableConfig) -> Dict[str, Any]:
-        return dict(thread_id=tid_of(config), model=model, budget=budget, format="openai", **render_options)
+        return dict(thread_id=tid_of(config), model=model, budget=budget, format="openai", shape="openai", **render_options)
 
     if isinstance(client, AsyncClient):
 
