@@ -346,15 +346,14 @@ impl App {
         extends: &mut Option<Arc<Thread>>,
         abandoned: &[(usize, usize)],
     ) -> Vec<String> {
-        match thread.provider_view_without(abandoned) {
-            Some((view, warnings)) => {
-                *thread = Arc::new(view);
-                // What the thread was known to extend, it may not now.
-                *extends = None;
-                warnings
-            }
-            None => Vec::new(),
+        let mut warnings = crate::reduce::unknown_item_warnings(thread);
+        if let Some((view, settled)) = thread.provider_view_without(abandoned) {
+            *thread = Arc::new(view);
+            // What the thread was known to extend, it may not now.
+            *extends = None;
+            warnings.extend(settled);
         }
+        warnings
     }
 
     /// The engine for text `target`'s format carries for `model`, for one

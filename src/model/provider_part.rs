@@ -129,6 +129,11 @@ impl Dialect {
                 "mcp_tool_result",
                 "container_upload",
                 "compaction",
+                "advisor_tool_result",
+                "tool_addition",
+                "tool_removal",
+                "mcp_tool_listing",
+                "fallback",
             ],
         };
         // Chat-shaped messages carrying Anthropic blocks are what LangChain
@@ -272,7 +277,8 @@ impl ProviderPart {
             "message" => {
                 let refusal = v.get("refusal").and_then(Value::as_str);
                 match v.get("content").unwrap_or(&Value::Null) {
-                    Value::Null => refusal.map(str::to_string),
+                    // Calls and a `name` alone: no text.
+                    Value::Null => Some(refusal.unwrap_or_default().to_string()),
                     Value::String(s) => Some(s.clone()),
                     Value::Array(a) => {
                         let mut texts = Vec::new();

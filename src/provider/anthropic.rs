@@ -704,6 +704,9 @@ pub(super) mod import {
                                 || (t != "text"
                                     && t != "image"
                                     && Dialect::AnthropicMessages.knows(t))
+                                // Only Anthropic's blocks carry these.
+                                || b.get("cache_control").is_some()
+                                || b.get("citations").is_some()
                         })
                     })
             })

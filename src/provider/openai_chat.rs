@@ -73,14 +73,10 @@ fn message(mut m: RenderedMessage) -> Option<Value> {
         Role::Tool => return Some(tool_message(m)),
         Role::Assistant if legacy(&m) => {
             // Chat's legacy form: one `function_call`, no id.
-            let mut f = json!({});
-            if let [c] = m.tool_calls.as_slice() {
-                f = c.wire.as_deref().map_or(f, |w| w.value());
-                crate::render::wire::set(&mut f, "name", json!(c.name));
-                if !same_arguments(&f, &c.arguments) {
-                    crate::render::wire::set(&mut f, "arguments", json!(c.arguments_json()));
-                }
-            }
+            let f = m
+                .tool_calls
+                .first()
+                .map_or_else(|| json!({}), legacy_function_call);
             let text = if m.content.is_empty() {
                 Value::Null
             } else {
@@ -112,17 +108,39 @@ fn message(mut m: RenderedMessage) -> Option<Value> {
 /// A message carried whole (it had fields compactd does not model: a
 /// `name`, a `refusal`, `audio`), sent back as it came.
 fn whole_message(m: &RenderedMessage) -> Option<Value> {
-    match (&m.content, m.tool_calls.is_empty()) {
-        (Content::Parts(parts), true) => match parts.as_slice() {
-            [ContentPart::Provider(p)]
-                if p.kind == "message" && p.dialect == Dialect::OpenAiChat =>
-            {
-                Some(p.value())
-            }
-            _ => None,
-        },
-        _ => None,
+    use crate::render::wire::set;
+    let Content::Parts(parts) = &m.content else {
+        return None;
+    };
+    let [ContentPart::Provider(p)] = parts.as_slice() else {
+        return None;
+    };
+    if p.kind != "message" || p.dialect != Dialect::OpenAiChat {
+        return None;
     }
+    let mut v = p.value();
+    if legacy(m) {
+        if let Some(c) = m.tool_calls.first() {
+            set(&mut v, "function_call", legacy_function_call(c));
+        }
+    } else if !m.tool_calls.is_empty() {
+        set(
+            &mut v,
+            "tool_calls",
+            Value::Array(m.tool_calls.iter().map(tool_call).collect()),
+        );
+    }
+    Some(v)
+}
+
+/// A legacy `function_call` as it came, updated.
+fn legacy_function_call(c: &ToolCall) -> Value {
+    let mut f = c.wire.as_deref().map_or_else(|| json!({}), |w| w.value());
+    crate::render::wire::set(&mut f, "name", json!(c.name));
+    if !same_arguments(&f, &c.arguments) {
+        crate::render::wire::set(&mut f, "arguments", json!(c.arguments_json()));
+    }
+    f
 }
 
 /// Plain text stays a string; parts become a content array. Only user
@@ -539,10 +557,25 @@ pub(super) mod import {
                 tool_calls.push(call);
             }
             // A message with fields compactd does not model (a `name`, a
-            // `refusal`, `audio`) and no calls is carried whole.
-            let plain = only_keys(m, &["role", "content", "tool_calls", "tool_call_id"]);
-            if !plain && tool_calls.is_empty() && role != Role::Tool {
-                content = Content::Parts(vec![carried(Dialect::OpenAiChat, "message", m)]);
+            // `refusal`, `audio`) is carried whole; its calls are kept as
+            // calls (paired, and sent back in its place).
+            let plain = only_keys(
+                m,
+                &[
+                    "role",
+                    "content",
+                    "tool_calls",
+                    "tool_call_id",
+                    "function_call",
+                ],
+            );
+            if !plain && role != Role::Tool {
+                let mut whole = m.clone();
+                if let Value::Object(o) = &mut whole {
+                    o.remove("tool_calls");
+                    o.remove("function_call");
+                }
+                content = Content::Parts(vec![carried(Dialect::OpenAiChat, "message", &whole)]);
             }
             for c in &tool_calls {
                 call_names.insert(c.id.clone(), c.name.clone());

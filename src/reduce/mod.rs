@@ -620,7 +620,6 @@ pub fn compact_with(
     );
     budget.workspace_tokens = req.workspace.map_or(0, |w| counter.message(w));
     let mut warnings = oversize_warnings(thread, &req.limits);
-    warnings.extend(unknown_item_warnings(thread));
     let start = starting_plan(req, &mut warnings);
     let pinned = partition::pinned(thread, policy);
     let fixed = budget.fixed_tokens();
@@ -722,8 +721,9 @@ pub fn compact_with(
 }
 
 /// One warning naming the items of a type compactd does not know, carried
-/// as they came (the first three and how many in all).
-fn unknown_item_warnings(thread: &Thread) -> Vec<String> {
+/// as they came (the first three and how many in all): every call on the
+/// thread gives it, for the response and the audit record.
+pub fn unknown_item_warnings(thread: &Thread) -> Vec<String> {
     let unknown: Vec<String> = thread
         .messages
         .iter()

@@ -11,9 +11,14 @@ use serde_json::json;
 use crate::rng::Rng;
 
 use compactd::model::{
-    Content, ContentPart, Durability, Message, MessageMetadata, Outcome, Role, Thread, ToolCall,
-    ToolContent, ToolResultEnvelope,
+    Content, ContentPart, Dialect, Durability, Message, MessageMetadata, Outcome, ProviderPart,
+    Role, Thread, ToolCall, ToolContent, ToolResultEnvelope,
 };
+
+/// A provider part of `dialect`.
+fn carried(dialect: Dialect, kind: &str, v: serde_json::Value) -> ContentPart {
+    ContentPart::Provider(ProviderPart::new(dialect, kind, &v))
+}
 
 /// What a generated thread may contain.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -175,6 +180,14 @@ pub fn thread(p: &HardParams) -> Thread {
                 });
             }
             Content::Parts(parts)
+        } else if rng.chance(p.images) {
+            // A caller's cache breakpoint: an Anthropic block carried as it
+            // came (its text goes to every format).
+            Content::Parts(vec![carried(
+                Dialect::AnthropicMessages,
+                "text",
+                json!({"type": "text", "text": ask, "cache_control": {"type": "ephemeral"}}),
+            )])
         } else {
             Content::Text(ask)
         };
@@ -225,7 +238,19 @@ pub fn thread(p: &HardParams) -> Thread {
             };
             if let Content::Text(t) = content {
                 if !t.is_empty() {
-                    parts.push(ContentPart::Text { text: t });
+                    // Now and then as the Responses API returns it: an item
+                    // with its id, status and annotations, carried.
+                    parts.push(if rng.chance(0.5) {
+                        carried(
+                            Dialect::OpenAiResponses,
+                            "message",
+                            json!({"type": "message", "role": "assistant", "id": format!("msg_{turn}"),
+                                   "status": "completed",
+                                   "content": [{"type": "output_text", "text": t, "annotations": []}]}),
+                        )
+                    } else {
+                        ContentPart::Text { text: t }
+                    });
                 }
             }
             content = Content::Parts(parts);
@@ -233,11 +258,21 @@ pub fn thread(p: &HardParams) -> Thread {
         let a = push(&mut messages, Role::Assistant, content, turn);
         let names: Vec<&str> = (0..k).map(|_| rng.pick(TOOLS)).collect();
         for (j, id) in ids.iter().enumerate() {
+            let arguments = json!({"target": format!("t{turn}-{j}")});
+            // Now and then a Responses call with its item id and status.
+            let wire = rng.chance(p.thinking).then(|| {
+                Box::new(ProviderPart::new(
+                    Dialect::OpenAiResponses,
+                    "function_call",
+                    &json!({"type": "function_call", "id": format!("fc_{turn}_{j}"), "call_id": id,
+                            "name": names[j], "arguments": arguments.to_string(), "status": "completed"}),
+                ))
+            });
             messages[a].tool_calls.push(ToolCall {
-                wire: None,
+                wire,
                 id: id.clone(),
                 name: names[j].into(),
-                arguments: json!({"target": format!("t{turn}-{j}")}),
+                arguments,
             });
         }
         // The last turn may stop with calls still waiting.

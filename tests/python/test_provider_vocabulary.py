@@ -35,7 +35,7 @@ import typing_extensions as te
 from anthropic.types import ContentBlockParam
 from anthropic.types.beta import BetaContentBlockParam
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
-from openai.types.chat import ChatCompletionContentPartParam
+from openai.types.chat import ChatCompletionContentPartParam, ChatCompletionMessageParam
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 from openai.types.responses import ResponseInputItemParam
 from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
@@ -238,6 +238,41 @@ def test_every_chat_user_part_comes_back(api, stub, kind):
     assert not [w for w in out.audit.warnings if UNKNOWN in w], list(out.audit.warnings)
     _validate(CHAT, body)
     assert part in body["messages"][-1]["content"], json.dumps(body)[:2000]
+
+
+CHAT_MESSAGES = {m.__name__: m for m in _members(ChatCompletionMessageParam)}
+
+
+def _chat_conversation(member):
+    """The message of `member`, every key filled, with what pairs it."""
+    m = instance(CHAT_MESSAGES[member])
+    role = m["role"]
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    if role == "assistant":
+        m.pop("function_call")  # the legacy form is tested on its own
+        m["tool_calls"] = [call]
+        return [{"role": "user", "content": "go"}, m,
+                {"role": "tool", "tool_call_id": "call_1", "content": "ok"}], m
+    if role == "tool":
+        m["tool_call_id"] = "call_1"
+        return [{"role": "user", "content": "go"},
+                {"role": "assistant", "content": None, "tool_calls": [call]}, m], m
+    if role == "function":
+        m["name"] = "f"
+        return [{"role": "user", "content": "go"},
+                {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+                m], m
+    return [m, {"role": "user", "content": "go on"}], m
+
+
+@pytest.mark.parametrize("member", sorted(CHAT_MESSAGES))
+def test_every_chat_message_comes_back(api, stub, member):
+    pb2, _ = api
+    messages, m = _chat_conversation(member)
+    out, body = _render(pb2, stub, {"model": "gpt-4o", "messages": messages}, "openai", shape="openai")
+    assert not [w for w in out.audit.warnings if UNKNOWN in w], list(out.audit.warnings)
+    _validate(CHAT, body)
+    assert m in body["messages"], (member, json.dumps(body["messages"])[:2000])
 
 
 def test_chat_refusal_and_name_come_back(api, stub):
@@ -453,3 +488,35 @@ def test_anthropic_results_keep_their_blocks_inside_the_delimiter(api, stub):
     inner = sent["content"]
     assert inner[1:-1] == result["content"], inner
     assert inner[0]["text"].startswith("<tool_output id=") and inner[-1]["text"].startswith("</tool_output id="), inner
+
+
+# ─────────────────────── the Python client's shape detection ───────────────────────
+
+
+@pytest.mark.parametrize("member", sorted(RESPONSES_MEMBERS))
+def test_the_client_knows_every_responses_conversation_for_one(member):
+    from compactd._shapes import detect_format
+
+    kind = _type_of(RESPONSES_MEMBERS[member])
+    items, _ = _responses_conversation(kind, RESPONSES_MEMBERS[member])
+    if kind == "message":
+        return  # a message alone reads as Chat's too; its body says `input`
+    assert detect_format(items) == "responses", kind
+
+
+@pytest.mark.parametrize("kind", sorted(set(ANTHROPIC_BLOCKS) - {"text", "image", "compaction"}))
+def test_the_client_knows_every_anthropic_conversation_for_one(kind):
+    from compactd._shapes import detect_format
+
+    messages, _ = _anthropic_conversation(kind)
+    assert detect_format(messages) == "anthropic", kind
+
+
+def test_an_unknown_type_is_carried_with_a_warning(api, stub):
+    pb2, _ = api
+    block = {"type": "hologram", "frames": 3}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "see"}, block]}]
+    body_in = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": messages}
+    out, body = _render(pb2, stub, body_in, "anthropic", shape="anthropic")
+    assert [w for w in out.audit.warnings if UNKNOWN in w and "hologram" in w], list(out.audit.warnings)
+    assert block in body["messages"][0]["content"]

@@ -33,6 +33,11 @@ _ANTHROPIC_BLOCKS = {
     "mcp_tool_use",
     "mcp_tool_result",
     "container_upload",
+    "advisor_tool_result",
+    "tool_addition",
+    "tool_removal",
+    "mcp_tool_listing",
+    "fallback",
 }
 # Item and part types only the Responses API has.
 _RESPONSES_TYPES = {
@@ -114,7 +119,12 @@ def detect_format(conversation: Any, model: str = "") -> str:
         if isinstance(content, list):
             for part in content:
                 kind = part.get("type") if isinstance(part, Mapping) else None
-                anthropic = kind in _ANTHROPIC_BLOCKS or (kind == "image" and "source" in part)
+                anthropic = (
+                    kind in _ANTHROPIC_BLOCKS
+                    or (kind == "image" and "source" in part)
+                    # Only Anthropic's blocks carry these.
+                    or (isinstance(part, Mapping) and ("cache_control" in part or "citations" in part))
+                )
                 if anthropic and not _chat_roles(items):
                     return "anthropic"
                 if kind in _RESPONSES_TYPES:
