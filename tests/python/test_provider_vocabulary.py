@@ -520,3 +520,98 @@ def test_an_unknown_type_is_carried_with_a_warning(api, stub):
     out, body = _render(pb2, stub, body_in, "anthropic", shape="anthropic")
     assert [w for w in out.audit.warnings if UNKNOWN in w and "hologram" in w], list(out.audit.warnings)
     assert block in body["messages"][0]["content"]
+
+
+# ─────────────────────── every type × every other format ───────────────────────
+
+ADAPTERS = {"openai": CHAT, "anthropic": ANTHROPIC, "responses": RESPONSES}
+
+
+def _cases():
+    for member, td in sorted(RESPONSES_MEMBERS.items()):
+        items, _ = _responses_conversation(_type_of(td), td)
+        yield "responses", member, {"model": "gpt-4o", "input": items}
+    for kind in sorted(CHAT_PARTS):
+        part = instance(CHAT_PARTS[kind])
+        part["type"] = kind
+        yield "openai", kind, {"model": "gpt-4o", "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "see"}, part]}]}
+    for member in sorted(CHAT_MESSAGES):
+        messages, _ = _chat_conversation(member)
+        yield "openai", member, {"model": "gpt-4o", "messages": messages}
+    for kind in sorted(ANTHROPIC_BLOCKS):
+        messages, _ = _anthropic_conversation(kind)
+        yield "anthropic", kind, {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": messages}
+
+
+CROSS = [(shape, name, body, to) for shape, name, body in _cases() for to in ADAPTERS if to != shape]
+
+
+@pytest.mark.parametrize("shape,name,body,to", CROSS, ids=[f"{s}:{n}->{t}" for s, n, _, t in CROSS])
+def test_every_type_in_every_other_format_is_converted_or_refused(api, stub, shape, name, body, to):
+    """Converted: the body validates against the target SDK's type. Or
+    refused: INVALID_ARGUMENT naming output_format and the format that has
+    no form for it. Nothing else (no internal error, nothing dropped
+    without a word)."""
+    pb2, _ = api
+    try:
+        _, out = _render(pb2, stub, body, to, shape=shape)
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, (name, to, e.code(), e.details())
+        assert "output_format" in e.details() and "has no form for" in e.details(), e.details()
+        return
+    if to == "anthropic" and shape == "anthropic":
+        return
+    _validate(ADAPTERS[to], out)
+
+
+def _bulky_chat(messages):
+    older = []
+    for k in range(6):
+        older += [
+            {"role": "user", "content": f"step {k}"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"old_{k}", "type": "function", "function": {"name": "dump", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": f"old_{k}", "content": BULK},
+        ]
+    return older + messages
+
+
+def _bulky_anthropic(messages):
+    older = []
+    for k in range(6):
+        older += [
+            {"role": "user", "content": [{"type": "text", "text": f"step {k}"}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": f"old_{k}", "name": "dump", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"old_{k}", "content": BULK}]},
+        ]
+    return older + messages
+
+
+TIGHT = [(shape, name, body) for shape, name, body in _cases() if shape != "responses"]
+
+
+@pytest.mark.parametrize("shape,name,body", TIGHT, ids=[f"{s}:{n}" for s, n, _ in TIGHT])
+def test_chat_and_anthropic_types_at_a_tight_budget(api, stub, shape, name, body):
+    pb2, _ = api
+    body = dict(body)
+    bulky = _bulky_chat if shape == "openai" else _bulky_anthropic
+    if name == "compaction":
+        # It stands for everything before it (kept whole): the bulk follows.
+        body["messages"] = body["messages"][:-1] + bulky(body["messages"][-1:])
+    else:
+        body["messages"] = bulky(body["messages"])
+    out, sent = _render(pb2, stub, body, shape, shape=shape, budget=8_000)
+    assert out.tokens.total <= 8_000, out.tokens
+    if shape == "openai":
+        _validate(CHAT, sent)
+        calls = {c["id"] for m in sent["messages"] for c in m.get("tool_calls") or []}
+        results = {m["tool_call_id"] for m in sent["messages"] if m["role"] == "tool"}
+        assert calls == results
+    else:
+        if name in GA_BLOCKS:
+            _validate(ANTHROPIC, sent)
+        blocks = [b for m in sent["messages"] if isinstance(m["content"], list) for b in m["content"]]
+        uses = {b["id"] for b in blocks if b["type"] == "tool_use"}
+        results = {b["tool_use_id"] for b in blocks if b["type"] == "tool_result"}
+        assert uses == results
