@@ -316,6 +316,7 @@ fn reasoning_items_go_back_to_responses_before_their_calls() {
     let mut bad = t.clone();
     std::sync::Arc::make_mut(&mut bad.messages[0]).content =
         Content::Parts(vec![ContentPart::Reasoning {
+            rest: None,
             id: "rs_x".into(),
             summary: vec![],
             encrypted_content: None,
@@ -507,6 +508,7 @@ fn responses_bodies_never_carry_empty_messages_or_dangling_reasoning() {
                 "m1",
                 Role::Assistant,
                 Content::Parts(vec![ContentPart::Reasoning {
+                    rest: None,
                     id: "rs_1".into(),
                     summary: vec![],
                     encrypted_content: Some("gAAAA".into()),

@@ -571,6 +571,7 @@ fn odd_turn(n: u32) -> Vec<pb::Message> {
                         id: format!("rs_{n}"),
                         summary: vec!["Thinking about shard order.".into()],
                         encrypted_content: None,
+                        rest_json: None,
                     })),
                 }],
                 ..Default::default()

@@ -85,6 +85,10 @@ pub enum ContentPart {
         /// Opaque reasoning state, passed back unchanged.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         encrypted_content: Option<String>,
+        /// The item's other keys (its `content`, `status`), as a JSON
+        /// object: sent back with it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rest: Option<JsonText>,
     },
     /// An item or block of a provider's own vocabulary, carried as it came
     /// and sent back only to its format.
@@ -118,10 +122,12 @@ impl ContentPart {
                 id,
                 summary,
                 encrypted_content,
+                rest,
             } => {
                 id.len()
                     + summary.iter().map(String::len).sum::<usize>()
                     + encrypted_content.as_ref().map_or(0, String::len)
+                    + rest.as_ref().map_or(0, |r| r.as_str().len())
             }
         }
     }

@@ -865,6 +865,7 @@ fn hash_message(h: &mut xxhash_rust::xxh3::Xxh3, buf: &mut Vec<u8>, m: &super::m
                         id,
                         summary,
                         encrypted_content,
+                        rest,
                     } => {
                         field(b"reasoning");
                         field(id.as_bytes());
@@ -872,6 +873,7 @@ fn hash_message(h: &mut xxhash_rust::xxh3::Xxh3, buf: &mut Vec<u8>, m: &super::m
                             field(s.as_bytes());
                         }
                         field(encrypted_content.as_deref().unwrap_or("\u{0}").as_bytes());
+                        field(rest.as_ref().map_or("\u{0}", |r| r.as_str()).as_bytes());
                     }
                     ContentPart::Provider(p) => {
                         field(b"provider");

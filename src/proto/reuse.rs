@@ -164,6 +164,7 @@ pub(super) fn digest(m: &pb::Message, seed: u64) -> u128 {
                 id,
                 summary,
                 encrypted_content,
+                rest_json,
             })) => {
                 field(b"reasoning");
                 field(id.as_bytes());
@@ -172,6 +173,7 @@ pub(super) fn digest(m: &pb::Message, seed: u64) -> u128 {
                     field(s.as_bytes());
                 }
                 optional(&mut field, encrypted_content.as_deref());
+                optional(&mut field, rest_json.as_deref());
             }
             Some(Kind::Provider(pb::ProviderPart {
                 format,

@@ -1128,6 +1128,7 @@ fn every_field_of_a_message_is_digested() {
                     id: "r".into(),
                     summary: vec!["s".into()],
                     encrypted_content: Some("e".into()),
+                    rest_json: None,
                 })),
             },
         ],

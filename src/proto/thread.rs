@@ -201,10 +201,12 @@ fn part_to_pb(p: &ContentPart) -> pb::ContentPart {
                 id,
                 summary,
                 encrypted_content,
+                rest,
             } => Kind::Reasoning(pb::ReasoningItem {
                 id: id.clone(),
                 summary: summary.clone(),
                 encrypted_content: encrypted_content.clone(),
+                rest_json: rest.as_ref().map(|r| r.as_str().to_string()),
             }),
             ContentPart::Provider(p) => Kind::Provider(provider_part_to_pb(p)),
         }),
@@ -238,6 +240,17 @@ impl TryFrom<pb::ContentPart> for ContentPart {
             }),
             Some(Kind::RedactedThinking(r)) => Ok(ContentPart::RedactedThinking { data: r.data }),
             Some(Kind::Reasoning(r)) => Ok(ContentPart::Reasoning {
+                rest: r
+                    .rest_json
+                    .map(|j| {
+                        JsonText::from_string(j)
+                            .ok()
+                            .filter(|t| t.parse().is_object())
+                            .ok_or_else(|| {
+                                ConvertError::new("reasoning.rest_json", "must be a JSON object")
+                            })
+                    })
+                    .transpose()?,
                 id: r.id,
                 summary: r.summary,
                 encrypted_content: r.encrypted_content,

@@ -124,6 +124,7 @@ mod tests {
                         signature: "c2ln".into(),
                     },
                     ContentPart::Reasoning {
+                        rest: None,
                         id: "rs_1".into(),
                         summary: vec!["Check first.".into()],
                         encrypted_content: Some("gAAAAB".into()),

@@ -206,11 +206,16 @@ fn reasoning_item(p: &ContentPart) -> Option<Value> {
         id,
         summary,
         encrypted_content,
+        rest,
     } = p
     else {
         return None;
     };
-    let mut item = Map::new();
+    // Its other keys as they came, then what compactd models.
+    let mut item = match rest.as_ref().map(|r| r.parse()) {
+        Some(Value::Object(o)) => o,
+        _ => Map::new(),
+    };
     item.insert("type".into(), json!("reasoning"));
     item.insert("id".into(), json!(id));
     item.insert(
@@ -884,6 +889,25 @@ pub(super) mod import {
         Ok(())
     }
 
+    /// A reasoning item's keys beyond what compactd models (marks aside).
+    fn reasoning_rest(item: &Value) -> Option<crate::model::JsonText> {
+        let Value::Object(o) = item else {
+            return None;
+        };
+        let rest: serde_json::Map<String, Value> = o
+            .iter()
+            .filter(|(k, v)| {
+                !v.is_null()
+                    && !only_keys(
+                        &serde_json::json!({ k.as_str(): v }),
+                        &["type", "id", "summary", "encrypted_content"],
+                    )
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        (!rest.is_empty()).then(|| crate::model::JsonText::from_value(&Value::Object(rest)))
+    }
+
     /// A reasoning item opens the assistant turn it belongs to.
     fn reasoning_item(
         b: &mut Builder,
@@ -906,6 +930,7 @@ pub(super) mod import {
         add_part(
             &mut b.messages[at],
             ContentPart::Reasoning {
+                rest: reasoning_rest(item),
                 id: str_field(item, "id", path)?.to_string(),
                 summary,
                 encrypted_content: item

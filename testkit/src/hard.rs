@@ -231,6 +231,7 @@ pub fn thread(p: &HardParams) -> Thread {
                 }]
             } else {
                 vec![ContentPart::Reasoning {
+                    rest: None,
                     id: format!("rs_{}", rng.next() % 1_000_000),
                     summary: vec!["Query first, then explain.".into()],
                     encrypted_content: Some(format!("gAAAA{}", rng.next())),
