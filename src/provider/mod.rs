@@ -146,6 +146,14 @@ pub(crate) fn sent(p: &crate::model::ProviderPart, dialect: Dialect) -> Option<S
     }
 }
 
+/// Whether `v`'s `arguments` string parses to `arguments`: then a call in
+/// its provider form keeps them as they came (whitespace, key order).
+pub(crate) fn same_arguments(v: &Value, arguments: &Value) -> bool {
+    v.get("arguments")
+        .and_then(Value::as_str)
+        .is_some_and(|a| import::parse_arguments(Some(&Value::String(a.to_string()))) == *arguments)
+}
+
 /// A rendered request in its format.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Encoded {

@@ -137,7 +137,7 @@ fn whole_message(m: &RenderedMessage) -> Option<Value> {
 fn legacy_function_call(c: &ToolCall) -> Value {
     let mut f = c.wire.as_deref().map_or_else(|| json!({}), |w| w.value());
     crate::render::wire::set(&mut f, "name", json!(c.name));
-    if !same_arguments(&f, &c.arguments) {
+    if !super::same_arguments(&f, &c.arguments) {
         crate::render::wire::set(&mut f, "arguments", json!(c.arguments_json()));
     }
     f
@@ -172,14 +172,6 @@ fn content(c: Content, images_allowed: bool) -> Value {
                 .collect(),
         ),
     }
-}
-
-/// Whether `v`'s `arguments` string parses to `arguments` (then it is sent
-/// as it came, whitespace and key order kept).
-pub(super) fn same_arguments(v: &Value, arguments: &Value) -> bool {
-    v.get("arguments")
-        .and_then(Value::as_str)
-        .is_some_and(|a| super::import::parse_arguments(Some(&json!(a))) == *arguments)
 }
 
 /// Whether an assistant message is Chat's legacy function call: its one
@@ -254,7 +246,7 @@ fn tool_call(c: &ToolCall) -> Value {
             set(&mut v, "id", json!(c.id));
             if let Some(f) = v.get_mut("function") {
                 set(f, "name", json!(c.name));
-                if !same_arguments(f, &c.arguments) {
+                if !super::same_arguments(f, &c.arguments) {
                     set(f, "arguments", json!(arguments));
                 }
             }

@@ -326,7 +326,7 @@ fn function_call(c: &ToolCall, call_id: &str) -> Value {
     set(&mut v, "call_id", json!(call_id));
     set(&mut v, "name", json!(c.name));
     // The arguments as they came, unless they changed (whitespace is kept).
-    if !super::openai_chat::same_arguments(&v, &c.arguments) {
+    if !super::same_arguments(&v, &c.arguments) {
         set(&mut v, "arguments", json!(c.arguments_json()));
     }
     v
