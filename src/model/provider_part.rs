@@ -268,6 +268,14 @@ impl ProviderPart {
     /// `output_text` with annotations, a refusal, a message item with an
     /// id): `None` for everything else, which is refused there.
     pub fn text_equivalent(&self) -> Option<String> {
+        // Parsed only for the kinds that can be text: this is asked of
+        // every carried part whenever a message's text is read.
+        if !matches!(
+            self.kind.as_str(),
+            "text" | "input_text" | "output_text" | "refusal" | "message"
+        ) {
+            return None;
+        }
         let v = self.value();
         match self.kind.as_str() {
             "text" | "input_text" | "output_text" => {
@@ -335,8 +343,18 @@ impl ProviderPart {
 
     /// What a counter reads: its JSON text with media emptied, and the
     /// media.
-    pub fn countable(&self) -> (String, Vec<Media>) {
-        countable(&self.value())
+    pub fn countable(&self) -> (std::borrow::Cow<'_, str>, Vec<Media>) {
+        let json = self.json.as_str();
+        // What no medium is written without: the JSON as it is, unparsed
+        // (a part is counted whenever its message is).
+        let may_hold_media = ["data", "image", "format", "_type"]
+            .iter()
+            .any(|k| json.contains(k));
+        if !may_hold_media {
+            return (std::borrow::Cow::Borrowed(json), Vec::new());
+        }
+        let (text, media) = countable(&self.value());
+        (std::borrow::Cow::Owned(text), media)
     }
 
     /// Bytes it carries, for size limits.

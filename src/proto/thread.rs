@@ -302,10 +302,11 @@ fn provider_part(p: pb::ProviderPart) -> Result<crate::model::ProviderPart> {
             format!("is {:?} but the JSON's type is {stated:?}", p.r#type),
         ));
     }
+    // Held compactly, as the importers hold theirs: counted and sent alike.
     Ok(crate::model::ProviderPart {
         dialect,
         kind: p.r#type,
-        json,
+        json: JsonText::from_value(&v),
     })
 }
 
