@@ -162,13 +162,16 @@ fn in_order(m: &RenderedMessage, call_ids: &[String], out: &mut Vec<Value>) {
         if pending.is_empty() {
             return;
         }
-        let content = Content::Parts(std::mem::take(pending));
         let item = match m.role {
+            // Blank text beside a carried item is left out, not sent as
+            // the filler a wholly blank message needs.
             Role::User => {
-                Some(json!({"type": "message", "role": "user", "content": user_content(content)}))
+                let parts = user_parts(std::mem::take(pending));
+                (!parts.is_empty())
+                    .then(|| json!({"type": "message", "role": "user", "content": parts}))
             }
             role => {
-                let text = content.flat_text();
+                let text = Content::Parts(std::mem::take(pending)).flat_text();
                 (!text.trim().is_empty())
                     .then(|| json!({"type": "message", "role": role.as_str(), "content": text}))
             }
@@ -241,26 +244,7 @@ fn user_content(content: Content) -> Value {
         Content::Text(s) if s.trim().is_empty() => Value::String(EMPTY_TEXT.into()),
         Content::Text(s) => Value::String(s),
         Content::Parts(parts) => {
-            let parts: Vec<Value> = parts
-                .into_iter()
-                .filter_map(|p| match p {
-                    ContentPart::Text { text } if text.trim().is_empty() => None,
-                    ContentPart::Text { text } => Some(json!({"type": "input_text", "text": text})),
-                    ContentPart::Image { url } if images::sendable(&url) => {
-                        Some(json!({"type": "input_image", "image_url": url, "detail": "auto"}))
-                    }
-                    ContentPart::Image { url } => {
-                        Some(json!({"type": "input_text", "text": images::reference(&url)}))
-                    }
-                    ContentPart::Provider(p) => match super::sent(&p, Dialect::OpenAiResponses)? {
-                        super::Sent::Raw(v) => Some(v),
-                        super::Sent::Text(text) => {
-                            Some(json!({"type": "input_text", "text": text}))
-                        }
-                    },
-                    _ => None,
-                })
-                .collect();
+            let parts = user_parts(parts);
             if parts.is_empty() {
                 Value::String(EMPTY_TEXT.into())
             } else {
@@ -268,6 +252,28 @@ fn user_content(content: Content) -> Value {
             }
         }
     }
+}
+
+/// The input parts of a user message's parts; blank text is left out.
+fn user_parts(parts: Vec<ContentPart>) -> Vec<Value> {
+    parts
+        .into_iter()
+        .filter_map(|p| match p {
+            ContentPart::Text { text } if text.trim().is_empty() => None,
+            ContentPart::Text { text } => Some(json!({"type": "input_text", "text": text})),
+            ContentPart::Image { url } if images::sendable(&url) => {
+                Some(json!({"type": "input_image", "image_url": url, "detail": "auto"}))
+            }
+            ContentPart::Image { url } => {
+                Some(json!({"type": "input_text", "text": images::reference(&url)}))
+            }
+            ContentPart::Provider(p) => match super::sent(&p, Dialect::OpenAiResponses)? {
+                super::Sent::Raw(v) => Some(v),
+                super::Sent::Text(text) => Some(json!({"type": "input_text", "text": text})),
+            },
+            _ => None,
+        })
+        .collect()
 }
 
 /// A result as a `function_call_output` (a `custom_tool_call_output` for
