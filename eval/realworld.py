@@ -23,6 +23,10 @@ Systems, per log x budget:
              "[tool result cleared]" until the request fits, newest last; if
              masking all of them is not enough, the oldest messages are then
              dropped as truncate does.
+  bm25       BM25 retrieval baseline: the system message and the newest
+             turns up to half the budget, then the older turns (an assistant
+             turn with its tool results is one) that rank_bm25's Okapi ranks
+             highest for the latest user message, while they fit, in order.
   The peers read OpenAI messages only; an Anthropic-body log is run through
   compactd only.
 
@@ -78,7 +82,7 @@ sys.path.insert(0, HERE)
 import run  # noqa: E402  (eval/run.py: o200k counting, peers, orphan check, output parsing)
 
 FORMATS = ["openai", "anthropic", "responses"]
-SYSTEMS = ["compactd", "truncate", "langchain", "masking"]
+SYSTEMS = ["compactd", "truncate", "langchain", "masking", "bm25"]
 DEFAULT_RATIOS = [4, 10, 40]
 MODELS = {"openai": "gpt-4o", "responses": "gpt-4o", "anthropic": "claude-sonnet-4-5"}
 MASK = "[tool result cleared]"
@@ -406,6 +410,67 @@ def run_masking(msgs, counts, counter, budget):
     return out, info
 
 
+def _bm25_words(s: str):
+    return re.findall(r"\w+", s.lower())
+
+
+def _unit_text(m) -> str:
+    calls = " ".join(json.dumps(tc.get("function") or {}, ensure_ascii=False) for tc in m.get("tool_calls") or [])
+    return f"{text_of(m.get('content'))} {calls}"
+
+
+def units_of(msgs):
+    """Indices of `msgs` in units that stay valid alone: a message, or an
+    assistant message with the tool results that answer it."""
+    units, i = [], 0
+    while i < len(msgs):
+        j = i + 1
+        if msgs[i].get("role") == "assistant" and msgs[i].get("tool_calls"):
+            while j < len(msgs) and msgs[j].get("role") == "tool":
+                j += 1
+        units.append(list(range(i, j)))
+        i = j
+    return units
+
+
+def run_bm25(msgs, counts, counter, budget):
+    """BM25 retrieval baseline at the same tokens: the system message, the
+    newest units up to half the budget, then the older units rank_bm25's
+    Okapi scores highest for the latest user message, while they fit, all
+    in their original order. Units are whole, so pairs stay valid."""
+    from rank_bm25 import BM25Okapi
+
+    units = units_of(msgs)
+    keep, total = set(), 3
+    if units and msgs[0].get("role") == "system":
+        keep.add(0)
+        total += counts[0]
+        units = units[1:]
+
+    def cost(u):
+        return sum(counts[i] for i in u)
+
+    newest = []
+    for u in reversed(units):
+        if total + cost(u) > budget or (newest and total + cost(u) > budget // 2):
+            break
+        newest.append(u)
+        total += cost(u)
+    for u in newest:
+        keep.update(u)
+    query = next((text_of(m.get("content")) for m in reversed(msgs) if m.get("role") == "user"), "")
+    rest = [u for u in units if u[0] not in keep]
+    if rest and query:
+        docs = [_bm25_words(" ".join(_unit_text(msgs[i]) for i in u)) or ["_"] for u in rest]
+        scores = BM25Okapi(docs).get_scores(_bm25_words(query))
+        for _, u in sorted(zip(scores, rest), key=lambda x: (-x[0], -x[1][0])):
+            if total + cost(u) <= budget:
+                keep.update(u)
+                total += cost(u)
+    out = [msgs[i] for i in sorted(keep)]
+    return out, {"newest_units": len(newest)}
+
+
 def last_line(s: str) -> str:
     lines = [ln for ln in (s or "").strip().splitlines() if ln.strip()]
     return lines[-1].strip()[:300] if lines else ""
@@ -503,7 +568,7 @@ def summarize(rows):
 
 def render_table(logs, rows):
     out = ["Real agent logs (tests/data/ and ../shared/realworld/): compactd in each output format next to "
-           "keep-the-newest truncation, LangChain `trim_messages` and observation masking on the same budgets "
+           "keep-the-newest truncation, LangChain `trim_messages`, observation masking and a BM25 retrieval baseline on the same budgets "
            "(1/4, 1/10, 1/40 of the log, at least 8,000 tokens).", ""]
     out.append("| log | source | messages | tokens | user msgs | tool calls |")
     out.append("|---|---|---:|---:|---:|---:|")
@@ -666,6 +731,8 @@ def main(argv=None):
                             res, extra = run.run_truncate(data, counts, budget)
                         elif system == "langchain":
                             res, extra = run.run_langchain(data, counts, budget)
+                        elif system == "bm25":
+                            res, extra = run_bm25(data, counts, counter, budget)
                         else:
                             res, extra = run_masking(data, counts, counter, budget)
                         rec.update(status="ok", seconds=round(time.time() - t0, 3), **extra)

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Recall evaluation: what of the part of a thread that does not fit can the
 model still reach?  Compares compactd with and without its recall block,
-keep-the-newest truncation, LangChain `trim_messages` and observation
+keep-the-newest truncation, LangChain `trim_messages`, observation
 masking (oldest tool results replaced by a placeholder until the request
-fits, then truncation) on the threads of both generators (eval/generate.py
+fits, then truncation) and a BM25 retrieval baseline (the newest turns,
+then the older turns BM25 ranks highest for the latest user message, at
+the same tokens; eval/realworld.py) on the threads of both generators (eval/generate.py
 and the held-out eval/generate_alt.py).  The public agent logs are
 evaluated by eval/realworld.py (user requests kept, at least 8,000 tokens)
 and tests/recall.rs (lost paths, ids and errors; questions about them).
@@ -47,7 +49,7 @@ import generate_alt as gen_alt  # noqa: E402
 import realworld  # noqa: E402
 import run as ev  # noqa: E402
 
-SYSTEMS = ["compactd", "compactd-no-recall", "truncate", "langchain", "masking"]
+SYSTEMS = ["compactd", "compactd-no-recall", "truncate", "langchain", "masking", "bm25"]
 REF_KINDS = ("path", "identifier", "error")
 
 
@@ -78,6 +80,8 @@ def question_for(fact):
 def run_system(system, binary, msgs, counts, budget, path, counter, queries=None):
     if system == "masking":
         return realworld.run_masking(msgs, counts, counter, budget)[0], None
+    if system == "bm25":
+        return realworld.run_bm25(msgs, counts, counter, budget)[0], None
     if system == "truncate":
         return ev.run_truncate(msgs, counts, budget)[0], None
     if system == "langchain":

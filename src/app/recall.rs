@@ -267,16 +267,25 @@ pub(super) fn fit_recall<'a>(
     let generation = index.generation();
     let ranked = queries
         .iter()
-        .map(|q| searches.ranked(generation, (q, k), || index.ranked(q, k)));
+        .map(|q| searches.ranked(generation, (q, k), || index.ranked_distinctive(q, k)));
     let found = index.merged(ranked, k);
     if found.is_empty() {
         return None;
     }
     let shown = shown.contains_each(found.iter().map(|h| h.passage.text.as_str()));
+    // What the request itself says (its latest messages are always in the
+    // prompt) is not recalled, nor one text twice.
+    let asked: Vec<String> = queries.iter().map(|q| squash(q)).collect();
+    let mut seen = crate::hash::FastSet::default();
     let mut hits: Vec<Hit<'a>> = found
         .into_iter()
         .zip(shown)
-        .filter(|(_, shown)| !shown)
+        .filter(|(h, shown)| {
+            let text = squash(&h.passage.text);
+            !shown
+                && !asked.iter().any(|q| shown_in(q, &text))
+                && seen.insert(xxhash_rust::xxh3::xxh3_128(text.as_bytes()))
+        })
         .map(|(h, _)| h)
         .take(wanted)
         .collect();

@@ -725,7 +725,7 @@ fn render_and_count(
     // The fixed parts were just counted with the request. Without anything
     // read back the whole window is the ceiling; content read back takes
     // what the reserve and the room left allow.
-    let ceiling = TokenBudget::for_policy(
+    let budget = TokenBudget::for_policy(
         policy,
         max_input_tokens,
         (tokens.system, tokens.tools, tokens.framing),
@@ -733,8 +733,8 @@ fn render_and_count(
             estimated_counts: !rc.counter.is_exact(),
             rehydrating: false,
         },
-    )
-    .ceiling();
+    );
+    let ceiling = budget.ceiling();
     if tokens.total > ceiling {
         if cmd.compact_first {
             return Err(AppError::Internal(format!(
@@ -772,7 +772,11 @@ fn render_and_count(
     }
     let mut recalled = Vec::new();
     if let Some((index, settings)) = recall {
-        let room = settings.reserve_tokens.min(ceiling - tokens.total);
+        // Recall stays under the trigger: a caller that keeps the
+        // compacted prompt as its history is not compacted again for it.
+        let room = settings
+            .reserve_tokens
+            .min(budget.trigger().min(ceiling).saturating_sub(tokens.total));
         let mut index = index
             .lock()
             .map_err(|_| AppError::Internal("recall index poisoned".into()))?;

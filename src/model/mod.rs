@@ -9,6 +9,7 @@ mod plan;
 mod provider_part;
 mod records;
 mod summary;
+mod summary_read;
 mod thread;
 
 pub use audit::{AuditRecord, Eviction, EvictionCounts};
@@ -33,4 +34,5 @@ pub use summary::{
     words_of, ArtifactReference, Decision, OpenItem, Priority, StructuredSummary, ToolOutcome,
     SUMMARY_RENDER_VERSION, SUMMARY_SCHEMA_VERSION,
 };
+pub use summary_read::{read_rendered, SUMMARY_HEADER};
 pub use thread::{Pairing, PairingState, Thread, ThreadError, ThreadLimits, Validation};

@@ -34,6 +34,10 @@ const PASSAGE_CHARS: usize = 480;
 const PREPARE_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// A matched identifier multiplies a passage's score by this much more.
 const IDENTIFIER_BOOST: f32 = 1.0;
+/// Share of the passages above which a query term is not searched for
+/// (see `Postings::is_common`), and the passages it takes to tell.
+const COMMON_SHARE: f32 = 0.1;
+const COMMON_MIN_PASSAGES: usize = 40;
 
 /// Recall at render: the passages of what left the prompt that best match
 /// what the model is about to work on, in a labelled block before the
@@ -396,6 +400,18 @@ impl RecallIndex {
 
     /// [`RecallIndex::search`] as (passage number, score) pairs.
     pub fn ranked(&self, query: &str, k: usize) -> Vec<(usize, f32)> {
+        self.ranked_by(query, k, false)
+    }
+
+    /// [`RecallIndex::ranked`] for what nobody asked for (the recall block):
+    /// by the query's terms that tell passages apart, a term most of the
+    /// thread's passages hold left out ("at", "planning" in a travel chat),
+    /// so a passage sharing only such words with the request is not shown.
+    pub fn ranked_distinctive(&self, query: &str, k: usize) -> Vec<(usize, f32)> {
+        self.ranked_by(query, k, true)
+    }
+
+    fn ranked_by(&self, query: &str, k: usize, skip_common: bool) -> Vec<(usize, f32)> {
         if self.passages.is_empty() || k == 0 {
             return Vec::new();
         }
@@ -406,7 +422,7 @@ impl RecallIndex {
         let hashes: Vec<u64> = terms.iter().map(|t| term_hash(t)).collect();
         let mut hits: Vec<(usize, f32)> = self
             .postings
-            .scores(&hashes, &self.searchable)
+            .scores(&hashes, &self.searchable, skip_common)
             .into_iter()
             .map(|(d, score)| {
                 let named = wanted
@@ -614,6 +630,14 @@ impl Postings {
         }
     }
 
+    /// A term a large share of this thread's passages hold ("the", "at",
+    /// "planning" in a travel chat): it tells no passage from another, so a
+    /// match on it alone brings back filler. Learned from the thread, in
+    /// any language; a small index has no frequencies to learn from.
+    fn is_common(&self, t: &Term) -> bool {
+        self.docs >= COMMON_MIN_PASSAGES && t.live as f32 > self.docs as f32 * COMMON_SHARE
+    }
+
     /// The `bm25` crate's inverse document frequency, in f32 as it computes it.
     fn idf(&self, live: u32) -> f32 {
         let df = live as f32;
@@ -622,13 +646,16 @@ impl Postings {
 
     /// Every searchable passage holding a query term, with its BM25 score
     /// (the terms' idf times weight, summed in query order).
-    fn scores(&self, query: &[u64], searchable: &[bool]) -> Vec<(usize, f32)> {
+    fn scores(&self, query: &[u64], searchable: &[bool], skip_common: bool) -> Vec<(usize, f32)> {
         let mut sum: Vec<f32> = Vec::new();
         let mut order: Vec<u32> = Vec::new();
         for h in query {
             let Some(t) = self.by_term.get(h) else {
                 continue;
             };
+            if skip_common && self.is_common(t) {
+                continue;
+            }
             if sum.is_empty() {
                 sum = vec![f32::NAN; searchable.len()];
             }
@@ -825,6 +852,27 @@ mod tests {
         assert_eq!(top("refund policy"), "m4");
     }
 
+    /// The recall block is ranked by the terms that tell this thread's
+    /// passages apart: a passage sharing only a word most passages hold is
+    /// not brought back unasked, though a search for it still finds it.
+    #[test]
+    fn unasked_recall_needs_a_distinctive_term() {
+        let mut passages: Vec<Passage> = (0..COMMON_MIN_PASSAGES)
+            .map(|i| passage(&format!("m{i}"), &format!("ticket {i} was closed at noon")))
+            .collect();
+        passages.push(passage(
+            "x",
+            "the shop with the giant milkshakes is on Colonial Drive",
+        ));
+        let index = RecallIndex::of(passages);
+        let x = index.passages.len() - 1;
+        let query = "I'm back at the shop, where were the milkshakes?";
+        assert_eq!(index.ranked_distinctive(query, 3)[0].0, x);
+        let only_common = "closed at noon";
+        assert!(index.ranked_distinctive(only_common, 3).is_empty());
+        assert!(!index.ranked(only_common, 3).is_empty());
+    }
+
     #[test]
     fn scores_equal_the_bm25_crates_to_the_bit() {
         use bm25::{Embedding, Scorer, TokenEmbedding};
@@ -870,7 +918,7 @@ mod tests {
             "the the a",
         ] {
             let hashes: Vec<u64> = tokenize::terms(q).iter().map(|t| term_hash(t)).collect();
-            let mut ours = index.postings.scores(&hashes, &index.searchable);
+            let mut ours = index.postings.scores(&hashes, &index.searchable, false);
             ours.sort_by_key(|&(d, _)| d);
             let query = Embedding(
                 hashes

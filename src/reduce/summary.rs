@@ -118,6 +118,18 @@ fn next_chunk(p: &Projection<'_>, u: &mut usize, limit: u32) -> (Vec<usize>, u32
     (indices, tokens)
 }
 
+/// Tokens of the free, unsummarized units still verbatim: what the window
+/// may drop.
+fn droppable_tokens(p: &Projection<'_>) -> u32 {
+    (0..p.units.ranges.len())
+        .filter(|&u| chunk_unit(p, u))
+        .map(|u| {
+            let (s, e) = p.units.ranges[u];
+            (s..=e).map(|i| p.cost(i)).sum::<u32>()
+        })
+        .sum()
+}
+
 fn chunk_unit(p: &Projection<'_>, u: usize) -> bool {
     let (s, e) = p.units.ranges[u];
     p.unit_is_free(u) && (s..=e).all(|i| !p.is_summarized(i) && !p.is_dropped(i))
@@ -391,6 +403,10 @@ enum RollUp<'b> {
 /// prefix after it) stays byte-stable while the room drifts a little.
 const SQUEEZE_STEP_TOKENS: u32 = 256;
 
+/// The smallest summary a squeeze asks for: a line or two of what the span
+/// held; below it the window's drop notice says as much.
+const MIN_SUMMARY_CHARS: usize = 96;
+
 /// Characters per token of text not measured yet, erring small (the
 /// pipeline counts the real tokens afterwards).
 const CHARS_PER_TOKEN: f64 = 3.0;
@@ -400,8 +416,19 @@ const CHARS_PER_TOKEN: f64 = 3.0;
 /// `chars_per_token`, in steps of [`SQUEEZE_STEP_TOKENS`].
 fn room_chars(target: u32, total: u32, replaced: u32, chars_per_token: f64) -> usize {
     let room = target.saturating_sub(total.saturating_sub(replaced));
-    let room = room / SQUEEZE_STEP_TOKENS * SQUEEZE_STEP_TOKENS;
+    let step = squeeze_step(target);
+    let room = room / step * step;
     (f64::from(room) * chars_per_token) as usize
+}
+
+/// [`SQUEEZE_STEP_TOKENS`], or under a small target a sixteenth of it (a
+/// power of two, at least 8 tokens): a step as large as the whole room
+/// would leave a summary nothing.
+fn squeeze_step(target: u32) -> u32 {
+    (target / 16)
+        .max(8)
+        .checked_next_power_of_two()
+        .map_or(SQUEEZE_STEP_TOKENS, |s| s.min(SQUEEZE_STEP_TOKENS))
 }
 
 /// Characters per token of the summaries a stretch holds, measured (less
@@ -423,12 +450,14 @@ fn roll_up(
     how: RollUp<'_>,
     failed: &mut FailedRollUp,
 ) {
-    let base = state.summary_max_chars();
     if let RollUp::Merge { until, target } = how {
         merge_pairs(p, state, until, target, failed);
         return;
     }
-    for stretch in stretches(p) {
+    let all = stretches(p);
+    // What every summary renders now: a squeeze shares the room among them.
+    let summaries: u32 = all.iter().flatten().map(|&i| p.cost(i)).sum();
+    for stretch in all {
         let (covered, held) = {
             let (prior, _) = p.covering(&stretch);
             let held: usize = prior
@@ -437,7 +466,13 @@ fn roll_up(
                 .sum();
             (prior.len(), held)
         };
-        let max_chars = match stretch_cap(p, how, &stretch, base, held) {
+        let max_chars = match stretch_cap(
+            p,
+            how,
+            &stretch,
+            (state.summary_max_chars(), summaries),
+            held,
+        ) {
             StretchCap::Stop => return,
             StretchCap::Skip => continue,
             StretchCap::Chars(c) => c,
@@ -472,7 +507,7 @@ fn stretch_cap(
     p: &Projection<'_>,
     how: RollUp<'_>,
     stretch: &[usize],
-    base: usize,
+    (base, summaries): (usize, u32),
     held: usize,
 ) -> StretchCap {
     let stretch_tokens: u32 = stretch.iter().map(|&i| p.cost(i)).sum();
@@ -484,12 +519,22 @@ fn stretch_cap(
             if p.total() <= budget.target() {
                 return StretchCap::Stop;
             }
-            StretchCap::Chars(base.max(room_chars(
+            let room = room_chars(budget.target(), p.total(), stretch_tokens, ratio);
+            // The verbatim middle the window may still drop goes before a
+            // summary shrinks below `base`; only what even that leaves too
+            // little room for goes down the ladder, each summary to its
+            // share of the room, so something better than a drop notice
+            // survives of every span.
+            let droppable = droppable_tokens(p);
+            let for_all = room_chars(
                 budget.target(),
-                p.total(),
-                stretch_tokens,
+                p.total().saturating_sub(droppable),
+                summaries,
                 ratio,
-            )))
+            );
+            let share =
+                (for_all as f64 * f64::from(stretch_tokens) / f64::from(summaries.max(1))) as usize;
+            StretchCap::Chars(room.max(base.min(share).max(MIN_SUMMARY_CHARS)))
         }
         RollUp::Grow { budget } => {
             let lossy = p.covering(stretch).0.iter().any(|r| r.summary.omitted > 0);
@@ -531,7 +576,8 @@ fn refit(
     let mut cap = max_chars;
     let mut outcome = Applied::Rejected { would: 0, chars: 0 };
     for _ in 0..attempts {
-        outcome = apply(p, state, stretch, cap.max(base), limit, reread);
+        let floor = if reread { base } else { MIN_SUMMARY_CHARS };
+        outcome = apply(p, state, stretch, cap.max(floor), limit, reread);
         let Applied::Rejected { would, chars } = outcome else {
             break;
         };

@@ -413,7 +413,8 @@ pub fn summary_text(r: &SummarizationRecord) -> String {
         .map(|id| format!(" · originals: {id}"))
         .unwrap_or_default();
     format!(
-        "[Context Summary - Turns {}-{}{archived}]\n{}",
+        "{}{}-{}{archived}]\n{}",
+        crate::model::SUMMARY_HEADER,
         r.span.first_turn,
         r.span.last_turn,
         r.summary.render_as_message()

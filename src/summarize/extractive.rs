@@ -9,7 +9,7 @@ use std::cmp::Reverse;
 use super::shapes;
 use super::text::{
     cap_chars, clean, collapse_ws, dedup_key, find_ascii_ci, has_phrase, head, strip_list_marker,
-    words,
+    update_key, updates, words,
 };
 use super::{SummarizeError, Summarizer, SummaryRequest};
 use crate::model::{
@@ -21,6 +21,9 @@ use crate::model::{
 pub const EXTRACTIVE_ID: &str = "extractive-v2";
 
 const FACT_MAX_CHARS: usize = 300;
+/// Words a sentence after a fact needs to belong to its statement (fewer
+/// is a "Thanks!").
+const STATEMENT_TAIL_WORDS: usize = 3;
 const DECISION_MAX_CHARS: usize = 240;
 const RATIONALE_MAX_CHARS: usize = 200;
 const OPEN_ITEM_MAX_CHARS: usize = 240;
@@ -265,8 +268,35 @@ impl Summarizer for ExtractiveSummarizer {
     }
 
     fn summarize(&self, req: &SummaryRequest<'_>) -> Result<StructuredSummary, SummarizeError> {
-        let fresh = extract(req.span.clone(), req.messages, req.scans, req.digests);
-        let mut merged = merge_summaries(req.span.clone(), req.prior, &fresh);
+        let read = read_back(req);
+        let fresh = match &read {
+            None => extract(req.span.clone(), req.messages, req.scans, req.digests),
+            Some(r) => extract(
+                req.span.clone(),
+                &r.messages,
+                req.scans,
+                r.digests.as_deref(),
+            ),
+        };
+        let mut merged = match &read {
+            None => merge_summaries(req.span.clone(), req.prior, &fresh),
+            Some(r) => {
+                // A quote hides the facts it says when rendered: they are
+                // read from the quotes again.
+                let quotes: Vec<Message> = r.summaries.iter().flat_map(quote_messages).collect();
+                let quoted: Vec<&Message> = quotes.iter().collect();
+                let mut said = extract(req.span.clone(), &quoted, None, None);
+                said.current_task = None;
+                let prior: Vec<&StructuredSummary> = req
+                    .prior
+                    .iter()
+                    .copied()
+                    .chain(&r.summaries)
+                    .chain(std::iter::once(&said))
+                    .collect();
+                merge_summaries(req.span.clone(), &prior, &fresh)
+            }
+        };
         if req.rereads_prior {
             // The span's messages were all read again: what the prior
             // summaries left out is back among the candidates, so only this
@@ -276,6 +306,78 @@ impl Summarizer for ExtractiveSummarizer {
         let echoes = Echoes::of(req.messages);
         Ok(fit_to_size_with(merged, req.max_chars, &echoes))
     }
+}
+
+/// A span's messages that are summaries compactd rendered (a framework
+/// that stores the compacted prompt hands them back), read back into their
+/// entries, and the span's other messages with their digests.
+struct ReadBack<'a> {
+    summaries: Vec<StructuredSummary>,
+    messages: Vec<&'a Message>,
+    digests: Option<Vec<u128>>,
+}
+
+/// The user messages a read-back summary's quotes stand for, at their
+/// turns, for the facts they say.
+fn quote_messages(s: &StructuredSummary) -> Vec<Message> {
+    s.requests
+        .iter()
+        .enumerate()
+        .map(|(k, r)| {
+            let turn = r
+                .strip_prefix("(turn ")
+                .and_then(|rest| rest.split_once(')'))
+                .and_then(|(n, _)| n.parse().ok())
+                .unwrap_or(0);
+            Message {
+                id: format!("quote-{k}"),
+                role: Role::User,
+                content: crate::model::Content::Text(quoted(r).to_string()),
+                tool_calls: Vec::new(),
+                tool_result: None,
+                turn,
+                metadata: Default::default(),
+            }
+        })
+        .collect()
+}
+
+/// [`ReadBack`] of `req`'s messages; `None` when none is a summary (the
+/// usual case, found without copying anything).
+fn read_back<'a>(req: &SummaryRequest<'a>) -> Option<ReadBack<'a>> {
+    let read = |m: &Message| {
+        let summary_like = m.role == Role::Assistant
+            && m.tool_result.is_none()
+            && m.content.text().starts_with(crate::model::SUMMARY_HEADER);
+        summary_like
+            .then(|| crate::model::read_rendered(&m.content.text(), req.span.clone()))
+            .flatten()
+    };
+    let found: Vec<(usize, StructuredSummary)> = req
+        .messages
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| read(m).map(|s| (i, s)))
+        .collect();
+    if found.is_empty() {
+        return None;
+    }
+    let is_read = |i: usize| found.iter().any(|(j, _)| *j == i);
+    let messages = (0..req.messages.len())
+        .filter(|&i| !is_read(i))
+        .map(|i| req.messages[i])
+        .collect();
+    let digests = req.digests.map(|d| {
+        (0..d.len())
+            .filter(|&i| !is_read(i))
+            .map(|i| d[i])
+            .collect()
+    });
+    Some(ReadBack {
+        summaries: found.into_iter().map(|(_, s)| s).collect(),
+        messages,
+        digests,
+    })
 }
 
 /// What a span keeps coming back to: per term, the turns whose typed or
@@ -396,6 +498,27 @@ fn source_of(fact: &str) -> Source {
 /// the user said it of themselves, and how specific it is (a sentence with
 /// an order id or an amount beats a generic one).
 pub fn fact_score(fact: &str) -> i32 {
+    // A statement of several sentences ranks as its best sentence: joined,
+    // its cues and values would add up past a rule said in one.
+    let source = source_of(fact);
+    let (tag, body) = match source {
+        Source::Assistant => (ASSISTANT_TAG, &fact[ASSISTANT_TAG.len()..]),
+        Source::User => ("", fact),
+        Source::Tool => return sentence_score(fact),
+    };
+    let sentences = split_sentences(body);
+    if sentences.len() < 2 {
+        return sentence_score(fact);
+    }
+    sentences
+        .iter()
+        .map(|s| sentence_score(&format!("{tag}{}", s.text)))
+        .max()
+        .unwrap_or(0)
+}
+
+/// [`fact_score`] of one sentence.
+fn sentence_score(fact: &str) -> i32 {
     let source = source_of(fact);
     let w = words(fact);
     let c = cues(fact, &w);
@@ -516,6 +639,8 @@ pub fn merge_summaries(
             out.requests.push(r.clone());
         }
     }
+    out.requests = latest_per_subject(std::mem::take(&mut out.requests), |r| Some(quoted(r)));
+    out.requests = latest_of_each(std::mem::take(&mut out.requests));
 
     let mut seen = FastSet::default();
     for f in all().flat_map(|s| &s.facts) {
@@ -523,6 +648,11 @@ pub fn merge_summaries(
             out.facts.push(f.clone());
         }
     }
+    // A tool's results are events (the first of several errors matters);
+    // what a person or the assistant states is updated by a later value.
+    out.facts = latest_per_subject(std::mem::take(&mut out.facts), |f| {
+        (source_of(f) != Source::Tool).then_some(f)
+    });
     let mut seen = FastSet::default();
     for d in all().flat_map(|s| &s.decisions) {
         if seen.insert(dedup_key(&d.decision)) {
@@ -560,6 +690,73 @@ pub fn merge_summaries(
     out.omitted = all().fold(0u32, |n, s| n.saturating_add(s.omitted));
     out.omitted_bytes = all().fold(0u64, |n, s| n.saturating_add(s.omitted_bytes));
     out
+}
+
+/// `items` in order, each statement that a later one restates with
+/// another value (the same [`update_key`] subject, see [`updates`]) left
+/// out: the summary carries the current value, not the history of it. A
+/// quote repeated word for word in a later turn is the same subject too,
+/// and is kept once, at its latest. `subject` gives the text an item is
+/// compared by (`None`: not compared).
+fn latest_per_subject(items: Vec<String>, subject: impl Fn(&str) -> Option<&str>) -> Vec<String> {
+    let keys: Vec<Option<(String, Vec<&str>)>> = items
+        .iter()
+        .map(|t| subject(t).and_then(update_key))
+        .collect();
+    let mut by_key: FastMap<&str, Vec<usize>> = FastMap::default();
+    for (i, k) in keys.iter().enumerate() {
+        if let Some((k, _)) = k {
+            by_key.entry(k.as_str()).or_default().push(i);
+        }
+    }
+    let mut stale = vec![false; items.len()];
+    for group in by_key.values() {
+        for (n, &i) in group.iter().enumerate() {
+            let Some((_, earlier)) = &keys[i] else {
+                continue;
+            };
+            // The latest few restatements are enough to tell.
+            stale[i] = group[n + 1..].iter().take(UPDATE_LOOKAHEAD).any(|&j| {
+                keys[j]
+                    .as_ref()
+                    .is_some_and(|(_, later)| updates(earlier, later))
+            });
+        }
+    }
+    items
+        .into_iter()
+        .zip(stale)
+        .filter_map(|(t, stale)| (!stale).then_some(t))
+        .collect()
+}
+
+/// `quotes` with a quote said again word for word in a later turn kept
+/// only at its latest.
+fn latest_of_each(quotes: Vec<String>) -> Vec<String> {
+    let mut last: FastMap<&str, usize> = FastMap::default();
+    for (i, q) in quotes.iter().enumerate() {
+        last.insert(quoted(q), i);
+    }
+    let keep: Vec<bool> = (0..quotes.len())
+        .map(|i| last.get(quoted(&quotes[i])) == Some(&i))
+        .collect();
+    quotes
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(q, keep)| keep.then_some(q))
+        .collect()
+}
+
+/// Later statements of a subject compared with each (a thread that says
+/// one thing a thousand times is not compared a million times).
+const UPDATE_LOOKAHEAD: usize = 64;
+
+/// A quote without its `(turn N) ` label: the turn is not a value of what
+/// was said.
+fn quoted(r: &str) -> &str {
+    r.strip_prefix("(turn ")
+        .and_then(|rest| rest.split_once(") "))
+        .map_or(r, |(_, text)| text)
 }
 
 /// One entry of a summary, as the fitting sees it.
@@ -1675,70 +1872,120 @@ fn message_part(m: &Message, unanswered: bool, scans: Option<&dyn super::Scans>)
             part.refs.user.extend(pasted.references);
         }
     }
-    for sent in sentences(&text) {
-        let w = words(&sent.text);
-        let c = cues(&sent.text, &w);
-        let open_item = |desc: &str| OpenItem {
-            description: clean(desc, OPEN_ITEM_MAX_CHARS),
-            context: context.clone(),
-            priority: priority_of(&w),
-        };
-        match m.role {
-            Role::System | Role::Developer | Role::User => {
-                let lower = sent.text.to_lowercase();
-                if sent.question {
-                    if unanswered || c.open {
-                        part.open_items.push(open_item(&sent.text));
-                    }
-                    // "Could you format dates DD.MM.YYYY from now on?" is
-                    // an instruction in question form.
-                    if is_request_question(&lower)
-                        && (c.constraint || opens_with_verb(request_body(&sent.text)))
-                    {
-                        part.facts.push(clean(&sent.text, FACT_MAX_CHARS));
-                    }
-                } else if c.open && !m.metadata.protected {
-                    part.open_items.push(open_item(&sent.text));
-                } else if let Some(d) = (m.role == Role::User)
-                    .then(|| decision_of(&sent.text, m))
-                    .flatten()
-                {
-                    // "OK, let's go with the phone check": the user decides too.
-                    part.decisions.push(d);
-                } else if w.len() >= 2
-                    && (m.metadata.protected
-                        || c.constraint
-                        || c.soft
-                        || c.imperative
-                        || specificity(&sent.text) > 0)
-                {
-                    part.facts.push(clean(&sent.text, FACT_MAX_CHARS));
-                }
-                part.refs.user.extend(reference_values(&sent.text));
+    for block in blocks(&text) {
+        let before = part.facts.len();
+        let sentences = split_sentences(&block);
+        let mut stated = Vec::with_capacity(sentences.len());
+        for sent in &sentences {
+            let n = part.facts.len();
+            sentence_part(m, sent, unanswered, &context, &mut part);
+            stated.push(part.facts.len() > n);
+        }
+        if m.role != Role::Assistant && block.chars().count() <= FACT_MAX_CHARS {
+            if let Some(statement) = statement_of(&sentences, &stated) {
+                part.facts.truncate(before);
+                part.facts.push(statement);
             }
-            Role::Assistant => {
-                if sent.question {
-                    continue;
-                }
-                if c.open {
-                    part.open_items.push(open_item(&sent.text));
-                } else if let Some(d) = decision_of(&sent.text, m) {
-                    part.decisions.push(d);
-                } else if shapes::scan(&sent.text)
-                    .iter()
-                    .any(|(sh, _)| sh.is_reference() || matches!(sh, shapes::Shape::Money))
-                {
-                    // A finding with a concrete value ("the cert at
-                    // /etc/ssl/api.pem expired"), ranked below the user's.
-                    let fact = format!("{ASSISTANT_TAG}{}", sent.text);
-                    part.facts.push(clean(&fact, FACT_MAX_CHARS));
-                }
-                part.refs.assistant.extend(reference_values(&sent.text));
-            }
-            Role::Tool => {}
         }
     }
     part
+}
+
+/// A short block's facts as one statement, the unit a person states a rule
+/// in ("Only Python 3.11. No network calls from the sandbox." is one rule,
+/// not two sentences ranked apart): from its first sentence that states a
+/// fact to its last sentence that says anything, so what leads up to it
+/// ("Hi!", "You are a coding agent.") and a closing "Thanks!" are left out.
+/// `None` when no sentence states one.
+fn statement_of(sentences: &[Sentence], stated: &[bool]) -> Option<String> {
+    let first = stated.iter().position(|&s| s)?;
+    let last = (first..sentences.len())
+        .rev()
+        .find(|&i| {
+            stated[i]
+                || sentences[i]
+                    .text
+                    .split_whitespace()
+                    .nth(STATEMENT_TAIL_WORDS - 1)
+                    .is_some()
+        })
+        .unwrap_or(first);
+    let texts: Vec<&str> = sentences[first..=last]
+        .iter()
+        .map(|s| s.text.as_str())
+        .collect();
+    Some(texts.join(" "))
+}
+
+/// What sentence `sent` of message `m` adds to `part`.
+fn sentence_part(
+    m: &Message,
+    sent: &Sentence,
+    unanswered: bool,
+    context: &str,
+    part: &mut MessagePart,
+) {
+    let w = words(&sent.text);
+    let c = cues(&sent.text, &w);
+    let open_item = |desc: &str| OpenItem {
+        description: clean(desc, OPEN_ITEM_MAX_CHARS),
+        context: context.to_string(),
+        priority: priority_of(&w),
+    };
+    match m.role {
+        Role::System | Role::Developer | Role::User => {
+            let lower = sent.text.to_lowercase();
+            if sent.question {
+                if unanswered || c.open {
+                    part.open_items.push(open_item(&sent.text));
+                }
+                // "Could you format dates DD.MM.YYYY from now on?" is
+                // an instruction in question form.
+                if is_request_question(&lower)
+                    && (c.constraint || opens_with_verb(request_body(&sent.text)))
+                {
+                    part.facts.push(clean(&sent.text, FACT_MAX_CHARS));
+                }
+            } else if c.open && !m.metadata.protected {
+                part.open_items.push(open_item(&sent.text));
+            } else if let Some(d) = (m.role == Role::User)
+                .then(|| decision_of(&sent.text, m))
+                .flatten()
+            {
+                // "OK, let's go with the phone check": the user decides too.
+                part.decisions.push(d);
+            } else if w.len() >= 2
+                && (m.metadata.protected
+                    || c.constraint
+                    || c.soft
+                    || c.imperative
+                    || specificity(&sent.text) > 0)
+            {
+                part.facts.push(clean(&sent.text, FACT_MAX_CHARS));
+            }
+            part.refs.user.extend(reference_values(&sent.text));
+        }
+        Role::Assistant => {
+            if sent.question {
+                return;
+            }
+            if c.open {
+                part.open_items.push(open_item(&sent.text));
+            } else if let Some(d) = decision_of(&sent.text, m) {
+                part.decisions.push(d);
+            } else if shapes::scan(&sent.text)
+                .iter()
+                .any(|(sh, _)| sh.is_reference() || matches!(sh, shapes::Shape::Money))
+            {
+                // A finding with a concrete value ("the cert at
+                // /etc/ssl/api.pem expired"), ranked below the user's.
+                let fact = format!("{ASSISTANT_TAG}{}", sent.text);
+                part.facts.push(clean(&fact, FACT_MAX_CHARS));
+            }
+            part.refs.assistant.extend(reference_values(&sent.text));
+        }
+        Role::Tool => {}
+    }
 }
 
 /// How many references are taken from one tool result: a result of 500

@@ -150,9 +150,81 @@ pub(crate) fn dedup_key(s: &str) -> String {
         .to_string()
 }
 
+/// Unmasked words a statement needs for [`update_key`] to name a subject.
+const UPDATE_SUBJECT_WORDS: usize = 4;
+
+/// The subject of a statement that gives a value, and its values: its
+/// words with every value (a word holding a digit, or joined by `-`, `_`,
+/// `/`, `@`, `.` inside it) masked. Two statements with the same subject
+/// say the same thing, perhaps with other values (see [`updates`]). `None`
+/// when it holds no value, or too few other words to name a subject. Any
+/// script: values are told by their shape, not by words.
+pub(crate) fn update_key(s: &str) -> Option<(String, Vec<&str>)> {
+    let mut key = String::new();
+    let mut values = Vec::new();
+    let mut plain = 0usize;
+    for token in s.split_whitespace() {
+        let t = token.trim_matches(|c: char| !c.is_alphanumeric());
+        if t.is_empty() {
+            continue;
+        }
+        let joined = t
+            .char_indices()
+            .any(|(i, c)| i > 0 && matches!(c, '-' | '_' | '/' | '@' | '.'));
+        if t.chars().any(|c| c.is_numeric()) || joined {
+            values.push(t);
+            key.push_str(" #");
+        } else {
+            plain += 1;
+            key.push(' ');
+            key.extend(t.chars().flat_map(char::to_lowercase));
+        }
+    }
+    (!values.is_empty() && plain >= UPDATE_SUBJECT_WORDS).then_some((key, values))
+}
+
+/// Whether a later statement with `later` values updates an earlier one
+/// of the same subject with `earlier` values: it gives the one value anew,
+/// or keeps some of them and changes others ("the codename is X and the
+/// deadline is <new date>"). Where every value differs ("topic 1 … bucket
+/// 1x7", "topic 3 … bucket 3x7") they are two things, not one updated.
+pub(crate) fn updates(earlier: &[&str], later: &[&str]) -> bool {
+    earlier.len() == 1 || earlier.iter().any(|v| later.contains(v))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_update_key_masks_values_and_keeps_the_subject() {
+        let key = |s| update_key(s).map(|(k, _)| k);
+        let a = key("Budget cap is $201 total. Never exceed it.");
+        assert_eq!(a, key("budget cap is $956 total — never exceed it"));
+        assert!(a.is_some());
+        assert_ne!(
+            key("The staging database is MySQL 8 in us-west-2."),
+            key("The production database is Postgres 15 in eu-north-5.")
+        );
+        assert_eq!(
+            key("デプロイ先 は eu-west-1 に 変更 です"),
+            key("デプロイ先 は ap-south-2 に 変更 です")
+        );
+        // No value, or no subject: nothing to update.
+        assert_eq!(key("We keep the current plan for now."), None);
+        assert_eq!(key("port 8080"), None);
+        // One value given anew, or some kept and others changed, updates;
+        // all of several changed is another thing.
+        assert!(updates(&["$201"], &["$956"]));
+        assert!(updates(
+            &["ESZYC-417", "2027-08-09"],
+            &["ESZYC-417", "2027-12-26"]
+        ));
+        assert!(!updates(
+            &["1", "bucket-1x7", "1"],
+            &["3", "bucket-3x7", "3"]
+        ));
+    }
 
     proptest::proptest! {
         /// The fast path is `split_whitespace` joined by spaces, for any

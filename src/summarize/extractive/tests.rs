@@ -103,14 +103,20 @@ fn captures_protected_constraints_verbatim() {
         s.facts
     );
     assert!(s.facts.contains(&"The user prefers Python.".to_string()));
-    assert!(s.facts.contains(&"The budget is $1000.".to_string()));
+    // A statement is the unit: from its first fact to its end, what leads
+    // up to it left out. An instruction is kept as said, though it names
+    // no rule word.
+    assert!(
+        s.facts
+            .contains(&"The budget is $1000. Please keep it simple.".to_string()),
+        "{:?}",
+        s.facts
+    );
     assert!(
         !s.facts.iter().any(|f| f.contains("data pipeline")),
         "no cue, not a fact"
     );
     assert!(!s.facts.iter().any(|f| f.contains("coding agent")));
-    // An instruction is kept as said, though it names no rule word.
-    assert!(s.facts.contains(&"Please keep it simple.".to_string()));
 }
 
 #[test]
@@ -169,7 +175,7 @@ fn rolling(cycles: u32, max_chars: usize) -> StructuredSummary {
             "u0",
             Role::User,
             0,
-            "Hi! The user prefers Python. The budget is $1000.",
+            "Hi! The user prefers Python.\n\nThe budget is $1000.",
         ),
     ];
     first.extend(cycle_messages(0));
@@ -346,7 +352,7 @@ fn decisions_open_items_task_plan() {
     assert!(s.facts.contains(&"It must run on-prem.".to_string()));
     assert!(s
         .facts
-        .contains(&"Deploy it to staging by Friday.".to_string()));
+        .contains(&"Deploy it to staging by Friday. Then tell me.".to_string()));
     // A short message after the person's own request adds to it.
     assert_eq!(
         s.current_task.as_deref(),
@@ -484,7 +490,7 @@ fn a_specific_constraint_outranks_a_generic_one() {
         "u",
         Role::User,
         1,
-        "Never be sloppy. Always be careful. The monthly budget is capped at $3,750 for ORD-58213.",
+        "Never be sloppy.\n\nAlways be careful.\n\nThe monthly budget is capped at $3,750 for ORD-58213.",
     )];
     let full = run(&msgs, &[], BIG).expect("fits");
     assert_eq!(full.facts.len(), 3, "{full:#?}");
@@ -863,4 +869,139 @@ fn a_fact_the_conversation_refers_back_to_outlives_its_twin() {
             "{echoed} left out before {twin}"
         );
     }
+}
+
+/// A rule stated in several sentences is one fact, without the greeting
+/// before it or the thanks after it.
+#[test]
+fn a_statement_is_one_fact_without_its_greeting() {
+    let msgs = vec![msg(
+        "u",
+        Role::User,
+        1,
+        "Hi there! Only Python 3.11. No external network calls from the sandbox. Thanks!",
+    )];
+    let s = run(&msgs, &[], BIG).expect("fits");
+    assert_eq!(
+        s.facts,
+        vec!["Only Python 3.11. No external network calls from the sandbox.".to_string()]
+    );
+}
+
+/// A later statement of the same subject with a new value replaces the
+/// earlier, in facts and in quotes; a repeated quote is kept once, at its
+/// latest; a tool's repeated errors are all kept, and statements of other
+/// subjects stay.
+#[test]
+fn a_later_value_replaces_the_earlier() {
+    let msgs = vec![
+        msg(
+            "u1",
+            Role::User,
+            1,
+            "The spend cap for the project is $300 total.",
+        ),
+        msg(
+            "u2",
+            Role::User,
+            2,
+            "Run the smoke tests against the staging cluster.",
+        ),
+        msg(
+            "u3",
+            Role::User,
+            3,
+            "The spend cap for the conference is $200 total.",
+        ),
+        msg(
+            "u4",
+            Role::User,
+            4,
+            "Run the smoke tests against the staging cluster.",
+        ),
+        msg(
+            "u5",
+            Role::User,
+            5,
+            "The spend cap for the project is $450 total.",
+        ),
+    ];
+    let s = run(&msgs, &[], BIG).expect("fits");
+    let text = s.render_as_message();
+    assert!(!text.contains("$300"), "{text}");
+    assert!(text.contains("$450") && text.contains("$200"), "{text}");
+    assert_eq!(text.matches("Run the smoke tests").count(), 1, "{text}");
+    assert!(text.contains("(turn 4) Run the smoke tests"), "{text}");
+    // Across summaries too: the prior's value is the stale one.
+    let later = vec![msg(
+        "u6",
+        Role::User,
+        6,
+        "The spend cap for the conference is $250 total.",
+    )];
+    let next = run(&later, &[&s], BIG).expect("fits");
+    let text = next.render_as_message();
+    assert!(!text.contains("$200") && text.contains("$250"), "{text}");
+    assert!(text.contains("$450"), "{text}");
+    let mut tool_facts = StructuredSummary::empty(s.span.clone());
+    tool_facts.facts = vec![
+        "tool deploy: \"exit 1 at step 3 of the rollout\"".into(),
+        "tool deploy: \"exit 1 at step 7 of the rollout\"".into(),
+    ];
+    let merged = merge_summaries(s.span.clone(), &[], &tool_facts);
+    assert_eq!(merged.facts.len(), 2, "{:?}", merged.facts);
+}
+
+/// compactd's own summary handed back as an assistant message (a framework
+/// that stores the compacted prompt as its history) is read as the summary
+/// it is: its rules stay the user's, whole, and merge with what follows.
+#[test]
+fn a_summary_handed_back_is_read_not_resummarized() {
+    let first = vec![
+        msg(
+            "u1",
+            Role::User,
+            1,
+            "Only Python 3.11. No external network calls from the sandbox.",
+        ),
+        msg(
+            "u2",
+            Role::User,
+            2,
+            "The spend cap is $300 total for the whole project.",
+        ),
+    ];
+    let s = run(&first, &[], BIG).expect("fits");
+    let text = format!(
+        "[Context Summary - Turns 1-2 · originals: art_1]\n{}",
+        s.render_as_message()
+    );
+    let back = vec![
+        msg("b", Role::Assistant, 1, &text),
+        msg(
+            "u3",
+            Role::User,
+            2,
+            "The spend cap is $450 total for the whole project.",
+        ),
+    ];
+    let again = run(&back, &[], BIG).expect("fits");
+    assert!(
+        again
+            .facts
+            .contains(&"Only Python 3.11. No external network calls from the sandbox.".to_string()),
+        "{:?}",
+        again.facts
+    );
+    assert!(
+        !again.facts.iter().any(|f| f.starts_with("assistant: ")),
+        "{:?}",
+        again.facts
+    );
+    let rendered = again.render_as_message();
+    assert!(
+        !rendered.contains("$300") && rendered.contains("$450"),
+        "{rendered}"
+    );
+    assert!(!rendered.contains("Context Summary"), "{rendered}");
 }
