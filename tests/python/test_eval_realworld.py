@@ -35,13 +35,15 @@ def test_realworld_runner_on_one_log(tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert [lg["name"] for lg in results["logs"]] == [LOG.stem]
     rows = {r["system"]: r for r in results["rows"]}
-    assert set(rows) == {"compactd", "truncate", "langchain", "masking"}, rows.keys()
+    assert set(rows) == {"compactd", "truncate", "langchain", "masking", "bm25"}, rows.keys()
     for r in results["rows"]:
         assert r["budget"] == BUDGET and r["format"] == "openai", r
-    for peer in ("truncate", "langchain"):
+    for peer in ("truncate", "langchain", "bm25"):
         r = rows[peer]
         assert r["status"] == "ok", r
         assert r["tokens"] <= BUDGET and r["within_budget"], r
+    # The BM25 baseline keeps whole turns: its pairs are valid.
+    assert rows["bm25"]["valid"], rows["bm25"]
     # compactd refuses only the impossible: on a real log at 8,000 tokens it
     # returns a valid body within the budget.
     ours = rows["compactd"]
