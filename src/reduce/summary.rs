@@ -455,8 +455,10 @@ fn roll_up(
         return;
     }
     let all = stretches(p);
-    // What every summary renders now: a squeeze shares the room among them.
+    // What every summary renders now, and what the window may still drop
+    // (a re-fit changes neither): a squeeze shares the room among them.
     let summaries: u32 = all.iter().flatten().map(|&i| p.cost(i)).sum();
+    let droppable = droppable_tokens(p);
     for stretch in all {
         let (covered, held) = {
             let (prior, _) = p.covering(&stretch);
@@ -470,7 +472,7 @@ fn roll_up(
             p,
             how,
             &stretch,
-            (state.summary_max_chars(), summaries),
+            (state.summary_max_chars(), summaries, droppable),
             held,
         ) {
             StretchCap::Stop => return,
@@ -507,7 +509,7 @@ fn stretch_cap(
     p: &Projection<'_>,
     how: RollUp<'_>,
     stretch: &[usize],
-    (base, summaries): (usize, u32),
+    (base, summaries, droppable): (usize, u32, u32),
     held: usize,
 ) -> StretchCap {
     let stretch_tokens: u32 = stretch.iter().map(|&i| p.cost(i)).sum();
@@ -525,7 +527,6 @@ fn stretch_cap(
             // little room for goes down the ladder, each summary to its
             // share of the room, so something better than a drop notice
             // survives of every span.
-            let droppable = droppable_tokens(p);
             let for_all = room_chars(
                 budget.target(),
                 p.total().saturating_sub(droppable),

@@ -324,18 +324,14 @@ fn quote_messages(s: &StructuredSummary) -> Vec<Message> {
         .iter()
         .enumerate()
         .map(|(k, r)| {
-            let turn = r
-                .strip_prefix("(turn ")
-                .and_then(|rest| rest.split_once(')'))
-                .and_then(|(n, _)| n.parse().ok())
-                .unwrap_or(0);
+            let (turn, text) = split_quote(r);
             Message {
                 id: format!("quote-{k}"),
                 role: Role::User,
-                content: crate::model::Content::Text(quoted(r).to_string()),
+                content: crate::model::Content::Text(text.to_string()),
                 tool_calls: Vec::new(),
                 tool_result: None,
-                turn,
+                turn: turn.unwrap_or(0),
                 metadata: Default::default(),
             }
         })
@@ -346,35 +342,28 @@ fn quote_messages(s: &StructuredSummary) -> Vec<Message> {
 /// usual case, found without copying anything).
 fn read_back<'a>(req: &SummaryRequest<'a>) -> Option<ReadBack<'a>> {
     let read = |m: &Message| {
-        let summary_like = m.role == Role::Assistant
-            && m.tool_result.is_none()
-            && m.content.text().starts_with(crate::model::SUMMARY_HEADER);
-        summary_like
-            .then(|| crate::model::read_rendered(&m.content.text(), req.span.clone()))
+        if m.role != Role::Assistant || m.tool_result.is_some() {
+            return None;
+        }
+        let text = m.content.text();
+        text.starts_with(crate::model::SUMMARY_HEADER)
+            .then(|| crate::model::read_rendered(&text, req.span.clone()))
             .flatten()
     };
-    let found: Vec<(usize, StructuredSummary)> = req
-        .messages
-        .iter()
-        .enumerate()
-        .filter_map(|(i, m)| read(m).map(|s| (i, s)))
-        .collect();
-    if found.is_empty() {
+    let read: Vec<Option<StructuredSummary>> = req.messages.iter().map(|m| read(m)).collect();
+    if read.iter().all(Option::is_none) {
         return None;
     }
-    let is_read = |i: usize| found.iter().any(|(j, _)| *j == i);
+    let unread = |i: &usize| read[*i].is_none();
     let messages = (0..req.messages.len())
-        .filter(|&i| !is_read(i))
+        .filter(unread)
         .map(|i| req.messages[i])
         .collect();
-    let digests = req.digests.map(|d| {
-        (0..d.len())
-            .filter(|&i| !is_read(i))
-            .map(|i| d[i])
-            .collect()
-    });
+    let digests = req
+        .digests
+        .map(|d| (0..d.len()).filter(unread).map(|i| d[i]).collect());
     Some(ReadBack {
-        summaries: found.into_iter().map(|(_, s)| s).collect(),
+        summaries: read.into_iter().flatten().collect(),
         messages,
         digests,
     })
@@ -754,9 +743,15 @@ const UPDATE_LOOKAHEAD: usize = 64;
 /// A quote without its `(turn N) ` label: the turn is not a value of what
 /// was said.
 fn quoted(r: &str) -> &str {
+    split_quote(r).1
+}
+
+/// A quote [`quote_requests`] wrote, as its turn and what was said.
+fn split_quote(r: &str) -> (Option<u32>, &str) {
     r.strip_prefix("(turn ")
         .and_then(|rest| rest.split_once(") "))
-        .map_or(r, |(_, text)| text)
+        .and_then(|(n, text)| Some((Some(n.parse().ok()?), text)))
+        .unwrap_or((None, r))
 }
 
 /// One entry of a summary, as the fitting sees it.
