@@ -9,7 +9,7 @@
 
 use std::hash::Hash;
 
-use quick_cache::sync::{Cache, DefaultLifecycle};
+use quick_cache::sync::{Cache, DefaultLifecycle, EntryAction, EntryResult};
 use quick_cache::{DefaultHashBuilder, OptionsBuilder, Weighter};
 
 /// Approximate heap bytes of a cached value.
@@ -91,6 +91,63 @@ impl<K: Eq + Hash + Clone, V: Clone + Weigh> BoundedCache<K, V> {
         self.inner.retain(|k, _| keep(k));
     }
 
+    /// What `f` reads of the entry of `key`, under its shard's lock and
+    /// without cloning the value (for values made of parts read one at a
+    /// time).
+    pub(crate) fn read<T>(&self, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
+        match self
+            .inner
+            .entry(key, None, |_, v| EntryAction::Retain(f(v)))
+        {
+            EntryResult::Retained(t) => Some(t),
+            // Absent: the guard drops without inserting.
+            _ => None,
+        }
+    }
+
+    /// Runs `f` on the entry of `key` (a default value when absent) under
+    /// its shard's lock, so changes to one entry never interleave, and
+    /// weighs it again; a value `empty` calls empty is dropped. `f` must
+    /// not call back into the cache (the shard is locked).
+    pub(crate) fn update<T>(
+        &self,
+        key: K,
+        f: impl FnOnce(&mut V) -> T,
+        empty: impl Fn(&V) -> bool,
+    ) -> T
+    where
+        V: Default,
+        T: Default,
+    {
+        let mut f = Some(f);
+        let mut out = None;
+        let result = self.inner.entry(&key, None, |_, v| {
+            if let Some(f) = f.take() {
+                out = Some(f(v));
+            }
+            if empty(v) {
+                EntryAction::Remove
+            } else {
+                EntryAction::Retain(())
+            }
+        });
+        if let Some(t) = out {
+            return t;
+        }
+        // Absent (or timed out, which a wait without timeout never is): a
+        // new value, inserted through the guard unless it stays empty.
+        let mut v = V::default();
+        let t = f.take().map(|f| f(&mut v));
+        if let EntryResult::Vacant(guard) = result {
+            if !empty(&v) {
+                // Refused only when it weighs more than a shard holds.
+                let _ = guard.insert(v);
+            }
+        }
+        // `f` is only ever taken by the callback, which returned above.
+        t.unwrap_or_default()
+    }
+
     /// Total weight held, for stats.
     pub(crate) fn weight(&self) -> u64 {
         self.inner.weight()
@@ -141,20 +198,8 @@ impl<T, V> ByAddress<T, V> {
             .insert(address, (std::sync::Arc::downgrade(of), value));
     }
 
-    /// Removes the value recorded for `of`'s allocation and returns it, if
-    /// it is alive.
-    pub(crate) fn take(&mut self, of: &std::sync::Arc<T>) -> Option<V> {
-        let address = std::sync::Arc::as_ptr(of) as usize;
-        let (weak, _) = self.by_address.get(&address)?;
-        let live = weak.upgrade()?;
-        if !std::sync::Arc::ptr_eq(&live, of) {
-            return None;
-        }
-        self.by_address.remove(&address).map(|(_, v)| v)
-    }
-
     /// Drops the entries whose allocation is gone, with their values.
-    pub(crate) fn sweep(&mut self) {
+    fn sweep(&mut self) {
         self.by_address.retain(|_, (w, _)| w.strong_count() > 0);
         self.swept = self.by_address.len();
     }
@@ -249,18 +294,49 @@ mod tests {
     }
 
     #[test]
-    fn a_value_taken_is_gone_and_only_its_own_allocation_matches() {
-        let mut m: ByAddress<u32, String> = ByAddress::default();
+    fn only_a_values_own_allocation_matches_and_dropped_ones_are_swept() {
+        let mut m: ByAddress<u32, u8> = ByAddress::default();
         let a = std::sync::Arc::new(1);
         let b = std::sync::Arc::new(1);
-        m.insert(&a, "a".into());
-        assert_eq!(m.take(&b), None);
-        assert_eq!(m.take(&a).as_deref(), Some("a"));
-        assert_eq!(m.take(&a), None);
-        m.insert(&b, "b".into());
+        m.insert(&a, 7);
+        assert_eq!((m.get(&a), m.get(&b)), (Some(7), None));
+        m.insert(&b, 8);
         drop(b);
         m.sweep();
-        assert_eq!(m.len(), 0, "a value of a dropped allocation is swept");
+        assert_eq!(m.len(), 1, "a value of a dropped allocation is swept");
+    }
+
+    /// An entry changed in place is weighed again, what reads it sees the
+    /// change, and one left empty is gone.
+    #[test]
+    fn updates_change_entries_in_place_and_drop_empty_ones() {
+        #[derive(Clone, Default)]
+        struct Parts(Vec<u64>);
+        impl Weigh for Parts {
+            fn weight(&self) -> u64 {
+                self.0.iter().sum()
+            }
+        }
+        let empty = |p: &Parts| p.0.is_empty();
+        let c: BoundedCache<&str, Parts> = BoundedCache::new(1 << 20);
+        assert_eq!(c.read(&"a", |p| p.0.len()), None);
+        c.update("a", |p| p.0.push(1_000), empty);
+        let n = c.update(
+            "a",
+            |p| {
+                p.0.push(2_000);
+                p.0.len()
+            },
+            empty,
+        );
+        assert_eq!(n, 2);
+        assert_eq!(c.read(&"a", |p| p.0.clone()), Some(vec![1_000, 2_000]));
+        assert_eq!(c.weight(), 3_000, "weighed after the change");
+        c.update("a", |p| p.0.clear(), empty);
+        assert_eq!(c.read(&"a", |_| ()), None, "an emptied entry is dropped");
+        c.update("b", |_| (), empty);
+        assert_eq!(c.read(&"b", |_| ()), None, "nothing made, nothing kept");
+        assert_eq!(c.weight(), 0);
     }
 
     #[test]

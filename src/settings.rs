@@ -260,6 +260,9 @@ impl Settings {
         self.summarizer
             .validate()
             .map_err(|(field, why)| ServeError::invalid(&field, why))?;
+        self.telemetry
+            .validate()
+            .map_err(|(field, why)| ServeError::invalid(&field, why))?;
         if self.min_safety_buffer_tokens > self.policy.safety_buffer_tokens {
             return Err(invalid(
                 "server.min_safety_buffer_tokens",

@@ -104,6 +104,46 @@ impl TelemetrySettings {
             .flatten()
     }
 
+    /// Refuses what `serve` would fail on when it builds the exporters:
+    /// each endpoint traces or metrics would go to (the setting, else the
+    /// environment) must parse as the gRPC exporter parses it, with an
+    /// `http` or `https` scheme. Errors name the setting or the variable.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if self.service_name.trim().is_empty() {
+            return Err(("telemetry.service_name".into(), "must not be empty".into()));
+        }
+        if self.export_timeout_ms == 0 {
+            return Err((
+                "telemetry.export_timeout_ms".into(),
+                "must be at least 1".into(),
+            ));
+        }
+        let signals = [
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", true),
+            ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", self.metrics),
+        ];
+        for (var, on) in signals {
+            let Some(endpoint) = on.then(|| self.signal_endpoint(var)).flatten() else {
+                continue;
+            };
+            if let Err(why) = check_endpoint(&endpoint) {
+                return Err((self.endpoint_source(var), why));
+            }
+        }
+        Ok(())
+    }
+
+    /// Where an endpoint came from, as [`Self::signal_endpoint`] chose it.
+    fn endpoint_source(&self, signal_var: &str) -> String {
+        if self.otlp_endpoint.is_some() {
+            "telemetry.otlp_endpoint".into()
+        } else if std::env::var_os(signal_var).is_some() {
+            signal_var.into()
+        } else {
+            "OTEL_EXPORTER_OTLP_ENDPOINT".into()
+        }
+    }
+
     fn signal_endpoint(&self, signal_var: &str) -> Option<String> {
         self.otlp_endpoint
             .clone()
@@ -206,6 +246,26 @@ fn to_endpoint<B: WithExportConfig + WithTonicConfig>(
         )
     } else {
         builder
+    }
+}
+
+/// Why `endpoint` cannot be exported to: the exporter hands it to
+/// tonic's channel, which takes an absolute URI; only `http` and `https`
+/// connect.
+fn check_endpoint(endpoint: &str) -> Result<(), String> {
+    let uri: http::Uri = endpoint
+        .parse()
+        .map_err(|e| format!("{endpoint:?} is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") if uri.host().is_some_and(|h| !h.is_empty()) => {
+            tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+                .map(drop)
+                .map_err(|e| format!("{endpoint:?} is not a gRPC endpoint: {e}"))
+        }
+        Some("http" | "https") => Err(format!("{endpoint:?} names no host")),
+        _ => Err(format!(
+            "{endpoint:?} must start with http:// or https:// (e.g. http://otel-collector:4317)"
+        )),
     }
 }
 
@@ -380,5 +440,49 @@ impl crate::reduce::Reducer for Traced {
         span.record("compactd.tokens_after", int(after));
         span.record("compactd.tokens_freed", int(before.saturating_sub(after)));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_endpoint(e: &str) -> TelemetrySettings {
+        TelemetrySettings {
+            otlp_endpoint: Some(e.into()),
+            ..TelemetrySettings::default()
+        }
+    }
+
+    /// What the exporter would refuse at start-up is refused by name when
+    /// the settings are checked; what it takes passes.
+    #[test]
+    fn endpoints_are_checked_as_the_exporter_takes_them() {
+        for bad in [
+            "not a url",
+            "otel-collector:4317",
+            "ftp://c:21",
+            "http://",
+            "/v1",
+        ] {
+            let (field, why) = with_endpoint(bad).validate().expect_err(bad);
+            assert_eq!(field, "telemetry.otlp_endpoint", "{bad}");
+            assert!(why.contains(bad), "{why}");
+        }
+        for good in [
+            "http://127.0.0.1:4317",
+            "https://otel.example.com",
+            "http://[::1]:4317/",
+        ] {
+            assert_eq!(with_endpoint(good).validate(), Ok(()), "{good}");
+        }
+        let unnamed = TelemetrySettings {
+            service_name: " ".into(),
+            ..TelemetrySettings::default()
+        };
+        assert_eq!(
+            unnamed.validate().expect_err("blank").0,
+            "telemetry.service_name"
+        );
     }
 }

@@ -258,6 +258,12 @@ fn a_bad_config_names_the_field() {
     let (code, _, err) = run(&["config", "check", path.to_str().unwrap()], None);
     assert_eq!(code, 2);
     assert!(err.contains("policy.trigger_ratio"), "{err}");
+    // What `serve` would refuse when it builds the exporter, `config check`
+    // refuses by name too.
+    std::fs::write(&path, "telemetry:\n  otlp_endpoint: not a url\n").unwrap();
+    let (code, _, err) = run(&["config", "check", path.to_str().unwrap()], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("telemetry.otlp_endpoint"), "{err}");
 }
 
 #[cfg(unix)]

@@ -14,7 +14,7 @@
 
 use std::sync::{Arc, Weak};
 
-use crate::cache::{BoundedCache, Weigh};
+use crate::cache::Weigh;
 use crate::model::{CompactionPlan, Thread};
 use crate::reduce::{settings_fingerprint, Report};
 use crate::render::RequestCounter;
@@ -23,17 +23,13 @@ use crate::runtime::blocking;
 use super::compact::{CompactOutcome, Resolved};
 use super::{App, Result};
 
-/// Memory for the threads the carried plans were counted for. A thread
-/// in an append session shares the session's copy.
-const CARRY_CACHE_BYTES: u64 = 256 * 1024 * 1024;
-
 /// Appended messages up to this weight ([`crate::model::memory_weight`])
 /// are counted on the calling task, as requests up to 64 KiB are converted
 /// there.
 const INLINE_CHECK_BYTES: u64 = 64 * 1024;
 
 /// What a committed plan was counted for.
-pub(super) struct Carry {
+pub(in crate::app) struct Carry {
     /// The thread as the pipeline saw it (settled).
     thread: Arc<Thread>,
     /// The committed version the counts belong to, and its fingerprint
@@ -64,35 +60,18 @@ impl Weigh for Arc<Carry> {
     }
 }
 
-/// Carried plans by tenant and thread.
-pub(super) struct Carries(BoundedCache<(String, String), Arc<Carry>>);
-
-impl Default for Carries {
-    fn default() -> Self {
-        Carries(BoundedCache::new(CARRY_CACHE_BYTES))
-    }
-}
-
-impl Carries {
-    /// Whether the thread's carry is kept.
-    #[cfg(test)]
-    pub(super) fn holds(&self, key: &(String, String)) -> bool {
-        self.0.get(key).is_some()
-    }
-
+impl App {
     /// A thread `thread` is known to extend: the one the carry check
     /// compared it with, if it is still held elsewhere.
-    pub(super) fn extends(&self, tenant: &str, thread: &Arc<Thread>) -> Option<Arc<Thread>> {
-        let carry = self.0.get(&(tenant.to_owned(), thread.id.clone()))?;
+    pub(super) fn carry_extends(&self, tenant: &str, thread: &Arc<Thread>) -> Option<Arc<Thread>> {
+        let carry = self
+            .inner
+            .threads
+            .read(tenant, &thread.id, |s| s.carry.clone())?;
         if !Arc::ptr_eq(&carry.thread, thread) {
             return None;
         }
         carry.extends.as_ref()?.upgrade()
-    }
-
-    /// Forgets a thread's carried plan (DeleteThread).
-    pub(super) fn forget(&self, tenant: &str, thread_id: &str) {
-        self.0.remove(&(tenant.to_owned(), thread_id.to_owned()));
     }
 }
 
@@ -125,10 +104,10 @@ impl App {
             bytes: crate::model::memory_weight(&r.cmd.thread.messages),
             extends: None,
         };
-        self.inner.carries.0.insert(
-            (tenant.to_owned(), r.cmd.thread.id.clone()),
-            Arc::new(carry),
-        );
+        let carry = Arc::new(carry);
+        self.inner
+            .threads
+            .update(tenant, &r.cmd.thread.id, |s| s.carry = Some(carry));
     }
 
     /// The committed plan `committed` as the outcome of `r`, when `r` only
@@ -140,8 +119,8 @@ impl App {
         r: &Arc<Resolved>,
         committed: CompactionPlan,
     ) -> Result<std::result::Result<CompactOutcome, CompactionPlan>> {
-        let key = (tenant.to_owned(), r.cmd.thread.id.clone());
-        let Some(carry) = self.inner.carries.0.get(&key) else {
+        let id = &r.cmd.thread.id;
+        let Some(carry) = self.inner.threads.read(tenant, id, |s| s.carry.clone()) else {
             return Ok(Err(committed));
         };
         let have = carry.thread.messages.len();
@@ -211,21 +190,21 @@ impl App {
         let mut plan = committed;
         plan.original_token_count = carry.tokens_before.saturating_add(added);
         plan.compacted_token_count = after;
-        self.inner.carries.0.insert(
-            key,
-            Arc::new(Carry {
-                thread: Arc::clone(&r.cmd.thread),
-                plan_version: carry.plan_version,
-                plan_fingerprint: carry.plan_fingerprint.clone(),
-                settings: carry.settings.clone(),
-                tokens_before: plan.original_token_count,
-                tokens_after: after,
-                trigger: carry.trigger,
-                tool_results,
-                bytes: carry.bytes + crate::model::memory_weight(&r.cmd.thread.messages[have..]),
-                extends: Some(Arc::downgrade(&carry.thread)),
-            }),
-        );
+        let next = Arc::new(Carry {
+            thread: Arc::clone(&r.cmd.thread),
+            plan_version: carry.plan_version,
+            plan_fingerprint: carry.plan_fingerprint.clone(),
+            settings: carry.settings.clone(),
+            tokens_before: plan.original_token_count,
+            tokens_after: after,
+            trigger: carry.trigger,
+            tool_results,
+            bytes: carry.bytes + crate::model::memory_weight(&r.cmd.thread.messages[have..]),
+            extends: Some(Arc::downgrade(&carry.thread)),
+        });
+        self.inner
+            .threads
+            .update(tenant, id, |s| s.carry = Some(next));
         let tokenizer = r.parts.counter.name().to_string();
         Ok(Ok(CompactOutcome::reused(plan, tokenizer, &r.cmd)))
     }
@@ -303,7 +282,9 @@ mod tests {
                 return;
             }
             assert_eq!(out.plan.version, committed.version);
-            app.inner.carries.forget(&ctx.tenant_id, &cmd.thread.id);
+            app.inner
+                .threads
+                .update(&ctx.tenant_id, &cmd.thread.id, |s| s.carry = None);
             let pipeline = app.compact(&ctx, cmd.clone()).await.expect("pipeline");
             assert!(!pipeline.reused);
             assert!(!pipeline.report.as_ref().is_some_and(|r| r.triggered));
@@ -344,7 +325,9 @@ mod tests {
             (out.tokens_before(), out.tokens_after()),
             (turn.tokens_before(), turn.tokens_after())
         );
-        app.inner.carries.forget(&ctx.tenant_id, &grown.thread.id);
+        app.inner
+            .threads
+            .update(&ctx.tenant_id, &grown.thread.id, |s| s.carry = None);
         let pipeline = app.compact(&ctx, grown).await.expect("pipeline");
         assert_eq!(records(&pipeline.plan), records(&out.plan));
         assert_eq!(pipeline.tokens_before(), out.tokens_before());

@@ -311,7 +311,7 @@ impl App {
         ctx: &SecurityContext,
         cmd: CompactCommand,
     ) -> Result<CompactOutcome> {
-        self.validate_thread(&cmd.thread, cmd.extends.as_ref())?;
+        self.validate_thread(&ctx.tenant_id, &cmd.thread, cmd.extends.as_ref())?;
         let mut cmd = cmd;
         let warnings = Self::settle_thread(&mut cmd.thread, &mut cmd.extends);
         cmd.policy = self.effective_policy(&cmd.policy)?;

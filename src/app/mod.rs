@@ -12,7 +12,6 @@ mod carry;
 mod compact;
 mod error;
 mod explain;
-mod inflight;
 mod lifecycle;
 mod recall;
 mod rehydrate;
@@ -21,24 +20,24 @@ mod search;
 mod sent;
 mod session;
 mod summaries;
+mod thread_state;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+pub use crate::recall::{FoundPassage, RecalledPassage};
 pub use compact::{CompactCommand, CompactOutcome, TaskOutcome, WrittenArtifact};
 pub use error::AppError;
 pub use explain::{ArtifactHit, ExplainCommand, ExplainOutcome};
 pub use lifecycle::{DeleteOutcome, Lifecycle, Quotas, ResetOutcome, SweepReport, Usage};
 pub use rehydrate::{RehydrateCommand, RehydrateOutcome};
-pub use render::{Injection, RecalledPassage, RenderCommand, RenderOutcome, RenderedOutput};
-pub use search::{
-    search_context_tool, FoundPassage, SearchCommand, SearchOutcome, SEARCH_CONTEXT_TOOL,
-};
+pub use render::{Injection, RenderCommand, RenderOutcome, RenderedOutput};
+pub use search::{search_context_tool, SearchCommand, SearchOutcome, SEARCH_CONTEXT_TOOL};
 pub use sent::{SentBefore, SentThread};
 pub use session::{SessionInput, SessionSettings, SessionState};
 pub use summaries::LlmSummaries;
 
-use crate::model::{DeterminismMetadata, Thread, ThreadLimits, ToolSchema, Validation};
+use crate::model::{DeterminismMetadata, Thread, ThreadLimits, ToolSchema};
 use crate::redact::Redactor;
 use crate::reduce::{Cancel, Engine, Memo, Policy};
 use crate::runtime::Call;
@@ -112,21 +111,15 @@ struct Inner {
     plugins: Vec<Arc<crate::plugin::LoadedPlugin>>,
     /// Append sessions.
     sessions: session::Sessions,
-    /// Render's recall indexes, per thread and plan.
-    recall: recall::RecallIndexes,
-    /// What the committed plans were counted for: the per-turn path.
-    carries: carry::Carries,
-    /// Threads this process validated: an append session's next turn
-    /// checks only what was appended to one.
-    validated: Validated,
-    /// The stable part of each append session's last render: the next
-    /// turn renders only what follows it.
-    stable: crate::cache::BoundedCache<(String, String), Arc<crate::render::stable::StablePart>>,
-    /// The last thread each client sent in full, as converted.
-    sent: sent::SentThreads,
+    /// What the process remembers about each thread between its calls
+    /// (carry, sent thread, stable part, recall index, session copy,
+    /// trace, validation): one home, forgotten as one.
+    threads: Arc<thread_state::ThreadStates>,
     /// Calls running, so that a deletion is forgotten again after those
     /// that began before it.
-    in_flight: inflight::InFlight,
+    in_flight: thread_state::inflight::InFlight,
+    /// The plan store's key generation the caches were filled under.
+    key_generation: std::sync::atomic::AtomicU64,
     /// What the plugins are and how they are set up, as the fingerprint
     /// hashes it (formed once: plugins are fixed at start-up).
     plugin_setup: Vec<u8>,
@@ -168,7 +161,11 @@ impl App {
         let threads = extensions
             .threads
             .unwrap_or_else(|| Arc::new(ThreadStore::memory()));
-        let sessions = session::Sessions::new(threads, lifecycle.sessions);
+        let key_generation = plans.key_generation();
+        let states = Arc::new(thread_state::ThreadStates::new(
+            thread_state::PARTS_BYTES.saturating_add(lifecycle.sessions.cache_bytes),
+        ));
+        let sessions = session::Sessions::new(threads, lifecycle.sessions, Arc::clone(&states));
         App {
             inner: Arc::new(Inner {
                 sessions,
@@ -188,12 +185,9 @@ impl App {
                 thread_locks: crate::store::KeyedLocks::default(),
                 llm: extensions.llm.map(Arc::new),
                 plugin_setup: plugin_setup(&extensions.plugins),
-                recall: recall::RecallIndexes::default(),
-                carries: carry::Carries::default(),
-                validated: Validated::default(),
-                stable: crate::cache::BoundedCache::new(STABLE_CACHE_BYTES),
-                sent: sent::SentThreads::default(),
-                in_flight: inflight::InFlight::default(),
+                threads: states,
+                key_generation: std::sync::atomic::AtomicU64::new(key_generation),
+                in_flight: thread_state::inflight::InFlight::default(),
                 plugins: extensions.plugins,
             }),
         }
@@ -273,8 +267,14 @@ impl App {
     /// `extends` one this process validated, sharing its messages, has only
     /// its appended messages checked, against what validating that one
     /// left.
-    fn validate_thread(&self, thread: &Arc<Thread>, extends: Option<&Arc<Thread>>) -> Result<()> {
-        self.validate_and_pair(thread, extends, false).map(drop)
+    fn validate_thread(
+        &self,
+        tenant: &str,
+        thread: &Arc<Thread>,
+        extends: Option<&Arc<Thread>>,
+    ) -> Result<()> {
+        self.validate_and_pair(tenant, thread, extends, false)
+            .map(drop)
     }
 
     /// [`App::validate_thread`], and with `pair` the thread's pairing when
@@ -282,11 +282,12 @@ impl App {
     /// with that one, reading only the appended messages. `None`: find it.
     fn validate_and_pair(
         &self,
+        tenant: &str,
         thread: &Arc<Thread>,
         extends: Option<&Arc<Thread>>,
         pair: bool,
     ) -> Result<Option<Arc<crate::model::PairingState>>> {
-        let validated = &self.inner.validated;
+        let validated = &self.inner.threads;
         let limits = &self.inner.limits;
         // What validating the base left moves to the thread that extends
         // it (a concurrent call on the same base validates in full).
@@ -299,10 +300,10 @@ impl App {
                         .zip(&thread.messages)
                         .all(|(a, b)| Arc::ptr_eq(a, b))
             })
-            .and_then(|base| Some((base, validated.take(base)?)));
+            .and_then(|base| Some((base, validated.take_validated(tenant, base)?)));
         let Some((base, state)) = base else {
             self.check_thread(thread, 0)?;
-            validated.insert(thread, None);
+            validated.keep_validated(tenant, thread, None);
             return Ok(None);
         };
         // Kept from the second turn on: a thread sent in full once never
@@ -311,12 +312,12 @@ impl App {
         match thread.validate_appended(limits, &mut state) {
             Ok(()) => {
                 let pairing = pair.then(|| state.pairing_of(thread));
-                validated.insert(thread, Some(state));
+                validated.keep_validated(tenant, thread, Some(state));
                 Ok(pairing)
             }
             Err(e) => {
                 // Untouched by the failed append: the base's still.
-                validated.insert(base, Some(state));
+                validated.keep_validated(tenant, base, Some(state));
                 Err(thread_error(e))
             }
         }
@@ -423,18 +424,29 @@ impl App {
         hex::encode(h.finalize())
     }
 
-    /// Forgets what the caches hold of a thread: its summaries and
-    /// compressions, recall index, carry, stable part, the last thread sent
-    /// in full, and its session's copy and trace.
+    /// Forgets everything the process remembers of a thread: its state
+    /// (see [`thread_state`]), and the scope of the content caches keyed by
+    /// thread (the core's summaries and compressions, the LLM's answers).
     fn forget_thread(&self, tenant: &str, thread_id: &str) {
+        self.inner.threads.forget(tenant, thread_id);
         self.inner.memo.forget(&[tenant, thread_id]);
         self.forget_summaries(tenant, thread_id);
-        self.inner.recall.forget(tenant, thread_id);
-        self.inner.carries.forget(tenant, thread_id);
-        let key = (tenant.to_owned(), thread_id.to_owned());
-        self.inner.stable.remove(&key);
-        self.inner.sent.forget(tenant, thread_id);
-        self.inner.sessions.forget(tenant, thread_id);
+    }
+
+    /// Forgets what every thread's state and the content caches hold when
+    /// the plan store's keys changed since the last call (a tenant
+    /// crypto-shredded, a key rotated): nothing derived from content a
+    /// deleted key protected is served from memory. Which tenant it was is
+    /// not known here; the caches are only time.
+    fn forget_if_keys_changed(&self) {
+        let now = self.inner.plans.key_generation();
+        let seen = &self.inner.key_generation;
+        if seen.swap(now, std::sync::atomic::Ordering::AcqRel) == now {
+            return;
+        }
+        self.inner.threads.clear();
+        self.inner.memo.clear();
+        self.forget_all_summaries();
     }
 }
 
@@ -479,51 +491,6 @@ fn plugin_setup(plugins: &[Arc<crate::plugin::LoadedPlugin>]) -> Vec<u8> {
 /// A thread's validation error as the API's.
 fn thread_error(e: crate::model::ThreadError) -> AppError {
     AppError::invalid(e.field_path(), e.to_string())
-}
-
-/// Threads that passed [`Thread::validate`] in this process, under its
-/// limits, by allocation: a thread is never changed in place once shared,
-/// so a live entry describes the thread at that address. A session's
-/// thread keeps what validating it left (see [`Validation`]), for the next
-/// turn's append.
-#[derive(Default)]
-struct Validated(std::sync::Mutex<ValidatedThreads>);
-
-#[derive(Default)]
-struct ValidatedThreads {
-    by_thread: crate::cache::ByAddress<Thread, Option<Validation>>,
-    /// Bytes of the states recorded since dead entries were last dropped.
-    recorded: usize,
-}
-
-/// Bytes of validation states recorded before the entries of threads gone
-/// are dropped (besides the map's own sweep as it doubles): a session that
-/// ends leaves its last state behind until then.
-const VALIDATED_SWEEP_BYTES: usize = 64 * 1024 * 1024;
-
-impl Validated {
-    fn lock(&self) -> std::sync::MutexGuard<'_, ValidatedThreads> {
-        // Each operation leaves the map whole.
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// What validating `thread` left, taken out; `None` when it was not
-    /// validated here (or is being extended by another call).
-    fn take(&self, thread: &Arc<Thread>) -> Option<Option<Validation>> {
-        self.lock().by_thread.take(thread)
-    }
-
-    fn insert(&self, thread: &Arc<Thread>, state: Option<Validation>) {
-        let mut v = self.lock();
-        v.recorded += state.as_ref().map_or(0, Validation::bytes);
-        if v.recorded > VALIDATED_SWEEP_BYTES {
-            v.by_thread.sweep();
-            v.recorded = 0;
-        }
-        v.by_thread.insert(thread, state);
-    }
 }
 
 /// The parts of a core [`Engine`], owned so that they can move into
@@ -635,11 +602,6 @@ pub type Observations = BTreeMap<String, DeterminismMetadata>;
 /// Tool schemas, shared between the compaction and the render of one call.
 pub type Tools = Arc<Vec<ToolSchema>>;
 
-/// Memory for the stable parts of renders (each about the size of the body
-/// it keeps and of the thread it rendered); a thread whose part was evicted
-/// renders in full once and keeps a new one.
-const STABLE_CACHE_BYTES: u64 = 256 * 1024 * 1024;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -664,30 +626,34 @@ mod tests {
     #[test]
     fn a_sessions_turns_validate_their_appends() {
         let app = App::offline(Defaults::default());
-        let validated = &app.inner.validated;
+        let validated = &app.inner.threads;
         let base = Arc::new(Thread::new("t", vec![]));
         let base = grown(&base, &["a", "b"]);
-        app.validate_thread(&base, None).expect("valid");
+        app.validate_thread("acme", &base, None).expect("valid");
         let second = grown(&base, &["c"]);
-        app.validate_thread(&second, Some(&base)).expect("valid");
+        app.validate_thread("acme", &second, Some(&base))
+            .expect("valid");
         // The base's state moved on to the thread that extends it.
-        assert_eq!(validated.take(&base), None);
+        assert_eq!(validated.take_validated("acme", &base), None);
         let state = validated
-            .take(&second)
+            .take_validated("acme", &second)
             .expect("validated")
             .expect("a state");
         assert_eq!(state, second.validation());
-        validated.insert(&second, Some(state));
+        // Another tenant's thread of the same id is another thread.
+        assert_eq!(validated.take_validated("globex", &second), None);
+        validated.keep_validated("acme", &second, Some(state));
         let bad = grown(&second, &["a"]);
         let refused = app
-            .validate_thread(&bad, Some(&second))
+            .validate_thread("acme", &bad, Some(&second))
             .expect_err("a duplicate id");
         let whole = bad.validate(&app.inner.limits).expect_err("a duplicate id");
         assert_eq!(refused.to_string(), thread_error(whole).to_string());
         let third = grown(&second, &["d"]);
-        app.validate_thread(&third, Some(&second)).expect("valid");
+        app.validate_thread("acme", &third, Some(&second))
+            .expect("valid");
         assert_eq!(
-            validated.take(&third),
+            validated.take_validated("acme", &third),
             Some(Some(third.validation())),
             "the failed append left the state of its base"
         );

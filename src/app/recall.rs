@@ -4,24 +4,25 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::cache::{BoundedCache, Weigh};
+use crate::cache::Weigh;
 use crate::hash::FastMap;
 use crate::model::{CompactionPlan, Pairing, Thread};
 use crate::recall::{block, delimited_block, queries_of, Hit, RecallIndex, RecallSettings};
 use crate::redact::Redactor;
 use crate::render::RequestCounter;
 
-/// Bytes of recall indexes kept in memory at most.
-const INDEX_CACHE_BYTES: u64 = 128 * 1024 * 1024;
+use super::thread_state::ThreadStates;
 
 /// Tokens a message's framing takes at most, beyond its text.
 const MESSAGE_FRAMING: u32 = 16;
 
-/// A cached index with the weight it had when it was (re)inserted: the
-/// cache must weigh an entry the same on its way out as on its way in,
-/// and an index grows while it is cached.
+/// A thread's recall index, with the redaction rules it was built under
+/// and the weight it had when it was last kept: the cache must weigh a
+/// state the same on its way out as on its way in, and an index grows
+/// while it is kept.
 #[derive(Clone)]
-struct Entry {
+pub(in crate::app) struct RecallPart {
+    redactor: String,
     index: Arc<Mutex<Recall>>,
     weight: u64,
 }
@@ -147,32 +148,17 @@ impl Recall {
     }
 }
 
-impl Weigh for Entry {
+impl Weigh for RecallPart {
     fn weight(&self) -> u64 {
         self.weight
     }
 }
 
-/// Recall indexes by tenant, thread and redaction rules. An index follows
-/// the thread's plans: each render updates it with what the plan evicts,
-/// at the cost of the newly evicted messages.
-pub(super) struct RecallIndexes(BoundedCache<String, Entry>);
-
-impl Default for RecallIndexes {
-    fn default() -> Self {
-        RecallIndexes(BoundedCache::new(INDEX_CACHE_BYTES))
-    }
-}
-
-impl std::fmt::Debug for RecallIndexes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RecallIndexes").finish_non_exhaustive()
-    }
-}
-
-impl RecallIndexes {
-    /// The thread's index, brought up to `plan`.
-    pub(super) fn get(
+impl ThreadStates {
+    /// The thread's recall index, brought up to `plan`. An index follows
+    /// the thread's plans: each render updates it with what the plan
+    /// evicts, at the cost of the newly evicted messages.
+    pub(super) fn recall(
         &self,
         tenant: &str,
         thread: &Arc<Thread>,
@@ -180,63 +166,42 @@ impl RecallIndexes {
         plan: &CompactionPlan,
         redactor: &Redactor,
     ) -> Arc<Mutex<Recall>> {
-        let key = format!("{tenant}\0{}\0{}", thread.id, redactor.id());
-        let cached = self.0.get(&key);
-        let index = cached
+        let rules = redactor.id();
+        let kept = self
+            .read(tenant, &thread.id, |s| s.recall.clone())
+            .filter(|r| r.redactor == rules);
+        let index = kept
             .as_ref()
-            .map_or_else(Default::default, |e| Arc::clone(&e.index));
-        let weight = match index.lock() {
+            .map_or_else(Default::default, |r| Arc::clone(&r.index));
+        let updated = match index.lock() {
             Ok(mut r) => {
                 r.index.update(thread, extends, plan, redactor);
-                r.bytes() as u64
+                Some(r.bytes() as u64)
             }
-            // A panic while updating left it half done: start over.
-            Err(_) => {
+            Err(_) => None,
+        };
+        // A panic while updating left it half done: start over.
+        let (index, weight) = match updated {
+            Some(weight) => (index, weight),
+            None => {
                 let fresh = Recall {
                     index: RecallIndex::build(thread, plan, redactor),
                     ..Recall::default()
                 };
                 let weight = fresh.bytes() as u64;
-                let fresh = Arc::new(Mutex::new(fresh));
-                self.0.insert(
-                    key,
-                    Entry {
-                        index: Arc::clone(&fresh),
-                        weight,
-                    },
-                );
-                return fresh;
+                (Arc::new(Mutex::new(fresh)), weight)
             }
         };
-        if cached.is_none_or(|e| e.weight != weight) {
-            // Inserted again with the weight it has now.
-            self.0.insert(
-                key,
-                Entry {
-                    index: Arc::clone(&index),
-                    weight,
-                },
-            );
+        if kept.is_none_or(|r| r.weight != weight || !Arc::ptr_eq(&r.index, &index)) {
+            // Kept again with the weight it has now.
+            let part = RecallPart {
+                redactor: rules.to_owned(),
+                index: Arc::clone(&index),
+                weight,
+            };
+            self.update(tenant, &thread.id, |s| s.recall = Some(part));
         }
         index
-    }
-
-    /// Whether an index of the thread is kept.
-    #[cfg(test)]
-    pub(super) fn holds(&self, tenant: &str, thread_id: &str) -> bool {
-        let prefix = format!("{tenant}\0{thread_id}\0");
-        let found = std::cell::Cell::new(false);
-        self.0.retain(|k| {
-            found.set(found.get() || k.starts_with(&prefix));
-            true
-        });
-        found.get()
-    }
-
-    /// Forgets a thread's indexes (DeleteThread).
-    pub(super) fn forget(&self, tenant: &str, thread_id: &str) {
-        let prefix = format!("{tenant}\0{thread_id}\0");
-        self.0.retain(|k| !k.starts_with(&prefix));
     }
 }
 

@@ -11,6 +11,7 @@ use crate::model::{
     SUMMARY_SCHEMA_VERSION,
 };
 use crate::model::{Eviction, Pairing, Sensitivity, Thread, ToolSchema};
+use crate::recall::RecalledPassage;
 use crate::reduce::{referenced_artifacts, ReserveUse, TokenBudget};
 use crate::render::prefix::PrefixTrace;
 use crate::render::quality::QualitySignals;
@@ -188,7 +189,7 @@ impl App {
         cmd: RenderCommand,
         previous: Option<Arc<PrefixTrace>>,
     ) -> Result<RenderOutcome> {
-        let (mut cmd, thread_warnings, paired) = self.admit(cmd)?;
+        let (mut cmd, thread_warnings, paired) = self.admit(&ctx.tenant_id, cmd)?;
         let limits = self.inner.defaults.auto_rehydrate;
         let auto = if cmd.auto_rehydrate.unwrap_or(limits.enabled) {
             self.auto_rehydration(ctx, &cmd, limits).await
@@ -207,11 +208,14 @@ impl App {
         cmd.request.format = Some(cmd.format);
         let resolved = self.resolve(&ctx.tenant_id, cmd.request.clone())?;
         let (plan, staging) = self.plan_to_render(ctx, &cmd, &resolved).await?;
-        let cache_key = (ctx.tenant_id.clone(), cmd.request.thread.id.clone());
+        let (tenant, thread_id) = (&ctx.tenant_id, cmd.request.thread.id.clone());
         // A render under the plan the last one rendered may keep part of
         // it, whether the thread came as an append or in full again.
         let stable = match &staging {
-            None | Some(Staging::Reused(_)) => self.inner.stable.get(&cache_key),
+            None | Some(Staging::Reused(_)) => {
+                let threads = &self.inner.threads;
+                threads.read(tenant, &thread_id, |s| s.stable.clone())
+            }
             _ => None,
         };
         let rendered = self
@@ -253,10 +257,10 @@ impl App {
         }
         // The next render of the thread, appended to or sent in full, may
         // keep this one's part (checked against its thread and plan first).
-        match out.stable.take() {
-            Some(part) => self.inner.stable.insert(cache_key, part),
-            None => self.inner.stable.remove(&cache_key),
-        }
+        let part = out.stable.take();
+        self.inner
+            .threads
+            .update(tenant, &thread_id, |s| s.stable = part);
         events::audit(&out.audit);
         events::rehydration(&out.rehydrated, &ctx.tenant_id);
         events::recall(&out.recalled);
@@ -269,9 +273,13 @@ impl App {
     /// `read_artifact` tool added when asked for. Returns what the thread
     /// as sent leaves out, as warnings, and the settled thread's pairing
     /// when settling left the thread as it was.
-    fn admit(&self, cmd: RenderCommand) -> Result<(RenderCommand, Vec<String>, Option<Paired>)> {
-        let known =
-            self.validate_and_pair(&cmd.request.thread, cmd.request.extends.as_ref(), true)?;
+    fn admit(
+        &self,
+        tenant: &str,
+        cmd: RenderCommand,
+    ) -> Result<(RenderCommand, Vec<String>, Option<Paired>)> {
+        let thread = &cmd.request.thread;
+        let known = self.validate_and_pair(tenant, thread, cmd.request.extends.as_ref(), true)?;
         // Found once for the pending check and the provider view (an
         // append session's from the last turn's and what was appended).
         let state = known.unwrap_or_else(|| Arc::new(cmd.request.thread.pairing_state()));
@@ -361,8 +369,8 @@ impl App {
                     .request
                     .extends
                     .clone()
-                    .or_else(|| app.inner.carries.extends(&tenant, thread));
-                let index = app.inner.recall.get(
+                    .or_else(|| app.carry_extends(&tenant, thread));
+                let index = app.inner.threads.recall(
                     &tenant,
                     thread,
                     extends.as_ref(),
@@ -1057,17 +1065,6 @@ struct TurnExtras {
     )>,
 }
 
-/// A passage the recall block carries.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecalledPassage {
-    /// The message it comes from.
-    pub message_id: String,
-    /// The artifact holding the whole message, when one was written.
-    pub artifact_id: Option<String>,
-    /// Its first line within the message.
-    pub line: u32,
-}
-
 /// What is read back, fitted into `room` tokens: explicit requests first
 /// (they share the reserve with what the agent named, and an explicit
 /// request is the stronger signal), then what the agent named, each cut to
@@ -1506,12 +1503,16 @@ mod tests {
         let ctx = SecurityContext::dev();
         let key = (ctx.tenant_id.clone(), "long".to_string());
         let held = |app: &App| {
-            [
-                app.inner.carries.holds(&key),
-                app.inner.stable.get(&key).is_some(),
-                app.inner.recall.holds(&key.0, &key.1),
-                app.inner.sessions.trace(&key.0, &key.1).is_some(),
-            ]
+            let parts = |s: &crate::app::thread_state::ThreadState| {
+                Some([
+                    s.carry.is_some(),
+                    s.stable.is_some(),
+                    s.recall.is_some(),
+                    s.trace.is_some(),
+                ])
+            };
+            let threads = &app.inner.threads;
+            threads.read(&key.0, &key.1, parts).unwrap_or_default()
         };
         let render = || app.render(&ctx, render_first(long_result_command()));
         render().await.expect("renders");
@@ -1761,14 +1762,15 @@ mod kept_part_tests {
                 return kept;
             };
             let key = (ctx.tenant_id.clone(), whole.id.clone());
-            let part = app.inner.stable.get(&key);
+            let threads = &app.inner.threads;
+            let part = threads.read(&key.0, &key.1, |s| s.stable.clone());
             // The cache weighs a part with the thread it holds (for a
             // thread sent in full, nothing else holds it).
             if let Some(p) = &part {
                 let bytes: usize = so_far.messages.iter().map(|m| m.byte_len_bound()).sum();
                 assert!(p.weight() >= bytes as u64, "messages ..{end}");
             }
-            app.inner.stable.remove(&key);
+            threads.update(&key.0, &key.1, |s| s.stable = None);
             let mut full = render_cmd(so_far, budget, SessionInput::Off);
             full.compact_first = false;
             full.format = format;
@@ -1777,10 +1779,7 @@ mod kept_part_tests {
                 .await
                 .unwrap_or_else(|e| panic!("messages ..{end} alone: {e}"));
             assert_eq!(alone.kept, 0, "rendered in full");
-            match part {
-                Some(p) => app.inner.stable.insert(key, p),
-                None => app.inner.stable.remove(&key),
-            }
+            threads.update(&key.0, &key.1, |s| s.stable = part);
             assert_eq!(out.output, alone.output, "messages ..{end}");
             assert_eq!(out.tokens, alone.tokens, "messages ..{end}");
             assert_eq!(out.audit.warnings, alone.audit.warnings, "messages ..{end}");

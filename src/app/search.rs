@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use crate::model::{Sensitivity, Thread, ToolSchema};
+use crate::model::{Thread, ToolSchema};
+use crate::recall::FoundPassage;
 use crate::runtime::blocking;
 use crate::security::SecurityContext;
 
@@ -30,23 +31,6 @@ pub struct SearchCommand {
     /// Whether `thread` is the whole thread or what was appended to an
     /// append session.
     pub session: super::SessionInput,
-}
-
-/// One passage found.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FoundPassage {
-    /// The message it comes from.
-    pub message_id: String,
-    /// The artifact holding the whole message, when one was written.
-    pub artifact_id: Option<String>,
-    /// Its first line within the message.
-    pub line: u32,
-    /// The text, redacted.
-    pub text: String,
-    /// Relevance within this search.
-    pub score: f32,
-    /// The message's classification.
-    pub sensitivity: Sensitivity,
 }
 
 /// What SearchContext found.
@@ -91,7 +75,7 @@ impl App {
         ctx: &SecurityContext,
         cmd: SearchCommand,
     ) -> Result<SearchOutcome> {
-        self.validate_thread(&cmd.thread, None)?;
+        self.validate_thread(&ctx.tenant_id, &cmd.thread, None)?;
         Self::validate_text("query", &cmd.query, MAX_SEARCH_QUERY_CHARS)?;
         if cmd.max_results > MAX_SEARCH_RESULTS {
             return Err(AppError::invalid(
@@ -116,10 +100,8 @@ impl App {
         let plan_version = plan.version;
         let query_chars = cmd.query.chars().count();
         let (passages, withheld) = blocking(move || {
-            let index =
-                app.inner
-                    .recall
-                    .get(&ctx2.tenant_id, &thread, None, &plan, &app.inner.redactor);
+            let threads = &app.inner.threads;
+            let index = threads.recall(&ctx2.tenant_id, &thread, None, &plan, &app.inner.redactor);
             let recall = index
                 .lock()
                 .map_err(|_| AppError::Internal("recall index poisoned".into()))?;

@@ -4,16 +4,11 @@
 
 use std::sync::Arc;
 
-use crate::cache::{BoundedCache, Weigh};
+use crate::cache::Weigh;
 use crate::model::Thread;
 
-use super::inflight::Running;
+use super::thread_state::inflight::Running;
 use super::App;
-
-/// Memory for the converted threads kept. Their messages are mostly shared
-/// with the other per-thread caches (the stable part, the carry), which
-/// count them too, so the bound stays a bound.
-const SENT_CACHE_BYTES: u64 = 256 * 1024 * 1024;
 
 /// What a thread sent in full converted to, with a digest of each message
 /// as it was sent.
@@ -32,27 +27,6 @@ pub struct SentThread {
 impl Weigh for Arc<SentThread> {
     fn weight(&self) -> u64 {
         self.messages_weight + 16 * self.digests.len() as u64 + 256
-    }
-}
-
-/// The converted threads.
-pub(super) struct SentThreads {
-    cache: BoundedCache<(String, String), Arc<SentThread>>,
-}
-
-impl Default for SentThreads {
-    fn default() -> Self {
-        SentThreads {
-            cache: BoundedCache::new(SENT_CACHE_BYTES),
-        }
-    }
-}
-
-impl SentThreads {
-    /// Forgets a thread's (DeleteThread).
-    pub(super) fn forget(&self, tenant: &str, thread_id: &str) {
-        self.cache
-            .remove(&(tenant.to_owned(), thread_id.to_owned()));
     }
 }
 
@@ -77,9 +51,8 @@ impl App {
         };
         let last = self
             .inner
-            .sent
-            .cache
-            .get(&(tenant.to_owned(), thread_id.to_owned()));
+            .threads
+            .read(tenant, thread_id, |s| s.sent.clone());
         (last, before)
     }
 
@@ -88,8 +61,10 @@ impl App {
     /// call from before the deletion runs (the next request converts in
     /// full).
     pub fn keep_sent(&self, tenant: &str, sent: Arc<SentThread>, before: SentBefore) {
-        let key = (tenant.to_owned(), sent.thread.id.clone());
-        self.inner.sent.cache.insert(key, sent);
+        let id = sent.thread.id.clone();
+        self.inner
+            .threads
+            .update(tenant, &id, |s| s.sent = Some(sent));
         drop(before);
     }
 }
@@ -129,7 +104,7 @@ mod tests {
         assert!(app.sent_thread("acme", "t").0.is_some());
         assert!(app.sent_thread("globex", "t").0.is_none());
         assert!(app.sent_thread("acme", "u").0.is_none());
-        app.inner.sent.forget("acme", "t");
+        app.forget_thread("acme", "t");
         assert!(app.sent_thread("acme", "t").0.is_none());
         // Converted across a deletion (as DeleteThread forgets): not kept.
         let (_, before) = app.sent_thread("acme", "t");

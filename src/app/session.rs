@@ -17,7 +17,7 @@ use crate::runtime::blocking;
 
 use sha2::{Digest, Sha256};
 
-use crate::cache::{BoundedCache, Weigh};
+use crate::cache::Weigh;
 use crate::model::{memory_weight, Message, Thread};
 use crate::store::{
     idle_past, Peek, PrefixTrace, SegmentRef, SessionWrite, StoreError, ThreadStore, MAX_SEGMENTS,
@@ -25,6 +25,7 @@ use crate::store::{
 };
 
 use super::error::store_error;
+use super::thread_state::ThreadStates;
 use super::{App, AppError, Result};
 
 /// How a request gives its thread.
@@ -64,7 +65,8 @@ pub struct SessionSettings {
     /// A session not written to for this long reads as unknown, and the
     /// sweeper removes it (0: kept until DeleteThread).
     pub idle_ttl_seconds: u64,
-    /// Memory for the copies of threads in use, in bytes.
+    /// Memory for the copies of threads in use, in bytes: added to what
+    /// the per-thread state of the process may hold in all.
     pub cache_bytes: u64,
 }
 
@@ -78,7 +80,7 @@ impl Default for SessionSettings {
 }
 
 /// The server's copy of a session's thread, as of one version.
-struct Copy {
+pub(in crate::app) struct Copy {
     session: String,
     version: u64,
     digest: [u8; 32],
@@ -226,10 +228,8 @@ impl App {
 /// Sessions: the store and the copies in memory.
 pub(crate) struct Sessions {
     store: Arc<ThreadStore>,
-    copies: BoundedCache<(String, String), Arc<Copy>>,
-    /// The last render's trace of threads sent in full (a session keeps
-    /// its own in its head, for every replica).
-    traces: BoundedCache<(String, String), Arc<PrefixTrace>>,
+    /// Where the copies (and the traces of threads sent in full) are kept.
+    threads: Arc<ThreadStates>,
     settings: SessionSettings,
 }
 
@@ -238,9 +238,6 @@ impl Weigh for Arc<PrefixTrace> {
         64 + 12 * self.units.len() as u64
     }
 }
-
-/// Memory for the render traces of threads sent in full.
-const TRACE_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 
 const DIGEST_SEED: &[u8] = b"compactd-thread-digest v1";
 
@@ -328,13 +325,27 @@ fn read_error(e: StoreError, thread_id: &str, base: u64) -> AppError {
 }
 
 impl Sessions {
-    pub(crate) fn new(store: Arc<ThreadStore>, settings: SessionSettings) -> Self {
+    pub(super) fn new(
+        store: Arc<ThreadStore>,
+        settings: SessionSettings,
+        threads: Arc<ThreadStates>,
+    ) -> Self {
         Sessions {
             store,
-            copies: BoundedCache::new(settings.cache_bytes),
-            traces: BoundedCache::new(TRACE_CACHE_BYTES),
+            threads,
             settings,
         }
+    }
+
+    /// The copy of the session kept in memory.
+    fn copy(&self, tenant: &str, thread_id: &str) -> Option<Arc<Copy>> {
+        self.threads.read(tenant, thread_id, |s| s.session.clone())
+    }
+
+    /// Keeps `copy` as the session's.
+    fn keep_copy(&self, tenant: &str, thread_id: &str, copy: Arc<Copy>) {
+        self.threads
+            .update(tenant, thread_id, |s| s.session = Some(copy));
     }
 
     fn ttl_ms(&self) -> u64 {
@@ -404,15 +415,13 @@ impl Sessions {
     /// The copy of the session at `version` and the head it matches: from
     /// memory when it is current, else completed (or read) from the store.
     async fn base(&self, tenant: &str, thread_id: &str, version: u64) -> Result<(Arc<Copy>, Peek)> {
-        let key = (tenant.to_owned(), thread_id.to_owned());
         // The copy of the head this replica last wrote or read, at the
         // version the client appends to: the head is not read again (a
         // trip to the store every turn). Another writer that has replaced
         // it since makes the commit's compare-and-swap fail, which answers
         // the client as a stale base, as reading it first would have.
         if let Some(copy) = self
-            .copies
-            .get(&key)
+            .copy(tenant, thread_id)
             .filter(|c| c.version == version && !idle_past(c.updated_at_unix_ms, self.ttl_ms()))
         {
             if let Some(tag) = copy.tag.clone() {
@@ -429,7 +438,9 @@ impl Sessions {
         if peek.version != version {
             return Err(stale(thread_id, version, peek.version));
         }
-        let cached = self.copies.get(&key).filter(|c| c.session == peek.session);
+        let cached = self
+            .copy(tenant, thread_id)
+            .filter(|c| c.session == peek.session);
         if let Some(c) = cached.as_ref().filter(|c| c.version == version) {
             return Ok((Arc::clone(c), peek));
         }
@@ -485,7 +496,7 @@ impl Sessions {
             at_segments,
             prefix: head.prefix,
         });
-        self.copies.insert(key, Arc::clone(&copy));
+        self.keep_copy(tenant, thread_id, Arc::clone(&copy));
         Ok((copy, peek))
     }
 
@@ -547,7 +558,7 @@ impl Sessions {
             at_segments: layout.at_segments,
             prefix,
         });
-        self.copies.insert((ticket.tenant, ticket.thread_id), copy);
+        self.keep_copy(&ticket.tenant, &ticket.thread_id, copy);
         Ok(SessionState {
             version: head.version,
             digest: head.digest,
@@ -581,13 +592,13 @@ impl Sessions {
 
     /// The last render of a thread sent in full, when one is kept.
     pub(super) fn trace(&self, tenant: &str, thread_id: &str) -> Option<Arc<PrefixTrace>> {
-        self.traces.get(&(tenant.to_owned(), thread_id.to_owned()))
+        self.threads.read(tenant, thread_id, |s| s.trace.clone())
     }
 
     /// Keeps `trace` as the last render of a thread sent in full.
     pub(super) fn keep_trace(&self, tenant: &str, thread_id: &str, trace: Arc<PrefixTrace>) {
-        self.traces
-            .insert((tenant.to_owned(), thread_id.to_owned()), trace);
+        self.threads
+            .update(tenant, thread_id, |s| s.trace = Some(trace));
     }
 
     /// Forgets the thread's session (DeleteThread).
@@ -600,10 +611,11 @@ impl Sessions {
     }
 
     /// Forgets the copy and trace kept in memory.
-    pub(crate) fn forget(&self, tenant: &str, thread_id: &str) {
-        let key = (tenant.to_owned(), thread_id.to_owned());
-        self.copies.remove(&key);
-        self.traces.remove(&key);
+    fn forget(&self, tenant: &str, thread_id: &str) {
+        self.threads.update(tenant, thread_id, |s| {
+            s.session = None;
+            s.trace = None;
+        });
     }
 
     /// Removes sessions idle past the TTL; how many.
@@ -726,14 +738,21 @@ mod tests {
         (thread, state.version)
     }
 
+    /// One replica's sessions on `store`.
+    fn replica(store: &Arc<ThreadStore>) -> Sessions {
+        let threads = ThreadStates::new(64 * 1024 * 1024);
+        Sessions::new(
+            Arc::clone(store),
+            SessionSettings::default(),
+            Arc::new(threads),
+        )
+    }
+
     /// Two replicas' sessions on one store, and the version of a session
     /// of thread "t" (one message, "m0") the first one started.
     async fn two_replicas_on_one_session() -> (Arc<ThreadStore>, Sessions, Sessions, u64) {
         let store = Arc::new(ThreadStore::memory());
-        let (one, two) = (
-            Sessions::new(Arc::clone(&store), SessionSettings::default()),
-            Sessions::new(Arc::clone(&store), SessionSettings::default()),
-        );
+        let (one, two) = (replica(&store), replica(&store));
         let start = sent(&["m0".into()], 10);
         let (_, ticket) = one
             .open("acme", Arc::clone(&start), SessionInput::Start)

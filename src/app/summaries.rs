@@ -633,9 +633,17 @@ impl App {
 
     /// Forgets a thread's cached answers (its artifacts go with the thread).
     pub(super) fn forget_summaries(&self, tenant: &str, thread_id: &str) {
+        self.forget_summaries_under(&format!("{tenant}\0{thread_id}\0"));
+    }
+
+    /// Forgets every cached answer (see [`App::forget_if_keys_changed`]).
+    pub(super) fn forget_all_summaries(&self) {
+        self.forget_summaries_under("");
+    }
+
+    fn forget_summaries_under(&self, prefix: &str) {
         if let Some(llm) = &self.inner.llm {
-            let prefix = format!("{tenant}\0{thread_id}\0");
-            llm.memory.retain(|k| !k.starts_with(&prefix));
+            llm.memory.retain(|k| !k.starts_with(prefix));
         }
     }
 }

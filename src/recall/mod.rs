@@ -13,7 +13,10 @@
 //! confidential and restricted messages are never indexed.
 //! Pure: no I/O.
 
+mod passage;
 pub mod tokenize;
+
+pub use passage::{FoundPassage, RecalledPassage};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -172,13 +172,51 @@ impl Memo {
     /// Walks the whole cache: deletion is rare, lookups are not.
     pub fn forget(&self, parts: &[&str]) {
         let scope = scope_id(parts);
-        self.caches.summaries.retain(|k| k.0 != scope);
-        self.caches.compressed.retain(|k| k.0 != scope);
-        self.caches.salient.retain(|k| k.0 != scope);
-        self.caches.parts.retain(|k| k.0 != scope);
-        self.caches.redacted.retain(|k| k.0 != scope);
-        self.caches.read.retain(|k| k.0 != scope);
-        self.caches.texts.retain(|k| k.0 != scope);
+        self.forget_where(|s| s == scope);
+    }
+
+    /// Drops every entry of every scope (the keys that protected what they
+    /// were made from may be gone).
+    pub fn clear(&self) {
+        self.forget_where(|_| true);
+    }
+
+    /// Whether the scope `parts` holds any entry.
+    #[cfg(test)]
+    pub fn holds(&self, parts: &[&str]) -> bool {
+        let scope = scope_id(parts);
+        let found = std::sync::atomic::AtomicBool::new(false);
+        self.forget_where(|s| {
+            if s == scope {
+                found.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            false
+        });
+        found.into_inner()
+    }
+
+    /// Drops the entries whose scope `drop` says.
+    fn forget_where(&self, drop: impl Fn(u64) -> bool) {
+        // Destructured so that a new cache cannot be left out.
+        let Caches {
+            summaries,
+            compressed,
+            salient,
+            parts,
+            redacted,
+            read,
+            texts,
+            // Digests of content by allocation, not by scope: nothing to
+            // read back once the summaries are gone.
+            digests: _,
+        } = &*self.caches;
+        summaries.retain(|k| !drop(k.0));
+        compressed.retain(|k| !drop(k.0));
+        salient.retain(|k| !drop(k.0));
+        parts.retain(|k| !drop(k.0));
+        redacted.retain(|k| !drop(k.0));
+        read.retain(|k| !drop(k.0));
+        texts.retain(|k| !drop(k.0));
     }
 
     /// `env` with `redactor`'s rules applied, as

@@ -178,6 +178,15 @@ pub trait PlanStore: Send + Sync {
 
     /// Threads of `tenant` that have a plan (for the threads quota).
     async fn count(&self, tenant: &str) -> Result<u64, StoreError>;
+
+    /// The generation of the keys the store opens plans with
+    /// ([`envelope::KeyService::generation`]): it changes when a key may
+    /// have been shredded or rotated, so what the process derived from
+    /// decrypted content is dropped rather than served. Constant for a
+    /// store without keys.
+    fn key_generation(&self) -> u64 {
+        0
+    }
 }
 
 /// An artifact as listed by [`ArtifactStore::scan`].

@@ -361,6 +361,10 @@ fn decode_plan(bytes: &[u8], tenant: &str, thread_id: &str) -> Result<StoredPlan
 
 #[async_trait]
 impl PlanStore for FsPlanStore {
+    fn key_generation(&self) -> u64 {
+        self.keys.generation()
+    }
+
     async fn get(&self, tenant: &str, thread_id: &str) -> Result<Option<StoredPlan>, StoreError> {
         let path = self.plan_path(tenant, thread_id)?;
         let generation = self.keys.generation();

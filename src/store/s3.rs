@@ -599,6 +599,10 @@ impl S3PlanStore {
 
 #[async_trait]
 impl PlanStore for S3PlanStore {
+    fn key_generation(&self) -> u64 {
+        self.keys.generation()
+    }
+
     async fn get(&self, tenant: &str, thread_id: &str) -> Result<Option<StoredPlan>, StoreError> {
         let key = self.plan_key(tenant, thread_id)?;
         match self.at.read_tagged(&key, None).await? {

@@ -547,7 +547,7 @@ pub fn rpc_rehydration(
 
 /// `compact.recall`: how many passages the recall block carries, from which
 /// messages and artifacts (ids only).
-pub fn recall(passages: &[crate::app::RecalledPassage]) {
+pub fn recall(passages: &[crate::recall::RecalledPassage]) {
     if passages.is_empty() {
         return;
     }
@@ -570,7 +570,7 @@ pub fn recall(passages: &[crate::app::RecalledPassage]) {
 pub fn search_context(
     plan_version: u64,
     query_chars: usize,
-    passages: &[crate::app::FoundPassage],
+    passages: &[crate::recall::FoundPassage],
     withheld: u32,
 ) {
     let (messages, artifacts) = id_lists(

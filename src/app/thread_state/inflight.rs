@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::runtime::Call;
 
-use super::App;
+use crate::app::App;
 
 tokio::task_local! {
     /// The call being run through [`App::held`], for the work it schedules
@@ -23,7 +23,7 @@ tokio::task_local! {
 
 /// The calls running, by the deletion count when each began.
 #[derive(Default)]
-pub(super) struct InFlight(Mutex<State>);
+pub(in crate::app) struct InFlight(Mutex<State>);
 
 #[derive(Default)]
 struct State {
@@ -46,7 +46,7 @@ impl InFlight {
 
     /// Records a deletion, before the caches are cleared: a call running
     /// then forgets the thread again when it ends.
-    pub(super) fn deleted(&self, tenant: &str, thread_id: &str) {
+    pub(in crate::app) fn deleted(&self, tenant: &str, thread_id: &str) {
         let mut s = self.lock();
         s.deletions += 1;
         if s.running.is_empty() {
@@ -98,9 +98,15 @@ impl InFlight {
         self.lock().pending.len()
     }
 
+    /// Holders of calls running (background work included).
+    #[cfg(test)]
+    pub(in crate::app) fn holders(&self) -> usize {
+        self.lock().running.values().sum()
+    }
+
     /// Whether no call runs (background work included).
     #[cfg(test)]
-    pub(super) fn idle(&self) -> bool {
+    pub(in crate::app) fn idle(&self) -> bool {
         self.lock().running.is_empty()
     }
 }
@@ -108,7 +114,7 @@ impl InFlight {
 /// A holder of a running call; when the last holder of every call begun
 /// before a deletion ends, the deleted thread is forgotten again.
 #[derive(Debug)]
-pub(super) struct Running {
+pub(in crate::app) struct Running {
     app: App,
     at: u64,
 }
@@ -126,7 +132,7 @@ impl Clone for Running {
 impl App {
     /// Marks a call that may fill per-thread caches as running until the
     /// value returned is dropped.
-    pub(super) fn running(&self) -> Running {
+    pub(in crate::app) fn running(&self) -> Running {
         Running {
             at: self.inner.in_flight.begin(None),
             app: self.clone(),
@@ -136,7 +142,8 @@ impl App {
     /// Runs `fut` as a call that fills per-thread caches: it, the jobs it
     /// starts on the blocking pool and the background work it schedules
     /// count as running until the last of them ends.
-    pub(super) async fn held<F: Future>(&self, fut: F) -> F::Output {
+    pub(in crate::app) async fn held<F: Future>(&self, fut: F) -> F::Output {
+        self.forget_if_keys_changed();
         let running = self.running();
         let call = Call::current_holding(Arc::new(running.clone()));
         RUNNING.scope(running, call.within(fut)).await
@@ -144,7 +151,7 @@ impl App {
 
     /// The running call this task is part of ([`App::held`]) held once
     /// more; a new one outside any.
-    pub(super) fn still_running(&self) -> Running {
+    pub(in crate::app) fn still_running(&self) -> Running {
         RUNNING
             .try_with(Running::clone)
             .unwrap_or_else(|_| self.running())
