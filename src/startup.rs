@@ -4,90 +4,14 @@
 //! gives background summaries a bounded time to commit.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use thiserror::Error;
-
 use crate::app::App;
-use crate::security::{AuthConfigError, Authenticator};
-use crate::server::tls;
 use crate::settings::Settings;
 use crate::store::backend::Stores;
-use crate::store::{ArtifactStore, PlanStore, StoreError};
+use crate::store::{ArtifactStore, PlanStore};
 
-/// Why the server did not start (or stopped with an error).
-#[derive(Debug, Error)]
-pub enum ServeError {
-    /// Dev mode accepts every caller as tenant `dev`: loopback only.
-    #[error("dev mode (--dev or auth.dev) is only allowed on a loopback address, not {0}")]
-    DevModeNotLoopback(SocketAddr),
-    /// No credential method is configured and dev mode was not asked for.
-    #[error(
-        "refusing to serve on {0} without authentication: configure auth.jwt, auth.api_keys or auth.mtls \
-         (see docs/security.md), or pass --dev (or set auth.dev: true) for a development \
-         server on a loopback address that accepts every caller as tenant `dev`"
-    )]
-    NoAuthentication(SocketAddr),
-    /// The `auth` section is unusable.
-    #[error("auth config: {0}")]
-    Auth(#[from] AuthConfigError),
-    /// A settings value is out of range.
-    #[error("{field}: {message}")]
-    Invalid {
-        /// Dotted path.
-        field: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// Bearer secrets would cross the network in cleartext.
-    #[error(
-        "refusing to accept JWTs or API keys on {0} without TLS: configure tls.cert_file and tls.key_file, \
-         or set allow_plaintext_behind_tls_terminator: true if TLS ends in front of compactd"
-    )]
-    PlaintextCredentials(SocketAddr),
-    /// The embedded stores could not be opened.
-    #[error("cannot open the data directory: {0}")]
-    Store(#[from] StoreError),
-    /// TLS files could not be read.
-    #[error("tls: {0}")]
-    Tls(String),
-    /// The transport failed.
-    #[error("transport: {0}")]
-    Transport(#[from] tonic::transport::Error),
-}
-
-impl ServeError {
-    /// What opening the stores failed with, as `serve` reports it.
-    pub fn from_open(e: crate::store::backend::OpenError) -> Self {
-        match e {
-            crate::store::backend::OpenError::Invalid { field, message } => {
-                ServeError::invalid(field, message)
-            }
-            crate::store::backend::OpenError::Store(e) => ServeError::from(e),
-        }
-    }
-
-    /// An `Invalid` naming `field`.
-    pub fn invalid(field: impl Into<String>, message: impl ToString) -> Self {
-        ServeError::Invalid {
-            field: field.into(),
-            message: message.to_string(),
-        }
-    }
-}
-
-/// What start-up checks produced: the authenticator and the TLS listener,
-/// built once (key files are read here).
-#[derive(Debug)]
-pub struct Startup {
-    /// Verifies credentials.
-    pub authenticator: Authenticator,
-    /// The compiled redaction rules.
-    pub redactor: crate::redact::Redactor,
-    /// TLS for the listener, when configured.
-    pub tls: Option<tls::TlsListener>,
-}
+pub use crate::settings::{ServeError, Startup};
 
 /// Checks the settings ([`Settings::validate`]), opens the embedded stores in
 /// `settings.data_dir` (plans and artifacts share the
@@ -218,11 +142,11 @@ async fn serve_with(
     let sweeper = tokio::spawn(app.clone().run_sweeper());
     let edge = crate::server::Edge {
         authenticator: Arc::new(authenticator),
-        tls,
+        tls: tls.map(crate::server::tls::TlsListener::from_loaded),
         app: app.clone(),
         plans,
     };
-    let result = crate::server::run(&settings, edge, listener, shutdown).await;
+    let result = crate::server::run(edge_options(&settings), edge, listener, shutdown).await;
     sweeper.abort();
     // Background summaries still running get a bounded time to commit.
     if !app
@@ -232,6 +156,22 @@ async fn serve_with(
         tracing::warn!("background summaries still running at shutdown were abandoned");
     }
     result
+}
+
+/// How the edge serves, as the settings say.
+fn edge_options(settings: &Settings) -> crate::server::EdgeOptions {
+    crate::server::EdgeOptions {
+        health_listen: settings.health_listen,
+        health_probe_interval: std::time::Duration::from_millis(
+            settings.health_probe_interval_ms.max(10),
+        ),
+        limits: settings.tenant_limits(),
+        access_log: settings.access_log.clone(),
+        max_message_bytes: settings.max_message_bytes,
+        request_timeout: settings.request_timeout(),
+        http2_stream_window_bytes: settings.http2_stream_window_bytes,
+        http2_connection_window_bytes: settings.http2_connection_window_bytes,
+    }
 }
 
 /// The use cases over the stores, with the summarizer and the plugins the

@@ -271,6 +271,20 @@ pub enum ActionKind {
     Drop,
 }
 
+impl ActionKind {
+    /// What was done, as events, audits and the CLI say it ("externalized",
+    /// "included"): one wording everywhere.
+    pub fn done(self) -> &'static str {
+        match self {
+            ActionKind::Include => "included",
+            ActionKind::Clear => "cleared",
+            ActionKind::Summarize => "summarized",
+            ActionKind::Externalize => "externalized",
+            ActionKind::Drop => "dropped",
+        }
+    }
+}
+
 /// Message id → action. A fast hash: the map lives for one render.
 pub type ActionMap<'a> = super::ids::IdMap<&'a str, Action<'a>>;
 

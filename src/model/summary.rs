@@ -290,69 +290,8 @@ impl StructuredSummary {
                 let _ = writeln!(out, "- {f}");
             }
         }
-        if !self.decisions.is_empty() {
-            out.push_str("Decisions:\n");
-            for d in &self.decisions {
-                let when = match &d.timestamp {
-                    Some(t) => format!("turn {}, {t}", d.turn),
-                    None => format!("turn {}", d.turn),
-                };
-                if d.rationale.is_empty() {
-                    let _ = writeln!(out, "- ({when}) {}", d.decision);
-                } else {
-                    let _ = writeln!(out, "- ({when}) {} — because {}", d.decision, d.rationale);
-                }
-            }
-        }
-        if !self.open_items.is_empty() {
-            out.push_str("Open items:\n");
-            for o in &self.open_items {
-                let p = match o.priority {
-                    Priority::High => "high",
-                    Priority::Medium => "medium",
-                    Priority::Low => "low",
-                };
-                if o.context.is_empty() {
-                    let _ = writeln!(out, "- [{p}] {}", o.description);
-                } else {
-                    let _ = writeln!(out, "- [{p}] {} ({})", o.description, o.context);
-                }
-            }
-        }
-        if !self.tool_outcomes.is_empty() {
-            out.push_str("Tool outcomes:\n");
-            // Identical lines (a tool that succeeded twelve times with nothing
-            // to keep) render once, with a count, where the first stood.
-            let mut lines: Vec<(String, usize)> = Vec::new();
-            let mut at: crate::hash::FastMap<String, usize> = crate::hash::FastMap::default();
-            for t in &self.tool_outcomes {
-                let mut line = format!("- {}: {}", t.tool_name, t.outcome.as_str());
-                if !t.key_fields.is_empty() {
-                    let fields = serde_json::to_string(&t.key_fields).unwrap_or_default();
-                    let _ = write!(line, " {fields}");
-                }
-                if let Some(e) = &t.error_message {
-                    // Tool text, quoted as data: whatever it says, it stays
-                    // inside one string on this line.
-                    let quoted = serde_json::to_string(e).unwrap_or_default();
-                    let _ = write!(line, " error: {quoted}");
-                }
-                match at.get(&line) {
-                    Some(&k) => lines[k].1 += 1,
-                    None => {
-                        at.insert(line.clone(), lines.len());
-                        lines.push((line, 1));
-                    }
-                }
-            }
-            for (line, n) in lines {
-                out.push_str(&line);
-                if n > 1 {
-                    let _ = write!(out, " (×{n})");
-                }
-                out.push('\n');
-            }
-        }
+        self.write_decisions_and_open_items(&mut out);
+        self.write_tool_outcomes(&mut out);
         if !self.artifacts.is_empty() {
             out.push_str("Artifacts:\n");
             for a in &self.artifacts {
@@ -389,6 +328,80 @@ impl StructuredSummary {
             out.pop();
         }
         out
+    }
+
+    /// The decisions (with when and why) and the open items (with their
+    /// priority), as [`Self::render_hiding_facts`] writes them.
+    fn write_decisions_and_open_items(&self, out: &mut String) {
+        if !self.decisions.is_empty() {
+            out.push_str("Decisions:\n");
+            for d in &self.decisions {
+                let when = match &d.timestamp {
+                    Some(t) => format!("turn {}, {t}", d.turn),
+                    None => format!("turn {}", d.turn),
+                };
+                if d.rationale.is_empty() {
+                    let _ = writeln!(out, "- ({when}) {}", d.decision);
+                } else {
+                    let _ = writeln!(out, "- ({when}) {} — because {}", d.decision, d.rationale);
+                }
+            }
+        }
+        if !self.open_items.is_empty() {
+            out.push_str("Open items:\n");
+            for o in &self.open_items {
+                let p = match o.priority {
+                    Priority::High => "high",
+                    Priority::Medium => "medium",
+                    Priority::Low => "low",
+                };
+                if o.context.is_empty() {
+                    let _ = writeln!(out, "- [{p}] {}", o.description);
+                } else {
+                    let _ = writeln!(out, "- [{p}] {} ({})", o.description, o.context);
+                }
+            }
+        }
+    }
+
+    /// The tool outcomes: identical lines (a tool that succeeded twelve
+    /// times with nothing to keep) render once, with a count, where the
+    /// first stood.
+    fn write_tool_outcomes(&self, out: &mut String) {
+        if !self.tool_outcomes.is_empty() {
+            out.push_str("Tool outcomes:\n");
+            // Identical lines (a tool that succeeded twelve times with nothing
+            // to keep) render once, with a count, where the first stood.
+            let mut lines: Vec<(String, usize)> = Vec::new();
+            let mut at: crate::hash::FastMap<String, usize> = crate::hash::FastMap::default();
+            for t in &self.tool_outcomes {
+                let mut line = format!("- {}: {}", t.tool_name, t.outcome.as_str());
+                if !t.key_fields.is_empty() {
+                    let fields = serde_json::to_string(&t.key_fields).unwrap_or_default();
+                    let _ = write!(line, " {fields}");
+                }
+                if let Some(e) = &t.error_message {
+                    // Tool text, quoted as data: whatever it says, it stays
+                    // inside one string on this line.
+                    let quoted = serde_json::to_string(e).unwrap_or_default();
+                    let _ = write!(line, " error: {quoted}");
+                }
+                match at.get(&line) {
+                    Some(&k) => lines[k].1 += 1,
+                    None => {
+                        at.insert(line.clone(), lines.len());
+                        lines.push((line, 1));
+                    }
+                }
+            }
+            for (line, n) in lines {
+                out.push_str(&line);
+                if n > 1 {
+                    let _ = write!(out, " (×{n})");
+                }
+                out.push('\n');
+            }
+        }
     }
 }
 

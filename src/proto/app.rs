@@ -356,13 +356,7 @@ pub fn explain_command(r: pb::ExplainRequest, base: &Policy) -> Result<ExplainCo
 }
 
 fn eviction_action(a: ActionKind) -> i32 {
-    (match a {
-        ActionKind::Externalize => pb::EvictionAction::Externalized,
-        ActionKind::Summarize => pb::EvictionAction::Summarized,
-        ActionKind::Clear => pb::EvictionAction::Cleared,
-        ActionKind::Drop => pb::EvictionAction::Dropped,
-        ActionKind::Include => pb::EvictionAction::Unspecified,
-    }) as i32
+    pb::EvictionAction::from(a) as i32
 }
 
 impl From<ExplainOutcome> for pb::ExplainResponse {

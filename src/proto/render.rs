@@ -315,17 +315,24 @@ impl TryFrom<pb::AuditRecord> for AuditRecord {
     }
 }
 
-impl From<&Eviction> for pb::Eviction {
-    fn from(e: &Eviction) -> Self {
-        let action = match e.action {
+/// The one mapping of an action onto the wire (kept text has no eviction
+/// action of its own).
+impl From<ActionKind> for pb::EvictionAction {
+    fn from(a: ActionKind) -> Self {
+        match a {
             ActionKind::Externalize => pb::EvictionAction::Externalized,
             ActionKind::Summarize => pb::EvictionAction::Summarized,
             ActionKind::Clear => pb::EvictionAction::Cleared,
             ActionKind::Drop => pb::EvictionAction::Dropped,
             ActionKind::Include => pb::EvictionAction::Unspecified,
-        };
+        }
+    }
+}
+
+impl From<&Eviction> for pb::Eviction {
+    fn from(e: &Eviction) -> Self {
         pb::Eviction {
-            action: action as i32,
+            action: pb::EvictionAction::from(e.action) as i32,
             first_message_id: e.first_message_id.clone(),
             last_message_id: e.last_message_id.clone(),
             message_count: e.message_count,

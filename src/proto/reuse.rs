@@ -108,8 +108,6 @@ pub(super) fn thread_reusing(t: pb::Thread, reuse: &mut ThreadReuse) -> Result<A
 
 /// The digest of everything `m` sends (see the module doc).
 pub(super) fn digest(m: &pb::Message, seed: u64) -> u128 {
-    use pb::content_part::Kind;
-    use pb::tool_result_envelope::Content;
     /// Fields up to this long go in as they are; longer ones as their
     /// one-shot xxh3-128 (faster per byte than feeding them in).
     const SMALL: usize = 256;
@@ -138,54 +136,7 @@ pub(super) fn digest(m: &pb::Message, seed: u64) -> u128 {
     field(&turn.to_le_bytes());
     field(&(parts.len() as u64).to_le_bytes());
     for pb::ContentPart { kind } in parts {
-        match kind {
-            None => field(b"none"),
-            Some(Kind::Text(t)) => {
-                field(b"text");
-                field(t.as_bytes());
-            }
-            Some(Kind::ImageUrl(u)) => {
-                field(b"image");
-                field(u.as_bytes());
-            }
-            Some(Kind::Thinking(pb::ThinkingBlock {
-                thinking,
-                signature,
-            })) => {
-                field(b"thinking");
-                field(thinking.as_bytes());
-                field(signature.as_bytes());
-            }
-            Some(Kind::RedactedThinking(pb::RedactedThinkingBlock { data })) => {
-                field(b"redacted");
-                field(data.as_bytes());
-            }
-            Some(Kind::Reasoning(pb::ReasoningItem {
-                id,
-                summary,
-                encrypted_content,
-                rest_json,
-            })) => {
-                field(b"reasoning");
-                field(id.as_bytes());
-                field(&(summary.len() as u64).to_le_bytes());
-                for s in summary {
-                    field(s.as_bytes());
-                }
-                optional(&mut field, encrypted_content.as_deref());
-                optional(&mut field, rest_json.as_deref());
-            }
-            Some(Kind::Provider(pb::ProviderPart {
-                format,
-                r#type,
-                json,
-            })) => {
-                field(b"provider");
-                field(format.as_bytes());
-                field(r#type.as_bytes());
-                field(json.as_bytes());
-            }
-        }
+        digest_part(&mut field, kind.as_ref());
     }
     field(&(tool_calls.len() as u64).to_le_bytes());
     for pb::ToolCall {
@@ -202,64 +153,7 @@ pub(super) fn digest(m: &pb::Message, seed: u64) -> u128 {
     }
     match tool_result {
         None => field(b"no result"),
-        Some(pb::ToolResultEnvelope {
-            tool_name,
-            tool_call_id,
-            outcome,
-            key_fields,
-            durability,
-            determinism,
-            started_at,
-            completed_at,
-            content,
-            wire,
-        }) => {
-            field(b"result");
-            provider(&mut field, wire.as_ref());
-            field(tool_name.as_bytes());
-            field(tool_call_id.as_bytes());
-            field(&outcome.to_le_bytes());
-            // A map's order on the wire means nothing.
-            let mut keys: Vec<_> = key_fields.iter().collect();
-            keys.sort_unstable();
-            field(&(keys.len() as u64).to_le_bytes());
-            for (k, v) in keys {
-                field(k.as_bytes());
-                field(v.as_bytes());
-            }
-            field(&durability.to_le_bytes());
-            match determinism {
-                None => field(b"no determinism"),
-                Some(pb::DeterminismMetadata {
-                    content_hash,
-                    etag,
-                    mtime,
-                    version,
-                }) => {
-                    field(b"determinism");
-                    optional(&mut field, content_hash.as_deref());
-                    optional(&mut field, etag.as_deref());
-                    match mtime {
-                        None => field(b"no mtime"),
-                        Some(t) => field(&t.to_bits().to_le_bytes()),
-                    }
-                    optional(&mut field, version.as_deref());
-                }
-            }
-            optional(&mut field, started_at.as_deref());
-            optional(&mut field, completed_at.as_deref());
-            match content {
-                None => field(b"no content"),
-                Some(Content::ContentText(t)) => {
-                    field(b"content text");
-                    field(t.as_bytes());
-                }
-                Some(Content::ContentJson(j)) => {
-                    field(b"content json");
-                    field(j.as_bytes());
-                }
-            }
-        }
+        Some(r) => digest_result(&mut field, r),
     }
     match metadata {
         None => field(b"no metadata"),
@@ -279,6 +173,121 @@ pub(super) fn digest(m: &pb::Message, seed: u64) -> u128 {
         }
     }
     xxh3_128_with_seed(&buf, seed)
+}
+
+/// A content part's fields (see [`digest`]).
+fn digest_part(field: &mut impl FnMut(&[u8]), kind: Option<&pb::content_part::Kind>) {
+    use pb::content_part::Kind;
+    match kind {
+        None => field(b"none"),
+        Some(Kind::Text(t)) => {
+            field(b"text");
+            field(t.as_bytes());
+        }
+        Some(Kind::ImageUrl(u)) => {
+            field(b"image");
+            field(u.as_bytes());
+        }
+        Some(Kind::Thinking(pb::ThinkingBlock {
+            thinking,
+            signature,
+        })) => {
+            field(b"thinking");
+            field(thinking.as_bytes());
+            field(signature.as_bytes());
+        }
+        Some(Kind::RedactedThinking(pb::RedactedThinkingBlock { data })) => {
+            field(b"redacted");
+            field(data.as_bytes());
+        }
+        Some(Kind::Reasoning(pb::ReasoningItem {
+            id,
+            summary,
+            encrypted_content,
+            rest_json,
+        })) => {
+            field(b"reasoning");
+            field(id.as_bytes());
+            field(&(summary.len() as u64).to_le_bytes());
+            for s in summary {
+                field(s.as_bytes());
+            }
+            optional(field, encrypted_content.as_deref());
+            optional(field, rest_json.as_deref());
+        }
+        Some(Kind::Provider(pb::ProviderPart {
+            format,
+            r#type,
+            json,
+        })) => {
+            field(b"provider");
+            field(format.as_bytes());
+            field(r#type.as_bytes());
+            field(json.as_bytes());
+        }
+    }
+}
+
+/// A tool result's fields (see [`digest`]).
+fn digest_result(field: &mut impl FnMut(&[u8]), r: &pb::ToolResultEnvelope) {
+    use pb::tool_result_envelope::Content;
+    let pb::ToolResultEnvelope {
+        tool_name,
+        tool_call_id,
+        outcome,
+        key_fields,
+        durability,
+        determinism,
+        started_at,
+        completed_at,
+        content,
+        wire,
+    } = r;
+    field(b"result");
+    provider(field, wire.as_ref());
+    field(tool_name.as_bytes());
+    field(tool_call_id.as_bytes());
+    field(&outcome.to_le_bytes());
+    // A map's order on the wire means nothing.
+    let mut keys: Vec<_> = key_fields.iter().collect();
+    keys.sort_unstable();
+    field(&(keys.len() as u64).to_le_bytes());
+    for (k, v) in keys {
+        field(k.as_bytes());
+        field(v.as_bytes());
+    }
+    field(&durability.to_le_bytes());
+    match determinism {
+        None => field(b"no determinism"),
+        Some(pb::DeterminismMetadata {
+            content_hash,
+            etag,
+            mtime,
+            version,
+        }) => {
+            field(b"determinism");
+            optional(field, content_hash.as_deref());
+            optional(field, etag.as_deref());
+            match mtime {
+                None => field(b"no mtime"),
+                Some(t) => field(&t.to_bits().to_le_bytes()),
+            }
+            optional(field, version.as_deref());
+        }
+    }
+    optional(field, started_at.as_deref());
+    optional(field, completed_at.as_deref());
+    match content {
+        None => field(b"no content"),
+        Some(Content::ContentText(t)) => {
+            field(b"content text");
+            field(t.as_bytes());
+        }
+        Some(Content::ContentJson(j)) => {
+            field(b"content json");
+            field(j.as_bytes());
+        }
+    }
 }
 
 /// An optional text: absent and empty differ.

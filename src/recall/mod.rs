@@ -198,6 +198,10 @@ impl std::fmt::Debug for RecallIndex {
     }
 }
 
+/// A message to index: the message, the artifact holding it, its digest
+/// and its size (which cuts the batches).
+type Fresh<'a> = (&'a Message, Option<String>, u128, usize);
+
 impl RecallIndex {
     /// An index of every message `plan` evicts from `thread`.
     pub fn build(thread: &Arc<Thread>, plan: &CompactionPlan, redactor: &Redactor) -> RecallIndex {
@@ -246,7 +250,7 @@ impl RecallIndex {
         let was_evicted = std::mem::take(&mut self.evicted);
         self.searchable.iter_mut().for_each(|s| *s = false);
         // Messages to index: (message, its artifact, its digest).
-        let mut fresh: Vec<(&Message, Option<String>, u128, usize)> = Vec::new();
+        let mut fresh: Vec<Fresh<'_>> = Vec::new();
         for (k, m) in thread.messages.iter().enumerate() {
             // Confidential and restricted content comes back only on an
             // explicit read, as with automatic rehydration.
@@ -289,11 +293,16 @@ impl RecallIndex {
             // Its size cuts the batches and weighs the work in one.
             fresh.push((m, artifact_id, digest, m.byte_len_bound()));
         }
-        // Redacting, cutting and weighing a message's passages depends on
-        // nothing else: on every core; the index takes them in order. A
-        // batch at a time: every evicted message's weights held at once
-        // would take more memory than the index they go into.
-        let mut rest = &fresh[..];
+        self.index_fresh(&fresh, redactor);
+    }
+
+    /// Indexes the messages found fresh. Redacting, cutting and weighing
+    /// a message's passages depends on nothing else: on every core; the
+    /// index takes them in order. A batch at a time: every evicted
+    /// message's weights held at once would take more memory than the
+    /// index they go into.
+    fn index_fresh(&mut self, fresh: &[Fresh<'_>], redactor: &Redactor) {
+        let mut rest = fresh;
         while !rest.is_empty() {
             let mut bytes = 0;
             let end = rest

@@ -14,6 +14,7 @@ mod config;
 mod context;
 mod jwt;
 mod mtls;
+pub mod tls;
 
 use http::HeaderMap;
 

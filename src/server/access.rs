@@ -7,29 +7,15 @@
 //! (deadline, client gone) is logged as `CANCELLED` with `abandoned: true`.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tonic::Code;
 
 use crate::security::SecurityContext;
 
-/// Where access lines go.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AccessLogSink {
-    /// Not written.
-    Off,
-    /// Standard output.
-    Stdout,
-    /// Standard error, with the diagnostic log (the default).
-    #[default]
-    Stderr,
-    /// Appended to a file (created 0600 if missing).
-    File(PathBuf),
-}
+pub use crate::settings::AccessLogSink;
 
 enum Writer {
     Off,

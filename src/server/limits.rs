@@ -36,29 +36,7 @@ use super::error::ApiError;
 
 type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
 
-/// Admission limits; 0 disables a limit.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TenantLimits {
-    /// Calls in flight on the whole server (at least 1).
-    pub global_concurrency: usize,
-    /// Calls in flight per tenant.
-    pub concurrency: u32,
-    /// Sustained calls per second per tenant.
-    pub rps: f64,
-    /// Bucket size: calls a tenant may make at once after being idle.
-    pub burst: u32,
-    /// Sustained request bytes per second per tenant.
-    pub bytes_per_second: f64,
-    /// Request bytes a tenant may send at once after being idle.
-    pub bytes_burst: u64,
-    /// Sustained thread messages per second per tenant.
-    pub messages_per_second: f64,
-    /// Thread messages a tenant may send at once after being idle.
-    pub messages_burst: u64,
-    /// Request bytes the whole server works on at once; a call waits for
-    /// room (0: no limit).
-    pub in_flight_bytes: u64,
-}
+pub use crate::settings::TenantLimits;
 
 /// A token bucket: `capacity` tokens, refilled at `rate` per second.
 #[derive(Debug)]

@@ -1,6 +1,7 @@
 //! The gRPC edge: tonic handlers, interceptors, limits, error mapping.
-//! Settings live in [`crate::settings`], the wiring of stores, keyring,
-//! plugins and telemetry in [`crate::startup`].
+//! It takes its own options ([`EdgeOptions`]); settings live in
+//! [`crate::settings`], the wiring of stores, keyring, plugins and
+//! telemetry in [`crate::startup`].
 //!
 //! Request path of API calls, outermost first: authentication ([`auth`]) →
 //! admission (the server-wide cap, then per-tenant limits) and the call
@@ -26,8 +27,7 @@ use tonic::transport::Server;
 use crate::app::App;
 use crate::proto::pb;
 use crate::security::Authenticator;
-use crate::settings::Settings;
-use crate::startup::ServeError;
+use crate::settings::ServeError;
 use crate::store::PlanStore;
 
 pub use error::ApiError;
@@ -42,11 +42,33 @@ pub(crate) struct Edge {
     pub plans: Arc<dyn PlanStore>,
 }
 
+/// How the edge serves: its own options, which start-up fills from the
+/// settings.
+#[derive(Debug, Clone)]
+pub(crate) struct EdgeOptions {
+    /// Health alone, on a plaintext port of its own.
+    pub health_listen: Option<SocketAddr>,
+    /// How often the plan store is probed for the health status.
+    pub health_probe_interval: Duration,
+    /// Admission limits.
+    pub limits: limits::TenantLimits,
+    /// Where access lines go.
+    pub access_log: access::AccessLogSink,
+    /// Largest request accepted.
+    pub max_message_bytes: usize,
+    /// Deadline of a call.
+    pub request_timeout: Duration,
+    /// HTTP/2 flow-control window of a stream.
+    pub http2_stream_window_bytes: u32,
+    /// HTTP/2 flow-control window of a connection.
+    pub http2_connection_window_bytes: u32,
+}
+
 /// Serves the API, health and reflection on `listener` (and health alone on
-/// `settings.health_listen`) until `shutdown`; in-flight calls are drained
+/// `options.health_listen`) until `shutdown`; in-flight calls are drained
 /// before it returns.
 pub(crate) async fn run(
-    settings: &Settings,
+    options: EdgeOptions,
     edge: Edge,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
@@ -55,24 +77,24 @@ pub(crate) async fn run(
     health
         .set_service_status(SERVICE_NAME, tonic_health::ServingStatus::Serving)
         .await;
-    let health_only = match settings.health_listen {
+    let health_only = match options.health_listen {
         Some(addr) => Some(health_listener(addr, health_service.clone()).await?),
         None => None,
     };
     let probe = tokio::spawn(probe_health(
         edge.plans,
         health,
-        Duration::from_millis(settings.health_probe_interval_ms.max(10)),
+        options.health_probe_interval,
     ));
     let (reflection_v1, reflection_v1alpha) = reflection()?;
-    let limiter = Arc::new(limits::TenantLimiter::new(settings.tenant_limits()));
+    let limiter = Arc::new(limits::TenantLimiter::new(options.limits));
     let access = Arc::new(
-        access::AccessLog::open(&settings.access_log)
+        access::AccessLog::open(&options.access_log)
             .map_err(|e| ServeError::invalid("access_log", e))?,
     );
     let api = CompactionApi::new(edge.app, Arc::clone(&limiter), Arc::clone(&access));
     let api = pb::compaction_service_server::CompactionServiceServer::new(api)
-        .max_decoding_message_size(settings.max_message_bytes);
+        .max_decoding_message_size(options.max_message_bytes);
     // Authentication, admission and the deadline wrap the API only: health
     // checks and reflection are never authenticated, counted or shed.
     let api = Api(tower::ServiceBuilder::new()
@@ -81,11 +103,11 @@ pub(crate) async fn run(
             Arc::clone(&access),
         ))
         .layer(limits::TenantLimitLayer::new(limiter, access))
-        .layer(limits::DeadlineLayer::new(settings.request_timeout()))
+        .layer(limits::DeadlineLayer::new(options.request_timeout))
         .service(api));
     let router = Server::builder()
-        .initial_stream_window_size(settings.http2_stream_window_bytes)
-        .initial_connection_window_size(settings.http2_connection_window_bytes)
+        .initial_stream_window_size(options.http2_stream_window_bytes)
+        .initial_connection_window_size(options.http2_connection_window_bytes)
         .tcp_nodelay(true)
         .add_service(health_service)
         .add_service(reflection_v1)

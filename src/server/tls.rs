@@ -13,103 +13,22 @@
 //! [`HANDSHAKE_TIMEOUT`]. tonic reads the client's certificate chain from the
 //! resulting stream, exactly as with its own TLS.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
-use rustls::sign::CertifiedKey;
-use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt as _;
 
-use crate::startup::ServeError;
+use crate::security;
+use crate::security::tls::{load_key_pair, CurrentKey};
+pub use crate::security::tls::{LoadedTls, TlsSettings, TlsSource};
+use crate::settings::ServeError;
 
 /// A client that has not finished its handshake by then is dropped.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Server TLS without client certificates (for JWT and API-key callers).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsSettings {
-    /// Certificate chain (PEM), leaf first.
-    pub cert_file: PathBuf,
-    /// Private key (PEM: PKCS#8, PKCS#1 or SEC1).
-    pub key_file: PathBuf,
-    /// How often the files are checked for changes (SIGHUP reloads at once).
-    #[serde(default = "default_reload_interval_seconds")]
-    pub reload_interval_seconds: u64,
-}
-
-fn default_reload_interval_seconds() -> u64 {
-    30
-}
-
-/// Where the server's key pair and (for mTLS) the client CA come from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TlsSource {
-    /// Certificate chain file.
-    pub cert_file: PathBuf,
-    /// Private key file.
-    pub key_file: PathBuf,
-    /// Client CA bundle: client certificates are verified when presented.
-    pub client_ca_file: Option<PathBuf>,
-    /// File check interval.
-    pub reload_interval: Duration,
-}
-
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-fn tls_error(field: &str, path: &Path, what: impl std::fmt::Display) -> ServeError {
-    ServeError::Tls(format!("{field} ({}): {what}", path.display()))
-}
-
-/// Reads and checks a key pair: the chain parses, the key parses and
-/// belongs to the leaf certificate.
-fn load_key_pair(source: &TlsSource) -> Result<Arc<CertifiedKey>, ServeError> {
-    let read = |field: &str, path: &Path| {
-        std::fs::read(path).map_err(|e| tls_error(field, path, format!("cannot read: {e}")))
-    };
-    let cert_pem = read("cert_file", &source.cert_file)?;
-    let key_pem = read("key_file", &source.key_file)?;
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| tls_error("cert_file", &source.cert_file, e))?;
-    if chain.is_empty() {
-        return Err(tls_error(
-            "cert_file",
-            &source.cert_file,
-            "no PEM certificate in it",
-        ));
-    }
-    let key = PrivateKeyDer::from_pem_slice(&key_pem)
-        .map_err(|e| tls_error("key_file", &source.key_file, e))?;
-    let pair = CertifiedKey::from_der(chain, key, &provider())
-        .map_err(|e| tls_error("key_file", &source.key_file, e))?;
-    Ok(Arc::new(pair))
-}
-
-/// Hands out the current key pair; [`Reloader`] swaps it.
-#[derive(Debug)]
-struct CurrentKey(RwLock<Arc<CertifiedKey>>);
-
-impl ResolvesServerCert for CurrentKey {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(Arc::clone(
-            &self
-                .0
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        ))
-    }
-}
 
 /// The TLS side of the listener: its rustls config and the key reloader.
 pub struct TlsListener {
@@ -128,44 +47,19 @@ impl std::fmt::Debug for TlsListener {
 impl TlsListener {
     /// Loads the key pair and the client CA; every problem names the file.
     pub fn new(source: TlsSource) -> Result<Self, ServeError> {
-        let pair = load_key_pair(&source)?;
-        let current = Arc::new(CurrentKey(RwLock::new(pair)));
-        let builder = rustls::ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| ServeError::Tls(e.to_string()))?;
-        let builder = match &source.client_ca_file {
-            None => builder.with_no_client_auth(),
-            Some(ca_file) => {
-                let pem = std::fs::read(ca_file)
-                    .map_err(|e| tls_error("ca_file", ca_file, format!("cannot read: {e}")))?;
-                let mut roots = rustls::RootCertStore::empty();
-                for cert in CertificateDer::pem_slice_iter(&pem) {
-                    let cert = cert.map_err(|e| tls_error("ca_file", ca_file, e))?;
-                    roots
-                        .add(cert)
-                        .map_err(|e| tls_error("ca_file", ca_file, e))?;
-                }
-                // Verified when presented, not required: JWT and API-key
-                // callers share the listener; a call with no credential at
-                // all still fails authentication.
-                let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                        .allow_unauthenticated()
-                        .build()
-                        .map_err(|e| tls_error("ca_file", ca_file, e))?;
-                builder.with_client_cert_verifier(verifier)
-            }
-        };
-        let mut config = builder.with_cert_resolver(Arc::clone(&current) as _);
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        Ok(TlsListener {
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        Ok(Self::from_loaded(security::tls::load(source)?))
+    }
+
+    /// The listener over a configuration already loaded (and so checked).
+    pub fn from_loaded(loaded: LoadedTls) -> Self {
+        TlsListener {
+            acceptor: tokio_rustls::TlsAcceptor::from(loaded.config),
             reloader: Reloader {
-                stamp: stamp(&source),
-                source,
-                current,
+                stamp: stamp(&loaded.source),
+                source: loaded.source,
+                current: loaded.current,
             },
-        })
+        }
     }
 
     /// Accepted TCP connections → finished TLS handshakes. The accept loop
@@ -270,11 +164,7 @@ impl Reloader {
             let source = self.source.clone();
             match tokio::task::spawn_blocking(move || load_key_pair(&source)).await {
                 Ok(Ok(pair)) => {
-                    *self
-                        .current
-                        .0
-                        .write()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = pair;
+                    self.current.set(pair);
                     self.stamp = now;
                     tracing::info!(cert_file = %self.source.cert_file.display(), "TLS certificate reloaded");
                 }

@@ -237,39 +237,17 @@ pub fn check(artifacts: &ArtifactsSettings, plans: &PlansSettings) -> Result<(),
     Ok(())
 }
 
-/// Opens the stores the settings name, probing remote ones (bucket reachable,
-/// every KMS key usable) so a wrong bucket, key or permission stops start-up
-/// instead of failing the first call. `credentials`: static credentials
-/// instead of the standard chain (tests against a local server).
-pub async fn open(
-    local: Local<'_>,
+/// The key service: KMS when a key is named (probed: every key must be
+/// usable), else the local keyring (shared keys only when replicas share
+/// S3). Says which in `description`.
+async fn open_keys(
+    local: &Local<'_>,
     artifacts: &ArtifactsSettings,
-    plans: &PlansSettings,
-    credentials: Option<Credentials>,
-) -> Result<Stores, OpenError> {
-    check(artifacts, plans)?;
-    let plans_on = plan_backend(artifacts, plans);
-    let wants_s3 = artifacts.backend == Backend::S3 || plans_on == Backend::S3;
-    let sdk = if wants_s3 || artifacts.kms.key_id.is_some() {
-        let region = artifacts
-            .s3
-            .region
-            .as_deref()
-            .or(artifacts.kms.region.as_deref());
-        let sdk = sdk_config(region, credentials).await;
-        if sdk.region().is_none() {
-            return Err(invalid(
-                "artifacts.s3.region",
-                "no AWS region: set it here, or AWS_REGION",
-            ));
-        }
-        Some(sdk)
-    } else {
-        None
-    };
-
-    let mut description = Vec::new();
-    let keys: Arc<dyn KeyService> = match (&artifacts.kms.key_id, &sdk) {
+    sdk: Option<&SdkConfig>,
+    wants_s3: bool,
+    description: &mut Vec<String>,
+) -> Result<Arc<dyn KeyService>, OpenError> {
+    Ok(match (&artifacts.kms.key_id, sdk) {
         (Some(key_id), Some(sdk)) => {
             let mut conf = aws_sdk_kms::config::Builder::from(sdk);
             if let Some(r) = &artifacts.kms.region {
@@ -322,34 +300,71 @@ pub async fn open(
             description.push("keys=local-keyring".to_string());
             Arc::new(ring)
         }
+    })
+}
+
+/// The bucket both S3 stores use, checked to answer. Path-style
+/// addressing by default when an endpoint is set (a local server).
+async fn open_location(sdk: &SdkConfig, s: &S3Settings) -> Result<S3Location, OpenError> {
+    let mut conf = aws_sdk_s3::config::Builder::from(sdk);
+    if let Some(e) = &s.endpoint_url {
+        conf = conf.endpoint_url(e);
+    }
+    let custom_endpoint = s.endpoint_url.is_some()
+        || sdk.endpoint_url().is_some()
+        || env_set("AWS_ENDPOINT_URL")
+        || env_set("AWS_ENDPOINT_URL_S3");
+    let path_style = s.force_path_style.unwrap_or(custom_endpoint);
+    conf = conf.force_path_style(path_style);
+    let mut prefix = s.prefix.trim_start_matches('/').to_string();
+    if !prefix.is_empty() && !prefix.ends_with('/') {
+        prefix.push('/');
+    }
+    let at = S3Location::new(
+        aws_sdk_s3::Client::from_conf(conf.build()),
+        s.bucket.clone(),
+        prefix,
+    );
+    // Once for both stores: the bucket answers.
+    at.head_bucket().await?;
+    Ok(at)
+}
+
+/// Opens the stores the settings name, probing remote ones (bucket reachable,
+/// every KMS key usable) so a wrong bucket, key or permission stops start-up
+/// instead of failing the first call. `credentials`: static credentials
+/// instead of the standard chain (tests against a local server).
+pub async fn open(
+    local: Local<'_>,
+    artifacts: &ArtifactsSettings,
+    plans: &PlansSettings,
+    credentials: Option<Credentials>,
+) -> Result<Stores, OpenError> {
+    check(artifacts, plans)?;
+    let plans_on = plan_backend(artifacts, plans);
+    let wants_s3 = artifacts.backend == Backend::S3 || plans_on == Backend::S3;
+    let sdk = if wants_s3 || artifacts.kms.key_id.is_some() {
+        let region = artifacts
+            .s3
+            .region
+            .as_deref()
+            .or(artifacts.kms.region.as_deref());
+        let sdk = sdk_config(region, credentials).await;
+        if sdk.region().is_none() {
+            return Err(invalid(
+                "artifacts.s3.region",
+                "no AWS region: set it here, or AWS_REGION",
+            ));
+        }
+        Some(sdk)
+    } else {
+        None
     };
 
+    let mut description = Vec::new();
+    let keys = open_keys(&local, artifacts, sdk.as_ref(), wants_s3, &mut description).await?;
     let location = match &sdk {
-        Some(sdk) if wants_s3 => {
-            let s = &artifacts.s3;
-            let mut conf = aws_sdk_s3::config::Builder::from(sdk);
-            if let Some(e) = &s.endpoint_url {
-                conf = conf.endpoint_url(e);
-            }
-            let custom_endpoint = s.endpoint_url.is_some()
-                || sdk.endpoint_url().is_some()
-                || env_set("AWS_ENDPOINT_URL")
-                || env_set("AWS_ENDPOINT_URL_S3");
-            let path_style = s.force_path_style.unwrap_or(custom_endpoint);
-            conf = conf.force_path_style(path_style);
-            let mut prefix = s.prefix.trim_start_matches('/').to_string();
-            if !prefix.is_empty() && !prefix.ends_with('/') {
-                prefix.push('/');
-            }
-            let at = S3Location::new(
-                aws_sdk_s3::Client::from_conf(conf.build()),
-                s.bucket.clone(),
-                prefix,
-            );
-            // Once for both stores: the bucket answers.
-            at.head_bucket().await?;
-            Some(at)
-        }
+        Some(sdk) if wants_s3 => Some(open_location(sdk, &artifacts.s3).await?),
         _ => None,
     };
 

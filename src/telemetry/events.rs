@@ -450,13 +450,7 @@ pub fn audit(a: &AuditRecord) {
         .map(|e| {
             format!(
                 "{}:{}..{}({}):{}:{}",
-                match e.action {
-                    ActionKind::Externalize => "externalized",
-                    ActionKind::Summarize => "summarized",
-                    ActionKind::Clear => "cleared",
-                    ActionKind::Drop => "dropped",
-                    ActionKind::Include => "included",
-                },
+                e.action.done(),
                 e.first_message_id,
                 e.last_message_id,
                 e.message_count,

@@ -54,10 +54,9 @@ fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// The table for `view`.
-pub fn table(view: &View, colour: bool) -> String {
-    let rows: Vec<([String; 8], Fate)> = view
-        .spans
+/// A row per span, with its fate (for the colour).
+fn rows(view: &View) -> Vec<([String; 8], Fate)> {
+    view.spans
         .spans
         .iter()
         .map(|s| {
@@ -75,7 +74,11 @@ pub fn table(view: &View, colour: bool) -> String {
                 s.fate,
             )
         })
-        .collect();
+        .collect()
+}
+
+/// The totals rows: label, tokens before, tokens after.
+fn footer(view: &View) -> Vec<(String, String, String)> {
     let (span_before, span_after) = view.span_totals();
     let (total_before, total_after) = view.totals();
     let per_turn = &view.per_turn;
@@ -117,16 +120,23 @@ pub fn table(view: &View, colour: bool) -> String {
         total_before.to_string(),
         total_after.to_string(),
     ));
+    footer
+}
 
-    // Column widths: the header, every row, and the totals rows' labels
-    // (which span the first columns) and counts.
+/// Column widths (the header, every row, the totals' counts), the first
+/// columns widened to hold the longest totals label; and the width the
+/// labels span.
+fn widths(
+    rows: &[([String; 8], Fate)],
+    footer: &[(String, String, String)],
+) -> ([usize; 8], usize) {
     let mut width: [usize; 8] = HEADER.map(|h| h.chars().count());
-    for (row, _) in &rows {
+    for (row, _) in rows {
         for (w, cell) in width.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    for (_, b, a) in &footer {
+    for (_, b, a) in footer {
         width[5] = width[5].max(b.len());
         width[6] = width[6].max(a.len());
     }
@@ -139,7 +149,44 @@ pub fn table(view: &View, colour: bool) -> String {
         .unwrap_or(0);
     let short = longest_label.saturating_sub(label_width(&width));
     width[LABEL_COLUMNS - 1] += short;
+    let label = label_width(&width);
+    (width, label)
+}
 
+/// The budget line and the warnings.
+fn budget_and_warnings(view: &View, out: &mut String) {
+    let b = &view.budget;
+    let _ = writeln!(
+        out,
+        "budget: max input {} · hard limit {} · trigger {} · target {} · tokens {} before, {} after ({})",
+        b.max_input_tokens,
+        b.hard_limit,
+        b.trigger,
+        b.target,
+        b.tokens_before,
+        b.tokens_after,
+        if b.triggered {
+            "over the trigger: compacted"
+        } else {
+            "under the trigger"
+        }
+    );
+    if view.warnings.is_empty() {
+        out.push_str("warnings: none");
+    } else {
+        let _ = write!(out, "warnings ({}):", view.warnings.len());
+        for w in &view.warnings {
+            let _ = write!(out, "\n  - {}", printable(w));
+        }
+    }
+    out.push('\n');
+}
+
+/// The table for `view`.
+pub fn table(view: &View, colour: bool) -> String {
+    let rows = rows(view);
+    let footer = footer(view);
+    let (width, label_width) = widths(&rows, &footer);
     let line = |cells: &[String; 8], fate: Option<Fate>| -> String {
         let mut s = String::new();
         for (i, cell) in cells.iter().enumerate() {
@@ -178,7 +225,7 @@ pub fn table(view: &View, colour: bool) -> String {
     for (row, fate) in &rows {
         let _ = writeln!(out, "{}", line(row, Some(*fate)));
     }
-    let label = label_width(&width);
+    let label = label_width;
     let rule = label + GAP.len() * 3 + width[5] + width[6];
     let _ = writeln!(out, "{}", "-".repeat(rule));
     for (l, b, a) in &footer {
@@ -191,31 +238,7 @@ pub fn table(view: &View, colour: bool) -> String {
         );
     }
     out.push('\n');
-    let b = &view.budget;
-    let _ = writeln!(
-        out,
-        "budget: max input {} · hard limit {} · trigger {} · target {} · tokens {} before, {} after ({})",
-        b.max_input_tokens,
-        b.hard_limit,
-        b.trigger,
-        b.target,
-        b.tokens_before,
-        b.tokens_after,
-        if b.triggered {
-            "over the trigger: compacted"
-        } else {
-            "under the trigger"
-        }
-    );
-    if view.warnings.is_empty() {
-        out.push_str("warnings: none");
-    } else {
-        let _ = write!(out, "warnings ({}):", view.warnings.len());
-        for w in &view.warnings {
-            let _ = write!(out, "\n  - {}", printable(w));
-        }
-    }
-    out.push('\n');
+    budget_and_warnings(view, &mut out);
     out.push_str(&super::memory::lines(&view.remembers, printable).join("\n"));
     out
 }

@@ -4,7 +4,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::model::{Content, MessageMetadata, ToolContent, ToolResultEnvelope};
+use crate::model::{Content, MessageMetadata, Priority, ToolContent, ToolResultEnvelope};
 use serde_json::Value;
 
 fn msg(id: &str, role: Role, turn: u32, text: &str) -> Message {

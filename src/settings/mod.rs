@@ -12,9 +12,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::{Defaults, Lifecycle};
 use crate::reduce::Policy;
+use crate::security::tls;
 use crate::security::{AuthConfig, Authenticator};
-use crate::server::{access, limits, tls};
-use crate::startup::{ServeError, Startup};
+
+mod edge;
+mod error;
+
+pub use edge::{AccessLogSink, TenantLimits};
+pub use error::{ServeError, Startup};
 
 /// Everything the service needs to run. Plain data, so the config file can
 /// embed it; every field has a default that works for a local start.
@@ -106,7 +111,7 @@ pub struct Settings {
     /// Secrets redacted from everything compactd keeps (artifacts, summaries).
     pub redaction: crate::redact::RedactionConfig,
     /// Where the per-call access log goes (JSON lines; no content).
-    pub access_log: access::AccessLogSink,
+    pub access_log: AccessLogSink,
     /// Authentication.
     pub auth: AuthConfig,
     /// Server TLS (certificate and key files, reloaded when they change).
@@ -174,7 +179,7 @@ impl Default for Settings {
             policy: app.policy,
             lifecycle: Lifecycle::default(),
             redaction: crate::redact::RedactionConfig::default(),
-            access_log: access::AccessLogSink::default(),
+            access_log: AccessLogSink::default(),
             auth: AuthConfig::default(),
             tls: None,
             allow_plaintext_behind_tls_terminator: false,
@@ -203,8 +208,8 @@ impl Settings {
 
 impl Settings {
     /// The admission limits.
-    pub fn tenant_limits(&self) -> limits::TenantLimits {
-        limits::TenantLimits {
+    pub fn tenant_limits(&self) -> TenantLimits {
+        TenantLimits {
             global_concurrency: self.global_concurrency,
             concurrency: self.per_tenant_concurrency,
             rps: self.per_tenant_rps,
@@ -312,7 +317,7 @@ impl Settings {
         if !auth.is_dev() && !auth.is_configured() {
             return Err(ServeError::NoAuthentication(self.listen));
         }
-        let tls = tls_source(self)?.map(tls::TlsListener::new).transpose()?;
+        let tls = tls_source(self)?.map(tls::load).transpose()?;
         if tls.is_none()
             && !loopback
             && auth.accepts_bearer_secrets()
