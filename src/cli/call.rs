@@ -275,33 +275,7 @@ fn build(args: &CallArgs) -> Result<Built, Failure> {
             tenant_id: None,
         }),
         Method::Explain => {
-            let text = required_for(&args.text, "text")?;
-            // The thread is optional: with it, Explain says which messages
-            // hold the text.
-            let thread = match &args.input {
-                Some(_) => {
-                    let (mut thread, _, _) = input(args)?;
-                    if let Some(id) = &args.thread_id {
-                        thread.id = id.clone();
-                    }
-                    Some(thread)
-                }
-                None => None,
-            };
-            let thread_id = match (&args.thread_id, &thread) {
-                (Some(id), _) => id.clone(),
-                (None, Some(t)) => t.id.clone(),
-                (None, None) => required_for(&args.thread_id, "thread-id")?,
-            };
-            Built::Explain(pb::ExplainRequest {
-                thread_id,
-                plan_version: args.plan_version,
-                text,
-                thread,
-                search_artifacts: args.search_artifacts,
-                tenant_id: None,
-                append: None,
-            })
+            Built::Explain(explain_request(args, required_for(&args.text, "text")?)?)
         }
         Method::SearchContext => {
             let query = required_for(&args.text, "text")?;
@@ -318,6 +292,41 @@ fn build(args: &CallArgs) -> Result<Built, Failure> {
                 input: None,
             })
         }
+    })
+}
+
+/// Explain's request. The thread is optional: with it, Explain says which
+/// messages hold the text.
+fn explain_request(args: &CallArgs, text: String) -> Result<pb::ExplainRequest, Failure> {
+    // The thread is optional: with it, Explain says which messages
+    // hold the text.
+    let thread = match &args.input {
+        Some(_) => {
+            let (mut thread, _, _) = input(args)?;
+            if let Some(id) = &args.thread_id {
+                thread.id = id.clone();
+            }
+            Some(thread)
+        }
+        None => None,
+    };
+    let thread_id = match (&args.thread_id, &thread) {
+        (Some(id), _) => id.clone(),
+        (None, Some(t)) => t.id.clone(),
+        (None, None) => {
+            return Err(Failure::bad_input(
+                "--thread-id is required for explain".to_string(),
+            ))
+        }
+    };
+    Ok(pb::ExplainRequest {
+        thread_id,
+        plan_version: args.plan_version,
+        text,
+        thread,
+        search_artifacts: args.search_artifacts,
+        tenant_id: None,
+        append: None,
     })
 }
 

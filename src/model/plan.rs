@@ -625,120 +625,170 @@ impl CompactionPlan {
         thread: &Thread,
         pinned_roles: &[Role],
     ) -> Result<(), PlanError> {
-        let pinned =
-            |m: &super::message::Message| m.metadata.protected || pinned_roles.contains(&m.role);
-        let pairing = thread.pairing();
         if self.thread_id != thread.id {
             return Err(PlanError::WrongThread {
                 expected: thread.id.clone(),
                 got: self.thread_id.clone(),
             });
         }
-        // For each position, the first pinned or pending message at or after
-        // it (`n` when none): a span's straddle check is one lookup.
-        let n = thread.messages.len();
-        let mut next_blocked = vec![n; n + 1];
-        for j in (0..n).rev() {
-            next_blocked[j] = if pinned(&thread.messages[j]) || pairing.has_pending(j) {
-                j
-            } else {
-                next_blocked[j + 1]
-            };
-        }
-        let pos: super::ids::IdMap<&str, usize> = thread
-            .messages
-            .iter()
-            .enumerate()
-            .map(|(i, m)| (m.id.as_str(), i))
-            .collect();
-        let check = |list: &'static str,
-                     record: usize,
-                     span: &SpanReference,
-                     removes_pairs: bool|
-         -> Result<(), PlanError> {
-            if span.message_ids.is_empty() {
-                return Err(PlanError::EmptySpan { list, record });
-            }
-            let mut last: Option<usize> = None;
-            let mut members: HashSet<usize> = HashSet::with_capacity(span.message_ids.len());
-            let mut order: Vec<usize> = Vec::with_capacity(span.message_ids.len());
-            for id in &span.message_ids {
-                let Some(&i) = pos.get(id.as_str()) else {
-                    return Err(PlanError::UnknownMessage {
-                        list,
-                        record,
-                        id: id.clone(),
-                    });
-                };
-                if last.is_some_and(|l| l >= i) {
-                    return Err(PlanError::OutOfOrder { list, record });
-                }
-                last = Some(i);
-                members.insert(i);
-                order.push(i);
-                let m = &thread.messages[i];
-                if m.metadata.protected {
-                    return Err(PlanError::Protected {
-                        list,
-                        record,
-                        id: id.clone(),
-                    });
-                }
-                if pinned(m) {
-                    return Err(PlanError::PinnedRole {
-                        list,
-                        record,
-                        id: id.clone(),
-                        role: m.role.as_str(),
-                    });
-                }
-                if pairing.has_pending(i) {
-                    return Err(PlanError::PendingCall {
-                        list,
-                        record,
-                        id: id.clone(),
-                    });
-                }
-            }
-            if let (Some(&first), Some(last)) = (
-                span.message_ids.first().and_then(|id| pos.get(id.as_str())),
-                last,
-            ) {
-                if let Some(p) = Some(next_blocked[first]).filter(|&p| p <= last) {
-                    return Err(PlanError::StraddlesPinned {
-                        list,
-                        record,
-                        id: thread.messages[p].id.clone(),
-                    });
-                }
-            }
-            if removes_pairs {
-                check_pairs(thread, &pairing, &order, &members).map_err(|call_id| {
-                    PlanError::SplitsToolPair {
-                        list,
-                        record,
-                        call_id,
-                    }
-                })?;
-            }
-            Ok(())
-        };
+        let spans = SpanCheck::new(thread, pinned_roles);
         for (i, r) in self.drops.iter().enumerate() {
-            check("drops", i, &r.span, true)?;
+            spans.check("drops", i, &r.span, true)?;
         }
         for (i, r) in self.externalizations.iter().enumerate() {
             // A single externalized tool message keeps its role and call id.
             let single_tool = r.span.message_ids.len() == 1
-                && pos
+                && spans
+                    .pos
                     .get(r.span.message_ids[0].as_str())
                     .is_some_and(|&p| thread.messages[p].role == Role::Tool);
-            check("externalizations", i, &r.span, !single_tool)?;
+            spans.check("externalizations", i, &r.span, !single_tool)?;
         }
         for (i, r) in self.summarizations.iter().enumerate() {
-            check("summarizations", i, &r.span, true)?;
+            spans.check("summarizations", i, &r.span, true)?;
         }
         for (i, r) in self.clearings.iter().enumerate() {
-            check("clearings", i, &r.span, false)?;
+            spans.check("clearings", i, &r.span, false)?;
+        }
+        Ok(())
+    }
+}
+
+/// What checking a plan's spans against one thread reads: positions by id,
+/// the pairing, what is pinned, and for each position the first pinned or
+/// pending message at or after it (`n` when none), so a span's straddle
+/// check is one lookup.
+struct SpanCheck<'t> {
+    thread: &'t Thread,
+    pinned_roles: &'t [Role],
+    pairing: super::thread::Pairing,
+    next_blocked: Vec<usize>,
+    pos: super::ids::IdMap<&'t str, usize>,
+}
+
+impl<'t> SpanCheck<'t> {
+    fn new(thread: &'t Thread, pinned_roles: &'t [Role]) -> Self {
+        let pairing = thread.pairing();
+        let n = thread.messages.len();
+        let mut check = SpanCheck {
+            thread,
+            pinned_roles,
+            pairing,
+            next_blocked: vec![n; n + 1],
+            pos: thread
+                .messages
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (m.id.as_str(), i))
+                .collect(),
+        };
+        for j in (0..n).rev() {
+            check.next_blocked[j] = if check.blocked(j) {
+                j
+            } else {
+                check.next_blocked[j + 1]
+            };
+        }
+        check
+    }
+
+    fn pinned(&self, m: &super::message::Message) -> bool {
+        m.metadata.protected || self.pinned_roles.contains(&m.role)
+    }
+
+    fn blocked(&self, j: usize) -> bool {
+        self.pinned(&self.thread.messages[j]) || self.pairing.has_pending(j)
+    }
+
+    /// One record's span: known ids in thread order, none protected,
+    /// pinned or pending, no pinned message straddled, and (when it removes
+    /// pairs) no tool call separated from its results.
+    fn check(
+        &self,
+        list: &'static str,
+        record: usize,
+        span: &SpanReference,
+        removes_pairs: bool,
+    ) -> Result<(), PlanError> {
+        if span.message_ids.is_empty() {
+            return Err(PlanError::EmptySpan { list, record });
+        }
+        let mut last: Option<usize> = None;
+        let mut members: HashSet<usize> = HashSet::with_capacity(span.message_ids.len());
+        let mut order: Vec<usize> = Vec::with_capacity(span.message_ids.len());
+        for id in &span.message_ids {
+            let Some(&i) = self.pos.get(id.as_str()) else {
+                return Err(PlanError::UnknownMessage {
+                    list,
+                    record,
+                    id: id.clone(),
+                });
+            };
+            if last.is_some_and(|l| l >= i) {
+                return Err(PlanError::OutOfOrder { list, record });
+            }
+            last = Some(i);
+            members.insert(i);
+            order.push(i);
+            self.member(list, record, id, i)?;
+        }
+        if let (Some(&first), Some(last)) = (
+            span.message_ids
+                .first()
+                .and_then(|id| self.pos.get(id.as_str())),
+            last,
+        ) {
+            if let Some(p) = Some(self.next_blocked[first]).filter(|&p| p <= last) {
+                return Err(PlanError::StraddlesPinned {
+                    list,
+                    record,
+                    id: self.thread.messages[p].id.clone(),
+                });
+            }
+        }
+        if removes_pairs {
+            check_pairs(self.thread, &self.pairing, &order, &members).map_err(|call_id| {
+                PlanError::SplitsToolPair {
+                    list,
+                    record,
+                    call_id,
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// A message a span holds may not be protected, pinned or pending.
+    fn member(
+        &self,
+        list: &'static str,
+        record: usize,
+        id: &str,
+        i: usize,
+    ) -> Result<(), PlanError> {
+        let m = &self.thread.messages[i];
+        let id = || id.to_owned();
+        if m.metadata.protected {
+            return Err(PlanError::Protected {
+                list,
+                record,
+                id: id(),
+            });
+        }
+        if self.pinned(m) {
+            return Err(PlanError::PinnedRole {
+                list,
+                record,
+                id: id(),
+                role: m.role.as_str(),
+            });
+        }
+        if self.pairing.has_pending(i) {
+            return Err(PlanError::PendingCall {
+                list,
+                record,
+                id: id(),
+            });
         }
         Ok(())
     }
@@ -824,11 +874,54 @@ pub fn message_digest(m: &super::message::Message) -> u128 {
     h.digest128()
 }
 
+/// A content part's fields (see [`hash_message`]).
+fn hash_part(field: &mut impl FnMut(&[u8]), p: &super::message::ContentPart) {
+    use super::message::ContentPart;
+    match p {
+        ContentPart::Text { text } => field(text.as_bytes()),
+        ContentPart::Image { url } => {
+            field(b"image");
+            field(url.as_bytes());
+        }
+        ContentPart::Thinking {
+            thinking,
+            signature,
+        } => {
+            field(b"thinking");
+            field(thinking.as_bytes());
+            field(signature.as_bytes());
+        }
+        ContentPart::RedactedThinking { data } => {
+            field(b"redacted_thinking");
+            field(data.as_bytes());
+        }
+        ContentPart::Reasoning {
+            id,
+            summary,
+            encrypted_content,
+            rest,
+        } => {
+            field(b"reasoning");
+            field(id.as_bytes());
+            for s in summary {
+                field(s.as_bytes());
+            }
+            field(encrypted_content.as_deref().unwrap_or("\u{0}").as_bytes());
+            field(rest.as_ref().map_or("\u{0}", |r| r.as_str()).as_bytes());
+        }
+        ContentPart::Provider(p) => {
+            field(b"provider");
+            field(p.dialect.as_str().as_bytes());
+            field(p.json.as_str().as_bytes());
+        }
+    }
+}
+
 /// Feeds a message's fields to `h`. Small fields are gathered in `buf` and
 /// handed over in one update: thousands of tiny streaming updates cost more
 /// than hashing the content itself.
 fn hash_message(h: &mut xxhash_rust::xxh3::Xxh3, buf: &mut Vec<u8>, m: &super::message::Message) {
-    use super::message::{Content, ContentPart, ToolContent};
+    use super::message::{Content, ToolContent};
     const SMALL: usize = 256;
     buf.clear();
     // Large fields go in as their one-shot xxh3-128: the streaming hasher is
@@ -857,44 +950,7 @@ fn hash_message(h: &mut xxhash_rust::xxh3::Xxh3, buf: &mut Vec<u8>, m: &super::m
         Content::Text(t) => field(t.as_bytes()),
         Content::Parts(parts) => {
             for p in parts {
-                match p {
-                    ContentPart::Text { text } => field(text.as_bytes()),
-                    ContentPart::Image { url } => {
-                        field(b"image");
-                        field(url.as_bytes());
-                    }
-                    ContentPart::Thinking {
-                        thinking,
-                        signature,
-                    } => {
-                        field(b"thinking");
-                        field(thinking.as_bytes());
-                        field(signature.as_bytes());
-                    }
-                    ContentPart::RedactedThinking { data } => {
-                        field(b"redacted_thinking");
-                        field(data.as_bytes());
-                    }
-                    ContentPart::Reasoning {
-                        id,
-                        summary,
-                        encrypted_content,
-                        rest,
-                    } => {
-                        field(b"reasoning");
-                        field(id.as_bytes());
-                        for s in summary {
-                            field(s.as_bytes());
-                        }
-                        field(encrypted_content.as_deref().unwrap_or("\u{0}").as_bytes());
-                        field(rest.as_ref().map_or("\u{0}", |r| r.as_str()).as_bytes());
-                    }
-                    ContentPart::Provider(p) => {
-                        field(b"provider");
-                        field(p.dialect.as_str().as_bytes());
-                        field(p.json.as_str().as_bytes());
-                    }
-                }
+                hash_part(&mut field, p);
             }
         }
     }

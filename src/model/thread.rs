@@ -348,57 +348,8 @@ impl Thread {
                 continue;
             }
             m.check_alone(index, limits)?;
-            for (call, c) in m.tool_calls.iter().enumerate() {
-                if c.id.is_empty() {
-                    return Err(ThreadError::EmptyToolCallField {
-                        index,
-                        call,
-                        field: "id",
-                    });
-                }
-                if c.name.is_empty() {
-                    return Err(ThreadError::EmptyToolCallField {
-                        index,
-                        call,
-                        field: "name",
-                    });
-                }
-                if open.insert(&c.id, &c.name).is_some() {
-                    return Err(ThreadError::DuplicateToolCallId {
-                        index,
-                        call,
-                        id: c.id.clone(),
-                    });
-                }
-                seen.insert(&c.id);
-            }
-            match (m.role, &m.tool_result) {
-                (Role::Tool, None) => return Err(ThreadError::MissingToolResult { index }),
-                (Role::Tool, Some(env)) => {
-                    let Some(name) = open.remove(env.tool_call_id.as_str()) else {
-                        return Err(if seen.contains(env.tool_call_id.as_str()) {
-                            ThreadError::DuplicateToolResult {
-                                index,
-                                id: env.tool_call_id.clone(),
-                            }
-                        } else {
-                            ThreadError::OrphanToolResult {
-                                index,
-                                id: env.tool_call_id.clone(),
-                            }
-                        });
-                    };
-                    if name != env.tool_name {
-                        return Err(ThreadError::ToolNameMismatch {
-                            index,
-                            expected: name.to_string(),
-                            got: env.tool_name.clone(),
-                        });
-                    }
-                }
-                (_, Some(_)) => return Err(ThreadError::UnexpectedToolResult { index }),
-                (_, None) => {}
-            }
+            open_calls(m, index, &mut open, &mut seen)?;
+            close_call(m, index, &mut open, &seen)?;
         }
         Ok(())
     }
@@ -893,6 +844,79 @@ impl Pairing {
     pub fn has_pending(&self, i: usize) -> bool {
         self.answers_of(i).iter().any(Option::is_none)
     }
+}
+
+/// Checks a message's calls (ids and names set, no id open twice) and
+/// opens them.
+fn open_calls<'t>(
+    m: &'t Message,
+    index: usize,
+    open: &mut IdMap<&'t str, &'t str>,
+    seen: &mut IdSet<&'t str>,
+) -> Result<(), ThreadError> {
+    for (call, c) in m.tool_calls.iter().enumerate() {
+        if c.id.is_empty() {
+            return Err(ThreadError::EmptyToolCallField {
+                index,
+                call,
+                field: "id",
+            });
+        }
+        if c.name.is_empty() {
+            return Err(ThreadError::EmptyToolCallField {
+                index,
+                call,
+                field: "name",
+            });
+        }
+        if open.insert(&c.id, &c.name).is_some() {
+            return Err(ThreadError::DuplicateToolCallId {
+                index,
+                call,
+                id: c.id.clone(),
+            });
+        }
+        seen.insert(&c.id);
+    }
+    Ok(())
+}
+
+/// Checks a message's result: a tool message answers a call that is open,
+/// under its tool's name; no other message carries one. Closes the call.
+fn close_call<'t>(
+    m: &'t Message,
+    index: usize,
+    open: &mut IdMap<&'t str, &'t str>,
+    seen: &IdSet<&'t str>,
+) -> Result<(), ThreadError> {
+    match (m.role, &m.tool_result) {
+        (Role::Tool, None) => return Err(ThreadError::MissingToolResult { index }),
+        (Role::Tool, Some(env)) => {
+            let Some(name) = open.remove(env.tool_call_id.as_str()) else {
+                return Err(if seen.contains(env.tool_call_id.as_str()) {
+                    ThreadError::DuplicateToolResult {
+                        index,
+                        id: env.tool_call_id.clone(),
+                    }
+                } else {
+                    ThreadError::OrphanToolResult {
+                        index,
+                        id: env.tool_call_id.clone(),
+                    }
+                });
+            };
+            if name != env.tool_name {
+                return Err(ThreadError::ToolNameMismatch {
+                    index,
+                    expected: name.to_string(),
+                    got: env.tool_name.clone(),
+                });
+            }
+        }
+        (_, Some(_)) => return Err(ThreadError::UnexpectedToolResult { index }),
+        (_, None) => {}
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -610,21 +610,7 @@ pub fn policy_from_overrides(base: &Policy, o: Option<pb::PolicyOverrides>) -> R
         });
     }
     for (tool, t) in o.tools {
-        let replay_cost = match pb::ReplayCost::try_from(t.replay_cost) {
-            Ok(pb::ReplayCost::Unspecified) => None,
-            Ok(pb::ReplayCost::Free) => Some(ReplayCost::Free),
-            Ok(pb::ReplayCost::Cheap) => Some(ReplayCost::Cheap),
-            Ok(pb::ReplayCost::Expensive) => Some(ReplayCost::Expensive),
-            Err(_) => {
-                let field = format!("policy.tools[{tool:?}].replay_cost");
-                return Err(unknown_enum(&field, t.replay_cost));
-            }
-        };
-        let entry = ToolPolicy {
-            must_preserve_fields: t.must_preserve_fields,
-            externalize_threshold_tokens: t.externalize_threshold_tokens,
-            replay_cost,
-        };
+        let entry = tool_policy(&tool, t)?;
         p.tools.insert(tool, entry);
     }
     let flag = |dst: &mut bool, v: Option<bool>| {
@@ -646,6 +632,25 @@ pub fn policy_from_overrides(base: &Policy, o: Option<pb::PolicyOverrides>) -> R
         p.render.tool_result_max_chars = (v > 0).then_some(v as usize);
     }
     Ok(p)
+}
+
+/// One tool's policy as a request overrides it.
+fn tool_policy(tool: &str, t: pb::ToolPolicy) -> Result<ToolPolicy> {
+    let replay_cost = match pb::ReplayCost::try_from(t.replay_cost) {
+        Ok(pb::ReplayCost::Unspecified) => None,
+        Ok(pb::ReplayCost::Free) => Some(ReplayCost::Free),
+        Ok(pb::ReplayCost::Cheap) => Some(ReplayCost::Cheap),
+        Ok(pb::ReplayCost::Expensive) => Some(ReplayCost::Expensive),
+        Err(_) => {
+            let field = format!("policy.tools[{tool:?}].replay_cost");
+            return Err(unknown_enum(&field, t.replay_cost));
+        }
+    };
+    Ok(ToolPolicy {
+        must_preserve_fields: t.must_preserve_fields,
+        externalize_threshold_tokens: t.externalize_threshold_tokens,
+        replay_cost,
+    })
 }
 
 fn retention(r: pb::ToolRetention) -> ToolRetention {

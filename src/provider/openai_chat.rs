@@ -529,19 +529,7 @@ pub(super) mod import {
         let mut legacy: Vec<(String, String)> = Vec::new();
         for (i, m) in messages.iter().enumerate() {
             let path = |f: &str| format!("messages[{i}].{f}");
-            let role_s = m
-                .get("role")
-                .and_then(Value::as_str)
-                .ok_or_else(|| err(path("role"), "is required"))?;
-            // The legacy `function` role is a tool result.
-            let role = Role::parse(role_s)
-                .or((role_s == "function").then_some(Role::Tool))
-                .ok_or_else(|| {
-                    err(
-                        path("role"),
-                        format!("{role_s:?} is not one of system, developer, user, assistant, tool, function"),
-                    )
-                })?;
+            let (role, role_s) = role_of(m, i)?;
             let mut content = content(m, i)?;
             let mut tool_calls = tool_calls(m, i)?;
             if let Some(call) = legacy_call(m, &format!("fc_m{}", offset + i), i)? {
@@ -617,6 +605,25 @@ pub(super) mod import {
         let mut thread = Thread::new(id, out);
         assign_turns_if_absent(&mut thread);
         Ok(thread)
+    }
+
+    /// A message's role, and as it was written (the legacy `function` role
+    /// is a tool result).
+    fn role_of(m: &Value, i: usize) -> Result<(Role, &str), ImportError> {
+        let path = || format!("messages[{i}].role");
+        let role_s = m
+            .get("role")
+            .and_then(Value::as_str)
+            .ok_or_else(|| err(path(), "is required"))?;
+        let role = Role::parse(role_s)
+            .or((role_s == "function").then_some(Role::Tool))
+            .ok_or_else(|| {
+                err(
+                    path(),
+                    format!("{role_s:?} is not one of system, developer, user, assistant, tool, function"),
+                )
+            })?;
+        Ok((role, role_s))
     }
 
     /// A message's content: a string, parts, or nothing.

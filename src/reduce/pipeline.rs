@@ -114,17 +114,7 @@ pub fn compact_with(
         req.skip_aggressive,
     );
     state.warnings = warnings;
-    let mut steps = Steps {
-        reducers,
-        reports: reducers
-            .iter()
-            .map(|r| ReducerReport {
-                name: r.name().to_string(),
-                tokens_freed: 0,
-            })
-            .collect(),
-        budget: &budget,
-    };
+    let mut steps = Steps::new(reducers, &budget);
     // Not in a turn that reads back: what was just read is not evicted again.
     if let (Some(w), false) = (policy.window, req.skip_aggressive) {
         window::standing(&mut p, &w);
@@ -155,22 +145,11 @@ pub fn compact_with(
     let report = Report {
         tokens_before,
         tokens_after: 0,
-        budget: BudgetReport {
-            max_input_tokens: budget.max_input_tokens,
-            hard_limit: budget.hard_limit(),
-            trigger: budget.trigger(),
-            target: budget.target(),
-            fixed_tokens: fixed,
-            system_tokens: budget.system_tokens,
-            tool_tokens: budget.tool_tokens,
-            workspace_tokens: budget.workspace_tokens,
-            tool_results: budget.tool_results_cap.map(|cap| TierReport {
-                cap,
-                target: budget.tool_results_target().unwrap_or(cap),
-                tokens_before: tool_results_before,
-                tokens_after: p.tool_results_total(),
-            }),
-        },
+        budget: budget_report(
+            &budget,
+            fixed,
+            (tool_results_before, p.tool_results_total()),
+        ),
         triggered: over_trigger || tier_over,
         tier_triggered: tier_over,
         keep_recent_turns: tail.turns,
@@ -186,6 +165,27 @@ pub fn compact_with(
         records: Vec::new(),
     };
     finish(req, engine, p, state, report, &start_costs)
+}
+
+/// The budget as the report gives it; the tool-result tier's tokens
+/// before and after, when it has a cap.
+fn budget_report(budget: &TokenBudget, fixed: u32, (before, after): (u32, u32)) -> BudgetReport {
+    BudgetReport {
+        max_input_tokens: budget.max_input_tokens,
+        hard_limit: budget.hard_limit(),
+        trigger: budget.trigger(),
+        target: budget.target(),
+        fixed_tokens: fixed,
+        system_tokens: budget.system_tokens,
+        tool_tokens: budget.tool_tokens,
+        workspace_tokens: budget.workspace_tokens,
+        tool_results: budget.tool_results_cap.map(|cap| TierReport {
+            cap,
+            target: budget.tool_results_target().unwrap_or(cap),
+            tokens_before: before,
+            tokens_after: after,
+        }),
+    }
 }
 
 /// One warning naming the items of a type compactd does not know, carried
@@ -291,6 +291,23 @@ pub(super) struct Steps<'r> {
     reducers: &'r [Box<dyn Reducer>],
     reports: Vec<ReducerReport>,
     budget: &'r TokenBudget,
+}
+
+impl<'r> Steps<'r> {
+    /// The reducers in order, each with a report of what it freed.
+    pub(super) fn new(reducers: &'r [Box<dyn Reducer>], budget: &'r TokenBudget) -> Self {
+        Steps {
+            reducers,
+            reports: reducers
+                .iter()
+                .map(|r| ReducerReport {
+                    name: r.name().to_string(),
+                    tokens_freed: 0,
+                })
+                .collect(),
+            budget,
+        }
+    }
 }
 
 impl Steps<'_> {

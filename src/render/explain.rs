@@ -155,54 +155,11 @@ pub fn explain(thread: Option<&Thread>, plan: &CompactionPlan, text: &str) -> Ex
             if !contains(&m.searchable_text(), &needle) {
                 continue;
             }
-            let evicted = |action, span, strategy: &str, artifact: Option<&String>| MessageHit {
-                message_id: m.id.clone(),
-                action,
-                first_message_id: crate::model::SpanReference::start_message_id(span).to_string(),
-                last_message_id: crate::model::SpanReference::end_message_id(span).to_string(),
-                strategy: strategy.to_string(),
-                artifact_id: artifact.cloned().unwrap_or_default(),
-                in_replacement: false,
-            };
             let action = actions
                 .get(m.id.as_str())
                 .copied()
                 .unwrap_or(Action::Include);
-            let mut hit = match action {
-                Action::Include => MessageHit {
-                    message_id: m.id.clone(),
-                    action: ActionKind::Include,
-                    first_message_id: String::new(),
-                    last_message_id: String::new(),
-                    strategy: String::new(),
-                    artifact_id: String::new(),
-                    in_replacement: false,
-                },
-                Action::Summarize(r) => evicted(
-                    ActionKind::Summarize,
-                    &r.span,
-                    r.decided_by(crate::summarize::EXTRACTIVE_ID),
-                    r.archive_artifact_id.as_ref(),
-                ),
-                Action::Externalize(r) => evicted(
-                    ActionKind::Externalize,
-                    &r.span,
-                    r.decided_by(),
-                    Some(&r.artifact_id),
-                ),
-                Action::Clear(r) => evicted(
-                    ActionKind::Clear,
-                    &r.span,
-                    r.decided_by(),
-                    r.archive_artifact_id.as_ref(),
-                ),
-                Action::Drop(r) => evicted(
-                    ActionKind::Drop,
-                    &r.span,
-                    r.decided_by(),
-                    r.archive_artifact_id.as_ref(),
-                ),
-            };
+            let mut hit = message_hit(&m.id, action);
             // Once per record, not once per message it covers.
             if hit.action != ActionKind::Include {
                 let key = (hit.action, hit.first_message_id.clone());
@@ -214,6 +171,55 @@ pub fn explain(thread: Option<&Thread>, plan: &CompactionPlan, text: &str) -> Ex
         }
     }
     out
+}
+
+/// Where the plan put a message that holds the text: kept, or the record
+/// that evicted it (its span, who decided, the artifact holding it).
+fn message_hit(id: &str, action: Action<'_>) -> MessageHit {
+    let evicted = |action, span, strategy: &str, artifact: Option<&String>| MessageHit {
+        message_id: id.to_owned(),
+        action,
+        first_message_id: crate::model::SpanReference::start_message_id(span).to_string(),
+        last_message_id: crate::model::SpanReference::end_message_id(span).to_string(),
+        strategy: strategy.to_string(),
+        artifact_id: artifact.cloned().unwrap_or_default(),
+        in_replacement: false,
+    };
+    match action {
+        Action::Include => MessageHit {
+            message_id: id.to_owned(),
+            action: ActionKind::Include,
+            first_message_id: String::new(),
+            last_message_id: String::new(),
+            strategy: String::new(),
+            artifact_id: String::new(),
+            in_replacement: false,
+        },
+        Action::Summarize(r) => evicted(
+            ActionKind::Summarize,
+            &r.span,
+            r.decided_by(crate::summarize::EXTRACTIVE_ID),
+            r.archive_artifact_id.as_ref(),
+        ),
+        Action::Externalize(r) => evicted(
+            ActionKind::Externalize,
+            &r.span,
+            r.decided_by(),
+            Some(&r.artifact_id),
+        ),
+        Action::Clear(r) => evicted(
+            ActionKind::Clear,
+            &r.span,
+            r.decided_by(),
+            r.archive_artifact_id.as_ref(),
+        ),
+        Action::Drop(r) => evicted(
+            ActionKind::Drop,
+            &r.span,
+            r.decided_by(),
+            r.archive_artifact_id.as_ref(),
+        ),
+    }
 }
 
 /// What the prompt shows in place of a message the plan acts on.

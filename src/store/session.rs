@@ -512,16 +512,15 @@ impl ThreadStore {
         sealed_bytes(magic, &raw, &envelope, &ciphertext)
     }
 
-    /// Writes a new head (and segment) if the session is still at
-    /// `write.base`; `Conflict` (with the current version) otherwise, with
-    /// nothing left behind. Returns the head written.
-    pub async fn write(
+    /// What the head must be for the write to hold, the version it writes
+    /// and the segments of a head a start replaces (removed after it).
+    async fn expectation(
         &self,
         tenant: &str,
         thread_id: &str,
-        write: SessionWrite,
-    ) -> Result<SessionHead, StoreError> {
-        let (expect, version, dropped) = match &write.base {
+        write: &SessionWrite,
+    ) -> Result<(Expect, u64, Vec<SegmentRef>), StoreError> {
+        Ok(match &write.base {
             // The head read when the append began: the write holds only if
             // it is still there.
             Some(base) => (Expect::Tag(base.tag.clone()), base.version + 1, Vec::new()),
@@ -538,7 +537,47 @@ impl ThreadStore {
                     (Expect::Tag(old.tag), clock_version(old.version), segments)
                 }
             },
-        };
+        })
+    }
+
+    /// The write's new segment, if it has one: sealed, synced (a head
+    /// never names a segment that is not on disk) and listed in
+    /// `segments`; its name.
+    async fn write_segment(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        write: &SessionWrite,
+        (dk, meta): (&DataKey, &Meta),
+        segments: &mut Vec<SegmentRef>,
+    ) -> Result<Option<String>, StoreError> {
+        let version = meta.version;
+        if let Some((content, messages)) = &write.segment {
+            let name = format!("seg-{version:020}-{:016x}", rand::random::<u64>());
+            let bytes = Self::seal(dk, SEGMENT_MAGIC, name.as_bytes(), meta, content)?;
+            self.blobs
+                .put(tenant, thread_id, &name, bytes, Expect::Any, Flush::Synced)
+                .await?;
+            segments.push(SegmentRef {
+                name: name.clone(),
+                version,
+                messages: *messages,
+            });
+            return Ok(Some(name));
+        }
+        Ok(None)
+    }
+
+    /// Writes a new head (and segment) if the session is still at
+    /// `write.base`; `Conflict` (with the current version) otherwise, with
+    /// nothing left behind. Returns the head written.
+    pub async fn write(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        write: SessionWrite,
+    ) -> Result<SessionHead, StoreError> {
+        let (expect, version, dropped) = self.expectation(tenant, thread_id, &write).await?;
         let session = match &write.base {
             Some(base) => base.session.clone(),
             None => hex::encode(rand::random::<[u8; 12]>()),
@@ -560,20 +599,9 @@ impl ThreadStore {
             .await
             .map_err(crypto_error)?;
         let mut segments = write.keep.clone();
-        let mut written = None;
-        if let Some((content, messages)) = &write.segment {
-            let name = format!("seg-{version:020}-{:016x}", rand::random::<u64>());
-            let bytes = Self::seal(&dk, SEGMENT_MAGIC, name.as_bytes(), &meta, content)?;
-            self.blobs
-                .put(tenant, thread_id, &name, bytes, Expect::Any, Flush::Synced)
-                .await?;
-            segments.push(SegmentRef {
-                name: name.clone(),
-                version,
-                messages: *messages,
-            });
-            written = Some(name);
-        }
+        let written = self
+            .write_segment(tenant, thread_id, &write, (&dk, &meta), &mut segments)
+            .await?;
         let body = HeadBody {
             digest: write.digest.clone(),
             messages: write.messages,

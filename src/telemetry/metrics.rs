@@ -63,6 +63,70 @@ pub struct Metrics {
     task_outcomes: Counter<u64>,
 }
 
+// Each instrument's name, unit (counters) and description, as exported.
+const RPC_DURATION: (&str, &str) = (
+    "rpc.server.call.duration",
+    "API call latency, by method and status code",
+);
+const RPC_ERRORS: (&str, &str, &str) = (
+    "compactd.rpc.errors",
+    "{call}",
+    "API calls that ended with a status other than OK, by code",
+);
+const COMPACTIONS: (&str, &str, &str) = (
+    "compactd.compactions",
+    "{compaction}",
+    "Compact calls by outcome: compacted (a new plan version) or reused",
+);
+const TOKENS_BEFORE: (&str, &str) = (
+    "compactd.compaction.tokens_before",
+    "Request tokens before a compaction",
+);
+const TOKENS_AFTER: (&str, &str) = (
+    "compactd.compaction.tokens_after",
+    "Request tokens after a compaction",
+);
+const TOKENS_FREED: (&str, &str, &str) = (
+    "compactd.compaction.tokens_freed",
+    "{token}",
+    "Tokens each strategy freed",
+);
+const SUMMARIZER_CALLS: (&str, &str, &str) = (
+    "compactd.summarizer.calls",
+    "{call}",
+    "LLM summaries asked for, by outcome (ok, cached or the failure kind)",
+);
+const SUMMARIZER_DURATION: (&str, &str) = (
+    "compactd.summarizer.duration",
+    "Time to an LLM summary, retries included",
+);
+const GEN_AI_DURATION: (&str, &str) = (
+    "gen_ai.client.operation.duration",
+    "One request to the summarization model",
+);
+const CACHE_LOOKUPS: (&str, &str, &str) = (
+    "compactd.cache.lookups",
+    "{lookup}",
+    "Cache lookups by cache and result (hit or miss)",
+);
+const REHYDRATIONS: (&str, &str, &str) = (
+    "compactd.rehydrations",
+    "{artifact}",
+    "Artifacts brought back, explicitly or automatically, and those blocked (with why)",
+);
+const REHYDRATION_REQUESTS: (&str, &str, &str) = ("compactd.quality.rehydration_requests", "{request}", "Requests for compacted content, by source: read_artifact calls the agent made (each counted once), Rehydrate calls (the platform answering them counts again here: graph the sources apart)");
+const TASK_OUTCOMES: (&str, &str, &str) = (
+    "compactd.quality.task_outcomes",
+    "{task}",
+    "Task outcomes callers report, by outcome and whether the thread was compacted then",
+);
+const ASKED_FOR_COMPACTED: (&str, &str, &str) = ("compactd.quality.asked_for_compacted_context", "{turn}", "Turns in which the agent asked for something the thread had but the prompt no longer showed verbatim");
+const PLUGIN_CALLS: (&str, &str, &str) = (
+    "compactd.plugin.calls",
+    "{call}",
+    "Plugin calls by plugin and outcome",
+);
+
 /// The process's instruments (created from the global meter on first use).
 pub fn metrics() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();
@@ -81,67 +145,36 @@ fn with_tenant(mut attrs: Vec<KeyValue>, tenant: &str) -> Vec<KeyValue> {
 
 impl Metrics {
     fn new(m: &Meter) -> Self {
-        let seconds = |name: &'static str, what: &'static str| {
+        let seconds = |(name, what): (&'static str, &'static str)| {
             m.f64_histogram(name)
                 .with_unit("s")
                 .with_description(what)
                 .with_boundaries(SECONDS.to_vec())
                 .build()
         };
-        let tokens = |name: &'static str, what: &'static str| {
+        let tokens = |(name, what): (&'static str, &'static str)| {
             m.u64_histogram(name)
                 .with_unit("{token}")
                 .with_description(what)
                 .with_boundaries(TOKENS.to_vec())
                 .build()
         };
-        let count = |name: &'static str, unit: &'static str, what: &'static str| {
+        let count = |(name, unit, what): (&'static str, &'static str, &'static str)| {
             m.u64_counter(name)
                 .with_unit(unit)
                 .with_description(what)
                 .build()
         };
         Metrics {
-            rpc_duration: seconds(
-                "rpc.server.call.duration",
-                "API call latency, by method and status code",
-            ),
-            rpc_errors: count(
-                "compactd.rpc.errors",
-                "{call}",
-                "API calls that ended with a status other than OK, by code",
-            ),
-            compactions: count(
-                "compactd.compactions",
-                "{compaction}",
-                "Compact calls by outcome: compacted (a new plan version) or reused",
-            ),
-            tokens_before: tokens(
-                "compactd.compaction.tokens_before",
-                "Request tokens before a compaction",
-            ),
-            tokens_after: tokens(
-                "compactd.compaction.tokens_after",
-                "Request tokens after a compaction",
-            ),
-            tokens_freed: count(
-                "compactd.compaction.tokens_freed",
-                "{token}",
-                "Tokens each strategy freed",
-            ),
-            summarizer_calls: count(
-                "compactd.summarizer.calls",
-                "{call}",
-                "LLM summaries asked for, by outcome (ok, cached or the failure kind)",
-            ),
-            summarizer_duration: seconds(
-                "compactd.summarizer.duration",
-                "Time to an LLM summary, retries included",
-            ),
-            gen_ai_duration: seconds(
-                "gen_ai.client.operation.duration",
-                "One request to the summarization model",
-            ),
+            rpc_duration: seconds(RPC_DURATION),
+            rpc_errors: count(RPC_ERRORS),
+            compactions: count(COMPACTIONS),
+            tokens_before: tokens(TOKENS_BEFORE),
+            tokens_after: tokens(TOKENS_AFTER),
+            tokens_freed: count(TOKENS_FREED),
+            summarizer_calls: count(SUMMARIZER_CALLS),
+            summarizer_duration: seconds(SUMMARIZER_DURATION),
+            gen_ai_duration: seconds(GEN_AI_DURATION),
             gen_ai_tokens: m
                 .u64_histogram("gen_ai.client.token.usage")
                 .with_unit("{token}")
@@ -150,21 +183,9 @@ impl Metrics {
                     64.0, 256.0, 1_024.0, 4_096.0, 16_384.0, 65_536.0, 262_144.0, 1_048_576.0,
                 ])
                 .build(),
-            cache_lookups: count(
-                "compactd.cache.lookups",
-                "{lookup}",
-                "Cache lookups by cache and result (hit or miss)",
-            ),
-            rehydrations: count(
-                "compactd.rehydrations",
-                "{artifact}",
-                "Artifacts brought back, explicitly or automatically, and those blocked (with why)",
-            ),
-            rehydration_requests: count(
-                "compactd.quality.rehydration_requests",
-                "{request}",
-                "Requests for compacted content, by source: read_artifact calls the agent made (each counted once), Rehydrate calls (the platform answering them counts again here: graph the sources apart)",
-            ),
+            cache_lookups: count(CACHE_LOOKUPS),
+            rehydrations: count(REHYDRATIONS),
+            rehydration_requests: count(REHYDRATION_REQUESTS),
             thread_rehydration_requests: m
                 .u64_histogram("compactd.quality.thread_rehydration_requests")
                 .with_unit("{request}")
@@ -177,21 +198,9 @@ impl Metrics {
                 .with_description("Turns between one compaction of a thread and the next, recorded at the next")
                 .with_boundaries(COUNTS.to_vec())
                 .build(),
-            task_outcomes: count(
-                "compactd.quality.task_outcomes",
-                "{task}",
-                "Task outcomes callers report, by outcome and whether the thread was compacted then",
-            ),
-            asked_for_compacted: count(
-                "compactd.quality.asked_for_compacted_context",
-                "{turn}",
-                "Turns in which the agent asked for something the thread had but the prompt no longer showed verbatim",
-            ),
-            plugin_calls: count(
-                "compactd.plugin.calls",
-                "{call}",
-                "Plugin calls by plugin and outcome",
-            ),
+            task_outcomes: count(TASK_OUTCOMES),
+            asked_for_compacted: count(ASKED_FOR_COMPACTED),
+            plugin_calls: count(PLUGIN_CALLS),
             // Errors are small next to request sizes: finer buckets.
             plugin_estimate_error: m
                 .u64_histogram("compactd.plugin.estimate_error")

@@ -24,6 +24,17 @@ use super::super::{AppError, Result};
 
 use super::*;
 
+/// A rendered and counted turn: the request, its tokens, what was read back
+/// and recalled, and where per-turn content starts (with how many messages
+/// the render placed).
+pub(super) type Counted = (
+    Request,
+    RequestTokens,
+    Vec<RehydrationReport>,
+    Vec<RecalledPassage>,
+    (usize, usize),
+);
+
 /// Renders with the rehydrated content fitted in, and counts the request as
 /// rendered: what is sent is recounted, never taken from the plan (pending
 /// calls left out, the order repaired). A committed plan rendered against a
@@ -46,13 +57,7 @@ pub(super) fn render_and_count(
     max_input_tokens: u32,
     summaries: &dyn crate::render::SummaryTexts,
     part: Option<&StablePart>,
-) -> Result<(
-    Request,
-    RequestTokens,
-    Vec<RehydrationReport>,
-    Vec<RecalledPassage>,
-    (usize, usize),
-)> {
+) -> Result<Counted> {
     let policy = &cmd.request.policy;
     let kept = part.map_or(0..0, |p| p.cut..p.end);
     let render_with = |rehydrated: &[crate::render::Rehydrated]| {

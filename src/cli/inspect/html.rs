@@ -341,30 +341,8 @@ fn budget(out: &mut String, view: &View) {
     );
 }
 
-/// The whole page.
-pub fn page(view: &View) -> String {
-    let mut out = String::with_capacity(64 * 1024);
-    let title = format!("compactd inspect · {}", view.thread_id);
-    let _ = write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; \
-         script-src {hash}; base-uri 'none'; form-action 'none'\">\n\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>{title}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
-         <header><h1>{title}</h1>\
-         <div class=\"meta\">model {model} ({tokenizer}) · format {format} · plan v{version}, {source}</div>\
-         <p>Which parts of the thread does the request keep, and what stands in for the rest?</p></header>\n",
-        hash = script_hash(),
-        title = escape(&title),
-        model = escape(&view.model),
-        tokenizer = escape(&view.tokenizer),
-        format = escape(view.format),
-        version = view.plan_version,
-        source = escape(&view.plan_source),
-    );
-    budget(&mut out, view);
-
+/// The fates with their filters, and the warnings.
+fn legend_and_warnings(out: &mut String, view: &View) {
     let count = |f: Fate| view.spans.spans.iter().filter(|s| s.fate == f).count();
     out.push_str("<section id=\"legend\"><h2>Fates</h2><ul class=\"legend\">\n");
     for f in Fate::ALL {
@@ -394,6 +372,60 @@ pub fn page(view: &View) -> String {
         out.push_str("</ul>");
     }
     out.push_str("</section>\n");
+}
+
+/// What compactd remembers now (as the terminal shows it: plain lines,
+/// escaped) and the recall block.
+fn remembers_and_recall(out: &mut String, view: &View) {
+    out.push_str("<section id=\"remembers\"><h2>What compactd remembers now</h2><pre>");
+    let lines = super::memory::lines(&view.remembers, |s| s.to_string());
+    for line in lines.iter().skip(1) {
+        out.push_str(&escape(line));
+        out.push('\n');
+    }
+    out.push_str("</pre></section>\n");
+
+    out.push_str("<section id=\"recall\"><h2>Recall block</h2>");
+    match &view.per_turn.recall_text {
+        Some(text) => {
+            let _ = write!(
+                out,
+                "<details><summary>{} passages, {} tokens, before the latest user message</summary><pre>{}</pre></details>",
+                view.per_turn.recall_passages,
+                view.per_turn.recall_tokens,
+                escape(text)
+            );
+        }
+        None => out.push_str("<p class=\"muted\">none in this request</p>"),
+    }
+    out.push_str("</section>\n");
+}
+
+/// The whole page.
+pub fn page(view: &View) -> String {
+    let mut out = String::with_capacity(64 * 1024);
+    let title = format!("compactd inspect · {}", view.thread_id);
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; \
+         script-src {hash}; base-uri 'none'; form-action 'none'\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{title}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
+         <header><h1>{title}</h1>\
+         <div class=\"meta\">model {model} ({tokenizer}) · format {format} · plan v{version}, {source}</div>\
+         <p>Which parts of the thread does the request keep, and what stands in for the rest?</p></header>\n",
+        hash = script_hash(),
+        title = escape(&title),
+        model = escape(&view.model),
+        tokenizer = escape(&view.tokenizer),
+        format = escape(view.format),
+        version = view.plan_version,
+        source = escape(&view.plan_source),
+    );
+    budget(&mut out, view);
+
+    legend_and_warnings(&mut out, view);
 
     let scale = view
         .spans
@@ -419,30 +451,7 @@ pub fn page(view: &View) -> String {
     }
     out.push_str("</ol></section>\n");
 
-    // What compactd remembers now, as the terminal shows it: plain lines,
-    // escaped.
-    out.push_str("<section id=\"remembers\"><h2>What compactd remembers now</h2><pre>");
-    let lines = super::memory::lines(&view.remembers, |s| s.to_string());
-    for line in lines.iter().skip(1) {
-        out.push_str(&escape(line));
-        out.push('\n');
-    }
-    out.push_str("</pre></section>\n");
-
-    out.push_str("<section id=\"recall\"><h2>Recall block</h2>");
-    match &view.per_turn.recall_text {
-        Some(text) => {
-            let _ = write!(
-                out,
-                "<details><summary>{} passages, {} tokens, before the latest user message</summary><pre>{}</pre></details>",
-                view.per_turn.recall_passages,
-                view.per_turn.recall_tokens,
-                escape(text)
-            );
-        }
-        None => out.push_str("<p class=\"muted\">none in this request</p>"),
-    }
-    out.push_str("</section>\n");
+    remembers_and_recall(&mut out, view);
     let _ = write!(out, "<script>{SCRIPT}</script>\n</body>\n</html>\n");
     out
 }

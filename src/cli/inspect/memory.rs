@@ -93,30 +93,7 @@ pub struct Memory {
 /// computed from both); `pinned` is the pipeline's own rule per message
 /// (`compactd::reduce::pinned_messages`).
 pub fn of(thread: &Thread, plan: &CompactionPlan, spans: &Spans, pinned: &[bool]) -> Memory {
-    let pinned = thread
-        .messages
-        .iter()
-        .zip(pinned)
-        .filter(|(_, &p)| p)
-        .map(|(m, _)| {
-            let text = m.text();
-            let line = text
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("")
-                .trim();
-            let mut first_line: String = line.chars().take(QUOTE_CHARS).collect();
-            if first_line.len() < line.len() {
-                first_line.push('…');
-            }
-            Pinned {
-                id: m.id.clone(),
-                role: m.role.as_str(),
-                label: m.metadata.label.clone(),
-                first_line,
-            }
-        })
-        .collect();
+    let pinned = pinned_messages(thread, pinned);
     let turns = |first: u32, last: u32| {
         if first == last {
             first.to_string()
@@ -140,6 +117,66 @@ pub fn of(thread: &Thread, plan: &CompactionPlan, spans: &Spans, pinned: &[bool]
         .collect();
     let position = |id: &str| thread.index_of(id).unwrap_or(usize::MAX);
     summaries.sort_by_key(|s| position(s.span.split("..").next().unwrap_or("")));
+    let read_back = read_back(plan);
+    let cleared_results = plan
+        .clearings
+        .iter()
+        .map(|r| r.span.message_ids.len())
+        .sum();
+    let dropped_messages = plan.drops.iter().map(|r| r.span.message_ids.len()).sum();
+    // The tail: the last spans, as long as they are shown verbatim.
+    let tail: Vec<_> = spans
+        .spans
+        .iter()
+        .rev()
+        .take_while(|s| s.fate == Fate::Kept)
+        .collect();
+    let recent = tail.last().map(|first| Recent {
+        first_id: first.first_id.clone(),
+        first_turn: first.first_turn,
+        messages: tail.iter().map(|s| s.message_ids.len()).sum(),
+    });
+    Memory {
+        pinned,
+        summaries,
+        read_back,
+        cleared_results,
+        dropped_messages,
+        recent,
+    }
+}
+
+/// The pinned messages, each by its first line.
+fn pinned_messages(thread: &Thread, pinned: &[bool]) -> Vec<Pinned> {
+    thread
+        .messages
+        .iter()
+        .zip(pinned)
+        .filter(|(_, &p)| p)
+        .map(|(m, _)| {
+            let text = m.text();
+            let line = text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim();
+            let mut first_line: String = line.chars().take(QUOTE_CHARS).collect();
+            if first_line.len() < line.len() {
+                first_line.push('…');
+            }
+            Pinned {
+                id: m.id.clone(),
+                role: m.role.as_str(),
+                label: m.metadata.label.clone(),
+                first_line,
+            }
+        })
+        .collect()
+}
+
+/// What can be read back, each artifact once: externalized spans (with
+/// their hint), and the archives of summarized, cleared and dropped ones.
+fn read_back(plan: &CompactionPlan) -> Vec<ReadBack> {
     let mut read_back: Vec<ReadBack> = Vec::new();
     let mut add = |id: &Option<String>, holds: String, hint: &str| {
         if let Some(id) = id {
@@ -187,32 +224,7 @@ pub fn of(thread: &Thread, plan: &CompactionPlan, spans: &Spans, pinned: &[bool]
             "",
         );
     }
-    let cleared_results = plan
-        .clearings
-        .iter()
-        .map(|r| r.span.message_ids.len())
-        .sum();
-    let dropped_messages = plan.drops.iter().map(|r| r.span.message_ids.len()).sum();
-    // The tail: the last spans, as long as they are shown verbatim.
-    let tail: Vec<_> = spans
-        .spans
-        .iter()
-        .rev()
-        .take_while(|s| s.fate == Fate::Kept)
-        .collect();
-    let recent = tail.last().map(|first| Recent {
-        first_id: first.first_id.clone(),
-        first_turn: first.first_turn,
-        messages: tail.iter().map(|s| s.message_ids.len()).sum(),
-    });
-    Memory {
-        pinned,
-        summaries,
-        read_back,
-        cleared_results,
-        dropped_messages,
-        recent,
-    }
+    read_back
 }
 
 /// The terminal form: a few lines per kind.

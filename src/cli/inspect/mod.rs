@@ -20,7 +20,7 @@ use compactd::app::RenderedOutput;
 use compactd::model::CompactionPlan;
 use compactd::provider::Format;
 use compactd::recall::BLOCK_HEADER;
-use compactd::reduce::budget_for;
+use compactd::reduce::{budget_for, Policy};
 use compactd::render::{render, RenderInput, RequestCounter};
 use compactd::tokens::{counter_for, TokenLedger, DEFAULT_MAX_ENTRIES};
 
@@ -221,36 +221,7 @@ fn gather(args: &OfflineArgs, off: &Offline, plan_source: String) -> View {
     });
     let (system, tools, framing) = rc.fixed(off.system.as_deref(), &off.tools);
     let before_total = rc.request(&before).total;
-    let budget = match out.compaction.as_ref().and_then(|c| c.report.as_ref()) {
-        Some(r) => Budget {
-            max_input_tokens: r.budget.max_input_tokens,
-            hard_limit: r.budget.hard_limit,
-            trigger: r.budget.trigger,
-            target: r.budget.target,
-            tokens_before: r.tokens_before,
-            tokens_after: out.tokens.total,
-            triggered: r.triggered,
-        },
-        None => {
-            let b = budget_for(
-                &policy,
-                off.max_input_tokens,
-                &rc,
-                off.system.as_deref(),
-                &off.tools,
-                false,
-            );
-            Budget {
-                max_input_tokens: off.max_input_tokens,
-                hard_limit: b.hard_limit(),
-                trigger: b.trigger(),
-                target: b.target(),
-                tokens_before: before_total,
-                tokens_after: out.tokens.total,
-                triggered: before_total > b.trigger(),
-            }
-        }
-    };
+    let budget = budget_of(off, &policy, &rc, before_total);
     let pinned = compactd::reduce::pinned_messages(&off.thread, &policy);
     let remembers = memory::of(&off.thread, &plan, &spans, &pinned);
     let mut view = View {
@@ -286,6 +257,42 @@ fn gather(args: &OfflineArgs, off: &Offline, plan_source: String) -> View {
         ));
     }
     view
+}
+
+/// The budget the render had: the compaction's report when it ran, else
+/// worked out from the policy for the request as sent.
+fn budget_of(off: &Offline, policy: &Policy, rc: &RequestCounter<'_>, before_total: u32) -> Budget {
+    let out = &off.out;
+    match out.compaction.as_ref().and_then(|c| c.report.as_ref()) {
+        Some(r) => Budget {
+            max_input_tokens: r.budget.max_input_tokens,
+            hard_limit: r.budget.hard_limit,
+            trigger: r.budget.trigger,
+            target: r.budget.target,
+            tokens_before: r.tokens_before,
+            tokens_after: out.tokens.total,
+            triggered: r.triggered,
+        },
+        None => {
+            let b = budget_for(
+                policy,
+                off.max_input_tokens,
+                rc,
+                off.system.as_deref(),
+                &off.tools,
+                false,
+            );
+            Budget {
+                max_input_tokens: off.max_input_tokens,
+                hard_limit: b.hard_limit(),
+                trigger: b.trigger(),
+                target: b.target(),
+                tokens_before: before_total,
+                tokens_after: out.tokens.total,
+                triggered: before_total > b.trigger(),
+            }
+        }
+    }
 }
 
 /// Writes `contents` to `path`, naming the option on failure.

@@ -298,27 +298,21 @@ fn records(plan: &CompactionPlan) -> Vec<Record<'_>> {
     out
 }
 
-/// Cuts the thread into spans: each record of the plan, and each run of
-/// consecutive messages the plan leaves alone. Ids the thread does not
-/// hold are skipped (the plan was validated against it before rendering).
-pub fn spans(src: &Sources<'_>) -> Spans {
-    let thread = src.thread;
-    let (before, _) = charge(src.before, src.counter);
-    let (after, mut stand_ins) = charge(src.after, src.counter);
-    let mut recalled: HashMap<&str, u32> = HashMap::new();
-    for id in src.recalled {
-        *recalled.entry(id.as_str()).or_default() += 1;
-    }
+/// The messages in groups, in thread order: each record's members (by
+/// what the renderer decides when a message is in two records, in a plan
+/// that was not normalized), and each run of messages no record holds.
+fn groups(
+    thread: &Thread,
+    plan: &CompactionPlan,
+    recs: &[Record<'_>],
+) -> Vec<(Option<usize>, Vec<usize>)> {
     let pos: HashMap<&str, usize> = thread
         .messages
         .iter()
         .enumerate()
         .map(|(i, m)| (m.id.as_str(), i))
         .collect();
-    // Which record each message is in; what the renderer decides when a
-    // message is in two (a plan that was not normalized).
-    let actions = src.plan.actions();
-    let recs = records(src.plan);
+    let actions = plan.actions();
     let mut owner: Vec<Option<usize>> = vec![None; thread.messages.len()];
     for (r, rec) in recs.iter().enumerate() {
         for id in &rec.span.message_ids {
@@ -353,6 +347,47 @@ pub fn spans(src: &Sources<'_>) -> Spans {
             },
         }
     }
+    groups
+}
+
+/// A span's fate, and its detail: recalled when the block carries any of
+/// its passages (an evicted span only).
+fn fate_and_detail(kind: ActionKind, passages: u32, detail: String) -> (Fate, String) {
+    let fate = if kind != ActionKind::Include && passages > 0 {
+        Fate::Recalled
+    } else {
+        Fate::of(kind)
+    };
+    let detail = if fate == Fate::Recalled {
+        let noun = if passages == 1 { "passage" } else { "passages" };
+        let mut d = format!(
+            "{}; {passages} {noun} in the recall block",
+            Fate::of(kind).as_str()
+        );
+        if !detail.is_empty() {
+            d.push_str(" · ");
+            d.push_str(&detail);
+        }
+        d
+    } else {
+        detail
+    };
+    (fate, detail)
+}
+
+/// Cuts the thread into spans: each record of the plan, and each run of
+/// consecutive messages the plan leaves alone. Ids the thread does not
+/// hold are skipped (the plan was validated against it before rendering).
+pub fn spans(src: &Sources<'_>) -> Spans {
+    let thread = src.thread;
+    let (before, _) = charge(src.before, src.counter);
+    let (after, mut stand_ins) = charge(src.after, src.counter);
+    let mut recalled: HashMap<&str, u32> = HashMap::new();
+    for id in src.recalled {
+        *recalled.entry(id.as_str()).or_default() += 1;
+    }
+    let recs = records(src.plan);
+    let groups = groups(thread, src.plan, &recs);
     let mut out = Spans {
         spans: Vec::with_capacity(groups.len()),
         messages: Vec::with_capacity(thread.messages.len()),
@@ -387,25 +422,7 @@ pub fn spans(src: &Sources<'_>) -> Spans {
                 stand_in: stand_ins.remove(m.id.as_str()),
             });
         }
-        let fate = if kind != ActionKind::Include && passages > 0 {
-            Fate::Recalled
-        } else {
-            Fate::of(kind)
-        };
-        let detail = if fate == Fate::Recalled {
-            let noun = if passages == 1 { "passage" } else { "passages" };
-            let mut d = format!(
-                "{}; {passages} {noun} in the recall block",
-                Fate::of(kind).as_str()
-            );
-            if !detail.is_empty() {
-                d.push_str(" · ");
-                d.push_str(&detail);
-            }
-            d
-        } else {
-            detail
-        };
+        let (fate, detail) = fate_and_detail(kind, passages, detail);
         // Members are never empty: a group is created with its first member.
         let first = &thread.messages[members[0]];
         let last = &thread.messages[members[members.len() - 1]];

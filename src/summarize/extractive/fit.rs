@@ -171,6 +171,35 @@ pub(super) fn removal_order(s: &StructuredSummary, echoes: &Echoes) -> Vec<Entry
     scored.into_iter().map(|(_, (_, e))| e).collect()
 }
 
+/// The items whose `mask` entry is set.
+fn keep<T: Clone>(items: &[T], mask: &[bool]) -> Vec<T> {
+    items
+        .iter()
+        .zip(mask)
+        .filter(|(_, &k)| k)
+        .map(|(t, _)| t.clone())
+        .collect()
+}
+
+/// References left out that no kept entry still spells out (those are
+/// not lost: the rendered summary says them).
+fn lost_references(
+    s: &StructuredSummary,
+    out: &StructuredSummary,
+    hidden: &[bool],
+    kept: &[bool],
+) -> u32 {
+    let text = out.render_hiding_facts(hidden);
+    let said = crate::model::words_of(&text);
+    let lost = s
+        .references
+        .iter()
+        .zip(kept)
+        .filter(|(r, &k)| !k && !said.contains(r.as_str()))
+        .count();
+    u32::try_from(lost).unwrap_or(u32::MAX)
+}
+
 /// `s` without `removals`, and which of its facts a kept quote says
 /// (`said_by` is `s.facts_said_by_requests()`).
 pub(super) fn apply_removals(
@@ -221,14 +250,6 @@ pub(super) fn apply_removals(
         }
         omitted += 1;
     }
-    fn keep<T: Clone>(items: &[T], mask: &[bool]) -> Vec<T> {
-        items
-            .iter()
-            .zip(mask)
-            .filter(|(_, &k)| k)
-            .map(|(t, _)| t.clone())
-            .collect()
-    }
     let mut out = StructuredSummary {
         span: s.span.clone(),
         requests: keep(&s.requests, &requests),
@@ -258,15 +279,7 @@ pub(super) fn apply_removals(
         .map(quoted)
         .collect();
     if references_left_out {
-        let text = out.render_hiding_facts(&hidden);
-        let said = crate::model::words_of(&text);
-        let lost = s
-            .references
-            .iter()
-            .zip(&references)
-            .filter(|(r, &k)| !k && !said.contains(r.as_str()))
-            .count();
-        omitted += u32::try_from(lost).unwrap_or(u32::MAX);
+        omitted += lost_references(s, &out, &hidden, &references);
     }
     if facts_left_out {
         let lost = s
