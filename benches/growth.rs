@@ -17,12 +17,13 @@ use std::time::{Duration, Instant};
 use criterion::{BatchSize, BenchmarkId, Criterion};
 
 use compactd::model::{DeterminismMetadata, Role, Thread, ThreadLimits};
-use compactd::proto::{compact_command, pb};
+use compactd::proto::pb;
 use compactd::provider::Format;
 use compactd::reduce::{
     compact, request_fingerprint, Cancel, CompactRequest, Compaction, Engine, Memo, Policy,
 };
 use compactd::render::{render, RenderInput, RenderOptions, RequestCounter};
+use compactd::server::convert::compact_command;
 use compactd::summarize::ExtractiveSummarizer;
 use compactd::tokens::{o200k, TokenCounter, TokenLedger};
 use compactd_testkit::synth::{thread, SynthParams};

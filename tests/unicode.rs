@@ -16,10 +16,11 @@ use std::cell::RefCell;
 
 use common::{run_counted, run_counted_split};
 use compactd::app::RenderedOutput;
-use compactd::proto::{pb, render_command};
+use compactd::proto::pb;
 use compactd::provider::anthropic;
 use compactd::reduce::Policy;
 use compactd::security::SecurityContext;
+use compactd::server::convert::render_command;
 use compactd_testkit::fuzz::{
     document, Call, Conversation, Item, Knobs, Oracle, Out, Part, MARKERS, PIECES, TOOLS,
 };

@@ -1,6 +1,6 @@
 //! Threads sent in full, as the edge converted them: the next request that
 //! sends one again converts only what changed (see
-//! `crate::proto::ThreadReuse`).
+//! `crate::server::convert::ThreadReuse`).
 
 use std::sync::Arc;
 

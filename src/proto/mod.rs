@@ -11,10 +11,8 @@
 //! converted, and [`ConvertError::within`] prefixes the enclosing path
 //! (`messages[3]` + `role` → `thread.messages[3].role`).
 
-mod app;
 mod plan;
 mod render;
-mod reuse;
 pub mod status;
 mod thread;
 
@@ -23,13 +21,10 @@ mod tests;
 
 use thiserror::Error;
 
-pub use app::{
-    compact_command, compact_command_reusing, compact_response, explain_command, rehydrate_command,
-    render_command, render_command_reusing, render_response, search_command,
-};
 pub use render::output_format;
-pub use reuse::ThreadReuse;
-pub use thread::{observations_from_pb, observations_to_pb, policy_from_overrides, sensitivity};
+pub use thread::{
+    observations_from_pb, observations_to_pb, policy_from_overrides, sensitivity, sensitivity_to_pb,
+};
 
 /// Generated protobuf messages, server and client of `compactd.v1`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -49,15 +44,6 @@ pub struct ConvertError {
     pub field: String,
     /// What is wrong with it.
     pub message: String,
-}
-
-impl From<ConvertError> for crate::app::AppError {
-    fn from(e: ConvertError) -> Self {
-        crate::app::AppError::InvalidArgument {
-            field: e.field,
-            message: e.message,
-        }
-    }
 }
 
 impl ConvertError {

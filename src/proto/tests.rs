@@ -10,6 +10,8 @@ use proptest::prelude::*;
 use serde_json::Value;
 
 use super::*;
+// The conversions into commands and responses live with the server; these
+// tests share this file's strategies.
 use crate::model::{
     ActionKind, ArtifactReference, AuditRecord, ClearReason, ClearRecord, CompactionPlan, Content,
     ContentPart, Decision, DeterminismMetadata, DropRecord, DroppedSpanIndex, Durability, Eviction,
@@ -21,6 +23,8 @@ use crate::reduce::{BudgetReport, ReducerReport};
 use crate::render::{
     Origin, RehydrationBlocked, RehydrationReport, RenderedMessage, RequestTokens,
 };
+use crate::server::convert::reuse;
+use crate::server::convert::*;
 
 // ───────────────────────────── strategies ─────────────────────────────
 
@@ -1013,8 +1017,8 @@ proptest! {
         edit in option::of((any::<proptest::sample::Index>(), message())),
         more in vec(message(), 0..3),
     ) {
-        let mut reuse = super::ThreadReuse::new(None);
-        super::reuse::thread_reusing(pb::Thread::from(&a), &mut reuse).expect("converts");
+        let mut reuse = ThreadReuse::new(None);
+        reuse::thread_reusing(pb::Thread::from(&a), &mut reuse).expect("converts");
         prop_assert!(reuse.extends.is_none());
         let last = reuse.sent.take().expect("kept");
         let keep = keep.index(a.messages.len() + 1);
@@ -1024,8 +1028,8 @@ proptest! {
         }
         b.messages.extend(more.into_iter().map(std::sync::Arc::new));
         let alone = Thread::try_from(pb::Thread::from(&b)).expect("converts");
-        let mut reuse = super::ThreadReuse::new(Some(std::sync::Arc::clone(&last)));
-        let again = super::reuse::thread_reusing(pb::Thread::from(&b), &mut reuse).expect("converts");
+        let mut reuse = ThreadReuse::new(Some(std::sync::Arc::clone(&last)));
+        let again = reuse::thread_reusing(pb::Thread::from(&b), &mut reuse).expect("converts");
         prop_assert_eq!(&*again, &alone);
         let same = a
             .messages
@@ -1049,8 +1053,8 @@ proptest! {
         // Under another id nothing is shared.
         let mut other = pb::Thread::from(&b);
         other.id.push('\u{2028}');
-        let mut reuse = super::ThreadReuse::new(Some(std::sync::Arc::clone(&last)));
-        let converted = super::reuse::thread_reusing(other, &mut reuse).expect("converts");
+        let mut reuse = ThreadReuse::new(Some(std::sync::Arc::clone(&last)));
+        let converted = reuse::thread_reusing(other, &mut reuse).expect("converts");
         prop_assert!(reuse.extends.is_none());
         for (m, l) in converted.messages.iter().zip(&last.thread.messages) {
             prop_assert!(!std::sync::Arc::ptr_eq(m, l));
@@ -1084,11 +1088,11 @@ fn an_error_after_a_shared_prefix_is_the_error_alone() {
             },
         ],
     };
-    let mut reuse = super::ThreadReuse::new(None);
-    super::reuse::thread_reusing(thread("{}"), &mut reuse).expect("converts");
+    let mut reuse = ThreadReuse::new(None);
+    reuse::thread_reusing(thread("{}"), &mut reuse).expect("converts");
     let last = reuse.sent.take().expect("kept");
-    let mut reuse = super::ThreadReuse::new(Some(last));
-    let shared = super::reuse::thread_reusing(thread("{"), &mut reuse).expect_err("invalid");
+    let mut reuse = ThreadReuse::new(Some(last));
+    let shared = reuse::thread_reusing(thread("{"), &mut reuse).expect_err("invalid");
     let alone = Thread::try_from(thread("{")).expect_err("invalid");
     assert_eq!(shared, alone);
     assert_eq!(shared.field, "messages[1].tool_calls[0].arguments_json");
@@ -1170,7 +1174,7 @@ fn every_field_of_a_message_is_digested() {
         }),
     };
     let seed = 7;
-    let base = super::reuse::digest(&full, seed);
+    let base = reuse::digest(&full, seed);
     // The same entries inserted in the other order.
     let mut reordered = full.clone();
     let r = reordered.tool_result.as_mut().expect("result");
@@ -1180,7 +1184,7 @@ fn every_field_of_a_message_is_digested() {
     ]
     .into_iter()
     .collect();
-    assert_eq!(super::reuse::digest(&reordered, seed), base);
+    assert_eq!(reuse::digest(&reordered, seed), base);
     type Edit = fn(&mut pb::Message);
     fn result(m: &mut pb::Message) -> &mut pb::ToolResultEnvelope {
         m.tool_result.as_mut().expect("result")
@@ -1287,24 +1291,18 @@ fn every_field_of_a_message_is_digested() {
         let mut m = full.clone();
         edit(&mut m);
         assert_ne!(m, full, "{what}: the edit changes nothing");
-        assert_ne!(super::reuse::digest(&m, seed), base, "{what}");
+        assert_ne!(reuse::digest(&m, seed), base, "{what}");
     }
     // Absent and empty differ.
     let mut empty = full.clone();
     metadata(&mut empty).label = Some(String::new());
     let mut absent = full.clone();
     metadata(&mut absent).label = None;
-    assert_ne!(
-        super::reuse::digest(&empty, seed),
-        super::reuse::digest(&absent, seed)
-    );
+    assert_ne!(reuse::digest(&empty, seed), reuse::digest(&absent, seed));
     // A long field is digested too (it goes in as its own hash).
     let mut long = full.clone();
     long.text = "y".repeat(1000);
     let mut longer = long.clone();
     longer.text.replace_range(500..501, "z");
-    assert_ne!(
-        super::reuse::digest(&long, seed),
-        super::reuse::digest(&longer, seed)
-    );
+    assert_ne!(reuse::digest(&long, seed), reuse::digest(&longer, seed));
 }

@@ -130,7 +130,7 @@ pub fn sensitivity(v: i32, field: &str) -> Result<Sensitivity> {
 }
 
 /// A sensitivity on the wire, as its `i32`.
-pub(super) fn sensitivity_to_pb(s: Sensitivity) -> i32 {
+pub fn sensitivity_to_pb(s: Sensitivity) -> i32 {
     pb::Sensitivity::from(s) as i32
 }
 

@@ -12,6 +12,7 @@
 
 pub mod access;
 pub mod auth;
+pub mod convert;
 pub mod error;
 pub mod limits;
 pub mod service;

@@ -9,9 +9,11 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use crate::app::{App, AppError, UseCase};
-use crate::proto::{
-    compact_command_reusing, compact_response, explain_command, pb, rehydrate_command,
-    render_command_reusing, render_response, search_command, ConvertError, ThreadReuse,
+use crate::proto::{pb, ConvertError};
+
+use super::convert::{
+    compact_command_reusing, compact_response, explain_command, rehydrate_command,
+    render_command_reusing, render_response, search_command, ThreadReuse,
 };
 use crate::runtime::blocking;
 use crate::security::SecurityContext;

@@ -9,12 +9,13 @@ use std::sync::{Mutex, Once};
 use serde_json::{json, Map, Value};
 
 use compactd::app::{App, AppError, Extensions, RenderOutcome, RenderedOutput};
-use compactd::proto::{explain_command, pb, rehydrate_command, render_command};
+use compactd::proto::pb;
 use compactd::provider::thread_from_json;
 use compactd::provider::{anthropic, openai_chat, openai_responses};
 use compactd::reduce::Policy;
 use compactd::render::ProviderOptions;
 use compactd::security::{AuthMethod, Permission, SecurityContext};
+use compactd::server::convert::{explain_command, rehydrate_command, render_command};
 
 /// Every output format, each run for every input.
 const FORMATS: [Format; 4] = [

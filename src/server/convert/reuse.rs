@@ -19,9 +19,10 @@ use std::sync::Arc;
 
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
-use super::{each, pb, Result};
+use super::Result;
 use crate::app::SentThread;
 use crate::model::{memory_weight, Message, Thread};
+use crate::proto::{each, pb};
 
 /// The last conversion of the thread a request names, and what this
 /// request's conversion leaves for the next.
@@ -36,7 +37,7 @@ pub struct ThreadReuse {
     pub sent: Option<Arc<SentThread>>,
     /// `last`'s thread, when this request's holds all of its messages
     /// first (shared), followed only by new ones.
-    pub(super) extends: Option<Arc<Thread>>,
+    pub(crate) extends: Option<Arc<Thread>>,
 }
 
 impl ThreadReuse {
@@ -53,7 +54,7 @@ impl ThreadReuse {
 
 /// Converts `t`, sharing the messages of `reuse.last` it sent again at the
 /// same positions.
-pub(super) fn thread_reusing(t: pb::Thread, reuse: &mut ThreadReuse) -> Result<Arc<Thread>> {
+pub(crate) fn thread_reusing(t: pb::Thread, reuse: &mut ThreadReuse) -> Result<Arc<Thread>> {
     let seed = crate::model::process_seed();
     let last = reuse.last.take().filter(|l| l.thread.id == t.id);
     if last.is_none() && !reuse.keep {
@@ -107,7 +108,7 @@ pub(super) fn thread_reusing(t: pb::Thread, reuse: &mut ThreadReuse) -> Result<A
 }
 
 /// The digest of everything `m` sends (see the module doc).
-pub(super) fn digest(m: &pb::Message, seed: u64) -> u128 {
+pub(crate) fn digest(m: &pb::Message, seed: u64) -> u128 {
     /// Fields up to this long go in as they are; longer ones as their
     /// one-shot xxh3-128 (faster per byte than feeding them in).
     const SMALL: usize = 256;

@@ -1,4 +1,7 @@
-//! Requests → use-case commands, and outcomes → responses.
+//! Requests → use-case commands, and outcomes → responses: where the wire
+//! meets the use cases. The wire's own types and their strict conversions
+//! to the core's are in [`crate::proto`], which knows nothing of the use
+//! cases.
 
 use std::sync::Arc;
 
@@ -12,10 +15,25 @@ use crate::provider::thread_from_json_as;
 use crate::reduce::{Policy, Report};
 use crate::render::explain::Verdict;
 
-use super::render::output_format;
-use super::reuse::{thread_reusing, ThreadReuse};
-use super::thread::{observations_from_pb, policy_from_overrides};
-use super::{each, pb, ConvertError, Result};
+use crate::proto::{
+    each, observations_from_pb, output_format, pb, policy_from_overrides, sensitivity_to_pb,
+    ConvertError,
+};
+use reuse::thread_reusing;
+
+pub(crate) mod reuse;
+pub use reuse::ThreadReuse;
+
+type Result<T> = std::result::Result<T, ConvertError>;
+
+impl From<ConvertError> for crate::app::AppError {
+    fn from(e: ConvertError) -> Self {
+        crate::app::AppError::InvalidArgument {
+            field: e.field,
+            message: e.message,
+        }
+    }
+}
 use crate::app::{SessionInput, SessionState};
 
 /// The command for what Compact and Render requests both carry (under the
@@ -403,7 +421,7 @@ impl From<ExplainOutcome> for pb::ExplainResponse {
                 .map(|a| pb::ExplainArtifactHit {
                     artifact_id: a.artifact_id,
                     message_ids: a.message_ids,
-                    sensitivity: super::thread::sensitivity_to_pb(a.sensitivity),
+                    sensitivity: sensitivity_to_pb(a.sensitivity),
                 })
                 .collect(),
             artifacts_not_searched: out.not_searched,
@@ -445,7 +463,7 @@ impl From<SearchOutcome> for pb::SearchContextResponse {
                     line: p.line,
                     text: p.text,
                     score: p.score,
-                    sensitivity: super::thread::sensitivity_to_pb(p.sensitivity),
+                    sensitivity: sensitivity_to_pb(p.sensitivity),
                 })
                 .collect(),
             withheld: out.withheld,
