@@ -91,24 +91,19 @@ impl<K: Eq + Hash + Clone, V: Clone + Weigh> BoundedCache<K, V> {
         self.inner.retain(|k, _| keep(k));
     }
 
-    /// What `f` reads of the entry of `key`, under its shard's lock and
-    /// without cloning the value (for values made of parts read one at a
-    /// time).
+    /// What `f` reads of the entry of `key` (a clone: meant for values
+    /// made of shared parts, read one at a time).
     pub(crate) fn read<T>(&self, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
-        match self
-            .inner
-            .entry(key, None, |_, v| EntryAction::Retain(f(v)))
-        {
-            EntryResult::Retained(t) => Some(t),
-            // Absent: the guard drops without inserting.
-            _ => None,
-        }
+        self.inner.get(key).map(|v| f(&v))
     }
 
     /// Runs `f` on the entry of `key` (a default value when absent) under
     /// its shard's lock, so changes to one entry never interleave, and
-    /// weighs it again; a value `empty` calls empty is dropped. `f` must
-    /// not call back into the cache (the shard is locked).
+    /// weighs it again; a value `empty` calls empty is dropped. A value
+    /// that grew is taken out and put back through a guard (other calls
+    /// on the key wait for it), so the cache evicts for it, or refuses
+    /// it, as for any insert: a change in place would only adjust the
+    /// count. `f` must not call back into the cache (the shard is locked).
     pub(crate) fn update<T>(
         &self,
         key: K,
@@ -122,29 +117,38 @@ impl<K: Eq + Hash + Clone, V: Clone + Weigh> BoundedCache<K, V> {
         let mut f = Some(f);
         let mut out = None;
         let result = self.inner.entry(&key, None, |_, v| {
+            let before = v.weight();
             if let Some(f) = f.take() {
                 out = Some(f(v));
             }
             if empty(v) {
                 EntryAction::Remove
+            } else if v.weight() > before {
+                EntryAction::ReplaceWithGuard
             } else {
                 EntryAction::Retain(())
             }
         });
-        if let Some(t) = out {
-            return t;
-        }
-        // Absent (or timed out, which a wait without timeout never is): a
-        // new value, inserted through the guard unless it stays empty.
-        let mut v = V::default();
-        let t = f.take().map(|f| f(&mut v));
-        if let EntryResult::Vacant(guard) = result {
-            if !empty(&v) {
-                // Refused only when it weighs more than a shard holds.
+        let t = match result {
+            // Refused only when it weighs more than a shard holds.
+            EntryResult::Replaced(guard, v) => {
                 let _ = guard.insert(v);
+                out
             }
-        }
-        // `f` is only ever taken by the callback, which returned above.
+            // Absent: a new value, inserted unless it stays empty.
+            EntryResult::Vacant(guard) => {
+                let mut v = V::default();
+                let t = f.take().map(|f| f(&mut v));
+                if !empty(&v) {
+                    let _ = guard.insert(v);
+                }
+                t
+            }
+            // Kept or removed in place (a wait without timeout never times
+            // out).
+            _ => out,
+        };
+        // `f` runs exactly once on every path above.
         t.unwrap_or_default()
     }
 
@@ -337,6 +341,36 @@ mod tests {
         c.update("b", |_| (), empty);
         assert_eq!(c.read(&"b", |_| ()), None, "nothing made, nothing kept");
         assert_eq!(c.weight(), 0);
+    }
+
+    /// Values that grow in place still keep the cache within its budget:
+    /// growing one makes room for it as inserting it would.
+    #[test]
+    fn values_grown_in_place_stay_within_the_budget() {
+        #[derive(Clone, Default)]
+        struct Parts(u64);
+        impl Weigh for Parts {
+            fn weight(&self) -> u64 {
+                self.0
+            }
+        }
+        let empty = |p: &Parts| p.0 == 0;
+        let budget = 256 * 1024;
+        let c: BoundedCache<u32, Parts> = BoundedCache::new(budget);
+        for key in 0..64 {
+            c.update(key, |p| p.0 = 64, empty);
+        }
+        // Each grows to a few KiB, one step at a time: far past the budget
+        // if growth were only counted.
+        for step in 1..=16u64 {
+            for key in 0..64 {
+                c.update(key, |p| p.0 = 512 * step, empty);
+            }
+        }
+        // 64 values of 8 KiB: twice the budget, were growth only counted.
+        assert!(c.weight() <= budget, "{} over {budget}", c.weight());
+        let kept = (0..64).filter(|k| c.read(k, |_| ()).is_some()).count();
+        assert!((16..64).contains(&kept), "{kept} of 64 kept");
     }
 
     #[test]

@@ -109,14 +109,18 @@ impl TelemetrySettings {
     /// environment) must parse as the gRPC exporter parses it, with an
     /// `http` or `https` scheme. Errors name the setting or the variable.
     pub fn validate(&self) -> Result<(), (String, String)> {
-        if self.service_name.trim().is_empty() {
-            return Err(("telemetry.service_name".into(), "must not be empty".into()));
-        }
-        if self.export_timeout_ms == 0 {
-            return Err((
-                "telemetry.export_timeout_ms".into(),
-                "must be at least 1".into(),
-            ));
+        // What only an export uses is checked only when something exports.
+        if self.endpoint().is_some() || self.metrics_endpoint().is_some() {
+            let named_by_env = std::env::var_os("OTEL_SERVICE_NAME").is_some();
+            if self.service_name.trim().is_empty() && !named_by_env {
+                return Err(("telemetry.service_name".into(), "must not be empty".into()));
+            }
+            if self.export_timeout_ms == 0 {
+                return Err((
+                    "telemetry.export_timeout_ms".into(),
+                    "must be at least 1".into(),
+                ));
+            }
         }
         let signals = [
             ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", true),
@@ -478,11 +482,22 @@ mod tests {
         }
         let unnamed = TelemetrySettings {
             service_name: " ".into(),
+            ..with_endpoint("http://127.0.0.1:4317")
+        };
+        // The variable, when set, names the service instead.
+        if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
+            let (field, _) = unnamed.validate().expect_err("blank");
+            assert_eq!(field, "telemetry.service_name");
+        } else {
+            assert_eq!(unnamed.validate(), Ok(()));
+        }
+        // Nothing exported: nothing of the export is checked.
+        let quiet = TelemetrySettings {
+            export_timeout_ms: 0,
             ..TelemetrySettings::default()
         };
-        assert_eq!(
-            unnamed.validate().expect_err("blank").0,
-            "telemetry.service_name"
-        );
+        if quiet.endpoint().is_none() {
+            assert_eq!(quiet.validate(), Ok(()));
+        }
     }
 }

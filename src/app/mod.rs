@@ -441,9 +441,20 @@ impl App {
     fn forget_if_keys_changed(&self) {
         let now = self.inner.plans.key_generation();
         let seen = &self.inner.key_generation;
-        if seen.swap(now, std::sync::atomic::Ordering::AcqRel) == now {
+        if seen.load(std::sync::atomic::Ordering::Acquire) == now {
             return;
         }
+        // Recorded first: what calls running now put back as they end is
+        // forgotten again once the last of them has (as for a deletion).
+        self.inner.in_flight.everything_changed();
+        self.forget_everything();
+        // Stored last: a call that starts meanwhile clears again rather
+        // than read what is being cleared.
+        seen.store(now, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Drops every thread's state and both content caches.
+    fn forget_everything(&self) {
         self.inner.threads.clear();
         self.inner.memo.clear();
         self.forget_all_summaries();

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -114,6 +114,9 @@ pub struct LoadedTls {
     pub(crate) config: Arc<rustls::ServerConfig>,
     pub(crate) current: Arc<CurrentKey>,
     pub(crate) source: TlsSource,
+    /// The files' modification times, taken before they were read: a
+    /// rotation after that is a change the reloader sees.
+    pub(crate) stamp: Option<(SystemTime, SystemTime)>,
 }
 
 impl std::fmt::Debug for LoadedTls {
@@ -124,8 +127,15 @@ impl std::fmt::Debug for LoadedTls {
     }
 }
 
+/// Modification times of the key pair files, to notice a rotation.
+pub(crate) fn stamp(source: &TlsSource) -> Option<(SystemTime, SystemTime)> {
+    let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    Some((m(&source.cert_file)?, m(&source.key_file)?))
+}
+
 /// Loads the key pair and the client CA; every problem names the file.
 pub fn load(source: TlsSource) -> Result<LoadedTls, TlsError> {
+    let stamp = stamp(&source);
     let pair = load_key_pair(&source)?;
     let current = Arc::new(CurrentKey(RwLock::new(pair)));
     let builder = rustls::ServerConfig::builder_with_provider(provider())
@@ -141,6 +151,7 @@ pub fn load(source: TlsSource) -> Result<LoadedTls, TlsError> {
         config: Arc::new(config),
         current,
         source,
+        stamp,
     })
 }
 

@@ -13,7 +13,6 @@
 //! [`HANDSHAKE_TIMEOUT`]. tonic reads the client's certificate chain from the
 //! resulting stream, exactly as with its own TLS.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -23,7 +22,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt as _;
 
 use crate::security;
-use crate::security::tls::{load_key_pair, CurrentKey};
+use crate::security::tls::{load_key_pair, stamp, CurrentKey};
 pub use crate::security::tls::{LoadedTls, TlsSettings, TlsSource};
 use crate::settings::ServeError;
 
@@ -55,7 +54,7 @@ impl TlsListener {
         TlsListener {
             acceptor: tokio_rustls::TlsAcceptor::from(loaded.config),
             reloader: Reloader {
-                stamp: stamp(&loaded.source),
+                stamp: loaded.stamp,
                 source: loaded.source,
                 current: loaded.current,
             },
@@ -109,12 +108,6 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-/// Modification times of the key pair files, to notice a rotation.
-fn stamp(source: &TlsSource) -> Option<(SystemTime, SystemTime)> {
-    let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    Some((m(&source.cert_file)?, m(&source.key_file)?))
 }
 
 struct Reloader {

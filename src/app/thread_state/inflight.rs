@@ -34,6 +34,18 @@ struct State {
     /// Threads (tenant, id) to forget again once no call that began before
     /// their (latest) deletion runs, with that deletion's count.
     pending: BTreeMap<(String, String), u64>,
+    /// Every thread's state to forget again, as for a deletion of all
+    /// (the keys changed), with that change's count.
+    pending_all: Option<u64>,
+}
+
+/// What is due to be forgotten again when a call ends.
+#[derive(Debug, Default, PartialEq)]
+pub(in crate::app) struct Due {
+    /// These threads.
+    pub(in crate::app) threads: Vec<(String, String)>,
+    /// Every thread's state and the content caches.
+    pub(in crate::app) all: bool,
 }
 
 impl InFlight {
@@ -57,6 +69,17 @@ impl InFlight {
             .insert((tenant.to_owned(), thread_id.to_owned()), at);
     }
 
+    /// Records that everything the caches hold may be unreadable now (the
+    /// keys changed), before they are cleared: calls running then clear
+    /// them again when the last of them ends.
+    pub(in crate::app) fn everything_changed(&self) {
+        let mut s = self.lock();
+        s.deletions += 1;
+        if !s.running.is_empty() {
+            s.pending_all = Some(s.deletions);
+        }
+    }
+
     /// One more holder of a call begun at `at` (the current count when
     /// `None`); the count.
     fn begin(&self, at: Option<u64>) -> u64 {
@@ -68,7 +91,7 @@ impl InFlight {
 
     /// Ends a holder of a call begun at `at`; the threads now due to be
     /// forgotten again.
-    fn end(&self, at: u64) -> Vec<(String, String)> {
+    fn end(&self, at: u64) -> Due {
         let mut s = self.lock();
         if let Some(n) = s.running.get_mut(&at) {
             *n -= 1;
@@ -76,17 +99,23 @@ impl InFlight {
                 s.running.remove(&at);
             }
         }
-        if s.pending.is_empty() {
-            return Vec::new();
+        if s.pending.is_empty() && s.pending_all.is_none() {
+            return Due::default();
         }
         // The oldest call still running began at this count: deletions
         // after it are not due yet.
         let oldest = s.running.keys().next().copied().unwrap_or(u64::MAX);
-        let mut due = Vec::new();
+        let mut due = Due {
+            all: s.pending_all.is_some_and(|at| at <= oldest),
+            ..Due::default()
+        };
+        if due.all {
+            s.pending_all = None;
+        }
         s.pending.retain(|thread, deleted| {
             let now = *deleted <= oldest;
             if now {
-                due.push(thread.clone());
+                due.threads.push(thread.clone());
             }
             !now
         });
@@ -160,7 +189,11 @@ impl App {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        for (tenant, thread_id) in self.app.inner.in_flight.end(self.at) {
+        let due = self.app.inner.in_flight.end(self.at);
+        if due.all {
+            self.app.forget_everything();
+        }
+        for (tenant, thread_id) in due.threads {
             self.app.forget_thread(&tenant, &thread_id);
         }
     }
@@ -168,7 +201,7 @@ impl Drop for Running {
 
 #[cfg(test)]
 mod tests {
-    use super::InFlight;
+    use super::{Due, InFlight};
 
     fn thread(id: &str) -> (String, String) {
         ("t".to_string(), id.to_string())
@@ -231,10 +264,14 @@ mod tests {
         f.deleted("t", "a");
         assert_eq!(f.pending(), 1, "one thread, however often deleted");
         let after = f.begin(None);
-        assert!(f.end(after).is_empty(), "began after the deletion");
-        assert!(f.end(first).is_empty(), "a call from before still runs");
-        assert!(f.end(second).is_empty(), "its job still runs");
-        assert_eq!(f.end(job), [thread("a")]);
+        assert_eq!(f.end(after), Due::default(), "began after the deletion");
+        assert_eq!(
+            f.end(first),
+            Due::default(),
+            "a call from before still runs"
+        );
+        assert_eq!(f.end(second), Due::default(), "its job still runs");
+        assert_eq!(f.end(job).threads, [thread("a")]);
         assert_eq!(f.pending(), 0);
 
         // Two deletions, a call between them: each waits only for the calls
@@ -243,8 +280,27 @@ mod tests {
         f.deleted("t", "b");
         let between = f.begin(None);
         f.deleted("t", "c");
-        assert_eq!(f.end(old), [thread("b")]);
-        assert_eq!(f.end(between), [thread("c")]);
+        assert_eq!(f.end(old).threads, [thread("b")]);
+        assert_eq!(f.end(between).threads, [thread("c")]);
         assert_eq!(f.pending(), 0);
+    }
+
+    /// A change of keys is due, like a deletion of everything, once every
+    /// call begun before it has ended; with nothing running, at once.
+    #[test]
+    fn a_change_of_keys_waits_for_the_calls_begun_before_it() {
+        let f = InFlight::default();
+        f.everything_changed();
+        let call = f.begin(None);
+        assert_eq!(f.end(call), Due::default(), "nothing was running");
+        let old = f.begin(None);
+        let job = f.begin(Some(old));
+        f.everything_changed();
+        let after = f.begin(None);
+        assert_eq!(f.end(after), Due::default(), "began after the change");
+        assert_eq!(f.end(old), Due::default(), "its job still runs");
+        assert!(f.end(job).all);
+        let again = f.begin(None);
+        assert_eq!(f.end(again), Due::default(), "due once");
     }
 }

@@ -102,8 +102,10 @@ fn remembered(app: &App, tenant: &str, thread_id: &str) -> bool {
 }
 
 /// Runs the steps; returns the threads whose deletion nothing has touched
-/// since it took effect (so nothing of them may be remembered).
-async fn run(app: &App, steps: &[Step]) -> Vec<usize> {
+/// since it took effect (so nothing of them may be remembered), and those
+/// a step used since (so what it kept must still be there).
+async fn run(app: &App, steps: &[Step]) -> (Vec<usize>, Vec<usize>) {
+    let mut used = std::collections::BTreeSet::new();
     let mut running: Vec<(u64, Running)> = Vec::new();
     let mut begun = 0u64;
     // Per thread deleted: the calls from before its (latest) deletion that
@@ -115,6 +117,7 @@ async fn run(app: &App, steps: &[Step]) -> Vec<usize> {
                 let (tenant, id) = thread_of(who);
                 let out = app.compact(&ctx_of(tenant), command(id, grow)).await;
                 out.expect("compacts");
+                used.insert(who);
                 quiet(app, running.len()).await;
                 touch(&mut deleted, who);
             }
@@ -122,6 +125,7 @@ async fn run(app: &App, steps: &[Step]) -> Vec<usize> {
                 let (tenant, id) = thread_of(who);
                 let cmd = render_of(command(id, 0), format);
                 app.render(&ctx_of(tenant), cmd).await.expect("renders");
+                used.insert(who);
                 quiet(app, running.len()).await;
                 touch(&mut deleted, who);
             }
@@ -135,6 +139,7 @@ async fn run(app: &App, steps: &[Step]) -> Vec<usize> {
                     thread,
                 });
                 app.keep_sent(tenant, sent, before);
+                used.insert(who);
                 quiet(app, running.len()).await;
                 touch(&mut deleted, who);
             }
@@ -166,11 +171,13 @@ async fn run(app: &App, steps: &[Step]) -> Vec<usize> {
         drop(call);
         settle(&mut deleted, n);
     }
-    deleted
+    let gone: Vec<usize> = deleted
         .into_iter()
         .filter(|(_, (_, touched))| !touched)
         .map(|(who, _)| who)
-        .collect()
+        .collect();
+    let live = used.into_iter().filter(|w| !gone.contains(w)).collect();
+    (gone, live)
 }
 
 /// Waits until the calls running are only the `held` ones the steps
@@ -220,10 +227,15 @@ proptest! {
             .build()
             .expect("runtime");
         let app = App::offline(Defaults::default());
-        let gone = rt.block_on(run(&app, &steps));
+        let (gone, live) = rt.block_on(run(&app, &steps));
         for who in gone {
             let (tenant, id) = thread_of(who);
-            prop_assert!(!remembered(&app, tenant, id), "{}/{}", tenant, id);
+            prop_assert!(!remembered(&app, tenant, id), "{}/{} deleted", tenant, id);
+        }
+        // Forgetting more than the deleted thread would pass the above.
+        for who in live {
+            let (tenant, id) = thread_of(who);
+            prop_assert!(app.inner.threads.holds(tenant, id), "{}/{} in use", tenant, id);
         }
         prop_assert!(app.inner.in_flight.idle());
     }
