@@ -154,11 +154,28 @@ const BLOB_MIN: usize = 256;
 /// Whether `s` is an inline blob (base64 data, an encrypted state, a data
 /// URL): structure, not language, so it holds for any text.
 pub fn is_blob(s: &str) -> bool {
-    if s.starts_with("data:") && s.contains(";base64,") {
+    if is_data_url(s) {
         return true;
     }
     s.len() >= BLOB_MIN
         && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'-' | b'_'))
+}
+
+/// Whether `s` is one base64 data URL and nothing else: a media type
+/// without whitespace, then `;base64,` and only the base64 alphabet. Text
+/// that merely starts like one (several pasted together, or prose after
+/// it) is text, and is counted and sent as text.
+fn is_data_url(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix("data:") else {
+        return false;
+    };
+    let Some((media_type, payload)) = rest.split_once(";base64,") else {
+        return false;
+    };
+    !media_type.bytes().any(|b| b.is_ascii_whitespace())
+        && payload
+            .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'-' | b'_'))
 }
 
@@ -431,7 +448,7 @@ fn media_hint(m: &serde_json::Map<String, Value>) -> Option<String> {
 
 /// Whether the string under `key` is inline media.
 pub(crate) fn is_media(key: &str, s: &str, hint: Option<&str>) -> bool {
-    (s.starts_with("data:") && s.contains(";base64,"))
+    is_data_url(s)
         || ((key == "data" || key == "file_data") && !s.is_empty())
         || (hint.is_some() && is_blob(s))
 }
@@ -505,6 +522,26 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    /// One data URL is a blob; text that only starts like one (several
+    /// pasted together, prose after it) is text, counted as text, as a
+    /// body sends it (a long property run found one counted as an image
+    /// and sent as 2,929 tokens of text against 1,484 budgeted).
+    #[test]
+    fn only_a_whole_data_url_is_a_blob() {
+        let one = "data:image/png;base64,iVBORw0KGgo=";
+        assert!(super::is_blob(one));
+        assert!(super::is_media("text", one, None));
+        for text in [
+            format!("{one}{one}"),
+            format!("{one} "),
+            format!("{one} is the logo"),
+            "data:image png;base64,iVBORw0KGgo=".to_string(),
+        ] {
+            assert!(!super::is_blob(&text), "{text}");
+            assert!(!super::is_media("text", &text, None), "{text}");
+        }
+    }
+
     use super::*;
     use serde_json::json;
 
