@@ -20,6 +20,7 @@ fn opts() -> ProviderOptions {
     ProviderOptions {
         model: "gpt-4o".into(),
         max_output_tokens: Some(1024),
+        ..Default::default()
     }
 }
 

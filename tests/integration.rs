@@ -26,6 +26,7 @@ mod outcomes;
 mod pinning;
 mod pipeline;
 mod plugins;
+mod prompt_cache;
 mod real_logs;
 mod real_world;
 mod recall;

@@ -55,6 +55,7 @@ fn compaction_invariants(
             let opts = ProviderOptions {
                 model: "gpt-4o".into(),
                 max_output_tokens: None,
+                ..Default::default()
             };
             let oa = openai_chat::to_openai(&out.request, &opts);
             prop_assert!(

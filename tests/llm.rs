@@ -151,6 +151,7 @@ async fn rendered(app: &App, t: &Thread, limit: u32) -> String {
                 plan_version: 0,
                 format: Format::OpenAiChat,
                 max_output_tokens: None,
+                prompt_cache: Default::default(),
                 rehydrate_artifact_ids: Vec::new(),
                 omit_pending_calls: false,
                 auto_rehydrate: Some(false),

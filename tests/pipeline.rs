@@ -12,6 +12,7 @@ fn opts() -> ProviderOptions {
     ProviderOptions {
         model: "gpt-4o".into(),
         max_output_tokens: None,
+        ..Default::default()
     }
 }
 

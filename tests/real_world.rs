@@ -18,6 +18,7 @@ fn opts() -> ProviderOptions {
     ProviderOptions {
         model: "gpt-4o".into(),
         max_output_tokens: Some(1024),
+        ..Default::default()
     }
 }
 
@@ -363,6 +364,16 @@ fn an_anthropic_log_comes_back_to_anthropic_unchanged_where_it_matters() {
     h.policy.render.delimit_tool_output = false;
     let out = h.compact(&input.thread, 100_000, None).expect("renders");
     let (_, an, _) = all_forms_valid(&out.request);
+    // The cache marks compactd adds (tested on their own) aside.
+    let plain = ProviderOptions {
+        prompt_cache: compactd::render::PromptCache {
+            breakpoints: false,
+            ..Default::default()
+        },
+        ..opts()
+    };
+    assert!(an["system"][0]["cache_control"].is_object());
+    let an = anthropic::to_anthropic(&out.request, &plain);
     assert_eq!(an["system"], body["system"]);
     // Assistant turns, thinking and signatures included, come back exactly;
     // user text may come back as a text block instead of a string.

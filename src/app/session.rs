@@ -235,7 +235,7 @@ pub(crate) struct Sessions {
 
 impl Weigh for Arc<PrefixTrace> {
     fn weight(&self) -> u64 {
-        64 + 12 * self.units.len() as u64
+        64 + 12 * (self.units.len() + self.cached.len()) as u64
     }
 }
 

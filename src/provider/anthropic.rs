@@ -85,16 +85,25 @@ pub fn to_anthropic(req: &Request, opts: &ProviderOptions) -> Value {
 
     // (is_assistant, blocks) per output message, merged as we go.
     let ids = ToolIds::of(req, IdRules::PlainCharset);
+    // With the range of request messages each turn holds.
     let mut turns: Vec<(bool, Vec<Value>)> = Vec::new();
+    let mut sources: Vec<std::ops::Range<usize>> = Vec::new();
     for (k, m) in req.messages[lead..].iter().enumerate() {
         let (assistant, blocks) = blocks(m, &ids, lead + k);
-        match turns.last_mut() {
-            Some((last, existing)) if *last == assistant => existing.extend(blocks),
-            _ => turns.push((assistant, blocks)),
+        match (turns.last_mut(), sources.last_mut()) {
+            (Some((last, existing)), Some(s)) if *last == assistant => {
+                existing.extend(blocks);
+                s.end = lead + k + 1;
+            }
+            _ => {
+                turns.push((assistant, blocks));
+                sources.push(lead + k..lead + k + 1);
+            }
         }
     }
     if turns.first().is_none_or(|(assistant, _)| *assistant) {
         turns.insert(0, (false, vec![text_block(CONTINUATION_TEXT)]));
+        sources.insert(0, lead..lead);
     }
     let last = turns.len() - 1;
     let messages: Vec<Value> = turns
@@ -119,7 +128,12 @@ pub fn to_anthropic(req: &Request, opts: &ProviderOptions) -> Value {
             Value::Array(req.tools.iter().map(tool).collect()),
         );
     }
-    Value::Object(body)
+    let mut body = Value::Object(body);
+    if opts.prompt_cache.breakpoints {
+        let wanted = super::anthropic_cache::wanted(req, &sources);
+        super::anthropic_cache::place(&mut body, &wanted);
+    }
+    body
 }
 
 /// One turn's message. Stable partition: results open a user turn; an
@@ -373,6 +387,13 @@ fn tool(t: &ToolSchema) -> Value {
 /// text blocks or system prompt, and a final assistant turn ending in whitespace.
 pub fn check_structure(body: &Value) -> Result<(), String> {
     let messages = messages_of(body)?;
+    let marks = super::anthropic_cache::count_marks(body);
+    if marks > super::anthropic_cache::MAX_BREAKPOINTS {
+        return Err(format!(
+            "{marks} cache_control breakpoints (the API takes at most {})",
+            super::anthropic_cache::MAX_BREAKPOINTS
+        ));
+    }
     // tool_use ids of the previous assistant message, still to be answered.
     let mut open: BTreeSet<String> = BTreeSet::new();
     let mut seen_ids: BTreeSet<String> = BTreeSet::new();
@@ -624,8 +645,13 @@ pub fn count_body(body: &Value, bc: &BodyCounter<'_>) -> u32 {
     let o = bc.overhead();
     let text = |v: &Value| bc.text(v);
     let mut n = o.reply_priming;
-    if let Some(system) = body.get("system") {
-        n += o.per_message + text(system);
+    // A marked system prompt is one text block.
+    match body.get("system") {
+        Some(Value::Array(blocks)) => {
+            n += o.per_message + blocks.iter().map(|b| text(&b["text"])).sum::<u32>();
+        }
+        Some(system) => n += o.per_message + text(system),
+        None => {}
     }
     let blocks_tokens = |blocks: &[Value]| -> u32 {
         blocks

@@ -161,7 +161,7 @@ mod tests {
             ] {
                 let counter = counter_for_model(model);
                 let rc = RequestCounter::for_target(counter.as_ref(), &ledger, Format::target(Some(format), model));
-                let opts = ProviderOptions { model: model.into(), max_output_tokens: Some(512) };
+                let opts = ProviderOptions { model: model.into(), max_output_tokens: Some(512), ..Default::default() };
                 let body = match format {
                     Format::OpenAiChat => openai::to_openai(&req, &opts),
                     Format::AnthropicMessages => anthropic::to_anthropic(&req, &opts),

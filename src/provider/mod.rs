@@ -31,6 +31,7 @@
 use serde::{Deserialize, Serialize};
 
 pub mod anthropic;
+pub mod anthropic_cache;
 mod body;
 mod import;
 pub mod neutral;
@@ -154,6 +155,20 @@ pub(crate) fn same_arguments(v: &Value, arguments: &Value) -> bool {
         .is_some_and(|a| import::parse_arguments(Some(&Value::String(a.to_string()))) == *arguments)
 }
 
+/// OpenAI's prompt-cache routing key and safety identifier, as the caller
+/// gave them: they route the request to a cache and name the end user, and
+/// change nothing the model reads.
+fn openai_cache_fields(body: &mut serde_json::Map<String, Value>, opts: &ProviderOptions) {
+    for (key, value) in [
+        ("prompt_cache_key", &opts.prompt_cache.key),
+        ("safety_identifier", &opts.prompt_cache.safety_identifier),
+    ] {
+        if let Some(v) = value {
+            body.insert(key.into(), Value::String(v.clone()));
+        }
+    }
+}
+
 /// A rendered request in its format.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Encoded {
@@ -208,6 +223,28 @@ impl Format {
             Format::OpenAiChat => openai_chat::check_pairing(body),
             Format::AnthropicMessages => anthropic::check_structure(body),
             Format::OpenAiResponses => openai_responses::check_structure(body),
+        }
+    }
+
+    /// How the provider's prompt cache serves bodies of this format for
+    /// `model` (`None`: neutral output has no body).
+    pub fn cache_rules(self, model: &str) -> Option<crate::render::cache::Rules> {
+        use crate::render::cache::Rules;
+        match self {
+            Format::Neutral => None,
+            Format::AnthropicMessages => Some(Rules::Breakpoints {
+                minimum: anthropic_cache::minimum_cacheable(model),
+            }),
+            Format::OpenAiChat | Format::OpenAiResponses => Some(Rules::Automatic),
+        }
+    }
+
+    /// Where a body's blocks and cache marks are (only breakpoint formats
+    /// have marks).
+    pub fn cache_layout(self, body: &Value) -> crate::render::cache::Layout {
+        match self {
+            Format::AnthropicMessages => anthropic_cache::layout(body),
+            _ => crate::render::cache::Layout::default(),
         }
     }
 

@@ -53,6 +53,7 @@ pub fn into_openai(req: Request, opts: &ProviderOptions) -> Value {
     if let Some(max) = opts.max_output_tokens {
         body.insert("max_completion_tokens".into(), json!(max));
     }
+    super::openai_cache_fields(&mut body, opts);
     Value::Object(body)
 }
 

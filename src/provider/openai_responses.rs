@@ -75,6 +75,7 @@ pub fn into_responses(req: Request, opts: &ProviderOptions) -> Value {
     if let Some(max) = opts.max_output_tokens {
         body.insert("max_output_tokens".into(), json!(max));
     }
+    super::openai_cache_fields(&mut body, opts);
     Value::Object(body)
 }
 

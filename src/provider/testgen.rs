@@ -11,6 +11,11 @@ pub(crate) fn opts() -> ProviderOptions {
     ProviderOptions {
         model: "test-model".into(),
         max_output_tokens: None,
+        // The format tests read bodies as encoded; the marks have their own.
+        prompt_cache: crate::render::PromptCache {
+            breakpoints: false,
+            ..Default::default()
+        },
     }
 }
 

@@ -25,6 +25,11 @@ fn opts() -> ProviderOptions {
     ProviderOptions {
         model: "m".into(),
         max_output_tokens: None,
+        // The format tests read bodies as encoded; the marks have their own.
+        prompt_cache: crate::render::PromptCache {
+            breakpoints: false,
+            ..Default::default()
+        },
     }
 }
 

@@ -2,6 +2,7 @@
 //! payloads. Pure and deterministic.
 
 pub mod assembly;
+pub mod cache;
 mod count;
 pub mod images;
 
@@ -27,4 +28,4 @@ pub use renderer::{
     summary_text, Rehydrated, RenderInput, RenderOptions, SummaryTexts,
     DEFAULT_TOOL_RESULT_MAX_CHARS, RENDER_FORMAT_VERSION,
 };
-pub use request::{Origin, ProviderOptions, RenderedMessage, Request};
+pub use request::{Origin, PromptCache, ProviderOptions, RenderedMessage, Request};

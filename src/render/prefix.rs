@@ -9,6 +9,7 @@
 //! 64-bit hash and its tokens; two renders share a prefix for as many
 //! leading units as have equal hashes.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
@@ -19,7 +20,7 @@ use serde_json::value::RawValue;
 use crate::tokens::PassThrough;
 
 /// A render, unit by unit (see the module documentation).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct PrefixTrace {
     /// Per unit, in order: a 64-bit hash of its bytes and its tokens
     /// (counted on the unit's JSON text).
@@ -28,7 +29,28 @@ pub struct PrefixTrace {
     /// before it was): a later render takes them only in the same counter.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub counted_by: String,
+    /// The prefixes the provider's cache holds after this render, by its
+    /// rules (see [`super::cache`]): (chain hash, tokens).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cached: Vec<(u64, u32)>,
+    /// Tokens of this body the provider is expected to read from its
+    /// cache; `None` without a previous render. Only for the response.
+    #[serde(skip)]
+    pub expected_cache_read: Option<u32>,
 }
+
+/// Two traces are the same render when their units, counter and cache
+/// are: what a render expected to be read is its response's, not the
+/// trace's (a session head kept without it is the same head).
+impl PartialEq for PrefixTrace {
+    fn eq(&self, other: &Self) -> bool {
+        self.units == other.units
+            && self.counted_by == other.counted_by
+            && self.cached == other.cached
+    }
+}
+
+impl Eq for PrefixTrace {}
 
 #[derive(Deserialize)]
 struct Body<'a> {
@@ -44,6 +66,41 @@ struct Body<'a> {
     messages: Option<Vec<&'a RawValue>>,
     #[serde(borrow, default)]
     input: Option<Vec<&'a RawValue>>,
+}
+
+/// A unit's JSON without the `cache_control` markers in it. Providers
+/// leave the markers out of what they cache, so a mark that moves on to a
+/// later message leaves the one it was on the same unit (hashed and
+/// counted alike). A marker is a key with an object of plain values
+/// (`{"type":"ephemeral"}`, `{"ttl":"1h","type":"ephemeral"}`); the text
+/// of a JSON string cannot hold one, as its quotes would be escaped.
+fn unmarked(json: &str) -> Cow<'_, str> {
+    const KEY: &str = "\"cache_control\":{";
+    let finder = memchr::memmem::Finder::new(KEY);
+    if finder.find(json.as_bytes()).is_none() {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len());
+    let mut rest = json;
+    while let Some(at) = finder.find(rest.as_bytes()) {
+        let Some(close) = rest[at..].find('}') else {
+            break;
+        };
+        let (before, mut after) = (&rest[..at], &rest[at + close + 1..]);
+        // One comma goes with it: the one after, else the one before.
+        match after.strip_prefix(',') {
+            Some(a) => after = a,
+            None => {
+                out.push_str(before.strip_suffix(',').unwrap_or(before));
+                rest = after;
+                continue;
+            }
+        }
+        out.push_str(before);
+        rest = after;
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
 }
 
 /// xxh3: fast over a whole body every turn, and stable across releases and
@@ -87,16 +144,18 @@ impl PrefixTrace {
     ) -> PrefixTrace {
         let known = Known::of(known.map_or(&[][..], |k| &k.units), messages.len() + 1);
         let mut units = Vec::with_capacity(messages.len() + 1);
-        let h = hash64(&head);
+        let head = head.map(unmarked);
+        let h = hash64(&head.each_ref().map(|t| &**t));
         let tokens = known.get(h);
         units.push((
             h,
             tokens.unwrap_or_else(|| head.iter().map(|t| count(t)).sum()),
         ));
         // Each unit with its count from the last trace, looked up once.
-        let messages: Vec<(u64, &str, Option<u32>)> = messages
+        let messages: Vec<(u64, Cow<'_, str>, Option<u32>)> = messages
             .map(|m| {
-                let h = hash64(&[m]);
+                let m = unmarked(m);
+                let h = hash64(&[&m]);
                 (h, m, known.get(h))
             })
             .collect();
@@ -111,7 +170,7 @@ impl PrefixTrace {
         units.extend(counted);
         PrefixTrace {
             units,
-            counted_by: String::new(),
+            ..PrefixTrace::default()
         }
     }
 
@@ -598,5 +657,42 @@ mod tests {
     fn what_is_not_a_body_has_no_trace() {
         assert!(PrefixTrace::of_body("[1,2]", words).is_none());
         assert!(PrefixTrace::of_body(r#"{"model":"m"}"#, words).is_none());
+    }
+
+    #[test]
+    fn cache_markers_are_not_part_of_a_unit() {
+        for (marked, plain) in [
+            (
+                r#"{"cache_control":{"type":"ephemeral"},"text":"a","type":"text"}"#,
+                r#"{"text":"a","type":"text"}"#,
+            ),
+            (
+                r#"{"a":1,"cache_control":{"ttl":"1h","type":"ephemeral"}}"#,
+                r#"{"a":1}"#,
+            ),
+            (
+                r#"{"text":"say \"cache_control\":{} here"}"#,
+                r#"{"text":"say \"cache_control\":{} here"}"#,
+            ),
+        ] {
+            assert_eq!(unmarked(marked), plain);
+        }
+        // A mark that moves on leaves the message it was on the same unit.
+        let body = |marked: usize| {
+            let messages: Vec<serde_json::Value> = (0..3)
+                .map(|i| {
+                    let mut block = serde_json::json!({"type": "text", "text": format!("m{i}")});
+                    if i == marked {
+                        block["cache_control"] = serde_json::json!({"type": "ephemeral"});
+                    }
+                    serde_json::json!({"role": "user", "content": [block]})
+                })
+                .collect();
+            serde_json::json!({"model": "m", "messages": messages})
+        };
+        let (_, a) = to_json_traced(&body(1), words, None).unwrap();
+        let (_, b) = to_json_traced(&body(2), words, None).unwrap();
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(a.units, b.units);
     }
 }

@@ -76,11 +76,40 @@ pub struct Request {
 }
 
 /// Provider-specific settings for the OpenAI and Anthropic payloads.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProviderOptions {
     /// Model name written into the payload.
     pub model: String,
     /// `max_tokens` for the response (required by Anthropic; optional for OpenAI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,
+    /// The provider's prompt cache: breakpoints, routing key, end user.
+    #[serde(default)]
+    pub prompt_cache: PromptCache,
+}
+
+/// How a body addresses the provider's prompt cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PromptCache {
+    /// Place cache breakpoints (Anthropic's `cache_control`, see
+    /// [`crate::provider::anthropic_cache`]); on unless the caller turns it
+    /// off, since without them Anthropic caches nothing.
+    pub breakpoints: bool,
+    /// OpenAI's `prompt_cache_key`, written into OpenAI bodies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// OpenAI's `safety_identifier`, written into OpenAI bodies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub safety_identifier: Option<String>,
+}
+
+impl Default for PromptCache {
+    fn default() -> Self {
+        PromptCache {
+            breakpoints: true,
+            key: None,
+            safety_identifier: None,
+        }
+    }
 }

@@ -196,6 +196,7 @@ impl Harness {
                         plan_version: 0,
                         format,
                         max_output_tokens: None,
+                        prompt_cache: Default::default(),
                         rehydrate_artifact_ids: Vec::new(),
                         omit_pending_calls: self.omit_pending_calls,
                         auto_rehydrate: None,

@@ -115,6 +115,48 @@ def test_anthropic_body_with_thinking_renders_for_the_anthropic_sdk(client):
             assert set(results) <= uses, (i, results, uses)
 
 
+def _marks(body):
+    """cache_control breakpoints in an Anthropic body."""
+    blocks = body["system"] if isinstance(body.get("system"), list) else []
+    for m in body["messages"]:
+        if isinstance(m["content"], list):
+            blocks = blocks + m["content"]
+    return sum(1 for b in blocks if isinstance(b, dict) and "cache_control" in b)
+
+
+def test_prompt_cache_fields_reach_the_provider_bodies(client):
+    body = load("claude_code_rust_port.anthropic.json")
+    # Above the model's least cacheable prefix (4,096 tokens for Opus 4.5).
+    first = client.render(body, thread_id="py-cache", model=body["model"], budget=12_000)
+    assert 1 <= _marks(first.body) <= 4
+    assert first.expected_cache_read_tokens is None, "no render before the first"
+    fake = FakeModel()
+    sdk = anthropic.Anthropic(api_key="test", http_client=httpx2.Client(transport=fake.transport(httpx2)))
+    sdk.messages.create(**first.body)
+    assert fake.bodies[-1][1]["messages"] == first.body["messages"], "the SDK sends the marks as they are"
+    again = client.render(body, thread_id="py-cache", model=body["model"], budget=12_000)
+    assert again.body == first.body
+    assert 0 < again.expected_cache_read_tokens <= again.tokens
+    off = client.render(body, thread_id="py-cache-off", model=body["model"], budget=12_000, cache_breakpoints=False)
+    assert _marks(off.body) == 0, "the log carries no marks of its own"
+    # OpenAI's routing key and end-user id: from the body, or as given.
+    chat = {
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": "Plan the port."}],
+        "prompt_cache_key": "acme/agent-7",
+        "safety_identifier": "u-1f3a",
+    }
+    r = client.render(chat, thread_id="py-cache-chat", model="gpt-4o", budget=BUDGET)
+    assert (r.body["prompt_cache_key"], r.body["safety_identifier"]) == ("acme/agent-7", "u-1f3a")
+    r = client.render(
+        chat, thread_id="py-cache-responses", model="gpt-4o", budget=BUDGET, format="responses", prompt_cache_key="other"
+    )
+    assert (r.body["prompt_cache_key"], r.body["safety_identifier"]) == ("other", "u-1f3a")
+    with pytest.raises(CompactdError) as e:
+        client.render(chat, thread_id="py-cache-bad", model="gpt-4o", budget=BUDGET, prompt_cache_key="k" * 65)
+    assert e.value.field == "prompt_cache_key"
+
+
 def test_sdk_objects_are_taken_as_they_are(client):
     """An assistant reply appended as the SDK returned it (a pydantic model)."""
     fake = FakeModel()

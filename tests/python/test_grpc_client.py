@@ -240,7 +240,8 @@ def test_render_anthropic_compact_first(api, stub):
     )
     payload = json.loads(out.provider_payload_json)
     assert payload["max_tokens"] == 1024
-    assert payload["system"] == SYSTEM
+    # The system prompt goes as one text block, marked for the prompt cache.
+    assert payload["system"] == [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
     assert_anthropic_pairing(payload)
 
 

@@ -46,6 +46,8 @@ pub struct RenderCommand {
     pub format: Format,
     /// Response `max_tokens` written into provider payloads.
     pub max_output_tokens: Option<u32>,
+    /// How the body addresses the provider's prompt cache.
+    pub prompt_cache: crate::render::PromptCache,
     /// Artifacts to inject for this turn only.
     pub rehydrate_artifact_ids: Vec<String>,
     /// Leave tool calls without a result out instead of refusing.
@@ -105,6 +107,9 @@ pub struct RenderOutcome {
     /// Tokens of the leading part of the body the previous render of this
     /// thread sent byte for byte; `None` when no previous render is known.
     pub unchanged_prefix_tokens: Option<u32>,
+    /// Tokens of the body the provider is expected to read from its
+    /// prompt cache; `None` as for `unchanged_prefix_tokens`.
+    pub expected_cache_read_tokens: Option<u32>,
     /// The append session after the call, when the request used one.
     pub session: Option<super::SessionState>,
     /// What the next render of this thread may keep (taken by the app
@@ -146,8 +151,13 @@ impl App {
                 (Some(now), Some(previous)) => Some(now.unchanged_since(previous).0),
                 _ => None,
             };
+            let expected_cache_read_tokens = match &done.previous {
+                Some(_) => done.out.trace.as_ref().and_then(|t| t.expected_cache_read),
+                None => None,
+            };
             Ok(RenderOutcome {
                 unchanged_prefix_tokens,
+                expected_cache_read_tokens,
                 session: done.session,
                 ..done.out
             })
@@ -424,6 +434,7 @@ impl App {
                 recalled: done.recalled,
                 trace: done.trace,
                 unchanged_prefix_tokens: None,
+                expected_cache_read_tokens: None,
                 session: None,
                 stable: done.next.map(Arc::new),
                 kept,

@@ -87,6 +87,7 @@ fn render_cmd(thread: Thread, budget: u32, session: SessionInput) -> RenderComma
         plan_version: 0,
         format: Format::OpenAiChat,
         max_output_tokens: Some(512),
+        prompt_cache: Default::default(),
         rehydrate_artifact_ids: Vec::new(),
         omit_pending_calls: true,
         auto_rehydrate: None,

@@ -3,7 +3,7 @@
 use super::*;
 use crate::model::Role;
 use crate::provider::testgen::{self, calls, msg};
-use crate::render::RenderedMessage;
+use crate::render::{ProviderOptions, RenderedMessage};
 
 fn call(id: &str) -> RenderedMessage {
     calls("", &[(id, "search", serde_json::json!({}))])
@@ -40,7 +40,10 @@ fn output_as(request: Request, format: Format) -> Result<RenderedOutput> {
     output(
         request,
         format,
-        ("gpt-4o".into(), None),
+        ProviderOptions {
+            model: "gpt-4o".into(),
+            ..ProviderOptions::default()
+        },
         &rc(),
         budget,
         None,
@@ -65,7 +68,10 @@ fn a_trace_counted_by_another_counter_is_counted_again() {
         let (_, trace, _) = output(
             req.clone(),
             Format::OpenAiChat,
-            ("gpt-4o".into(), None),
+            ProviderOptions {
+                model: "gpt-4o".into(),
+                ..ProviderOptions::default()
+            },
             rc,
             budget,
             known,
@@ -88,7 +94,12 @@ fn a_trace_counted_by_another_counter_is_counted_again() {
     // (Taking o200k's counts would fail the check every debug build
     // makes: the trace must be what counting the body gives.)
     assert_eq!(traced(&other, Some(&o200k)), fresh);
-    assert_eq!(traced(&other, Some(&fresh)), fresh);
+    let again = traced(&other, Some(&fresh));
+    assert_eq!(
+        (again.units, again.counted_by),
+        (fresh.units, fresh.counted_by)
+    );
+    assert_eq!(again.expected_cache_read, Some(0), "under OpenAI's minimum");
 }
 
 fn refused(r: Result<RenderedOutput>) -> bool {
@@ -125,6 +136,7 @@ fn render_first(request: CompactCommand) -> RenderCommand {
         plan_version: 0,
         format: Format::OpenAiChat,
         max_output_tokens: None,
+        prompt_cache: Default::default(),
         rehydrate_artifact_ids: Vec::new(),
         omit_pending_calls: false,
         auto_rehydrate: None,

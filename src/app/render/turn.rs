@@ -333,7 +333,11 @@ pub(super) fn render_turn(
     let (output, trace, next) = output(
         request,
         cmd.format,
-        (model, cmd.max_output_tokens),
+        ProviderOptions {
+            model,
+            max_output_tokens: cmd.max_output_tokens,
+            prompt_cache: cmd.prompt_cache.clone(),
+        },
         rc,
         (&mut tokens, window),
         previous,
@@ -413,6 +417,7 @@ pub(super) fn stable_key(cmd: &RenderCommand, model: &str, counter: &str) -> u64
         cmd.format.name(),
         model,
         cmd.max_output_tokens,
+        &cmd.prompt_cache,
         r.system.as_deref(),
         r.tools.as_slice(),
         &r.policy,
@@ -537,16 +542,12 @@ pub(super) fn render_warnings(request: &Request, format: Format) -> Vec<String> 
 pub(super) fn output(
     request: Request,
     format: Format,
-    (model, max_output_tokens): (String, Option<u32>),
+    opts: ProviderOptions,
     rc: &RequestCounter<'_>,
     (budgeted, window): (&mut RequestTokens, u32),
     known: Option<&PrefixTrace>,
     (part, next): (Option<&StablePart>, Option<Next<'_>>),
 ) -> Result<(RenderedOutput, Option<PrefixTrace>, Option<StablePart>)> {
-    let opts = ProviderOptions {
-        model,
-        max_output_tokens,
-    };
     let mut request = request;
     // The system prompt is the first element of a body written whole, and
     // was sent with a kept part.
@@ -618,9 +619,16 @@ pub(super) fn output(
         PrefixTrace::of_body(&json, |t| rc.text(t)),
         "the trace written with the body is the one read from it"
     );
-    let trace = trace.map(|t| PrefixTrace {
-        counted_by: counter.to_string(),
-        ..t
+    let trace = trace.map(|t| {
+        let mut t = PrefixTrace {
+            counted_by: counter.to_string(),
+            ..t
+        };
+        if let Some(rules) = format.cache_rules(&opts.model) {
+            let layout = format.cache_layout(&payload);
+            crate::render::cache::reckon(&mut t, &layout, rules, known, Some(budgeted.total));
+        }
+        t
     });
     Ok((RenderedOutput::Payload(json), trace, next))
 }
@@ -670,7 +678,7 @@ fn joined(
     let json = p.body_with(&json, &spans, through_cut).ok_or_else(unkept)?;
     let trace = PrefixTrace {
         units: p.units_with(&tail.units, through_cut),
-        counted_by: String::new(),
+        ..PrefixTrace::default()
     };
     Ok((json, Some(trace)))
 }

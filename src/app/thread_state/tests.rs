@@ -85,6 +85,7 @@ fn render_of(request: CompactCommand, format: usize) -> RenderCommand {
             Format::AnthropicMessages,
         ][format],
         max_output_tokens: None,
+        prompt_cache: Default::default(),
         rehydrate_artifact_ids: Vec::new(),
         omit_pending_calls: false,
         auto_rehydrate: None,

@@ -293,6 +293,22 @@ pub fn compact_command_reusing(
     })
 }
 
+/// An OpenAI cache field as given: 1 to 64 bytes (the API's limit) without
+/// control characters.
+fn cache_field(v: Option<String>, field: &str) -> Result<Option<String>> {
+    match v {
+        Some(s) if s.is_empty() || s.len() > 64 => Err(ConvertError::new(
+            field.to_string(),
+            "must be 1 to 64 bytes",
+        )),
+        Some(s) if s.chars().any(char::is_control) => Err(ConvertError::new(
+            field.to_string(),
+            "must not contain control characters",
+        )),
+        v => Ok(v),
+    }
+}
+
 /// A Render request as a command.
 pub fn render_command(r: pb::RenderRequest, base: &Policy) -> Result<RenderCommand> {
     render_command_reusing(r, base, &mut ThreadReuse::default())
@@ -310,6 +326,11 @@ pub fn render_command_reusing(
         compact_first: r.compact_first,
         plan_version: r.plan_version,
         max_output_tokens: r.max_output_tokens,
+        prompt_cache: crate::render::PromptCache {
+            breakpoints: r.cache_breakpoints.unwrap_or(true),
+            key: cache_field(r.prompt_cache_key, "prompt_cache_key")?,
+            safety_identifier: cache_field(r.safety_identifier, "safety_identifier")?,
+        },
         rehydrate_artifact_ids: r.rehydrate_artifact_ids,
         omit_pending_calls: r.omit_pending_calls,
         auto_rehydrate: r.auto_rehydrate,
@@ -551,6 +572,7 @@ pub fn render_response(out: RenderOutcome, known_plan_version: Option<u64>) -> p
         rehydrated: out.rehydrated.iter().map(Into::into).collect(),
         session: out.session.map(Into::into),
         unchanged_prefix_tokens: out.unchanged_prefix_tokens,
+        expected_cache_read_tokens: out.expected_cache_read_tokens,
     }
 }
 

@@ -657,6 +657,7 @@ fn check_body(format: Format, out: &RenderOutcome) -> Result<(), String> {
     let opts = ProviderOptions {
         model: "fuzz".into(),
         max_output_tokens: None,
+        ..Default::default()
     };
     match &out.output {
         RenderedOutput::Neutral(req) => {

@@ -71,6 +71,9 @@ class Rendered:
     warnings: List[str]
     plan: Optional[Any]
     response: Any = field(repr=False)
+    # Tokens the provider is expected to read from its prompt cache (None on
+    # a thread's first call).
+    expected_cache_read_tokens: Optional[int] = None
     # Bytes of the request that went on the wire: after the first call of a
     # thread, what was appended, not the whole conversation.
     request_bytes: int = 0
@@ -222,6 +225,9 @@ class _Calls:
         injections: Union[Sequence[Tuple[str, str]], Mapping[str, str], None] = None,
         bootstrap: Optional[Mapping[str, str]] = None,
         workspace: Optional[Mapping[str, str]] = None,
+        cache_breakpoints: Optional[bool] = None,
+        prompt_cache_key: Optional[str] = None,
+        safety_identifier: Optional[str] = None,
     ) -> _Pending:
         if not thread_id:
             raise ValueError("thread_id is required: plans and artifacts are kept per thread")
@@ -291,6 +297,14 @@ class _Calls:
             req.start_session = True
         if max_output_tokens is not None:
             req.max_output_tokens = max_output_tokens
+        if cache_breakpoints is not None:
+            req.cache_breakpoints = cache_breakpoints
+        # OpenAI's cache routing key and end-user id: as given, else as the
+        # conversation's body carries them.
+        for name, value in (("prompt_cache_key", prompt_cache_key), ("safety_identifier", safety_identifier)):
+            value = value if value is not None else rest.get(name)
+            if isinstance(value, str):
+                setattr(req, name, value)
         if policy:
             req.policy.CopyFrom(pb.PolicyOverrides(**policy))
         if state.plan is not None:
@@ -346,6 +360,9 @@ class _Calls:
             compacted=not c.reused,
             unchanged_prefix_tokens=(
                 resp.unchanged_prefix_tokens if resp.HasField("unchanged_prefix_tokens") else None
+            ),
+            expected_cache_read_tokens=(
+                resp.expected_cache_read_tokens if resp.HasField("expected_cache_read_tokens") else None
             ),
             warnings=list(c.warnings) + list(resp.audit.warnings),
             plan=plan,
@@ -521,6 +538,9 @@ class Client(_Calls):
         injections: Union[Sequence[Tuple[str, str]], Mapping[str, str], None] = None,
         bootstrap: Optional[Mapping[str, str]] = None,
         workspace: Optional[Mapping[str, str]] = None,
+        cache_breakpoints: Optional[bool] = None,
+        prompt_cache_key: Optional[str] = None,
+        safety_identifier: Optional[str] = None,
     ) -> Rendered:
         """Compacts the conversation if it needs it and renders it within
         `budget` tokens (0: the server's default) for `model`, in `format`
@@ -549,6 +569,13 @@ class Client(_Calls):
         - `task_outcome`: "succeeded" or "failed", how the agent's task
           ended since the last call (a quality signal the server counts);
           anything else raises ValueError.
+
+        The provider's prompt cache (docs/api.md, "Prompt caching"): Anthropic
+        bodies get cache breakpoints unless `cache_breakpoints=False`;
+        `prompt_cache_key` and `safety_identifier` go into OpenAI bodies (by
+        default as the conversation's body carries them).
+        `Rendered.expected_cache_read_tokens` is what the provider should
+        read from its cache.
         """
         # One call per thread at a time: each builds on what the last sent.
         with self._thread_lock(thread_id):
@@ -570,6 +597,9 @@ class Client(_Calls):
                 injections=injections,
                 bootstrap=bootstrap,
                 workspace=workspace,
+                cache_breakpoints=cache_breakpoints,
+                prompt_cache_key=prompt_cache_key,
+                safety_identifier=safety_identifier,
             )
             try:
                 resp = self._call(self._stub.Render, p.request)
@@ -677,6 +707,9 @@ class AsyncClient(_Calls):
         injections: Union[Sequence[Tuple[str, str]], Mapping[str, str], None] = None,
         bootstrap: Optional[Mapping[str, str]] = None,
         workspace: Optional[Mapping[str, str]] = None,
+        cache_breakpoints: Optional[bool] = None,
+        prompt_cache_key: Optional[str] = None,
+        safety_identifier: Optional[str] = None,
     ) -> Rendered:
         """See [`Client.render`]."""
         async with self._thread_lock(thread_id):
@@ -698,6 +731,9 @@ class AsyncClient(_Calls):
                 injections=injections,
                 bootstrap=bootstrap,
                 workspace=workspace,
+                cache_breakpoints=cache_breakpoints,
+                prompt_cache_key=prompt_cache_key,
+                safety_identifier=safety_identifier,
             )
             try:
                 resp = await self._call(self._stub.Render, p.request)

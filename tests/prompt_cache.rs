@@ -1,0 +1,286 @@
+//! The provider's prompt cache across an agent session through gRPC: each
+//! Anthropic body compactd renders is answered by a stand-in for the
+//! Messages API's cache, which implements its published rules and counts
+//! with a tokenizer other than compactd's (cl100k_base). Between
+//! compactions nearly every input token is a cache read, and the share
+//! compactd expects to be read is the share the stand-in reads.
+
+use std::collections::HashSet;
+
+use crate::server_common;
+
+use compactd::proto::pb;
+use serde_json::Value;
+use server_common::*;
+
+type Client = pb::compaction_service_client::CompactionServiceClient<tonic::transport::Channel>;
+
+const MODEL: &str = "claude-sonnet-4-5";
+
+/// The Messages API's prompt cache, by its documentation: the prompt is
+/// tools, then system blocks, then each message's content blocks; a request
+/// reads the longest prefix written before that ends at one of its marked
+/// blocks or at most 20 blocks before one, and writes the prefix up to each
+/// marked block that is at least the model's minimum (1,024 tokens here).
+/// The marker itself is not cached content. Lifetimes are not modelled:
+/// the session's turns follow each other within five minutes.
+#[derive(Default)]
+struct AnthropicCache {
+    written: HashSet<u64>,
+}
+
+/// What the stand-in reports, as `usage` does.
+#[derive(Debug, Default, Clone, Copy)]
+struct Usage {
+    input_tokens: u64,
+    cache_read_input_tokens: u64,
+    cache_creation_input_tokens: u64,
+}
+
+impl Usage {
+    fn total(&self) -> u64 {
+        self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
+    }
+}
+
+const MINIMUM: u64 = 1024;
+const LOOKBACK: usize = 20;
+
+/// One block of a prompt: where it sits (so a block moved to another
+/// message is another prefix), its text without the marker, its mark.
+fn blocks(body: &Value) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    let mut push = |at: String, b: &Value| {
+        let mut b = b.clone();
+        let marked = b
+            .as_object_mut()
+            .and_then(|o| o.remove("cache_control"))
+            .is_some();
+        out.push((format!("{at}{b}"), marked));
+    };
+    for t in body["tools"].as_array().into_iter().flatten() {
+        push("tool".into(), t);
+    }
+    match &body["system"] {
+        Value::String(s) => push(
+            "system".into(),
+            &serde_json::json!({"type": "text", "text": s}),
+        ),
+        Value::Array(a) => a.iter().for_each(|b| push("system".into(), b)),
+        _ => {}
+    }
+    for (i, m) in body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let role = m["role"].as_str().unwrap_or_default().to_string();
+        match &m["content"] {
+            Value::String(s) => push(
+                format!("{i}{role}"),
+                &serde_json::json!({"type": "text", "text": s}),
+            ),
+            Value::Array(a) => a.iter().for_each(|b| push(format!("{i}{role}"), b)),
+            _ => {}
+        }
+    }
+    out
+}
+
+impl AnthropicCache {
+    fn answer(&mut self, body: &Value) -> Usage {
+        let counter = compactd::tokens::cl100k();
+        let blocks = blocks(body);
+        let (mut chain, mut cum) = (Vec::new(), Vec::new());
+        let (mut h, mut tokens) = (0u64, 0u64);
+        for (text, _) in &blocks {
+            h = xxhash_rust::xxh3::xxh3_64(format!("{h}:{text}").as_bytes());
+            tokens += counter.count(text) as u64;
+            chain.push(h);
+            cum.push(tokens);
+        }
+        let marks: Vec<usize> = (0..blocks.len()).filter(|&i| blocks[i].1).collect();
+        assert!(
+            marks.len() <= 4,
+            "the API refuses {} breakpoints",
+            marks.len()
+        );
+        let read = marks
+            .iter()
+            .filter_map(|&m| {
+                (m.saturating_sub(LOOKBACK)..=m)
+                    .rev()
+                    .find(|&p| self.written.contains(&chain[p]))
+            })
+            .map(|p| cum[p])
+            .max()
+            .unwrap_or(0);
+        let mut written_to = None;
+        for &m in &marks {
+            if cum[m] >= MINIMUM {
+                self.written.insert(chain[m]);
+                written_to = Some(cum[m]);
+            }
+        }
+        let creation = written_to.map_or(0, |w| w.saturating_sub(read));
+        Usage {
+            input_tokens: tokens - read - creation,
+            cache_read_input_tokens: read,
+            cache_creation_input_tokens: creation,
+        }
+    }
+}
+
+fn render_req(max_input_tokens: u32) -> pb::RenderRequest {
+    pb::RenderRequest {
+        compact_first: true,
+        format: pb::OutputFormat::AnthropicMessages as i32,
+        model: MODEL.into(),
+        max_input_tokens,
+        system_prompt: Some(
+            "You are a careful operator of the batch fleet. Check each shard you are asked \
+             about, read its log with read_file, and report what you find."
+                .into(),
+        ),
+        tools: vec![pb::ToolSchema {
+            name: "read_file".into(),
+            description: "Read a file of the workspace".into(),
+            parameters_json: r#"{"type":"object","properties":{"path":{"type":"string"}}}"#.into(),
+        }],
+        ..Default::default()
+    }
+}
+
+/// One model call of the session: `messages` appended to the session, the
+/// body rendered.
+async fn call_model(
+    client: &mut Client,
+    token: &str,
+    base: Option<u64>,
+    messages: Vec<pb::Message>,
+    tweak: impl Fn(&mut pb::RenderRequest),
+) -> pb::RenderResponse {
+    let mut req = render_req(24_000);
+    match base {
+        None => {
+            req.thread = Some(pb::Thread {
+                id: "cached".into(),
+                messages,
+            });
+            req.start_session = true;
+        }
+        Some(base_version) => {
+            req.append = Some(pb::ThreadAppend {
+                thread_id: "cached".into(),
+                base_version,
+                messages,
+                ..Default::default()
+            })
+        }
+    }
+    tweak(&mut req);
+    within(client.render(authed(req, token)))
+        .await
+        .expect("render")
+        .into_inner()
+}
+
+/// Per model call: the stand-in's usage, compactd's expectation and its
+/// count of the body, and whether a compaction made the body.
+struct Call {
+    usage: Usage,
+    expected: u64,
+    counted: u64,
+    compacted: bool,
+}
+
+/// The session's model calls: per turn, one after the user's request (the
+/// model calls a tool) and one after the tool's result (it answers).
+async fn session(turns: u32, tweak: impl Fn(&mut pb::RenderRequest) + Copy) -> Vec<Call> {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let token = token("acme", &["compact", "render", "rehydrate"]);
+    let mut cache = AnthropicCache::default();
+    let (mut base, mut calls, mut answer) = (None, Vec::new(), Vec::new());
+    for n in 1..=turns {
+        let turn = agent_turn(n, 40, "worker processed batch");
+        let (user, call_and_result, last) = (turn[0].clone(), turn[1..3].to_vec(), turn[3].clone());
+        let opening = [std::mem::take(&mut answer), vec![user]].concat();
+        for append in [opening, call_and_result] {
+            let out = call_model(&mut client, &token, base, append, tweak).await;
+            base = out.session.as_ref().map(|s| s.version);
+            let body: Value = serde_json::from_str(&out.provider_payload_json).expect("a body");
+            calls.push(Call {
+                usage: cache.answer(&body),
+                expected: out.expected_cache_read_tokens.map_or(0, u64::from),
+                counted: out.tokens.as_ref().map_or(0, |t| u64::from(t.total)),
+                compacted: out
+                    .compaction
+                    .as_ref()
+                    .is_some_and(|c| !c.reused && c.triggered),
+            });
+        }
+        answer = vec![last];
+    }
+    calls
+}
+
+/// Shares over the calls after the first compaction: (read by the
+/// stand-in, expected by compactd), each of its own count's total.
+fn shares(calls: &[Call]) -> (f64, f64) {
+    let first = calls
+        .iter()
+        .position(|c| c.compacted)
+        .expect("the session compacts");
+    let after = &calls[first + 1..];
+    let sum = |f: &dyn Fn(&Call) -> u64| after.iter().map(f).sum::<u64>() as f64;
+    (
+        sum(&|c| c.usage.cache_read_input_tokens) / sum(&|c| c.usage.total()),
+        sum(&|c| c.expected) / sum(&|c| c.counted),
+    )
+}
+
+#[tokio::test]
+async fn an_agent_session_is_read_from_the_cache_as_compactd_expects() {
+    let calls = session(100, |r| r.max_input_tokens = 60_000).await;
+    let compactions = calls.iter().filter(|c| c.compacted).count();
+    assert!(compactions >= 2, "{compactions} compactions");
+    if std::env::var_os("PROMPT_CACHE_TRACE").is_some() {
+        for (i, c) in calls.iter().enumerate() {
+            eprintln!(
+                "{i}: {} read {}/{} expected {}/{}",
+                if c.compacted { "C" } else { " " },
+                c.usage.cache_read_input_tokens,
+                c.usage.total(),
+                c.expected,
+                c.counted
+            );
+        }
+    }
+    let (read, expected) = shares(&calls);
+    eprintln!(
+        "{} calls, {compactions} compactions: {:.1}% read from the cache, {:.1}% expected",
+        calls.len(),
+        100.0 * read,
+        100.0 * expected
+    );
+    assert!(
+        read >= 0.90,
+        "{:.1}% of input tokens read from the cache",
+        100.0 * read
+    );
+    assert!(
+        (read - expected).abs() <= 0.02,
+        "read {:.1}%, expected {:.1}%",
+        100.0 * read,
+        100.0 * expected
+    );
+}
+
+#[tokio::test]
+async fn without_breakpoints_nothing_is_read() {
+    let calls = session(12, |r| r.cache_breakpoints = Some(false)).await;
+    assert!(calls.iter().all(|c| c.usage.cache_read_input_tokens == 0));
+    assert!(calls.iter().skip(1).all(|c| c.expected == 0));
+}
