@@ -203,16 +203,39 @@ async fn session(turns: u32, tweak: impl Fn(&mut pb::RenderRequest) + Copy) -> V
     let token = token("acme", &["compact", "render", "rehydrate"]);
     let mut cache = AnthropicCache::default();
     let (mut base, mut calls, mut answer) = (None, Vec::new(), Vec::new());
+    // The stand-in's report on the last body, sent with the next call.
+    let mut report: Option<pb::ProviderUsage> = None;
     for n in 1..=turns {
         let turn = agent_turn(n, 40, "worker processed batch");
         let (user, call_and_result, last) = (turn[0].clone(), turn[1..3].to_vec(), turn[3].clone());
         let opening = [std::mem::take(&mut answer), vec![user]].concat();
         for append in [opening, call_and_result] {
-            let out = call_model(&mut client, &token, base, append, tweak).await;
+            let usage: Vec<pb::ProviderUsage> = report.take().into_iter().collect();
+            let out = call_model(&mut client, &token, base, append, |r| {
+                r.usage = usage.clone();
+                tweak(r)
+            })
+            .await;
+            let warnings = out
+                .audit
+                .as_ref()
+                .map(|a| a.warnings.clone())
+                .unwrap_or_default();
+            assert!(
+                warnings.iter().all(|w| !w.starts_with("usage")),
+                "{warnings:?}"
+            );
             base = out.session.as_ref().map(|s| s.version);
             let body: Value = serde_json::from_str(&out.provider_payload_json).expect("a body");
+            let usage = cache.answer(&body);
+            report = Some(pb::ProviderUsage {
+                body_digest: out.body_digest.clone(),
+                input_tokens: u32::try_from(usage.total()).expect("fits"),
+                cache_read_tokens: u32::try_from(usage.cache_read_input_tokens).expect("fits"),
+                cache_write_tokens: u32::try_from(usage.cache_creation_input_tokens).expect("fits"),
+            });
             calls.push(Call {
-                usage: cache.answer(&body),
+                usage,
                 expected: out.expected_cache_read_tokens.map_or(0, u64::from),
                 counted: out.tokens.as_ref().map_or(0, |t| u64::from(t.total)),
                 compacted: out
@@ -283,4 +306,47 @@ async fn without_breakpoints_nothing_is_read() {
     let calls = session(12, |r| r.cache_breakpoints = Some(false)).await;
     assert!(calls.iter().all(|c| c.usage.cache_read_input_tokens == 0));
     assert!(calls.iter().skip(1).all(|c| c.expected == 0));
+}
+
+#[tokio::test]
+async fn a_report_names_its_body_or_is_refused() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let token = token("acme", &["compact", "render"]);
+    let first = call_model(&mut client, &token, None, agent_turn(1, 4, "ok"), |_| {}).await;
+    assert_eq!(first.body_digest.len(), 16);
+    let base = first.session.as_ref().map(|s| s.version);
+    let report = |digest: &str, input: u32| pb::ProviderUsage {
+        body_digest: digest.into(),
+        input_tokens: input,
+        cache_read_tokens: 100,
+        cache_write_tokens: 20,
+    };
+    // Another body's digest is not counted, and the response says so.
+    let other = call_model(&mut client, &token, base, Vec::new(), |r| {
+        r.usage = vec![report("00000000000000ff", 500)];
+    })
+    .await;
+    let warnings = other.audit.expect("audit").warnings;
+    assert!(
+        warnings.iter().any(|w| w.starts_with("usage[0]")),
+        "{warnings:?}"
+    );
+    for (bad, field) in [
+        (report("not hex at all!!", 500), "usage[0].body_digest"),
+        (report(&first.body_digest, 50), "usage[0].input_tokens"),
+    ] {
+        let mut req = render_req(24_000);
+        req.append = Some(pb::ThreadAppend {
+            thread_id: "cached".into(),
+            base_version: other.session.as_ref().map_or(0, |s| s.version),
+            ..Default::default()
+        });
+        req.usage = vec![bad];
+        let status = within(client.render(authed(req, &token)))
+            .await
+            .expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().contains(field), "{}", status.message());
+    }
 }

@@ -232,6 +232,30 @@ async fn rpc_spans_carry_lifecycle_events_and_no_content() {
             .any(|s| s.summarizer_id.starts_with("llm:summary-mini")),
         "the LLM wrote no summary"
     );
+    // The provider's report on a body, sent with the next call.
+    let body_of = |usage: Vec<pb::ProviderUsage>| pb::RenderRequest {
+        thread: Some(forgetful.clone()),
+        format: pb::OutputFormat::OpenaiChat as i32,
+        model: "gpt-4o".into(),
+        max_input_tokens: 6_000,
+        usage,
+        ..Default::default()
+    };
+    let sent = within(client.render(authed(body_of(Vec::new()), &acme)))
+        .await
+        .expect("render")
+        .into_inner();
+    let report = pb::ProviderUsage {
+        body_digest: sent.body_digest.clone(),
+        input_tokens: 2_000,
+        cache_read_tokens: 1_024,
+        cache_write_tokens: 0,
+    };
+    let reported = within(client.render(authed(body_of(vec![report]), &acme)))
+        .await
+        .expect("render with a report")
+        .into_inner();
+    assert!(reported.audit.expect("audit").warnings.is_empty());
     let rendered = within(client.render(authed(
         pb::RenderRequest {
             thread: Some(forgetful),
@@ -521,6 +545,8 @@ async fn rpc_spans_carry_lifecycle_events_and_no_content() {
         "compactd.quality.thread_rehydration_requests",
         "compactd.quality.asked_for_compacted_context",
         "compactd.quality.task_outcomes",
+        "compactd.cache.predicted_tokens",
+        "compactd.cache.actual_tokens",
     ] {
         assert!(!points(&metrics, name).is_empty(), "no {name} metric");
     }
@@ -542,6 +568,7 @@ async fn rpc_spans_carry_lifecycle_events_and_no_content() {
     ));
     assert!(has("compactd.summarizer.calls", "outcome", "ok"));
     assert!(has("compactd.cache.lookups", "result", "miss"));
+    assert!(has("compactd.cache.actual_tokens", "format", "openai"));
     assert!(has("compactd.rehydrations", "mode", "rpc"));
     assert!(has(
         "compactd.quality.rehydration_requests",

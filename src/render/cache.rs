@@ -95,6 +95,57 @@ pub fn reckon(
     }
 }
 
+/// What a provider reported for one body it was sent (its `usage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProviderUsage {
+    /// The body, by [`body_digest`].
+    pub body_digest: u64,
+    /// Every input token the provider counted.
+    pub input_tokens: u32,
+    /// Of those, read from its cache.
+    pub cache_read_tokens: u32,
+    /// Of those, written to its cache.
+    pub cache_write_tokens: u32,
+}
+
+/// A provider's report beside what compactd expected of the same body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheObservation {
+    /// Tokens compactd expected to be read from the cache, in its count.
+    pub expected_read: u32,
+    /// The body's tokens in compactd's count.
+    pub counted: u32,
+    /// What the provider reported.
+    pub usage: ProviderUsage,
+}
+
+/// A digest of a traced body's content, cache marks left out: the same on
+/// every replica, and cheap (it chains the units' hashes).
+pub fn body_digest(trace: &PrefixTrace) -> u64 {
+    chain(&trace.units).last().map_or(0, |c| c.0)
+}
+
+/// The reports that answer `previous` (the body the last render sent) beside
+/// what it expected, and the positions of those that answer another body.
+pub fn observe(
+    previous: Option<&PrefixTrace>,
+    reports: &[ProviderUsage],
+) -> (Vec<CacheObservation>, Vec<usize>) {
+    let digest = previous.map(body_digest);
+    let (mut seen, mut other) = (Vec::new(), Vec::new());
+    for (i, r) in reports.iter().enumerate() {
+        match previous {
+            Some(p) if digest == Some(r.body_digest) => seen.push(CacheObservation {
+                expected_read: p.expected_cache_read.unwrap_or(0),
+                counted: p.body_tokens,
+                usage: *r,
+            }),
+            _ => other.push(i),
+        }
+    }
+    (seen, other)
+}
+
 /// OpenAI's read of an unchanged prefix of `tokens`.
 fn automatic_read(tokens: u32) -> u32 {
     if tokens < AUTOMATIC_MINIMUM {
@@ -280,5 +331,35 @@ mod tests {
             None,
         );
         assert_eq!(short.expected_cache_read, Some(0));
+    }
+
+    #[test]
+    fn a_report_is_set_beside_the_body_it_answers() {
+        let mut sent = trace(&[(1, 500), (2, 50)]);
+        sent.expected_cache_read = Some(400);
+        sent.body_tokens = 520;
+        let report = |digest| ProviderUsage {
+            body_digest: digest,
+            input_tokens: 300,
+            cache_read_tokens: 200,
+            cache_write_tokens: 20,
+        };
+        let (seen, other) = observe(Some(&sent), &[report(body_digest(&sent)), report(7)]);
+        assert_eq!(
+            seen,
+            vec![CacheObservation {
+                expected_read: 400,
+                counted: 520,
+                usage: report(body_digest(&sent)),
+            }]
+        );
+        assert_eq!(other, vec![1]);
+        let changed = trace(&[(1, 500), (3, 50)]);
+        assert_ne!(body_digest(&changed), body_digest(&sent));
+        assert_eq!(
+            observe(None, &[report(1)]).1,
+            vec![0],
+            "no body sent before"
+        );
     }
 }

@@ -34,14 +34,22 @@ pub struct PrefixTrace {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cached: Vec<(u64, u32)>,
     /// Tokens of this body the provider is expected to read from its
-    /// cache; `None` without a previous render. Only for the response.
-    #[serde(skip)]
+    /// cache; `None` without a previous render. Kept so that the provider's
+    /// report on this body, sent with the next call, is compared with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_cache_read: Option<u32>,
+    /// The body's own count (0: not said, as in traces kept before it was).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub body_tokens: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Two traces are the same render when their units, counter and cache
-/// are: what a render expected to be read is its response's, not the
-/// trace's (a session head kept without it is the same head).
+/// are: what a render of the same body expected to be read, and counted,
+/// does not make it another (a session head is not written again for it).
 impl PartialEq for PrefixTrace {
     fn eq(&self, other: &Self) -> bool {
         self.units == other.units

@@ -61,6 +61,8 @@ pub struct Metrics {
     plugin_estimate_error: Histogram<u64>,
     turns_between_compactions: Histogram<u64>,
     task_outcomes: Counter<u64>,
+    cache_predicted: Counter<u64>,
+    cache_actual: Counter<u64>,
 }
 
 // Each instrument's name, unit (counters) and description, as exported.
@@ -121,6 +123,16 @@ const TASK_OUTCOMES: (&str, &str, &str) = (
     "Task outcomes callers report, by outcome and whether the thread was compacted then",
 );
 const ASKED_FOR_COMPACTED: (&str, &str, &str) = ("compactd.quality.asked_for_compacted_context", "{turn}", "Turns in which the agent asked for something the thread had but the prompt no longer showed verbatim");
+const CACHE_PREDICTED: (&str, &str, &str) = (
+    "compactd.cache.predicted_tokens",
+    "{token}",
+    "Tokens compactd expected the provider to read from its prompt cache, for the bodies the provider reported on, by format",
+);
+const CACHE_ACTUAL: (&str, &str, &str) = (
+    "compactd.cache.actual_tokens",
+    "{token}",
+    "Tokens the provider reported reading from its prompt cache, for the same bodies, by format (in the provider's count)",
+);
 const PLUGIN_CALLS: (&str, &str, &str) = (
     "compactd.plugin.calls",
     "{call}",
@@ -199,6 +211,8 @@ impl Metrics {
                 .with_boundaries(COUNTS.to_vec())
                 .build(),
             task_outcomes: count(TASK_OUTCOMES),
+            cache_predicted: count(CACHE_PREDICTED),
+            cache_actual: count(CACHE_ACTUAL),
             asked_for_compacted: count(ASKED_FOR_COMPACTED),
             plugin_calls: count(PLUGIN_CALLS),
             // Errors are small next to request sizes: finer buckets.
@@ -324,6 +338,19 @@ impl Metrics {
                 &with_tenant(vec![KeyValue::new("source", source)], tenant),
             );
         }
+    }
+
+    /// A provider's report on a body beside what compactd expected of it.
+    pub fn prompt_cache(
+        &self,
+        o: &crate::render::cache::CacheObservation,
+        format: &'static str,
+        tenant: &str,
+    ) {
+        let attrs = with_tenant(vec![KeyValue::new("format", format)], tenant);
+        self.cache_predicted.add(u64::from(o.expected_read), &attrs);
+        self.cache_actual
+            .add(u64::from(o.usage.cache_read_tokens), &attrs);
     }
 
     /// The thread's read_artifact calls so far, sampled at a Render.

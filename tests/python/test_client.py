@@ -134,8 +134,13 @@ def test_prompt_cache_fields_reach_the_provider_bodies(client):
     sdk = anthropic.Anthropic(api_key="test", http_client=httpx2.Client(transport=fake.transport(httpx2)))
     sdk.messages.create(**first.body)
     assert fake.bodies[-1][1]["messages"] == first.body["messages"], "the SDK sends the marks as they are"
-    again = client.render(body, thread_id="py-cache", model=body["model"], budget=12_000)
-    assert again.body == first.body
+    # The provider's report on the first body, as the SDK's usage.
+    reported = anthropic.types.Usage(
+        input_tokens=12, output_tokens=5, cache_read_input_tokens=0, cache_creation_input_tokens=6_000
+    )
+    again = client.render(body, thread_id="py-cache", model=body["model"], budget=12_000, usage=reported)
+    assert not [w for w in again.warnings if w.startswith("usage")], again.warnings
+    assert again.body == first.body and again.body_digest == first.body_digest
     assert 0 < again.expected_cache_read_tokens <= again.tokens
     off = client.render(body, thread_id="py-cache-off", model=body["model"], budget=12_000, cache_breakpoints=False)
     assert _marks(off.body) == 0, "the log carries no marks of its own"
@@ -148,6 +153,13 @@ def test_prompt_cache_fields_reach_the_provider_bodies(client):
     }
     r = client.render(chat, thread_id="py-cache-chat", model="gpt-4o", budget=BUDGET)
     assert (r.body["prompt_cache_key"], r.body["safety_identifier"]) == ("acme/agent-7", "u-1f3a")
+    usage = openai.types.CompletionUsage(
+        prompt_tokens=2_000, completion_tokens=3, total_tokens=2_003, prompt_tokens_details={"cached_tokens": 1_024}
+    )
+    r = client.render(chat, thread_id="py-cache-chat", model="gpt-4o", budget=BUDGET, usage=usage)
+    assert not [w for w in r.warnings if w.startswith("usage")], r.warnings
+    with pytest.raises(ValueError):
+        client.render(chat, thread_id="py-cache-chat", model="gpt-4o", budget=BUDGET, usage={"tokens": 3})
     r = client.render(
         chat, thread_id="py-cache-responses", model="gpt-4o", budget=BUDGET, format="responses", prompt_cache_key="other"
     )

@@ -48,6 +48,8 @@ pub struct RenderCommand {
     pub max_output_tokens: Option<u32>,
     /// How the body addresses the provider's prompt cache.
     pub prompt_cache: crate::render::PromptCache,
+    /// What the provider reported for the body the previous render sent.
+    pub usage: Vec<crate::render::cache::ProviderUsage>,
     /// Artifacts to inject for this turn only.
     pub rehydrate_artifact_ids: Vec<String>,
     /// Leave tool calls without a result out instead of refusing.
@@ -120,6 +122,27 @@ pub struct RenderOutcome {
     pub(crate) kept: usize,
 }
 
+/// Sets the provider's reports beside what the previous render expected of
+/// the body they answer (metrics per tenant and format); a report for
+/// another body is named in the warnings and counts nowhere.
+fn reported_usage(
+    usage: &[crate::render::cache::ProviderUsage],
+    previous: Option<&PrefixTrace>,
+    tenant: &str,
+    format: &'static str,
+    audit: &mut AuditRecord,
+) {
+    let (seen, other) = crate::render::cache::observe(previous, usage);
+    for o in &seen {
+        crate::telemetry::metrics::metrics().prompt_cache(o, format, tenant);
+    }
+    for i in other {
+        audit.warnings.push(format!(
+            "usage[{i}]: body_digest does not name the body the previous render of this thread returned; not counted"
+        ));
+    }
+}
+
 impl App {
     /// Renders the thread through its plan for the caller's tenant. With
     /// `compact_first`, compaction and render are one step: the plan is
@@ -131,6 +154,8 @@ impl App {
             rehydrates: !cmd.rehydrate_artifact_ids.is_empty(),
         }
         .authorize(ctx, None)?;
+        let mut cmd = cmd;
+        let (usage, format) = (std::mem::take(&mut cmd.usage), cmd.format.name());
         self.held(async move {
             let (sent, input) = (Arc::clone(&cmd.request.thread), cmd.request.session.clone());
             let outcome = cmd.request.task_outcome;
@@ -155,11 +180,19 @@ impl App {
                 Some(_) => done.out.trace.as_ref().and_then(|t| t.expected_cache_read),
                 None => None,
             };
+            let mut out = done.out;
+            reported_usage(
+                &usage,
+                done.previous.as_deref(),
+                &ctx.tenant_id,
+                format,
+                &mut out.audit,
+            );
             Ok(RenderOutcome {
                 unchanged_prefix_tokens,
                 expected_cache_read_tokens,
                 session: done.session,
-                ..done.out
+                ..out
             })
         })
         .await

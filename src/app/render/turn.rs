@@ -622,6 +622,7 @@ pub(super) fn output(
     let trace = trace.map(|t| {
         let mut t = PrefixTrace {
             counted_by: counter.to_string(),
+            body_tokens: budgeted.total,
             ..t
         };
         if let Some(rules) = format.cache_rules(&opts.model) {

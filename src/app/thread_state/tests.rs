@@ -86,6 +86,7 @@ fn render_of(request: CompactCommand, format: usize) -> RenderCommand {
         ][format],
         max_output_tokens: None,
         prompt_cache: Default::default(),
+        usage: Vec::new(),
         rehydrate_artifact_ids: Vec::new(),
         omit_pending_calls: false,
         auto_rehydrate: None,

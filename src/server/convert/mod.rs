@@ -309,6 +309,53 @@ fn cache_field(v: Option<String>, field: &str) -> Result<Option<String>> {
     }
 }
 
+/// Provider reports this call may carry (the last few bodies at most).
+const MAX_USAGE_REPORTS: usize = 8;
+
+/// The provider's reports on earlier bodies, checked: a digest as Render
+/// returns it, and cache reads and writes within the input they are part of.
+fn provider_usage(
+    reports: Vec<pb::ProviderUsage>,
+) -> Result<Vec<crate::render::cache::ProviderUsage>> {
+    if reports.len() > MAX_USAGE_REPORTS {
+        return Err(ConvertError::new(
+            "usage",
+            format!("at most {MAX_USAGE_REPORTS} reports"),
+        ));
+    }
+    reports
+        .into_iter()
+        .enumerate()
+        .map(|(i, u)| {
+            let hex =
+                u.body_digest.len() == 16 && u.body_digest.bytes().all(|b| b.is_ascii_hexdigit());
+            let digest = hex
+                .then(|| u64::from_str_radix(&u.body_digest, 16).ok())
+                .flatten()
+                .ok_or_else(|| {
+                    ConvertError::new(
+                        format!("usage[{i}].body_digest"),
+                        "must be the 16 hex digits of RenderResponse.body_digest",
+                    )
+                })?;
+            if u64::from(u.cache_read_tokens) + u64::from(u.cache_write_tokens)
+                > u64::from(u.input_tokens)
+            {
+                return Err(ConvertError::new(
+                    format!("usage[{i}].input_tokens"),
+                    "must include the cache reads and writes",
+                ));
+            }
+            Ok(crate::render::cache::ProviderUsage {
+                body_digest: digest,
+                input_tokens: u.input_tokens,
+                cache_read_tokens: u.cache_read_tokens,
+                cache_write_tokens: u.cache_write_tokens,
+            })
+        })
+        .collect()
+}
+
 /// A Render request as a command.
 pub fn render_command(r: pb::RenderRequest, base: &Policy) -> Result<RenderCommand> {
     render_command_reusing(r, base, &mut ThreadReuse::default())
@@ -331,6 +378,7 @@ pub fn render_command_reusing(
             key: cache_field(r.prompt_cache_key, "prompt_cache_key")?,
             safety_identifier: cache_field(r.safety_identifier, "safety_identifier")?,
         },
+        usage: provider_usage(r.usage)?,
         rehydrate_artifact_ids: r.rehydrate_artifact_ids,
         omit_pending_calls: r.omit_pending_calls,
         auto_rehydrate: r.auto_rehydrate,
@@ -573,6 +621,11 @@ pub fn render_response(out: RenderOutcome, known_plan_version: Option<u64>) -> p
         session: out.session.map(Into::into),
         unchanged_prefix_tokens: out.unchanged_prefix_tokens,
         expected_cache_read_tokens: out.expected_cache_read_tokens,
+        body_digest: out
+            .trace
+            .as_ref()
+            .map(|t| format!("{:016x}", crate::render::cache::body_digest(t)))
+            .unwrap_or_default(),
     }
 }
 

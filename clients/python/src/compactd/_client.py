@@ -74,6 +74,8 @@ class Rendered:
     # Tokens the provider is expected to read from its prompt cache (None on
     # a thread's first call).
     expected_cache_read_tokens: Optional[int] = None
+    # Names this body in the provider's report on it (`usage=` next call).
+    body_digest: str = ""
     # Bytes of the request that went on the wire: after the first call of a
     # thread, what was appended, not the whole conversation.
     request_bytes: int = 0
@@ -108,6 +110,9 @@ class _Thread:
     sent: List[str] = field(default_factory=list)
     shape: str = "openai"
     rest_json: str = ""
+    # The digest of the body the last call returned, which the provider's
+    # report on it names.
+    body_digest: str = ""
 
 
 @dataclass
@@ -121,6 +126,35 @@ class _Pending:
     sent: List[str]
     shape: str
     rest_json: str
+
+
+def _field(obj: Any, name: str) -> Any:
+    """A field of an SDK object or of a dict; None when absent."""
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _provider_usage(usage: Any, digest: str) -> Any:
+    """A provider response's `usage` (an SDK object or its dict: Anthropic,
+    OpenAI Chat or Responses) as the report on the body `digest` names."""
+    read = _field(usage, "cache_read_input_tokens")
+    write = _field(usage, "cache_creation_input_tokens")
+    if read is not None or write is not None:
+        # Anthropic: input_tokens counts only what follows the last breakpoint.
+        read, write = read or 0, write or 0
+        total = (_field(usage, "input_tokens") or 0) + read + write
+    elif _field(usage, "prompt_tokens") is not None:
+        total = _field(usage, "prompt_tokens")
+        read, write = _field(_field(usage, "prompt_tokens_details") or {}, "cached_tokens") or 0, 0
+    elif _field(usage, "input_tokens") is not None:
+        total = _field(usage, "input_tokens")
+        read, write = _field(_field(usage, "input_tokens_details") or {}, "cached_tokens") or 0, 0
+    else:
+        raise ValueError("usage: not a provider response's usage (no input or prompt tokens)")
+    return pb.ProviderUsage(
+        body_digest=digest, input_tokens=int(total), cache_read_tokens=int(read), cache_write_tokens=int(write)
+    )
 
 
 _STALE = "SESSION_STALE"
@@ -228,6 +262,7 @@ class _Calls:
         cache_breakpoints: Optional[bool] = None,
         prompt_cache_key: Optional[str] = None,
         safety_identifier: Optional[str] = None,
+        usage: Any = None,
     ) -> _Pending:
         if not thread_id:
             raise ValueError("thread_id is required: plans and artifacts are kept per thread")
@@ -305,6 +340,8 @@ class _Calls:
             value = value if value is not None else rest.get(name)
             if isinstance(value, str):
                 setattr(req, name, value)
+        if usage is not None and state.body_digest:
+            req.usage.append(_provider_usage(usage, state.body_digest))
         if policy:
             req.policy.CopyFrom(pb.PolicyOverrides(**policy))
         if state.plan is not None:
@@ -335,6 +372,7 @@ class _Calls:
         fmt, thread_id = p.format, p.thread_id
         state = self._thread(thread_id)
         state.conversation_json = p.conversation_json
+        state.body_digest = resp.body_digest
         if resp.HasField("session"):
             state.session_version = resp.session.version
             state.sent, state.shape, state.rest_json = p.sent, p.shape, p.rest_json
@@ -364,6 +402,7 @@ class _Calls:
             expected_cache_read_tokens=(
                 resp.expected_cache_read_tokens if resp.HasField("expected_cache_read_tokens") else None
             ),
+            body_digest=resp.body_digest,
             warnings=list(c.warnings) + list(resp.audit.warnings),
             plan=plan,
             response=resp,
@@ -541,6 +580,7 @@ class Client(_Calls):
         cache_breakpoints: Optional[bool] = None,
         prompt_cache_key: Optional[str] = None,
         safety_identifier: Optional[str] = None,
+        usage: Any = None,
     ) -> Rendered:
         """Compacts the conversation if it needs it and renders it within
         `budget` tokens (0: the server's default) for `model`, in `format`
@@ -575,7 +615,9 @@ class Client(_Calls):
         `prompt_cache_key` and `safety_identifier` go into OpenAI bodies (by
         default as the conversation's body carries them).
         `Rendered.expected_cache_read_tokens` is what the provider should
-        read from its cache.
+        read from its cache. `usage` is the provider response's `usage` for
+        the body the previous call returned (the SDK's object or its dict):
+        the server sets it beside what it expected.
         """
         # One call per thread at a time: each builds on what the last sent.
         with self._thread_lock(thread_id):
@@ -600,6 +642,7 @@ class Client(_Calls):
                 cache_breakpoints=cache_breakpoints,
                 prompt_cache_key=prompt_cache_key,
                 safety_identifier=safety_identifier,
+                usage=usage,
             )
             try:
                 resp = self._call(self._stub.Render, p.request)
@@ -710,6 +753,7 @@ class AsyncClient(_Calls):
         cache_breakpoints: Optional[bool] = None,
         prompt_cache_key: Optional[str] = None,
         safety_identifier: Optional[str] = None,
+        usage: Any = None,
     ) -> Rendered:
         """See [`Client.render`]."""
         async with self._thread_lock(thread_id):
@@ -734,6 +778,7 @@ class AsyncClient(_Calls):
                 cache_breakpoints=cache_breakpoints,
                 prompt_cache_key=prompt_cache_key,
                 safety_identifier=safety_identifier,
+                usage=usage,
             )
             try:
                 resp = await self._call(self._stub.Render, p.request)
