@@ -184,3 +184,47 @@ def test_agents_sdk_filter_passes_built_in_tool_items_through(server_addr, provi
     sent = [body for path, body in provider.requests if path == "/v1/responses"][0]["input"]
     for item in built_in:
         assert item in sent, (item, sent)
+
+
+class ReportingClient(Client):
+    """compactd.Client, keeping each Render request's usage reports and the
+    response's warnings."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = []
+
+    def _call(self, method, request):
+        resp = super()._call(method, request)
+        if hasattr(request, "usage"):
+            self.calls.append((list(request.usage), list(resp.audit.warnings)))
+        return resp
+
+
+def test_langchain_middleware_reports_the_providers_usage_on_the_next_call(server_addr):
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+
+    from compactd.integrations.langchain import CompactdMiddleware
+
+    @tool
+    def lookup(key: str) -> str:
+        """Looks a key up."""
+        return "value of " + key
+
+    usage = {
+        "input_tokens": 3_000,
+        "output_tokens": 12,
+        "total_tokens": 3_012,
+        "input_token_details": {"cache_read": 2_048, "cache_creation": 500},
+    }
+    call = AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"key": "k"}, "id": "c1"}], usage_metadata=usage)
+    model = RecordingModel(messages=iter([call, AIMessage(content="done")]))
+    with ReportingClient(server_addr) as client:
+        agent = create_agent(model, [lookup], middleware=[CompactdMiddleware(client, budget=BUDGET, model="gpt-4o")])
+        agent.invoke({"messages": swe_messages()}, {"configurable": {"thread_id": "lc-usage"}})
+    assert len(client.calls) == 2
+    (first, _), (second, warnings) = client.calls
+    assert first == [], "nothing to report before the first model call"
+    assert [(u.input_tokens, u.cache_read_tokens, u.cache_write_tokens) for u in second] == [(3_000, 2_048, 500)]
+    assert second[0].body_digest and not [w for w in warnings if w.startswith("usage")], warnings

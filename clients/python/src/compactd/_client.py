@@ -111,8 +111,10 @@ class _Thread:
     shape: str = "openai"
     rest_json: str = ""
     # The digest of the body the last call returned, which the provider's
-    # report on it names.
+    # report on it names, and the last report sent (a report seen again,
+    # the same reply read from the conversation twice, is not sent again).
     body_digest: str = ""
+    reported: Optional[Tuple[int, int, int]] = None
 
 
 @dataclass
@@ -126,6 +128,7 @@ class _Pending:
     sent: List[str]
     shape: str
     rest_json: str
+    report: Optional[Tuple[int, int, int]] = None
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -140,7 +143,12 @@ def _provider_usage(usage: Any, digest: str) -> Any:
     OpenAI Chat or Responses) as the report on the body `digest` names."""
     read = _field(usage, "cache_read_input_tokens")
     write = _field(usage, "cache_creation_input_tokens")
-    if read is not None or write is not None:
+    details = _field(usage, "input_token_details")
+    if details is not None:
+        # LangChain's usage_metadata: input_tokens counts the cache's too.
+        total = _field(usage, "input_tokens") or 0
+        read, write = _field(details, "cache_read") or 0, _field(details, "cache_creation") or 0
+    elif read is not None or write is not None:
         # Anthropic: input_tokens counts only what follows the last breakpoint.
         read, write = read or 0, write or 0
         total = (_field(usage, "input_tokens") or 0) + read + write
@@ -340,13 +348,17 @@ class _Calls:
             value = value if value is not None else rest.get(name)
             if isinstance(value, str):
                 setattr(req, name, value)
+        report = None
         if usage is not None and state.body_digest:
-            req.usage.append(_provider_usage(usage, state.body_digest))
+            u = _provider_usage(usage, state.body_digest)
+            report = (u.input_tokens, u.cache_read_tokens, u.cache_write_tokens)
+            if report != state.reported:
+                req.usage.append(u)
         if policy:
             req.policy.CopyFrom(pb.PolicyOverrides(**policy))
         if state.plan is not None:
             req.known_plan_version = state.plan.version
-        return _Pending(req, fmt, thread_id, conversation_json, sent, shape, rest_json)
+        return _Pending(req, fmt, thread_id, conversation_json, sent, shape, rest_json, report)
 
     def _full_again(self, p: _Pending) -> _Pending:
         """The call with the whole conversation, for a session the server no
@@ -373,6 +385,8 @@ class _Calls:
         state = self._thread(thread_id)
         state.conversation_json = p.conversation_json
         state.body_digest = resp.body_digest
+        if p.report is not None:
+            state.reported = p.report
         if resp.HasField("session"):
             state.session_version = resp.session.version
             state.sent, state.shape, state.rest_json = p.sent, p.shape, p.rest_json

@@ -23,6 +23,17 @@ def to_openai(messages: Sequence[BaseMessage]) -> List[dict]:
     return converted
 
 
+def last_usage(messages: Sequence[BaseMessage]) -> Optional[dict]:
+    """The provider's usage on the latest model reply (LangChain's
+    `usage_metadata`): its report on the body compactd rendered for that
+    call, sent with the next one."""
+    for m in reversed(list(messages)):
+        if getattr(m, "type", None) == "ai":
+            usage = getattr(m, "usage_metadata", None)
+            return dict(usage) if usage else None
+    return None
+
+
 def tool_dicts(tools: Sequence[Any]) -> List[dict]:
     out = []
     for t in tools:

@@ -20,7 +20,7 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelRequest
 
 from compactd._client import AsyncClient, Client
-from compactd.integrations._lc import split_system, system_text, to_openai, tool_dicts
+from compactd.integrations._lc import last_usage, split_system, system_text, to_openai, tool_dicts
 
 ThreadId = Union[str, Callable[[ModelRequest], str], None]
 
@@ -78,6 +78,7 @@ class CompactdMiddleware(AgentMiddleware):
             shape="openai",
             system=system_text(request.system_message),
             tools=tool_dicts(request.tools) or None,
+            usage=last_usage(request.messages),
             **self.render_options,
         )
 

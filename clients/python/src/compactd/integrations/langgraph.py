@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Optional, Union
 from langchain_core.runnables import RunnableConfig
 
 from compactd._client import AsyncClient, Client
-from compactd.integrations._lc import to_openai
+from compactd.integrations._lc import last_usage, to_openai
 
 
 def pre_model_hook(
@@ -43,15 +43,23 @@ def pre_model_hook(
             )
         return str(tid)
 
-    def args(config: RunnableConfig) -> Dict[str, Any]:
-        return dict(thread_id=tid_of(config), model=model, budget=budget, format="openai", shape="openai", **render_options)
+    def args(config: RunnableConfig, messages: Any) -> Dict[str, Any]:
+        return dict(
+            thread_id=tid_of(config),
+            model=model,
+            budget=budget,
+            format="openai",
+            shape="openai",
+            usage=last_usage(messages),
+            **render_options,
+        )
 
     if isinstance(client, AsyncClient):
 
         async def ahook(state: Dict[str, Any], config: RunnableConfig) -> Dict[str, Any]:
             if not state["messages"]:
                 return {"llm_input_messages": []}
-            rendered = await client.render(to_openai(state["messages"]), **args(config))
+            rendered = await client.render(to_openai(state["messages"]), **args(config, state["messages"]))
             return {"llm_input_messages": list(convert_to_messages(rendered.body["messages"]))}
 
         return ahook  # type: ignore[return-value]
@@ -59,7 +67,7 @@ def pre_model_hook(
     def hook(state: Dict[str, Any], config: RunnableConfig) -> Dict[str, Any]:
         if not state["messages"]:
             return {"llm_input_messages": []}
-        rendered = client.render(to_openai(state["messages"]), **args(config))
+        rendered = client.render(to_openai(state["messages"]), **args(config, state["messages"]))
         return {"llm_input_messages": list(convert_to_messages(rendered.body["messages"]))}
 
     return hook
