@@ -623,21 +623,31 @@ pub(super) fn image_tokens(model: &str) -> u32 {
     let older = m.contains("claude-3")
         || m.contains("claude-sonnet-4")
         || m.contains("claude-haiku-4")
-        || m.split("claude-opus-4")
-            .nth(1)
-            .is_some_and(|rest| match rest.strip_prefix('-') {
-                // `claude-opus-4`, or a date (`-20250514`): Opus 4.0.
-                None => true,
-                Some(v) => {
-                    let minor: String = v.chars().take_while(char::is_ascii_digit).collect();
-                    minor.len() != 1 || minor.parse::<u32>().is_ok_and(|n| n < 7)
-                }
-            });
+        || minor_of_4(&m, "opus").is_some_and(|n| n < 7);
     if older {
         1600
     } else {
         super::MAX_IMAGE_TOKENS
     }
+}
+
+/// The minor version of a Claude 4 `family` (`opus`, `sonnet`, `haiku`) in
+/// a normalized model name: `claude-opus-4-5` is 5; `claude-opus-4`, or a
+/// date after the 4 (`claude-opus-4-20250514`), is 0 (4.0); `None` when the
+/// name is not of that family's 4 line.
+pub(super) fn minor_of_4(normalized: &str, family: &str) -> Option<u32> {
+    let rest = normalized.split(&format!("{family}-4")).nth(1)?;
+    let v: String = rest
+        .strip_prefix('-')
+        .unwrap_or_default()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    Some(if v.len() == 1 {
+        v.parse().unwrap_or(0)
+    } else {
+        0
+    })
 }
 
 /// Tokens of an Anthropic Messages body as sent (see [`super::body_tokens`]).

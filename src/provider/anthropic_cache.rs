@@ -280,23 +280,7 @@ pub fn layout(body: &Value) -> Layout {
 /// others.
 pub fn minimum_cacheable(model: &str) -> u32 {
     let m = normalize_model(model);
-    // The minor version after `family-4`, when one is written (a date
-    // after it is not one).
-    let minor = |family: &str| {
-        m.split(&format!("{family}-4")).nth(1).map(|rest| {
-            let v: String = rest
-                .strip_prefix(['-', '.'])
-                .unwrap_or_default()
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
-            if v.len() == 1 {
-                v.parse::<u32>().unwrap_or(0)
-            } else {
-                0
-            }
-        })
-    };
+    let minor = |family: &str| super::anthropic::minor_of_4(&m, family);
     if m.contains("haiku-3") || m.contains("3-haiku") || m.contains("3-5-haiku") {
         2048
     } else if minor("opus").is_some_and(|v| v >= 5) || minor("haiku").is_some() {

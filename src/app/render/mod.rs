@@ -176,10 +176,9 @@ impl App {
                 (Some(now), Some(previous)) => Some(now.unchanged_since(previous).0),
                 _ => None,
             };
-            let expected_cache_read_tokens = match &done.previous {
-                Some(_) => done.out.trace.as_ref().and_then(|t| t.expected_cache_read),
-                None => None,
-            };
+            // Set only when the render had a previous one to reckon from.
+            let expected_cache_read_tokens =
+                done.out.trace.as_ref().and_then(|t| t.expected_cache_read);
             let mut out = done.out;
             reported_usage(
                 &usage,

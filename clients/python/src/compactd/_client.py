@@ -131,33 +131,29 @@ class _Pending:
     report: Optional[Tuple[int, int, int]] = None
 
 
-def _field(obj: Any, name: str) -> Any:
-    """A field of an SDK object or of a dict; None when absent."""
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
 def _provider_usage(usage: Any, digest: str) -> Any:
     """A provider response's `usage` (an SDK object or its dict: Anthropic,
-    OpenAI Chat or Responses) as the report on the body `digest` names."""
-    read = _field(usage, "cache_read_input_tokens")
-    write = _field(usage, "cache_creation_input_tokens")
-    details = _field(usage, "input_token_details")
-    if details is not None:
+    OpenAI Chat or Responses, LangChain's usage_metadata) as the report on
+    the body `digest` names."""
+    u = plain(usage)
+    if not isinstance(u, Mapping):
+        raise ValueError("usage: not a provider response's usage (no input or prompt tokens)")
+    read, write = u.get("cache_read_input_tokens"), u.get("cache_creation_input_tokens")
+    if "input_token_details" in u:
         # LangChain's usage_metadata: input_tokens counts the cache's too.
-        total = _field(usage, "input_tokens") or 0
-        read, write = _field(details, "cache_read") or 0, _field(details, "cache_creation") or 0
+        total = u.get("input_tokens") or 0
+        details = u["input_token_details"]
+        read, write = details.get("cache_read") or 0, details.get("cache_creation") or 0
     elif read is not None or write is not None:
         # Anthropic: input_tokens counts only what follows the last breakpoint.
         read, write = read or 0, write or 0
-        total = (_field(usage, "input_tokens") or 0) + read + write
-    elif _field(usage, "prompt_tokens") is not None:
-        total = _field(usage, "prompt_tokens")
-        read, write = _field(_field(usage, "prompt_tokens_details") or {}, "cached_tokens") or 0, 0
-    elif _field(usage, "input_tokens") is not None:
-        total = _field(usage, "input_tokens")
-        read, write = _field(_field(usage, "input_tokens_details") or {}, "cached_tokens") or 0, 0
+        total = (u.get("input_tokens") or 0) + read + write
+    elif "prompt_tokens" in u:
+        total = u["prompt_tokens"]
+        read, write = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0, 0
+    elif "input_tokens" in u:
+        total = u["input_tokens"]
+        read, write = (u.get("input_tokens_details") or {}).get("cached_tokens") or 0, 0
     else:
         raise ValueError("usage: not a provider response's usage (no input or prompt tokens)")
     return pb.ProviderUsage(
