@@ -148,6 +148,7 @@ fn fixture(n: usize, counter: &dyn TokenCounter) -> Fixture {
                     tool_tokens: 0,
                     tool_results: None,
                     workspace_tokens: 0,
+                    counting: Default::default(),
                 },
                 triggered: false,
                 tier_triggered: false,

@@ -152,7 +152,6 @@ async fn rendered(app: &App, t: &Thread, limit: u32) -> String {
                 format: Format::OpenAiChat,
                 max_output_tokens: None,
                 prompt_cache: Default::default(),
-                usage: Vec::new(),
                 rehydrate_artifact_ids: Vec::new(),
                 omit_pending_calls: false,
                 auto_rehydrate: Some(false),

@@ -193,6 +193,8 @@ struct Call {
     expected: u64,
     counted: u64,
     compacted: bool,
+    /// How compactd counted the body.
+    counting: Option<pb::Counting>,
 }
 
 /// The session's model calls: per turn, one after the user's request (the
@@ -242,6 +244,7 @@ async fn session(turns: u32, tweak: impl Fn(&mut pb::RenderRequest) + Copy) -> V
                     .compaction
                     .as_ref()
                     .is_some_and(|c| !c.reused && c.triggered),
+                counting: out.counting,
             });
         }
         answer = vec![last];
@@ -250,7 +253,7 @@ async fn session(turns: u32, tweak: impl Fn(&mut pb::RenderRequest) + Copy) -> V
 }
 
 /// Shares over the calls after the first compaction: (read by the
-/// stand-in, expected by compactd), each of its own count's total.
+/// stand-in of its count, expected by compactd of its own).
 fn shares(calls: &[Call]) -> (f64, f64) {
     let first = calls
         .iter()
@@ -264,9 +267,43 @@ fn shares(calls: &[Call]) -> (f64, f64) {
     )
 }
 
+/// Reads over the calls after the first compaction: (read by the stand-in,
+/// expected by compactd), in tokens.
+fn reads(calls: &[Call]) -> (u64, u64) {
+    let first = calls.iter().position(|c| c.compacted).expect("compacts");
+    let after = &calls[first + 1..];
+    (
+        after.iter().map(|c| c.usage.cache_read_input_tokens).sum(),
+        after.iter().map(|c| c.expected).sum(),
+    )
+}
+
+const LIMIT: u32 = 60_000;
+
 #[tokio::test]
 async fn an_agent_session_is_read_from_the_cache_as_compactd_expects() {
-    let calls = session(100, |r| r.max_input_tokens = 60_000).await;
+    let calls = session(100, |r| r.max_input_tokens = LIMIT).await;
+    // The budget holds by the provider's count, not only compactd's.
+    let over: Vec<(usize, u64)> = calls
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.usage.total() > u64::from(LIMIT))
+        .map(|(i, c)| (i, c.usage.total()))
+        .collect();
+    assert!(
+        over.is_empty(),
+        "over the limit by the provider's count: {over:?}"
+    );
+    // Counted with the learned bound once three reports are in.
+    let basis = |c: &Call| c.counting.as_ref().map(|k| k.basis());
+    assert_eq!(basis(&calls[0]), Some(pb::counting::Basis::Estimate));
+    let calibrated = calls
+        .iter()
+        .position(|c| basis(c) == Some(pb::counting::Basis::Calibrated))
+        .expect("calibrated");
+    assert!(calibrated <= 6, "calibrated from call {calibrated}");
+    let scale = calls[calibrated].counting.as_ref().map_or(1.0, |k| k.scale);
+    assert!(scale < 0.9, "a bound of {scale} per estimated token");
     let compactions = calls.iter().filter(|c| c.compacted).count();
     assert!(compactions >= 2, "{compactions} compactions");
     if std::env::var_os("PROMPT_CACHE_TRACE").is_some() {
@@ -282,22 +319,24 @@ async fn an_agent_session_is_read_from_the_cache_as_compactd_expects() {
         }
     }
     let (read, expected) = shares(&calls);
+    let (read_tokens, expected_tokens) = reads(&calls);
+    let agreement = expected_tokens as f64 / read_tokens as f64 - 1.0;
     eprintln!(
-        "{} calls, {compactions} compactions: {:.1}% read from the cache, {:.1}% expected",
+        "{} calls, {compactions} compactions, calibrated from call {calibrated} (scale {scale:.3}): \
+         {:.1}% read from the cache, {:.1}% expected; {read_tokens} tokens read, {expected_tokens} expected ({:+.2}%)",
         calls.len(),
         100.0 * read,
-        100.0 * expected
+        100.0 * expected,
+        100.0 * agreement
+    );
+    assert!(
+        agreement.abs() <= 0.02,
+        "{read_tokens} tokens read, {expected_tokens} expected"
     );
     assert!(
         read >= 0.90,
         "{:.1}% of input tokens read from the cache",
         100.0 * read
-    );
-    assert!(
-        (read - expected).abs() <= 0.02,
-        "read {:.1}%, expected {:.1}%",
-        100.0 * read,
-        100.0 * expected
     );
 }
 
@@ -349,4 +388,47 @@ async fn a_report_names_its_body_or_is_refused() {
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         assert!(status.message().contains(field), "{}", status.message());
     }
+}
+
+#[tokio::test]
+async fn a_report_above_the_learned_bound_tightens_it_before_the_next_render() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let token = token("acme", &["compact", "render"]);
+    let thread = "tightened";
+    let mut out = claude_render(&mut client, &token, (thread, 4), None).await;
+    assert_eq!(counting(&out), (pb::counting::Basis::Estimate, 1.0));
+    // Three reports at half the estimate calibrate it.
+    for turns in 5..=7 {
+        let report = report_on(&out, 0.5 / counting(&out).1);
+        out = claude_render(&mut client, &token, (thread, turns), Some(report)).await;
+    }
+    let (basis, learned) = counting(&out);
+    assert_eq!(basis, pb::counting::Basis::Calibrated);
+    assert!((0.5..0.6).contains(&learned), "learned {learned}");
+    let calibrated_total = out.tokens.as_ref().map_or(0, |t| t.total);
+    // The provider counts 0.8 of the estimate on this body: the very
+    // render that carries the report counts with a bound that covers it.
+    let report = report_on(&out, 0.8 / learned);
+    let next = claude_render(&mut client, &token, (thread, 7), Some(report)).await;
+    let (basis, tightened) = counting(&next);
+    assert_eq!(basis, pb::counting::Basis::Calibrated);
+    assert!(tightened >= 0.8 * 1.05, "tightened to {tightened}");
+    // Text counts scale with the bound; the format's fixed framing does not.
+    let total = next.tokens.as_ref().map_or(0, |t| t.total);
+    assert!(
+        f64::from(total) >= f64::from(calibrated_total) * tightened / learned * 0.9,
+        "{total} tokens at {tightened}, {calibrated_total} at {learned}"
+    );
+    // A report that cannot be a count of the body is named and not learned.
+    let absurd = report_on(&next, 100.0);
+    let refused = claude_render(&mut client, &token, (thread, 7), Some(absurd)).await;
+    assert_eq!(counting(&refused).1, tightened);
+    let warnings = refused.audit.expect("audit").warnings;
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("usage[0]: not learned")),
+        "{warnings:?}"
+    );
 }

@@ -1403,3 +1403,50 @@ async fn unconditional_calls_on_two_replicas_all_get_the_winning_plan() {
         r.stop().await.expect("clean stop");
     }
 }
+
+#[tokio::test]
+async fn replicas_on_one_bucket_share_the_count_calibration() {
+    let aws = aws().await;
+    let (_replicas, mut clients, token) = two_replicas(&aws).await;
+    // Replica 0 learns from three reports at 0.4 of its estimate.
+    let mut out = claude_render(&mut clients[0], &token, ("calibrating", 4), None).await;
+    for turns in 5..=7 {
+        let report = report_on(&out, 0.4 / counting(&out).1);
+        out = claude_render(
+            &mut clients[0],
+            &token,
+            ("calibrating", turns),
+            Some(report),
+        )
+        .await;
+    }
+    let (basis, scale) = counting(&out);
+    assert_eq!(basis, pb::counting::Basis::Calibrated);
+    assert!((0.4..0.5).contains(&scale), "{scale}");
+    // Replica 1 counts another thread of the tenant with the same bound.
+    let other = claude_render(&mut clients[1], &token, ("another", 3), None).await;
+    assert_eq!(counting(&other), (basis, scale));
+    // A report on replica 1 that shows the bound too low tightens it for
+    // replica 0 too, once replica 0 reads it again (every few seconds).
+    let report = report_on(&other, 0.9 / scale);
+    let tight = claude_render(&mut clients[1], &token, ("another", 4), Some(report)).await;
+    let (_, tightened) = counting(&tight);
+    assert!(tightened >= 0.9 * 1.05, "{tightened}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let seen = claude_render(&mut clients[0], &token, ("calibrating", 7), None).await;
+        if counting(&seen).1 == tightened {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replica 0 still counts at {}",
+            counting(&seen).1
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    // A tenant's calibration is its own.
+    let stranger = server_common::token("globex", &["compact", "render"]);
+    let theirs = claude_render(&mut clients[0], &stranger, ("calibrating", 4), None).await;
+    assert_eq!(counting(&theirs), (pb::counting::Basis::Estimate, 1.0));
+}

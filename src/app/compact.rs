@@ -60,6 +60,9 @@ pub struct CompactCommand {
     /// How the caller's task went, when it ended since its last call: a
     /// quality signal, counted beside whether the prompt was compacted.
     pub task_outcome: Option<TaskOutcome>,
+    /// What the provider reported for the body the thread's last render
+    /// sent: the count calibration learns from it.
+    pub usage: Vec<crate::render::cache::ProviderUsage>,
     /// The form the request will be rendered in, which decides how it is
     /// counted; `None` (Compact) or neutral: the provider the model implies.
     pub format: Option<Format>,
@@ -118,6 +121,7 @@ impl CompactCommand {
             observations: Observations::new(),
             rehydrated_this_turn: false,
             task_outcome: None,
+            usage: Vec::new(),
             format: None,
             session: super::SessionInput::Off,
             extends: None,
@@ -281,7 +285,7 @@ impl App {
             let basis = self
                 .outcome_basis(outcome, &ctx.tenant_id, &cmd.thread.id)
                 .await;
-            let run = |thread: Arc<Thread>, extends: Option<Arc<Thread>>, _| {
+            let run = |thread: Arc<Thread>, extends: Option<Arc<Thread>>, previous| {
                 let mut cmd = cmd;
                 let extends = extends.or_else(|| own_start(&mut cmd, &thread));
                 self.compact_thread(
@@ -291,6 +295,7 @@ impl App {
                         extends,
                         ..cmd
                     },
+                    previous,
                 )
             };
             let done = self
@@ -306,15 +311,24 @@ impl App {
     }
 
     /// [`App::compact`] of the whole thread.
+    /// `previous` is the body the thread's last render sent, which
+    /// `cmd.usage` reports on.
     async fn compact_thread(
         &self,
         ctx: &SecurityContext,
         cmd: CompactCommand,
+        previous: Option<Arc<crate::render::prefix::PrefixTrace>>,
     ) -> Result<CompactOutcome> {
         self.validate_thread(&ctx.tenant_id, &cmd.thread, cmd.extends.as_ref())?;
         let mut cmd = cmd;
-        let warnings = Self::settle_thread(&mut cmd.thread, &mut cmd.extends);
+        let mut warnings = Self::settle_thread(&mut cmd.thread, &mut cmd.extends);
         cmd.policy = self.effective_policy(&cmd.policy)?;
+        let model = self.model(cmd.model.clone())?;
+        let (tenant, usage) = (&ctx.tenant_id, &cmd.usage);
+        let learned = self
+            .calibrate(tenant, &model, usage, previous.as_deref())
+            .await;
+        warnings.extend(learned);
         let resolved = self.resolve(&ctx.tenant_id, cmd)?;
         let mut lost = 0;
         let mut out = loop {

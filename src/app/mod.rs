@@ -8,6 +8,7 @@
 //! validates, runs the CPU-bound core on the blocking pool and returns a
 //! plain outcome for the caller to map to its own output.
 
+mod calibration;
 mod carry;
 mod compact;
 mod error;
@@ -111,6 +112,9 @@ struct Inner {
     plugins: Vec<Arc<crate::plugin::LoadedPlugin>>,
     /// Append sessions.
     sessions: session::Sessions,
+    /// How estimated counts relate to each provider's, per tenant and
+    /// model family.
+    calibrations: calibration::Calibrations,
     /// What the process remembers about each thread between its calls
     /// (carry, sent thread, stable part, recall index, session copy,
     /// trace, validation): one home, forgotten as one.
@@ -165,10 +169,12 @@ impl App {
         let states = Arc::new(thread_state::ThreadStates::new(
             thread_state::PARTS_BYTES.saturating_add(lifecycle.sessions.cache_bytes),
         ));
+        let calibrations = calibration::Calibrations::new(Arc::clone(&threads));
         let sessions = session::Sessions::new(threads, lifecycle.sessions, Arc::clone(&states));
         App {
             inner: Arc::new(Inner {
                 sessions,
+                calibrations,
                 plans,
                 artifacts,
                 ledger: Arc::new(TokenLedger::new(ledger_max_entries)),
@@ -367,14 +373,36 @@ impl App {
         tenant: &str,
         thread_id: &str,
     ) -> EngineParts {
+        let counter = counter_for(target.framing.tokenizer, model);
+        let counter = match self.inner.calibrations.applied(tenant, model) {
+            Some(applied) => Arc::new(crate::tokens::Calibrated::new(counter, applied)),
+            None => counter,
+        };
         EngineParts {
-            counter: counter_for(target.framing.tokenizer, model),
+            counter,
             ledger: Arc::new(self.inner.ledger.scoped(tenant)),
             memo: self.inner.memo.scoped(&[tenant, thread_id]),
             summarizer: Arc::clone(&self.inner.summarizer),
             cancel: Call::current_cancel(),
             redactor: Arc::clone(&self.inner.redactor),
         }
+    }
+
+    /// Learns from the provider's `usage` reports on `previous` (the body
+    /// the thread's last render sent) and brings the model's calibration up
+    /// to date; warnings for reports not learned from. An estimated count
+    /// is bounded by it, an exact one only predicts with it.
+    async fn calibrate(
+        &self,
+        tenant: &str,
+        model: &str,
+        usage: &[crate::render::cache::ProviderUsage],
+        previous: Option<&crate::render::prefix::PrefixTrace>,
+    ) -> Vec<String> {
+        let calibrations = &self.inner.calibrations;
+        let warnings = calibrations.learn(tenant, model, usage, previous).await;
+        calibrations.refresh(tenant, model).await;
+        warnings
     }
 
     /// The lock of one tenant's thread (see `Inner::thread_locks`).

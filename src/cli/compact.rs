@@ -132,7 +132,6 @@ pub fn offline(args: &OfflineArgs, plan: Option<CompactionPlan>) -> Result<Offli
         format: args.format,
         max_output_tokens: args.max_output_tokens,
         prompt_cache: Default::default(),
-        usage: Vec::new(),
         rehydrate_artifact_ids: Vec::new(),
         omit_pending_calls: args.omit_pending_calls,
         auto_rehydrate: None,

@@ -21,6 +21,7 @@ mod tests;
 
 use thiserror::Error;
 
+pub use render::counting_to_pb;
 pub use render::output_format;
 pub use thread::{
     observations_from_pb, observations_to_pb, policy_from_overrides, sensitivity, sensitivity_to_pb,

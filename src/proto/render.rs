@@ -7,6 +7,7 @@ use crate::reduce::{BudgetReport, ReducerReport};
 use crate::render::{
     Origin, RehydrationBlocked, RehydrationReport, RenderedMessage, RequestTokens,
 };
+use crate::tokens::calibration::{CountBasis, Counting};
 
 use super::thread::{content, content_to_pb, role};
 use super::{each, pb, unknown_enum, unset_enum, ConvertError, Result};
@@ -144,6 +145,40 @@ impl TryFrom<pb::TokenBreakdown> for RequestTokens {
     }
 }
 
+/// A count's basis on the wire.
+pub fn counting_to_pb(c: &Counting) -> pb::Counting {
+    use pb::counting::Basis;
+    pb::Counting {
+        basis: match c.basis {
+            CountBasis::Unstated => Basis::Unspecified,
+            CountBasis::Exact => Basis::Exact,
+            CountBasis::Estimate => Basis::Estimate,
+            CountBasis::Calibrated => Basis::Calibrated,
+        } as i32,
+        scale: f64::from(c.scale_ppm) / 1e6,
+        reports: c.reports,
+    }
+}
+
+/// A count's basis from the wire (an unknown basis is not said).
+fn counting_from_pb(c: pb::Counting) -> Counting {
+    use pb::counting::Basis;
+    Counting {
+        basis: match Basis::try_from(c.basis) {
+            Ok(Basis::Exact) => CountBasis::Exact,
+            Ok(Basis::Estimate) => CountBasis::Estimate,
+            Ok(Basis::Calibrated) => CountBasis::Calibrated,
+            Ok(Basis::Unspecified) | Err(_) => CountBasis::Unstated,
+        },
+        scale_ppm: if c.scale.is_finite() && c.scale > 0.0 {
+            (c.scale * 1e6).round().min(f64::from(u32::MAX)) as u32
+        } else {
+            0
+        },
+        reports: c.reports,
+    }
+}
+
 impl From<&BudgetReport> for pb::BudgetReport {
     fn from(b: &BudgetReport) -> Self {
         pb::BudgetReport {
@@ -155,6 +190,7 @@ impl From<&BudgetReport> for pb::BudgetReport {
             system_tokens: b.system_tokens,
             tool_tokens: b.tool_tokens,
             workspace_tokens: b.workspace_tokens,
+            counting: Some(counting_to_pb(&b.counting)),
             tool_results: b.tool_results.map(|t| pb::TierUsage {
                 cap: t.cap,
                 target: t.target,
@@ -177,6 +213,7 @@ impl TryFrom<pb::BudgetReport> for BudgetReport {
             system_tokens: b.system_tokens,
             tool_tokens: b.tool_tokens,
             workspace_tokens: b.workspace_tokens,
+            counting: b.counting.map(counting_from_pb).unwrap_or_default(),
             tool_results: b.tool_results.map(|t| crate::reduce::TierReport {
                 cap: t.cap,
                 target: t.target,

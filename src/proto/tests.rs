@@ -578,6 +578,16 @@ proptest! {
             system_tokens: b[5],
             tool_tokens: b[6],
             workspace_tokens: b[6] / 2,
+            counting: crate::tokens::calibration::Counting {
+                basis: [
+                    crate::tokens::calibration::CountBasis::Unstated,
+                    crate::tokens::calibration::CountBasis::Exact,
+                    crate::tokens::calibration::CountBasis::Estimate,
+                    crate::tokens::calibration::CountBasis::Calibrated,
+                ][(b[3] % 4) as usize],
+                scale_ppm: b[5] % 4_000_000,
+                reports: b[6],
+            },
             tool_results: (b[0] % 2 == 1).then_some(crate::reduce::TierReport {
                 cap: b[1],
                 target: b[2],

@@ -145,11 +145,14 @@ pub fn compact_with(
     let report = Report {
         tokens_before,
         tokens_after: 0,
-        budget: budget_report(
-            &budget,
-            fixed,
-            (tool_results_before, p.tool_results_total()),
-        ),
+        budget: BudgetReport {
+            counting: crate::tokens::calibration::Counting::of(engine.counter),
+            ..budget_report(
+                &budget,
+                fixed,
+                (tool_results_before, p.tool_results_total()),
+            )
+        },
         triggered: over_trigger || tier_over,
         tier_triggered: tier_over,
         keep_recent_turns: tail.turns,
@@ -179,6 +182,7 @@ fn budget_report(budget: &TokenBudget, fixed: u32, (before, after): (u32, u32)) 
         system_tokens: budget.system_tokens,
         tool_tokens: budget.tool_tokens,
         workspace_tokens: budget.workspace_tokens,
+        counting: Default::default(),
         tool_results: budget.tool_results_cap.map(|cap| TierReport {
             cap,
             target: budget.tool_results_target().unwrap_or(cap),

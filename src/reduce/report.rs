@@ -43,6 +43,10 @@ pub struct BudgetReport {
     /// there is none).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub workspace_tokens: u32,
+    /// What the counts are based on: the tokenizer, the estimate, or the
+    /// estimate calibrated by the provider's reports.
+    #[serde(default)]
+    pub counting: crate::tokens::calibration::Counting,
 }
 
 pub(super) fn is_zero(n: &u32) -> bool {

@@ -20,7 +20,7 @@ use serde_json::value::RawValue;
 use crate::tokens::PassThrough;
 
 /// A render, unit by unit (see the module documentation).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PrefixTrace {
     /// Per unit, in order: a 64-bit hash of its bytes and its tokens
     /// (counted on the unit's JSON text).
@@ -41,10 +41,35 @@ pub struct PrefixTrace {
     /// The body's own count (0: not said, as in traces kept before it was).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub body_tokens: u32,
+    /// The calibration scale the count was made at (1: the counter as it
+    /// is), so a report on this body is learned from as a raw estimate.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub count_scale: f64,
+}
+
+impl Default for PrefixTrace {
+    fn default() -> Self {
+        PrefixTrace {
+            units: Vec::new(),
+            counted_by: String::new(),
+            cached: Vec::new(),
+            expected_cache_read: None,
+            body_tokens: 0,
+            count_scale: 1.0,
+        }
+    }
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn is_one(x: &f64) -> bool {
+    *x == 1.0
 }
 
 /// Two traces are the same render when their units, counter and cache

@@ -737,6 +737,46 @@ impl S3SessionBlobs {
             super::session::SESSION_DIR
         ))
     }
+
+    /// `{tenant}/shared/{name}`, beside the tenant's threads.
+    fn shared_key(&self, tenant: &str, name: &str) -> Result<String, StoreError> {
+        validate_path_segment("name", name)?;
+        let threads = self.at.tenant_prefix(tenant)?;
+        let tenant_dir = threads.strip_suffix("threads/").unwrap_or(&threads);
+        Ok(format!("{tenant_dir}{}/{name}", super::session::SHARED_DIR))
+    }
+
+    /// Writes `key` when `expect` holds (S3's conditional writes).
+    async fn put_key(
+        &self,
+        key: String,
+        bytes: Vec<u8>,
+        expect: super::session::Expect,
+    ) -> Result<Option<String>, StoreError> {
+        use super::session::Expect;
+        let mut put = self
+            .at
+            .client
+            .put_object()
+            .bucket(&self.at.bucket)
+            .key(&key)
+            .content_type("application/octet-stream");
+        put = match expect {
+            Expect::Absent => put.if_none_match("*"),
+            Expect::Tag(etag) => put.if_match(etag),
+            Expect::Any => put,
+        };
+        if let Some(k) = &self.sse_kms_key {
+            put = put
+                .server_side_encryption(ServerSideEncryption::AwsKms)
+                .ssekms_key_id(k);
+        }
+        match super::aws_call("S3", "PutObject", put.body(ByteStream::from(bytes)).send()).await {
+            Ok(out) => Ok(out.e_tag().map(str::to_owned)),
+            Err(e) if matches!(status(&e), Some(412 | 409)) => Err(super::session::lost_race()),
+            Err(e) => Err(s3_error("PutObject", e)),
+        }
+    }
 }
 
 #[async_trait]
@@ -760,30 +800,28 @@ impl super::session::Blobs for S3SessionBlobs {
         expect: super::session::Expect,
         _flush: super::fs::Flush,
     ) -> Result<Option<String>, StoreError> {
-        use super::session::Expect;
         let key = format!("{}{name}", self.folder(tenant, thread_id)?);
-        let mut put = self
-            .at
-            .client
-            .put_object()
-            .bucket(&self.at.bucket)
-            .key(&key)
-            .content_type("application/octet-stream");
-        put = match expect {
-            Expect::Absent => put.if_none_match("*"),
-            Expect::Tag(etag) => put.if_match(etag),
-            Expect::Any => put,
-        };
-        if let Some(k) = &self.sse_kms_key {
-            put = put
-                .server_side_encryption(ServerSideEncryption::AwsKms)
-                .ssekms_key_id(k);
-        }
-        match super::aws_call("S3", "PutObject", put.body(ByteStream::from(bytes)).send()).await {
-            Ok(out) => Ok(out.e_tag().map(str::to_owned)),
-            Err(e) if matches!(status(&e), Some(412 | 409)) => Err(super::session::lost_race()),
-            Err(e) => Err(s3_error("PutObject", e)),
-        }
+        self.put_key(key, bytes, expect).await
+    }
+
+    async fn get_shared(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Option<(Vec<u8>, String)>, StoreError> {
+        let key = self.shared_key(tenant, name)?;
+        self.at.read_tagged(&key, None).await
+    }
+
+    async fn put_shared(
+        &self,
+        tenant: &str,
+        name: &str,
+        bytes: Vec<u8>,
+        expect: super::session::Expect,
+    ) -> Result<Option<String>, StoreError> {
+        let key = self.shared_key(tenant, name)?;
+        self.put_key(key, bytes, expect).await
     }
 
     async fn remove(

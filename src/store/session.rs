@@ -43,6 +43,9 @@ use crate::runtime::lock;
 
 /// The folder (or key prefix) of a thread's session.
 pub(crate) const SESSION_DIR: &str = "session";
+/// The folder (or key prefix) of a tenant's objects that are no thread's,
+/// beside `threads`.
+pub(crate) const SHARED_DIR: &str = "shared";
 const HEAD: &str = "head";
 const HEAD_MAGIC: &[u8] = b"compactd-session v1\n";
 const SEGMENT_MAGIC: &[u8] = b"compactd-segment v1\n";
@@ -237,6 +240,22 @@ pub(crate) trait Blobs: Send + Sync {
         bytes: Vec<u8>,
         expect: Expect,
         flush: Flush,
+    ) -> Result<Option<String>, StoreError>;
+    /// A tenant-wide object beside the threads (`{tenant}/shared/{name}`),
+    /// with its tag; `None` if absent.
+    async fn get_shared(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Option<(Vec<u8>, String)>, StoreError>;
+    /// Writes a tenant-wide object, durably; `Conflict` when `expect` does
+    /// not hold. Returns its tag, when the backend says.
+    async fn put_shared(
+        &self,
+        tenant: &str,
+        name: &str,
+        bytes: Vec<u8>,
+        expect: Expect,
     ) -> Result<Option<String>, StoreError>;
     /// Removes the named objects (missing ones are fine).
     async fn remove(
@@ -672,6 +691,30 @@ impl ThreadStore {
         })
     }
 
+    /// A tenant-wide object (not sealed: only what holds no content, such
+    /// as the count calibration) and its tag for [`ThreadStore::put_shared`].
+    pub async fn shared(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Option<(Vec<u8>, String)>, StoreError> {
+        self.blobs.get_shared(tenant, name).await
+    }
+
+    /// Replaces a tenant-wide object when it still has the tag `replacing`
+    /// (`None`: when there is none yet); `Conflict` otherwise. Returns the
+    /// new tag, when the backend says.
+    pub async fn put_shared(
+        &self,
+        tenant: &str,
+        name: &str,
+        bytes: Vec<u8>,
+        replacing: Option<String>,
+    ) -> Result<Option<String>, StoreError> {
+        let expect = replacing.map_or(Expect::Absent, Expect::Tag);
+        self.blobs.put_shared(tenant, name, bytes, expect).await
+    }
+
     /// Removes the thread's session; `false` when there was none.
     pub async fn delete(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError> {
         self.blobs.remove_all(tenant, thread_id).await
@@ -738,6 +781,49 @@ impl FsBlobs {
     fn folder(&self, tenant: &str, thread_id: &str) -> Result<PathBuf, StoreError> {
         Ok(self.dir.thread_dir(tenant, thread_id)?.join(SESSION_DIR))
     }
+
+    /// `tenants/{tenant}/shared`, after validating the tenant and `name`.
+    fn shared_folder(&self, tenant: &str, name: &str) -> Result<PathBuf, StoreError> {
+        validate_path_segment("name", name)?;
+        let threads = self.dir.tenant_threads(tenant)?;
+        Ok(threads.with_file_name(SHARED_DIR))
+    }
+
+    /// The file at `path` and its tag.
+    async fn get_in(&self, path: PathBuf) -> Result<Option<(Vec<u8>, String)>, StoreError> {
+        fs::blocking(move || {
+            Ok(fs::read_optional(&path)?.map(|b| {
+                let tag = header_tag(&b);
+                (b, tag)
+            }))
+        })
+        .await
+    }
+
+    /// Writes `name` in `folder` when `expect` holds (serialized per folder).
+    async fn put_in(
+        &self,
+        folder: PathBuf,
+        name: &str,
+        bytes: Vec<u8>,
+        expect: Expect,
+        flush: Flush,
+    ) -> Result<Option<String>, StoreError> {
+        let guard = self.locks.get(&folder).lock_owned().await;
+        let dir = self.dir.clone();
+        let name = name.to_owned();
+        fs::blocking(move || {
+            let _guard = guard;
+            let found = read_tag(&folder.join(&name))?;
+            if !expect.holds(found.as_deref()) {
+                return Err(lost_race());
+            }
+            dir.ensure_dir(&folder)?;
+            fs::write_replacing(&folder, &name, &bytes, flush)?;
+            Ok(Some(header_tag(&bytes)))
+        })
+        .await
+    }
 }
 
 fn not_found_ok(r: std::io::Result<()>) -> std::io::Result<bool> {
@@ -756,14 +842,8 @@ impl Blobs for FsBlobs {
         thread_id: &str,
         name: &str,
     ) -> Result<Option<(Vec<u8>, String)>, StoreError> {
-        let path = self.folder(tenant, thread_id)?.join(name);
-        fs::blocking(move || {
-            Ok(fs::read_optional(&path)?.map(|b| {
-                let tag = header_tag(&b);
-                (b, tag)
-            }))
-        })
-        .await
+        self.get_in(self.folder(tenant, thread_id)?.join(name))
+            .await
     }
 
     async fn put(
@@ -775,21 +855,29 @@ impl Blobs for FsBlobs {
         expect: Expect,
         flush: Flush,
     ) -> Result<Option<String>, StoreError> {
-        let folder = self.folder(tenant, thread_id)?;
-        let guard = self.locks.get(&folder).lock_owned().await;
-        let dir = self.dir.clone();
-        let name = name.to_owned();
-        fs::blocking(move || {
-            let _guard = guard;
-            let found = read_tag(&folder.join(&name))?;
-            if !expect.holds(found.as_deref()) {
-                return Err(lost_race());
-            }
-            dir.ensure_dir(&folder)?;
-            fs::write_replacing(&folder, &name, &bytes, flush)?;
-            Ok(Some(header_tag(&bytes)))
-        })
-        .await
+        self.put_in(self.folder(tenant, thread_id)?, name, bytes, expect, flush)
+            .await
+    }
+
+    async fn get_shared(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Option<(Vec<u8>, String)>, StoreError> {
+        self.get_in(self.shared_folder(tenant, name)?.join(name))
+            .await
+    }
+
+    async fn put_shared(
+        &self,
+        tenant: &str,
+        name: &str,
+        bytes: Vec<u8>,
+        expect: Expect,
+    ) -> Result<Option<String>, StoreError> {
+        let folder = self.shared_folder(tenant, name)?;
+        self.put_in(folder, name, bytes, expect, Flush::Synced)
+            .await
     }
 
     async fn remove(
@@ -892,6 +980,8 @@ type Objects = HashMap<String, (Vec<u8>, String)>;
 #[derive(Default)]
 struct MemoryBlobs {
     threads: Mutex<HashMap<(String, String), Objects>>,
+    /// Per tenant, its shared objects.
+    shared: Mutex<HashMap<String, Objects>>,
 }
 
 fn memory_key(tenant: &str, thread_id: &str) -> Result<(String, String), StoreError> {
@@ -948,6 +1038,37 @@ impl Blobs for MemoryBlobs {
             }
         }
         Ok(())
+    }
+
+    async fn get_shared(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Option<(Vec<u8>, String)>, StoreError> {
+        validate_path_segment("tenant", tenant)?;
+        Ok(lock(&self.shared)
+            .get(tenant)
+            .and_then(|o| o.get(name))
+            .cloned())
+    }
+
+    async fn put_shared(
+        &self,
+        tenant: &str,
+        name: &str,
+        bytes: Vec<u8>,
+        expect: Expect,
+    ) -> Result<Option<String>, StoreError> {
+        validate_path_segment("tenant", tenant)?;
+        validate_path_segment("name", name)?;
+        let mut shared = lock(&self.shared);
+        let objects = shared.entry(tenant.to_owned()).or_default();
+        if !expect.holds(objects.get(name).map(|(_, tag)| tag.as_str())) {
+            return Err(lost_race());
+        }
+        let tag = header_tag(&bytes);
+        objects.insert(name.to_owned(), (bytes, tag.clone()));
+        Ok(Some(tag))
     }
 
     async fn remove_all(&self, tenant: &str, thread_id: &str) -> Result<bool, StoreError> {

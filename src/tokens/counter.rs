@@ -16,6 +16,11 @@ pub trait TokenCounter: Send + Sync + fmt::Debug {
     fn name(&self) -> &str;
     /// True for exact BPE counts, false for estimates.
     fn is_exact(&self) -> bool;
+    /// The calibration against the provider's own count this counter
+    /// applies (`None`: an exact count, or an estimate as it is).
+    fn calibration(&self) -> Option<super::calibration::Applied> {
+        None
+    }
 }
 
 /// An exact OpenAI encoding. Backed by `bpe-openai`, chosen over `tiktoken-rs`

@@ -4,6 +4,7 @@
 //! bytes), so every count of a message goes through one [`TokenLedger`] keyed
 //! by content hash, and each encoding is built once per process.
 
+pub mod calibration;
 mod counter;
 mod estimate;
 mod framing;
@@ -16,6 +17,7 @@ mod truncate;
 #[cfg(test)]
 mod corpus;
 
+pub use calibration::Calibrated;
 pub use counter::{
     cl100k, counter_for, counter_for_model, encoding_known, normalize_model, o200k, TokenCounter,
 };

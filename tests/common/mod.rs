@@ -197,7 +197,6 @@ impl Harness {
                         format,
                         max_output_tokens: None,
                         prompt_cache: Default::default(),
-                        usage: Vec::new(),
                         rehydrate_artifact_ids: Vec::new(),
                         omit_pending_calls: self.omit_pending_calls,
                         auto_rehydrate: None,

@@ -559,3 +559,48 @@ pub fn planted_thread(id: &str) -> pb::Thread {
     }
     t
 }
+
+/// Renders a Claude thread of `turns` agent turns, whole, on `client`,
+/// reporting `report` (the provider's usage on the body rendered before).
+pub async fn claude_render(
+    client: &mut pb::compaction_service_client::CompactionServiceClient<tonic::transport::Channel>,
+    token: &str,
+    (thread_id, turns): (&str, u32),
+    report: Option<pb::ProviderUsage>,
+) -> pb::RenderResponse {
+    let messages = (1..=turns)
+        .flat_map(|n| agent_turn(n, 30, "shard ok"))
+        .collect();
+    let req = pb::RenderRequest {
+        compact_first: true,
+        format: pb::OutputFormat::AnthropicMessages as i32,
+        model: "claude-sonnet-4-5".into(),
+        max_input_tokens: 200_000,
+        thread: Some(pb::Thread {
+            id: thread_id.into(),
+            messages,
+        }),
+        usage: report.into_iter().collect(),
+        ..Default::default()
+    };
+    within(client.render(authed(req, token)))
+        .await
+        .expect("render")
+        .into_inner()
+}
+
+/// A provider's report on `out`'s body: `ratio` of compactd's count.
+pub fn report_on(out: &pb::RenderResponse, ratio: f64) -> pb::ProviderUsage {
+    let counted = out.tokens.as_ref().map_or(0, |t| t.total);
+    pb::ProviderUsage {
+        body_digest: out.body_digest.clone(),
+        input_tokens: (f64::from(counted) * ratio) as u32,
+        ..Default::default()
+    }
+}
+
+/// How `out` was counted: (basis, scale).
+pub fn counting(out: &pb::RenderResponse) -> (pb::counting::Basis, f64) {
+    let c = out.counting.as_ref().expect("counting");
+    (c.basis(), c.scale)
+}

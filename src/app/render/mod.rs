@@ -48,8 +48,6 @@ pub struct RenderCommand {
     pub max_output_tokens: Option<u32>,
     /// How the body addresses the provider's prompt cache.
     pub prompt_cache: crate::render::PromptCache,
-    /// What the provider reported for the body the previous render sent.
-    pub usage: Vec<crate::render::cache::ProviderUsage>,
     /// Artifacts to inject for this turn only.
     pub rehydrate_artifact_ids: Vec<String>,
     /// Leave tool calls without a result out instead of refusing.
@@ -114,6 +112,8 @@ pub struct RenderOutcome {
     pub expected_cache_read_tokens: Option<u32>,
     /// The append session after the call, when the request used one.
     pub session: Option<super::SessionState>,
+    /// What the counts are based on.
+    pub counting: crate::tokens::calibration::Counting,
     /// What the next render of this thread may keep (taken by the app
     /// before the outcome is returned).
     pub(crate) stable: Option<Arc<StablePart>>,
@@ -154,8 +154,7 @@ impl App {
             rehydrates: !cmd.rehydrate_artifact_ids.is_empty(),
         }
         .authorize(ctx, None)?;
-        let mut cmd = cmd;
-        let (usage, format) = (std::mem::take(&mut cmd.usage), cmd.format.name());
+        let (usage, format) = (cmd.request.usage.clone(), cmd.format.name());
         self.held(async move {
             let (sent, input) = (Arc::clone(&cmd.request.thread), cmd.request.session.clone());
             let outcome = cmd.request.task_outcome;
@@ -201,6 +200,27 @@ impl App {
     /// `expected_version` whose commit lost to another replica's renders
     /// again on the winning plan, as Compact does.
     async fn render_thread(
+        &self,
+        ctx: &SecurityContext,
+        cmd: RenderCommand,
+        previous: Option<Arc<PrefixTrace>>,
+    ) -> Result<RenderOutcome> {
+        let model = self.model(cmd.request.model.clone())?;
+        let learned = self
+            .calibrate(
+                &ctx.tenant_id,
+                &model,
+                &cmd.request.usage,
+                previous.as_deref(),
+            )
+            .await;
+        let mut out = self.render_retrying(ctx, cmd, previous).await?;
+        out.audit.warnings.extend(learned);
+        Ok(out)
+    }
+
+    /// [`App::render_thread`] once counting is calibrated.
+    async fn render_retrying(
         &self,
         ctx: &SecurityContext,
         cmd: RenderCommand,
@@ -468,6 +488,7 @@ impl App {
                 unchanged_prefix_tokens: None,
                 expected_cache_read_tokens: None,
                 session: None,
+                counting: crate::tokens::calibration::Counting::of(parts.counter.as_ref()),
                 stable: done.next.map(Arc::new),
                 kept,
             };

@@ -88,7 +88,6 @@ fn render_cmd(thread: Thread, budget: u32, session: SessionInput) -> RenderComma
         format: Format::OpenAiChat,
         max_output_tokens: Some(512),
         prompt_cache: Default::default(),
-        usage: Vec::new(),
         rehydrate_artifact_ids: Vec::new(),
         omit_pending_calls: true,
         auto_rehydrate: None,

@@ -137,7 +137,6 @@ fn render_first(request: CompactCommand) -> RenderCommand {
         format: Format::OpenAiChat,
         max_output_tokens: None,
         prompt_cache: Default::default(),
-        usage: Vec::new(),
         rehydrate_artifact_ids: Vec::new(),
         omit_pending_calls: false,
         auto_rehydrate: None,

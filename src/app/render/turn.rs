@@ -590,6 +590,9 @@ pub(super) fn output(
     // (when it counted with the same counter), the others are counted
     // through the ledger.
     let counter = rc.counter.name();
+    // The cache reckons on content hashes in any counter; units are reused
+    // only from a trace in this one.
+    let previous = known;
     let known = known.filter(|k| k.counted_by == counter);
     let (json, traced) =
         crate::render::prefix::to_json_with_elements(&payload, |t| rc.text(t), known)
@@ -620,14 +623,19 @@ pub(super) fn output(
         "the trace written with the body is the one read from it"
     );
     let trace = trace.map(|t| {
+        let calibration = rc.counter.calibration();
         let mut t = PrefixTrace {
             counted_by: counter.to_string(),
             body_tokens: budgeted.total,
+            count_scale: calibration.map_or(1.0, |c| c.scale),
             ..t
         };
         if let Some(rules) = format.cache_rules(&opts.model) {
             let layout = format.cache_layout(&payload);
-            crate::render::cache::reckon(&mut t, &layout, rules, known, Some(budgeted.total));
+            // Reckoned in the provider's count as far as the reports tell it.
+            let per_token = calibration.map_or(1.0, |c| c.provider_per_counted());
+            let provider = (f64::from(budgeted.total) * per_token).round() as u32;
+            crate::render::cache::reckon(&mut t, &layout, rules, previous, Some(provider));
         }
         t
     });

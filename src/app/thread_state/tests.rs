@@ -86,7 +86,6 @@ fn render_of(request: CompactCommand, format: usize) -> RenderCommand {
         ][format],
         max_output_tokens: None,
         prompt_cache: Default::default(),
-        usage: Vec::new(),
         rehydrate_artifact_ids: Vec::new(),
         omit_pending_calls: false,
         auto_rehydrate: None,

@@ -73,6 +73,7 @@ macro_rules! shared_command {
             observations: observations_from_pb($r.observations),
             rehydrated_this_turn: false,
             task_outcome: task_outcome($r.task_outcome)?,
+            usage: provider_usage($r.usage)?,
             format: None,
             extends: $reuse.extends.take(),
         }
@@ -378,7 +379,6 @@ pub fn render_command_reusing(
             key: cache_field(r.prompt_cache_key, "prompt_cache_key")?,
             safety_identifier: cache_field(r.safety_identifier, "safety_identifier")?,
         },
-        usage: provider_usage(r.usage)?,
         rehydrate_artifact_ids: r.rehydrate_artifact_ids,
         omit_pending_calls: r.omit_pending_calls,
         auto_rehydrate: r.auto_rehydrate,
@@ -626,6 +626,7 @@ pub fn render_response(out: RenderOutcome, known_plan_version: Option<u64>) -> p
             .as_ref()
             .map(|t| format!("{:016x}", crate::render::cache::body_digest(t)))
             .unwrap_or_default(),
+        counting: Some(crate::proto::counting_to_pb(&out.counting)),
     }
 }
 

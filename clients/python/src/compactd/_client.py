@@ -76,6 +76,12 @@ class Rendered:
     expected_cache_read_tokens: Optional[int] = None
     # Names this body in the provider's report on it (`usage=` next call).
     body_digest: str = ""
+    # What `tokens` is based on: "exact" (the model's tokenizer), "estimate"
+    # (compactd's conservative one) or "calibrated" (the estimate under the
+    # bound learned from the provider's usage reports); `count_scale` is
+    # that bound, counted tokens per estimated token.
+    counting: str = ""
+    count_scale: float = 1.0
     # Bytes of the request that went on the wire: after the first call of a
     # thread, what was appended, not the whole conversation.
     request_bytes: int = 0
@@ -129,6 +135,10 @@ class _Pending:
     shape: str
     rest_json: str
     report: Optional[Tuple[int, int, int]] = None
+
+
+# Counting.Basis values, by name.
+_COUNTING = {1: "exact", 2: "estimate", 3: "calibrated"}
 
 
 def _provider_usage(usage: Any, digest: str) -> Any:
@@ -413,6 +423,8 @@ class _Calls:
                 resp.expected_cache_read_tokens if resp.HasField("expected_cache_read_tokens") else None
             ),
             body_digest=resp.body_digest,
+            counting=_COUNTING.get(resp.counting.basis, ""),
+            count_scale=resp.counting.scale or 1.0,
             warnings=list(c.warnings) + list(resp.audit.warnings),
             plan=plan,
             response=resp,
