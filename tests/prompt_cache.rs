@@ -420,6 +420,47 @@ async fn a_report_above_the_learned_bound_tightens_it_before_the_next_render() {
         f64::from(total) >= f64::from(calibrated_total) * tightened / learned * 0.9,
         "{total} tokens at {tightened}, {calibrated_total} at {learned}"
     );
+    // Explain lists the last renders: each body's expected cache read,
+    // beside the provider's report once the next call brought it.
+    let explained = within(client.explain(authed(
+        pb::ExplainRequest {
+            thread_id: thread.into(),
+            text: "Step 1".into(),
+            ..Default::default()
+        },
+        &token,
+    )))
+    .await
+    .expect("explain")
+    .into_inner();
+    let turns = &explained.cache_turns;
+    assert!(turns.len() >= 4, "{turns:?}");
+    // The newest entry for the body the report answered holds it (a body
+    // rendered twice in a row is one entry).
+    let answered = turns
+        .iter()
+        .rev()
+        .find(|t| t.body_digest == out.body_digest)
+        .expect("the reported body is listed");
+    assert_eq!(
+        answered.reported.as_ref().map(|r| r.input_tokens),
+        Some(report_on(&out, 0.8 / learned).input_tokens)
+    );
+    let last = turns.last().expect("a turn");
+    assert_eq!(last.body_digest, next.body_digest);
+    assert_eq!(
+        last.expected_cache_read_tokens,
+        next.expected_cache_read_tokens
+    );
+    if next.body_digest != out.body_digest {
+        assert!(last.reported.is_none(), "{last:?}");
+    }
+    assert!(
+        turns[..turns.len() - 1]
+            .iter()
+            .all(|t| t.reported.is_some()),
+        "every earlier render was answered: {turns:?}"
+    );
     // A report that cannot be a count of the body is named and not learned.
     let absurd = report_on(&next, 100.0);
     let refused = claude_render(&mut client, &token, (thread, 7), Some(absurd)).await;

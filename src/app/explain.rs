@@ -64,6 +64,9 @@ pub struct ExplainOutcome {
     pub warnings: Vec<String>,
     /// The append session after the call, when the request used one.
     pub session: Option<super::SessionState>,
+    /// The thread's last renders on this replica: the cache read compactd
+    /// expected of each body, and the provider's report on it once sent.
+    pub cache_turns: Vec<crate::render::cache::CacheTurn>,
 }
 
 impl App {
@@ -147,6 +150,13 @@ impl App {
             not_searched,
             warnings,
             session: None,
+            cache_turns: self
+                .inner
+                .threads
+                .read(&ctx.tenant_id, &cmd.thread_id, |s| {
+                    Some(s.cache_turns.clone())
+                })
+                .unwrap_or_default(),
         })
     }
 

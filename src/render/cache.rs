@@ -119,6 +119,54 @@ pub struct CacheObservation {
     pub usage: ProviderUsage,
 }
 
+/// Renders remembered per thread for Explain.
+pub const TURNS_KEPT: usize = 8;
+
+/// One render's expected cache read beside the provider's report on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheTurn {
+    /// The body, by [`body_digest`].
+    pub body_digest: u64,
+    /// Its tokens in compactd's count.
+    pub counted: u32,
+    /// What compactd expected the provider to read from its cache.
+    pub expected_read: Option<u32>,
+    /// What the provider reported, once a later call brought it.
+    pub reported: Option<ProviderUsage>,
+}
+
+/// Records `trace`'s render after the reports `seen` (on earlier bodies):
+/// the newest [`TURNS_KEPT`], oldest first. A body rendered again (the same
+/// digest as the last) keeps one entry.
+pub fn record_turn(turns: &mut Vec<CacheTurn>, trace: &PrefixTrace, seen: &[CacheObservation]) {
+    for o in seen {
+        if let Some(t) = turns
+            .iter_mut()
+            .rev()
+            .find(|t| t.body_digest == o.usage.body_digest)
+        {
+            t.reported = Some(o.usage);
+        }
+    }
+    let turn = CacheTurn {
+        body_digest: body_digest(trace),
+        counted: trace.body_tokens,
+        expected_read: trace.expected_cache_read,
+        reported: None,
+    };
+    match turns.last_mut() {
+        Some(last) if last.body_digest == turn.body_digest => {
+            last.counted = turn.counted;
+            last.expected_read = turn.expected_read.or(last.expected_read);
+        }
+        _ => turns.push(turn),
+    }
+    if turns.len() > TURNS_KEPT {
+        let extra = turns.len() - TURNS_KEPT;
+        turns.drain(..extra);
+    }
+}
+
 /// A digest of a traced body's content, cache marks left out: the same on
 /// every replica, and cheap (it chains the units' hashes).
 pub fn body_digest(trace: &PrefixTrace) -> u64 {
@@ -243,6 +291,15 @@ mod tests {
 
     const RULES: Rules = Rules::Breakpoints { minimum: 100 };
 
+    fn report(body_digest: u64) -> ProviderUsage {
+        ProviderUsage {
+            body_digest,
+            input_tokens: 300,
+            cache_read_tokens: 200,
+            cache_write_tokens: 20,
+        }
+    }
+
     #[test]
     fn a_moved_mark_reads_what_the_last_one_wrote() {
         let mut first = trace(&[(1, 500), (2, 50), (3, 50)]);
@@ -338,12 +395,6 @@ mod tests {
         let mut sent = trace(&[(1, 500), (2, 50)]);
         sent.expected_cache_read = Some(400);
         sent.body_tokens = 520;
-        let report = |digest| ProviderUsage {
-            body_digest: digest,
-            input_tokens: 300,
-            cache_read_tokens: 200,
-            cache_write_tokens: 20,
-        };
         let (seen, other) = observe(Some(&sent), &[report(body_digest(&sent)), report(7)]);
         assert_eq!(
             seen,
@@ -361,5 +412,36 @@ mod tests {
             vec![0],
             "no body sent before"
         );
+    }
+
+    #[test]
+    fn turns_keep_the_newest_with_their_reports() {
+        let mut turns = Vec::new();
+        let bodies: Vec<PrefixTrace> = (0..10u64)
+            .map(|i| PrefixTrace {
+                body_tokens: 1000 + i as u32,
+                expected_cache_read: Some(900),
+                ..trace(&[(i, 10), (i + 100, 20)])
+            })
+            .collect();
+        for (i, b) in bodies.iter().enumerate() {
+            let seen: Vec<CacheObservation> = i
+                .checked_sub(1)
+                .map(|p| CacheObservation {
+                    expected_read: 900,
+                    counted: 1000,
+                    usage: report(body_digest(&bodies[p])),
+                })
+                .into_iter()
+                .collect();
+            record_turn(&mut turns, b, &seen);
+        }
+        assert_eq!(turns.len(), TURNS_KEPT);
+        assert_eq!(turns.last().map(|t| t.counted), Some(1009));
+        assert!(turns.last().is_some_and(|t| t.reported.is_none()));
+        assert!(turns[..TURNS_KEPT - 1].iter().all(|t| t.reported.is_some()));
+        // The same body again is one turn.
+        record_turn(&mut turns, &bodies[9], &[]);
+        assert_eq!(turns.len(), TURNS_KEPT);
     }
 }

@@ -124,14 +124,15 @@ pub struct RenderOutcome {
 
 /// Sets the provider's reports beside what the previous render expected of
 /// the body they answer (metrics per tenant and format); a report for
-/// another body is named in the warnings and counts nowhere.
+/// another body is named in the warnings and counts nowhere. Returns the
+/// reports that answer it.
 fn reported_usage(
     usage: &[crate::render::cache::ProviderUsage],
     previous: Option<&PrefixTrace>,
     tenant: &str,
     format: &'static str,
     audit: &mut AuditRecord,
-) {
+) -> Vec<crate::render::cache::CacheObservation> {
     let (seen, other) = crate::render::cache::observe(previous, usage);
     for o in &seen {
         crate::telemetry::metrics::metrics().prompt_cache(o, format, tenant);
@@ -141,6 +142,7 @@ fn reported_usage(
             "usage[{i}]: body_digest does not name the body the previous render of this thread returned; not counted"
         ));
     }
+    seen
 }
 
 impl App {
@@ -155,6 +157,7 @@ impl App {
         }
         .authorize(ctx, None)?;
         let (usage, format) = (cmd.request.usage.clone(), cmd.format.name());
+        let thread_id = cmd.request.thread.id.clone();
         self.held(async move {
             let (sent, input) = (Arc::clone(&cmd.request.thread), cmd.request.session.clone());
             let outcome = cmd.request.task_outcome;
@@ -179,13 +182,18 @@ impl App {
             let expected_cache_read_tokens =
                 done.out.trace.as_ref().and_then(|t| t.expected_cache_read);
             let mut out = done.out;
-            reported_usage(
+            let seen = reported_usage(
                 &usage,
                 done.previous.as_deref(),
                 &ctx.tenant_id,
                 format,
                 &mut out.audit,
             );
+            if let Some(trace) = &out.trace {
+                self.inner.threads.update(&ctx.tenant_id, &thread_id, |s| {
+                    crate::render::cache::record_turn(&mut s.cache_turns, trace, &seen)
+                });
+            }
             Ok(RenderOutcome {
                 unchanged_prefix_tokens,
                 expected_cache_read_tokens,

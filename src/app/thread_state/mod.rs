@@ -50,6 +50,9 @@ pub(super) struct ThreadState {
     pub(super) trace: Option<Arc<PrefixTrace>>,
     /// What validating the thread left, for the next turn's append.
     pub(super) validated: Option<Arc<Validated>>,
+    /// The last renders' expected cache reads and the provider's reports
+    /// (for Explain).
+    pub(super) cache_turns: Vec<crate::render::cache::CacheTurn>,
 }
 
 /// A validated thread, by allocation: a thread is never changed in place
@@ -81,6 +84,7 @@ impl ThreadState {
             session,
             trace,
             validated,
+            cache_turns,
         } = self;
         carry.is_none()
             && sent.is_none()
@@ -89,6 +93,7 @@ impl ThreadState {
             && session.is_none()
             && trace.is_none()
             && validated.is_none()
+            && cache_turns.is_empty()
     }
 }
 
@@ -106,9 +111,13 @@ impl Weigh for ThreadState {
             session,
             trace,
             validated,
+            cache_turns,
         } = self;
         let part = |w: Option<u64>| w.unwrap_or(0);
-        128 + part(carry.as_ref().map(Weigh::weight))
+        let turns = (cache_turns.capacity()
+            * std::mem::size_of::<crate::render::cache::CacheTurn>()) as u64;
+        128 + turns
+            + part(carry.as_ref().map(Weigh::weight))
             + part(sent.as_ref().map(Weigh::weight))
             + part(stable.as_ref().map(Weigh::weight))
             + part(recall.as_ref().map(Weigh::weight))

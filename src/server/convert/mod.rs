@@ -496,6 +496,21 @@ impl From<ExplainOutcome> for pb::ExplainResponse {
             artifacts_not_searched: out.not_searched,
             warnings: out.warnings,
             session: out.session.map(Into::into),
+            cache_turns: out
+                .cache_turns
+                .iter()
+                .map(|t| pb::CacheTurn {
+                    body_digest: format!("{:016x}", t.body_digest),
+                    tokens: t.counted,
+                    expected_cache_read_tokens: t.expected_read,
+                    reported: t.reported.map(|u| pb::ProviderUsage {
+                        body_digest: format!("{:016x}", u.body_digest),
+                        input_tokens: u.input_tokens,
+                        cache_read_tokens: u.cache_read_tokens,
+                        cache_write_tokens: u.cache_write_tokens,
+                    }),
+                })
+                .collect(),
         }
     }
 }
