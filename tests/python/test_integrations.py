@@ -228,3 +228,67 @@ def test_langchain_middleware_reports_the_providers_usage_on_the_next_call(serve
     assert first == [], "nothing to report before the first model call"
     assert [(u.input_tokens, u.cache_read_tokens, u.cache_write_tokens) for u in second] == [(3_000, 2_048, 500)]
     assert second[0].body_digest and not [w for w in warnings if w.startswith("usage")], warnings
+
+
+class ScriptedAgentsModel:
+    """An Agents SDK model answering from a script of (output items, usage),
+    keeping the input of each call."""
+
+    def __new__(cls, script):
+        from agents.models.interface import Model
+
+        class Scripted(Model):
+            def __init__(self):
+                self.script, self.inputs = list(script), []
+
+            async def get_response(self, system_instructions, input, *args, **kwargs):
+                from agents.items import ModelResponse
+
+                self.inputs.append(input)
+                output, usage = self.script.pop(0)
+                return ModelResponse(output=output, usage=usage, response_id=None)
+
+            def stream_response(self, *args, **kwargs):
+                raise AssertionError("the test runs the agent without streaming")
+
+        return Scripted()
+
+
+def test_agents_sdk_filter_reports_the_providers_usage_on_the_next_call(server_addr):
+    from agents import Agent, RunConfig, Runner, function_tool
+    from agents.usage import Usage
+    from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+    from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+
+    from compactd.integrations.agents import input_filter
+
+    @function_tool
+    def lookup(key: str) -> str:
+        """Looks a key up."""
+        return "value of " + key
+
+    def usage(total, cached):
+        return Usage(requests=1, input_tokens=total, output_tokens=5, total_tokens=total + 5,
+                     input_tokens_details=InputTokensDetails(cached_tokens=cached, cache_write_tokens=700),
+                     output_tokens_details=OutputTokensDetails(reasoning_tokens=0))
+
+    call = ResponseFunctionToolCall(type="function_call", id="fc_1", call_id="c1", name="lookup",
+                                    arguments='{"key": "k"}', status="completed")
+    done = ResponseOutputMessage(type="message", id="msg_1", role="assistant", status="completed",
+                                 content=[ResponseOutputText(type="output_text", text="done", annotations=[])])
+    model = ScriptedAgentsModel([([call], usage(3_000, 2_048)), ([done], usage(3_100, 2_900))])
+    with Client(server_addr) as c:
+        items = c.render(swe_messages(), thread_id="agents-usage-src", model="gpt-4o", budget=200_000,
+                         format="responses").body["input"]
+    with ReportingClient(server_addr) as client:
+        compact = input_filter(client, thread_id="agents-usage", budget=BUDGET, model="gpt-4o")
+        agent = Agent(name="assistant", instructions="Be brief.", model=model, tools=[lookup])
+        result = Runner.run_sync(agent, items, run_config=RunConfig(call_model_input_filter=compact,
+                                                                    tracing_disabled=True), hooks=compact.hooks)
+    assert result.final_output == "done"
+    assert len(client.calls) == 2 and len(model.inputs) == 2
+    (first, _), (second, warnings) = client.calls
+    assert first == [], "nothing to report before the first model call"
+    assert [(u.input_tokens, u.cache_read_tokens, u.cache_write_tokens) for u in second] == [(3_000, 2_048, 700)]
+    assert second[0].body_digest and not [w for w in warnings if w.startswith("usage")], warnings
+    assert json.dumps(model.inputs[1]).count('"c1"') >= 2, "the tool call and its result reached the model"

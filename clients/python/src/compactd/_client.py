@@ -159,11 +159,14 @@ def _provider_usage(usage: Any, digest: str) -> Any:
         read, write = read or 0, write or 0
         total = (u.get("input_tokens") or 0) + read + write
     elif "prompt_tokens" in u:
+        # OpenAI: the cache's reads and writes are within the prompt's count.
         total = u["prompt_tokens"]
-        read, write = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0, 0
+        details = u.get("prompt_tokens_details") or {}
+        read, write = details.get("cached_tokens") or 0, details.get("cache_write_tokens") or 0
     elif "input_tokens" in u:
         total = u["input_tokens"]
-        read, write = (u.get("input_tokens_details") or {}).get("cached_tokens") or 0, 0
+        details = u.get("input_tokens_details") or {}
+        read, write = details.get("cached_tokens") or 0, details.get("cache_write_tokens") or 0
     else:
         raise ValueError("usage: not a provider response's usage (no input or prompt tokens)")
     return pb.ProviderUsage(
