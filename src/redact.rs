@@ -29,9 +29,10 @@ pub struct RedactionConfig {
     pub defaults: bool,
     /// More rules: each match is replaced by `[REDACTED:<name>]`.
     pub patterns: Vec<RedactionPattern>,
-    /// Personal data to redact as well (off by default: an agent that
-    /// books travel or answers support mail needs the addresses it works
-    /// with, and a compliance team decides what it may keep).
+    /// Personal data to redact as well: every class by default. A class
+    /// left out is kept as sent, and every audit record says so (see
+    /// [`Redactor::off_warnings`]); the prompt keeps the conversation's
+    /// own words wherever they are rendered verbatim.
     pub pii: Vec<PiiClass>,
 }
 
@@ -40,7 +41,7 @@ impl Default for RedactionConfig {
         RedactionConfig {
             defaults: true,
             patterns: Vec::new(),
-            pii: Vec::new(),
+            pii: PiiClass::ALL.to_vec(),
         }
     }
 }
@@ -63,6 +64,15 @@ pub enum PiiClass {
 }
 
 impl PiiClass {
+    /// Every class: the default.
+    pub const ALL: [PiiClass; 5] = [
+        PiiClass::Email,
+        PiiClass::Phone,
+        PiiClass::IpAddress,
+        PiiClass::Iban,
+        PiiClass::UsSsn,
+    ];
+
     /// The rule's name in `[REDACTED:<name>]`, its pattern and its check.
     fn rule(self) -> (&'static str, &'static str, Option<Check>) {
         match self {
@@ -79,7 +89,7 @@ impl PiiClass {
             PiiClass::IpAddress => (
                 "ip_address",
                 r"(?-u:\b)(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?-u:\b)|(?-u:\b)(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}(?-u:\b)|(?-u:\b)(?:[0-9A-Fa-f]{1,4}:){1,6}:(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){0,5})?(?-u:\b)",
-                None,
+                Some(not_a_version),
             ),
             PiiClass::Iban => (
                 "iban",
@@ -91,11 +101,28 @@ impl PiiClass {
     }
 }
 
-/// A test a match must pass to count (a checksum).
-type Check = fn(&str) -> bool;
+/// A test a match (`text[at]`) must pass to count: a checksum, or what
+/// stands around it.
+type Check = fn(&str, std::ops::Range<usize>) -> bool;
+
+/// A dotted quad that is not part of a longer dotted number or a version
+/// with a suffix (`5.15.0.91-generic`, `1.2.3.4.5`, `.1.2.3.4`).
+fn not_a_version(text: &str, at: std::ops::Range<usize>) -> bool {
+    let candidate = &text[at.clone()];
+    if !candidate.contains('.') {
+        return true;
+    }
+    let before = text[..at.start].chars().next_back();
+    let mut after = text[at.end..].chars();
+    let (next, then) = (after.next(), after.next());
+    let dotted_on = matches!((next, then), (Some('.'), Some(c)) if c.is_ascii_digit());
+    let suffixed = matches!((next, then), (Some('-'), Some(c)) if c.is_ascii_alphabetic());
+    !(before == Some('.') || dotted_on || suffixed)
+}
 
 /// An IBAN's check digits hold (ISO 13616 mod 97).
-fn iban_checks(candidate: &str) -> bool {
+fn iban_checks(text: &str, at: std::ops::Range<usize>) -> bool {
+    let candidate = &text[at];
     let compact: Vec<char> = candidate.chars().filter(|c| !c.is_whitespace()).collect();
     if !(15..=34).contains(&compact.len()) {
         return false;
@@ -144,7 +171,7 @@ struct Rule {
     replacement: String,
     /// A match is a secret only when this holds (a card number's Luhn
     /// digit); `None`: every match is.
-    check: Option<fn(&str) -> bool>,
+    check: Option<Check>,
 }
 
 /// The rules whose patterns can be matched together, and which rule each
@@ -184,6 +211,8 @@ pub struct Redactor {
     id: String,
     /// Whether the built-in detectors are on (`redaction.defaults`).
     defaults: bool,
+    /// The personal data classes left out of `redaction.pii`.
+    pii_off: Vec<PiiClass>,
 }
 
 impl std::fmt::Debug for Redactor {
@@ -314,7 +343,7 @@ impl Redactor {
                     format!("[REDACTED:{name}]")
                 };
                 id.update(pattern.as_bytes());
-                let check = (*name == "card_number").then_some(luhn as fn(&str) -> bool);
+                let check = (*name == "card_number").then_some(luhn as Check);
                 rules.push(Rule {
                     regex,
                     replacement,
@@ -380,11 +409,16 @@ impl Redactor {
             .build()
             .ok()
             .map(|set| std::sync::Arc::new(RuleSet { set, rules: in_set }));
+        let pii_off = PiiClass::ALL
+            .into_iter()
+            .filter(|c| !config.pii.contains(c))
+            .collect();
         Ok(Redactor {
             rules,
             set,
             id: hex::encode(&id.finalize()[..8]),
             defaults: config.defaults,
+            pii_off,
         })
     }
 
@@ -397,22 +431,36 @@ impl Redactor {
                 set: None,
                 id: "none".into(),
                 defaults: false,
+                pii_off: PiiClass::ALL.to_vec(),
             })
         });
         &STANDARD
     }
 
     /// Whether the built-in detectors run. Off is a deployment choice that
-    /// every audit record states (see [`Redactor::off_warning`]).
+    /// every audit record states (see [`Redactor::off_warnings`]).
     pub fn detects_defaults(&self) -> bool {
         self.defaults
     }
 
-    /// The audit warning for a rule set without the built-in detectors.
-    pub fn off_warning(&self) -> Option<&'static str> {
-        (!self.defaults).then_some(
-            "redaction.defaults is off: secrets in this thread were kept and stored as sent",
-        )
+    /// The audit warnings of a rule set that leaves something out: the
+    /// built-in detectors, or classes of personal data.
+    pub fn off_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.defaults {
+            out.push(
+                "redaction.defaults is off: secrets in this thread were kept and stored as sent"
+                    .to_string(),
+            );
+        }
+        if !self.pii_off.is_empty() {
+            let names: Vec<&str> = self.pii_off.iter().map(|c| c.rule().0).collect();
+            out.push(format!(
+                "redaction.pii leaves out {}: personal data of those classes was kept and stored as sent",
+                names.join(", ")
+            ));
+        }
+        out
     }
 
     /// Identifies the rule set (part of plan fingerprints: other rules,
@@ -439,7 +487,7 @@ impl Redactor {
             let replaced = match rule.check {
                 None => rule.regex.replace_all(&out, rule.replacement.as_str()),
                 Some(check) => rule.regex.replace_all(&out, |c: &regex::Captures<'_>| {
-                    if check(&c[0]) {
+                    if c.get(0).is_some_and(|m| check(&out, m.range())) {
                         rule.replacement.clone()
                     } else {
                         c[0].to_string()
@@ -752,7 +800,8 @@ fn redact_keyed(r: &Redactor, key: &str, v: &mut serde_json::Value) {
 }
 
 /// The Luhn check of a card number (digits only, separators skipped).
-fn luhn(candidate: &str) -> bool {
+fn luhn(text: &str, at: std::ops::Range<usize>) -> bool {
+    let candidate = &text[at];
     let digits: Vec<u32> = candidate.chars().filter_map(|c| c.to_digit(10)).collect();
     if !(13..=19).contains(&digits.len()) || digits.iter().all(|&d| d == digits[0]) {
         return false;
@@ -919,24 +968,14 @@ mod tests {
         }
     }
 
-    /// Personal data is redacted only for the classes configured, each
-    /// with its own label; look-alikes (versions, dates, ids, a bad IBAN)
-    /// pass.
+    /// Personal data of every class is redacted by default, each with its
+    /// own label; look-alikes (versions, dates, ids, a bad IBAN) pass; a
+    /// class left out is kept, and the audit warning names it.
     #[test]
-    fn pii_classes_are_opt_in_and_labelled() {
+    fn pii_classes_are_on_by_default_and_labelled() {
         let text = "Mail jane.doe+travel@example.co.uk or call +44 20 7946 0958, (415) 555-0132 or 212-555-0187. Host 10.20.30.40, fe80::1ff:fe23:4567:890a. IBAN GB82 WEST 1234 5698 7654 32. SSN 078-05-1120.";
-        assert_eq!(std_redact(text), text, "off by default");
-        let all = Redactor::from_config(&RedactionConfig {
-            pii: vec![
-                PiiClass::Email,
-                PiiClass::Phone,
-                PiiClass::IpAddress,
-                PiiClass::Iban,
-                PiiClass::UsSsn,
-            ],
-            ..RedactionConfig::default()
-        })
-        .unwrap();
+        let all = Redactor::standard();
+        assert!(all.off_warnings().is_empty(), "{:?}", all.off_warnings());
         let out = all.redact(text);
         for gone in [
             "jane.doe",
@@ -956,14 +995,34 @@ mod tests {
                 "{label}: {out}"
             );
         }
-        assert_ne!(all.id(), Redactor::standard().id(), "other rules, other id");
         for text in [
             "version 1.2.3 on 2024-01-15 took 1234 ms",
             "order 1234567890, build 20240115",
             "GB82 WEST 1234 5698 7654 33 fails its check",
+            "kernel 5.15.0.91-generic, release 1.2.3.4.5, schema v1.2.3.4, pkg lodash@4.17.21",
+            "at 2024-05-15T15:00:00+05:00, took 0.25 s, ratio 3.14",
         ] {
             assert_eq!(all.redact(text), text);
         }
+        // Two addresses side by side both go.
+        assert_eq!(
+            all.redact("from 10.0.0.1 to 10.0.0.2."),
+            "from [REDACTED:ip_address] to [REDACTED:ip_address]."
+        );
+        let none = Redactor::from_config(&RedactionConfig {
+            pii: vec![],
+            ..RedactionConfig::default()
+        })
+        .unwrap();
+        assert_eq!(none.redact(text), text, "every class turned off");
+        assert_ne!(none.id(), all.id(), "other rules, other id");
+        assert!(
+            none.off_warnings()
+                .iter()
+                .any(|w| w.contains("email, phone, ip_address, iban, us_ssn")),
+            "{:?}",
+            none.off_warnings()
+        );
         // Only what is named.
         let email = Redactor::from_config(&RedactionConfig {
             pii: vec![PiiClass::Email],

@@ -10,7 +10,7 @@ use compactd::app::AppError;
 use compactd::model::{Content, Role};
 use compactd::provider::{anthropic, openai_chat};
 use compactd::reduce::CompactError;
-use compactd::render::{artifact_ids_in, Origin, ProviderOptions};
+use compactd::render::{artifact_ids_in, delimit_user, Origin, ProviderOptions};
 use compactd_testkit::synth::{thread, SynthParams};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -69,13 +69,18 @@ fn compaction_invariants(
                 "{:?}",
                 anthropic::check_structure(&an)
             );
-            // Protected and never-prune messages are rendered verbatim.
+            // Protected and never-prune messages are rendered verbatim (a
+            // user's words in their delimiting block).
             for m in &t.messages {
                 if m.metadata.protected || matches!(m.role, Role::System | Role::Developer) {
                     let rendered = out.request.messages.iter().find(|r| r.source_id == m.id);
+                    let expected = match m.role {
+                        Role::User if m.tool_result.is_none() => delimit_user(m),
+                        _ => m.content.clone(),
+                    };
                     prop_assert!(
                         rendered
-                            .is_some_and(|r| r.origin == Origin::Verbatim && r.content == m.content),
+                            .is_some_and(|r| r.origin == Origin::Verbatim && r.content == expected),
                         "protected message {} lost",
                         m.id
                     );

@@ -26,6 +26,13 @@ const SECRET: &str = "sk-live-4f9a8b7c6d5e4f3a2b1c";
 const RESTRICTED: &str = "diagnosis code Z-88.1 for the account holder";
 const RULE: &str = "Never email the customer before 9am CET.";
 const ORDER: &str = "ORD-77812";
+/// Personal data said beside the order: redacted by default.
+const PERSONAL: [&str; 4] = [
+    "jeanne.martin@example.fr",
+    "+33 6 12 34 56 78",
+    "GB82 WEST 1234 5698 7654 32",
+    "078-05-1120",
+];
 
 fn settings(base_url: &str) -> SummarizerSettings {
     SummarizerSettings {
@@ -75,7 +82,10 @@ fn thread(turns: usize) -> Thread {
         (2, format!("One ground rule from the account team: {RULE}")),
         (
             3,
-            format!("Their order is {ORDER}; the warehouse token is {SECRET}."),
+            format!(
+                "Their order is {ORDER}; the warehouse token is {SECRET}. Reach them at {} or {}, refund to {}, SSN {}.",
+                PERSONAL[0], PERSONAL[1], PERSONAL[2], PERSONAL[3]
+            ),
         ),
         (4, format!("Internal note: {RESTRICTED}.")),
     ];
@@ -197,6 +207,9 @@ async fn what_is_sent_is_redacted_restricted_free_versioned_and_schema_bound() {
     for r in &requests {
         let text = r.prompt_text();
         assert!(!text.contains(SECRET), "the secret was sent");
+        for p in PERSONAL {
+            assert!(!text.contains(p), "personal data was sent: {p}");
+        }
         assert!(!text.contains("Z-88.1"), "restricted text was sent");
         assert_eq!(
             r.body["model"], MODEL,
@@ -233,6 +246,9 @@ async fn what_is_sent_is_redacted_restricted_free_versioned_and_schema_bound() {
         "LLM summary not rendered"
     );
     assert!(!prompt.contains(SECRET));
+    for p in PERSONAL {
+        assert!(!prompt.contains(p), "personal data in the summary: {p}");
+    }
 }
 
 #[tokio::test]
@@ -281,14 +297,17 @@ async fn an_answer_that_does_not_fit_is_asked_again_shorter_at_most_twice() {
 #[tokio::test]
 async fn every_failure_falls_back_to_the_extractive_plan_and_commits_nothing_of_it() {
     let baseline = compact(&app_with(None, store()), &thread(30), 8_000).await;
+    let spans = baseline.plan.summarizations.len();
+    assert!(spans >= 2, "the thread must summarize more than one span");
+    // (behavior, its kind, requests per span, whether it is an outage)
     let cases = [
-        (Behavior::Status(500), "http_500", 3),
-        (Behavior::Status(401), "http_401", 1),
-        (Behavior::Delay(Duration::from_secs(3)), "timeout", 3),
-        (Behavior::NotJson, "invalid_answer", 1),
-        (Behavior::Refuse, "refused", 1),
+        (Behavior::Status(500), "http_500", 3, true),
+        (Behavior::Status(401), "http_401", 1, false),
+        (Behavior::Delay(Duration::from_secs(3)), "timeout", 3, true),
+        (Behavior::NotJson, "invalid_answer", 1, false),
+        (Behavior::Refuse, "refused", 1, false),
     ];
-    for (behavior, kind, attempts) in cases {
+    for (behavior, kind, attempts, outage) in cases {
         let fake = FakeLlm::start(behavior.clone()).await.expect("fake llm");
         let mut s = settings(&fake.base_url());
         s.timeout_ms = 200;
@@ -307,8 +326,10 @@ async fn every_failure_falls_back_to_the_extractive_plan_and_commits_nothing_of_
             warnings.iter().any(|w| w.contains(&format!("({kind})"))),
             "{behavior:?}: no event in {warnings:?}"
         );
-        // The first failure pauses the summarizer: one span's attempts only.
-        assert_eq!(fake.request_count(), attempts, "{behavior:?}");
+        // An outage pauses the summarizer at its first span; any other
+        // failure is the span's own, and every span is tried once.
+        let spans_asked = if outage { 1 } else { spans };
+        assert_eq!(fake.request_count(), attempts * spans_asked, "{behavior:?}");
     }
 }
 

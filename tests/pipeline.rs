@@ -2,7 +2,7 @@
 
 use crate::common;
 
-use common::{log_lines, Harness, ThreadBuilder};
+use common::{log_lines, said, Harness, ThreadBuilder};
 use compactd::model::{ActionKind, DeterminismMetadata, Durability, Outcome, ToolContent};
 use compactd::provider::openai_chat;
 use compactd::render::{Origin, ProviderOptions};
@@ -338,8 +338,9 @@ fn default_retention_evicts_the_oldest_first_and_only_to_the_target() {
             never_evict: false,
         },
     );
-    // The budget is sized for results rendered as they are.
+    // The budget is sized for results and user text rendered as they are.
     h.policy.render.delimit_tool_output = false;
+    h.policy.render.delimit_user_content = false;
     let out = h.compact(&t, 14_000, None).unwrap();
     assert!(out.report.triggered);
     let origin = |c: &String| rendered_tool(&out, c).origin;
@@ -857,11 +858,12 @@ fn a_standing_window_keeps_the_newest_turns_before_any_trigger() {
     let t12 = thread_of(12);
     let next = h.compact(&t12, 100_000, Some(&out.plan)).unwrap();
     assert_eq!(next.plan.drops, out.plan.drops, "no cut at 9 turns shown");
-    // By tokens: the newest turns that fit 60 tokens.
+    // By tokens: the newest turns that fit 120 tokens (a turn renders to
+    // about 40, its user text delimited).
     let mut h = Harness::default();
     h.policy.window = Some(compactd::reduce::StandingWindow {
         max_turns: None,
-        max_tokens: Some(60),
+        max_tokens: Some(120),
     });
     let t = thread_of(30);
     let out = h.compact(&t, 100_000, None).unwrap();
@@ -1020,7 +1022,7 @@ fn a_tool_results_cap_evicts_tool_output_early_and_only_tool_output() {
         assert!(
             out.request.messages.iter().any(|r| r.source_id == m.id
                 && r.origin == Origin::Verbatim
-                && r.content.text() == m.content.text()),
+                && said(&r.content.text()) == m.content.text()),
             "{} is not verbatim",
             m.id
         );

@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{log_lines, Harness};
+use common::{log_lines, said, Harness};
 use compactd::app::AppError;
 use compactd::model::{Content, ContentPart, Role, Thread};
 use compactd::provider::thread_from_json;
@@ -75,7 +75,10 @@ fn a_message_typed_while_a_tool_ran_moves_after_the_result() {
     // Parallel results in call order.
     assert_eq!(oa["messages"][3]["tool_call_id"], "d1");
     assert_eq!(oa["messages"][4]["tool_call_id"], "d2");
-    assert_eq!(oa["messages"][5]["content"], "Oh, and use the blue pool.");
+    assert_eq!(
+        said(oa["messages"][5]["content"].as_str().expect("text")),
+        "Oh, and use the blue pool."
+    );
     assert!(
         out.request
             .notes
@@ -380,7 +383,11 @@ fn an_anthropic_log_comes_back_to_anthropic_unchanged_where_it_matters() {
     assert_eq!(an["messages"][1], body["messages"][1]);
     assert_eq!(an["messages"][3], body["messages"][3]);
     assert_eq!(
-        an["messages"][0]["content"][0]["text"],
+        said(
+            an["messages"][0]["content"][0]["text"]
+                .as_str()
+                .expect("text")
+        ),
         body["messages"][0]["content"]
     );
     let result = &an["messages"][2]["content"][0];
@@ -406,8 +413,10 @@ fn a_responses_log_comes_back_to_responses() {
     let input = thread_from_json(&body, "alerts").expect("imports");
     let mut h = Harness::default();
     h.system = input.system.clone();
-    // Tool output as it arrived (the default renders it as delimited data).
+    // Tool output and user text as they arrived (the default renders them
+    // as delimited data).
     h.policy.render.delimit_tool_output = false;
+    h.policy.render.delimit_user_content = false;
     let out = h.compact(&input.thread, 100_000, None).expect("renders");
     let (_, _, rs) = all_forms_valid(&out.request);
     assert_eq!(rs["instructions"], body["instructions"]);

@@ -45,7 +45,7 @@ async fn compact_then_render_round_trip() {
     assert_eq!(rendered.plan_version, 1);
     assert_eq!(rendered.messages.len(), 5);
     assert_eq!(
-        rendered.messages[0].text,
+        said(&rendered.messages[0].text),
         "I prefer Python. The budget is $1000."
     );
     assert_eq!(rendered.messages[0].origin, pb::Origin::Verbatim as i32);

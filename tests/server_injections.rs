@@ -55,7 +55,9 @@ async fn hooks_content_goes_next_to_the_latest_user_message_within_the_reserve()
     let messages = body["messages"].as_array().expect("messages");
     let last_user = messages
         .iter()
-        .rposition(|m| m["content"] == "Question number 4 about the log?")
+        .rposition(|m| {
+            said(m["content"].as_str().unwrap_or("")) == "Question number 4 about the log?"
+        })
         .expect("the latest user message");
     // …memory, date, then the latest user message, in the order given;
     // only what came after that message follows.

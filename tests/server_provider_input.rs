@@ -493,7 +493,7 @@ async fn a_configured_protected_flag_name_is_the_mark_read() {
             .as_array()
             .expect("messages")
             .iter()
-            .any(|m| m["content"] == text)
+            .any(|m| said(m["content"].as_str().unwrap_or("")) == text)
     };
     assert!(verbatim(rule), "the configured mark pins the rule");
     // (A person's words may still be quoted in a summary.)

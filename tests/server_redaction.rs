@@ -359,8 +359,16 @@ async fn a_shredded_tenant_reads_not_found_and_others_are_served() {
 /// start-up and `config check` warn, see `tests/cli.rs`).
 #[tokio::test]
 async fn every_audit_record_says_when_redaction_is_off() {
-    for defaults in [true, false] {
-        let server = TestServer::start_with(|s| s.redaction.defaults = defaults).await;
+    for (defaults, pii) in [(true, true), (false, true), (true, false)] {
+        let server = TestServer::start_with(|s| {
+            s.redaction.defaults = defaults;
+            if !pii {
+                s.redaction
+                    .pii
+                    .retain(|c| *c == compactd::redact::PiiClass::Email);
+            }
+        })
+        .await;
         let mut client = server.client().await;
         let out = within(client.render(authed(
             pb::RenderRequest {
@@ -379,6 +387,10 @@ async fn every_audit_record_says_when_redaction_is_off() {
             .iter()
             .any(|w| w.contains("redaction.defaults is off"));
         assert_eq!(marked, !defaults, "{warnings:?}");
+        let kept = warnings
+            .iter()
+            .any(|w| w.contains("redaction.pii leaves out phone, ip_address, iban, us_ssn"));
+        assert_eq!(kept, !pii, "{warnings:?}");
     }
 }
 
@@ -415,8 +427,9 @@ async fn run_the_binary(redaction: bool) -> (String, Vec<(String, Vec<u8>)>, Str
     std::fs::write(
         &config,
         format!(
-            "listen: 127.0.0.1:0\ndata_dir: {}\nredaction:\n  defaults: {redaction}\ntelemetry:\n  otlp_endpoint: {endpoint}\n  capture_content: true\n  export_timeout_ms: 2000\nauth:\n  api_keys:\n    - sha256: {}\n      tenant: acme\n      requester: every-byte\n      permissions: [compact, render, rehydrate, 'artifact:read:public', 'artifact:read:internal']\n",
+            "listen: 127.0.0.1:0\ndata_dir: {}\nredaction:\n  defaults: {redaction}\n{}telemetry:\n  otlp_endpoint: {endpoint}\n  capture_content: true\n  export_timeout_ms: 2000\nauth:\n  api_keys:\n    - sha256: {}\n      tenant: acme\n      requester: every-byte\n      permissions: [compact, render, rehydrate, 'artifact:read:public', 'artifact:read:internal']\n",
             data.display(),
+            if redaction { "" } else { "  pii: []\n" },
             compactd::security::hash_api_key(key)
         ),
     )
@@ -545,8 +558,8 @@ async fn run_the_binary(redaction: bool) -> (String, Vec<(String, Vec<u8>)>, Str
     (answers, files, stderr, receiver.everything())
 }
 
-/// The compliance check: with the production defaults, no raw secret of
-/// any class is in any file the service wrote, in its stderr (debug
+/// The compliance check: with the production defaults, no raw secret or
+/// personal data of any class is in any file the service wrote, in its stderr (debug
 /// logging on) or in what the OTLP receiver got (content capture on), and
 /// no conversation text is readable at rest. With redaction off the same
 /// scan finds the secrets in what the service hands back, so the scan can
@@ -556,6 +569,7 @@ async fn run_the_binary(redaction: bool) -> (String, Vec<(String, Vec<u8>)>, Str
 async fn every_byte_the_service_writes_is_free_of_secrets() {
     let secrets: Vec<&str> = PLANTED
         .iter()
+        .chain(PERSONAL)
         .map(|(s, _)| *s)
         .chain(KEYED.iter().copied())
         .collect();
@@ -578,8 +592,10 @@ async fn every_byte_the_service_writes_is_free_of_secrets() {
             assert!(found.is_empty(), "at rest or logged: {found:?}");
             let mut given_back = Vec::new();
             leaks("answers", answers.as_bytes(), &secrets, &mut given_back);
-            // Every secret of the compacted tool result comes back as it was.
-            for (secret, _) in &PLANTED[PLANTED.len() / 2..] {
+            // Every secret and every piece of personal data of the
+            // compacted tool result comes back as it was.
+            let personal = &PERSONAL[PERSONAL.len() / 2..];
+            for (secret, _) in PLANTED[PLANTED.len() / 2..].iter().chain(personal) {
                 assert!(
                     given_back.iter().any(|(_, s)| s == secret),
                     "with redaction off the scan finds {secret}: {given_back:?}"

@@ -256,7 +256,8 @@ async fn a_scripted_agent_finishes_its_task_at_every_budget() {
         );
     }
     // The whole thread needed nothing; the small budgets really compacted
-    // (about 15x at the smallest), and there the
+    // (about 11x at the smallest, where the short user messages kept are
+    // mostly their delimiting blocks), and there the
     // agent had to reach for what compactd moved out.
     let whole = results.iter().filter(|r| r.0 == 200_000);
     assert!(whole
@@ -266,7 +267,7 @@ async fn a_scripted_agent_finishes_its_task_at_every_budget() {
     assert!(results
         .iter()
         .filter(|r| r.0 == 3_500)
-        .all(|r| r.3 * 14 < r.2));
+        .all(|r| r.3 * 11 < r.2));
     assert!(
         results
             .iter()

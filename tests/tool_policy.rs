@@ -257,7 +257,9 @@ fn a_tools_own_externalize_threshold_decides_for_its_results() {
     h.policy.enable.summarize = false;
     h.policy.enable.drop = false;
     h.policy.keep_tool_io_pairs = 0;
+    // The budget is sized for results and user text rendered as they are.
     h.policy.render.delimit_tool_output = false;
+    h.policy.render.delimit_user_content = false;
     // Triggered, and nothing may be reduced: the request stays as it is,
     // within the hard limit and over the target.
     let budget = 5_400;

@@ -583,7 +583,7 @@ pub struct MessageMetadata {
     /// Classification of the content.
     #[serde(default)]
     pub sensitivity: Sensitivity,
-    /// Where user-supplied content came from; rendered in `<user_context source=…>`.
+    /// Where user-supplied content came from; rendered in `<user_context id=… source=…>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
     /// When it was said, as the caller recorded it (RFC 3339): summaries

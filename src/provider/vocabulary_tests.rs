@@ -44,8 +44,10 @@ fn request(v: &Value) -> Request {
             crate::render::render_message(
                 m,
                 crate::model::Action::Include,
+                // Bodies as they came: the delimiters have their own tests.
                 &crate::render::RenderOptions {
                     delimit_tool_output: false,
+                    delimit_user_content: false,
                     ..Default::default()
                 },
             )

@@ -577,7 +577,14 @@ fn refit(
     let mut cap = max_chars;
     let mut outcome = Applied::Rejected { would: 0, chars: 0 };
     for _ in 0..attempts {
-        let floor = if reread { base } else { MIN_SUMMARY_CHARS };
+        // A re-read asks for at least the base size, but never for more
+        // than its room: a lossy summary with less room than the base
+        // still grows into what there is.
+        let floor = if reread {
+            base.min(cap)
+        } else {
+            MIN_SUMMARY_CHARS
+        };
         outcome = apply(p, state, stretch, cap.max(floor), limit, reread);
         let Applied::Rejected { would, chars } = outcome else {
             break;
@@ -589,7 +596,7 @@ fn refit(
         let made = f64::from(would - rest);
         let room = f64::from(limit.saturating_sub(rest));
         let scaled = (cap as f64 * room / made * 0.97) as usize;
-        if scaled >= cap || scaled <= base {
+        if scaled >= cap || scaled <= MIN_SUMMARY_CHARS {
             break;
         }
         cap = scaled;

@@ -23,9 +23,9 @@ pub use rehydrate::{
     AutoRehydrate, RehydrationBlocked, RehydrationReport,
 };
 pub use renderer::{
-    delimit_data, externalization_text, injected_message, pairs_closed_within, per_turn_position,
-    recall_message, render, render_from, render_message, render_paired, results_answer_within,
-    summary_text, Rehydrated, RenderInput, RenderOptions, SummaryTexts,
-    DEFAULT_TOOL_RESULT_MAX_CHARS, RENDER_FORMAT_VERSION,
+    delimit_data, delimit_user, delimit_user_text, externalization_text, injected_message,
+    pairs_closed_within, per_turn_position, recall_message, render, render_from, render_message,
+    render_paired, results_answer_within, summary_text, undelimit_user_text, Rehydrated,
+    RenderInput, RenderOptions, SummaryTexts, DEFAULT_TOOL_RESULT_MAX_CHARS, RENDER_FORMAT_VERSION,
 };
 pub use request::{Origin, PromptCache, ProviderOptions, RenderedMessage, Request};

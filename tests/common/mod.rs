@@ -288,6 +288,12 @@ impl Harness {
     }
 }
 
+/// The words of a user message as rendered (default options delimit
+/// them); other text as it is.
+pub fn said(text: &str) -> &str {
+    compactd::render::undelimit_user_text(text).unwrap_or(text)
+}
+
 /// All text of a request, for "does this fact survive" checks.
 pub fn request_text(r: &Request) -> String {
     let mut s = r.system.clone().unwrap_or_default();

@@ -7,6 +7,7 @@ clients, on append-session calls and on the whole-conversation retry.
 
 import asyncio
 import json
+import re
 
 import grpc
 import pytest
@@ -45,12 +46,21 @@ def client(server_addr):
         yield c
 
 
+def said(content):
+    """A user message's words without the `<user_context id=N>` block the
+    server delimits them with by default; anything else as it is."""
+    if not isinstance(content, str):
+        return content
+    m = re.fullmatch(r'<user_context id=([0-9a-f]{16})(?: source="[^"]*")?>\n(.*)\n</user_context id=\1>', content, re.S)
+    return m.group(2) if m else content
+
+
 def contents(body):
-    return [m["content"] for m in body["messages"]]
+    return [said(m["content"]) for m in body["messages"]]
 
 
 def latest_user_index(body, text):
-    found = [i for i, m in enumerate(body["messages"]) if m["role"] == "user" and m["content"] == text]
+    found = [i for i, m in enumerate(body["messages"]) if m["role"] == "user" and said(m["content"]) == text]
     assert found, contents(body)
     return found[-1]
 
@@ -144,7 +154,7 @@ def test_bootstrap_follows_the_system_prompt_and_workspace_opens_the_history(cli
     todo = workspace["content"].index('<workspace_file name="todo.md">')
     utils = workspace["content"].index('<workspace_file name="utils.py">\nimport helpers\n</workspace_file>')
     assert todo < utils
-    assert messages[2]["content"] == CONVERSATION[0]["content"]
+    assert said(messages[2]["content"]) == CONVERSATION[0]["content"]
     assert r.response.compaction.budget.workspace_tokens > 0
     files = client.sent[-1].context
     assert [f.name for f in files.bootstrap] == ["AGENTS.md", "persona.md"]

@@ -292,3 +292,127 @@ def test_agents_sdk_filter_reports_the_providers_usage_on_the_next_call(server_a
     assert [(u.input_tokens, u.cache_read_tokens, u.cache_write_tokens) for u in second] == [(3_000, 2_048, 700)]
     assert second[0].body_digest and not [w for w in warnings if w.startswith("usage")], warnings
     assert json.dumps(model.inputs[1]).count('"c1"') >= 2, "the tool call and its result reached the model"
+
+
+def start_server(data_dir, listen="127.0.0.1:0"):
+    """`compactd serve --dev` of its own (the test kills it); returns the
+    process and its address."""
+    import os
+    import subprocess
+
+    from conftest import STARTUP_TIMEOUT_S, _binary
+
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("COMPACTD__") or k == "COMPACTD_CONFIG")}
+    proc = subprocess.Popen(
+        [str(_binary()), "serve", "--dev", "--listen", listen, "--data-dir", str(data_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+    )
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    first = proc.stdout.readline().decode() if sel.select(STARTUP_TIMEOUT_S) else ""
+    sel.close()
+    if not first.startswith("compactd listening on "):
+        proc.kill()
+        raise AssertionError(f"server did not start: {first!r}")
+    return proc, first.split()[-1]
+
+
+def local_count(messages, tools):
+    """docs/python.md's local count of a Chat body's messages and tools."""
+    def tokens(v):
+        text = json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+        return -(-sum(1 if ord(ch) < 128 else 2 * len(ch.encode()) for ch in text) // 3)
+
+    return tokens(tools) + 8 + sum(tokens(m) + 8 for m in messages)
+
+
+class RenderRecordingClient(Client):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rendered = []
+
+    def render(self, *args, **kwargs):
+        r = super().render(*args, **kwargs)
+        self.rendered.append(r)
+        return r
+
+
+def test_langchain_agent_falls_open_when_the_server_dies_mid_session(tmp_path, caplog):
+    import logging
+    import signal
+
+    import grpc
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage, SystemMessage
+    from langchain_core.tools import tool
+
+    import compactd
+    from compactd.integrations._lc import to_openai, tool_dicts
+    from compactd.integrations.langchain import CompactdMiddleware
+
+    @tool
+    def lookup(key: str) -> str:
+        """Looks a key up."""
+        return "value of " + key + " ü日本🙂" * 20
+
+    turns = 6
+    script = []
+    for t in range(turns):
+        script += [AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"key": f"k{t}"}, "id": f"call_{t}"}]),
+                   AIMessage(content=f"done {t}")]
+    model = RecordingModel(messages=iter(script))
+    proc, addr = start_server(tmp_path / "data")
+    caplog.set_level(logging.WARNING, logger="compactd")
+    before = compactd.fail_open_counts().get("UNAVAILABLE", 0)
+    tools = tool_dicts([lookup])
+    try:
+        with RenderRecordingClient(addr) as client:
+            agent = create_agent(model, [lookup], system_prompt="Be brief.",
+                                 middleware=[CompactdMiddleware(client, budget=BUDGET, model="gpt-4o")])
+            messages = swe_messages()[1:]  # the agent's system prompt instead of the log's
+
+            def turn(t):
+                nonlocal messages
+                messages = messages + [HumanMessage(content=f"Now check key k{t}, please. 日本語 ok?")]
+                state = agent.invoke({"messages": messages}, {"configurable": {"thread_id": "lc-down"}})
+                assert state["messages"][-1].content == f"done {t}"
+                messages = state["messages"]
+
+            for t in range(2):
+                turn(t)
+            alive = len(client.rendered)
+            assert alive == 4 and all(r.fell_back is None and r.tokens <= BUDGET for r in client.rendered)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=15)
+            for t in range(2, 5):
+                turn(t)
+            down = client.rendered[alive:]
+            assert len(down) == 6 and all(r.fell_back == "UNAVAILABLE" for r in down)
+            for seen in model.seen[alive:]:
+                # A valid conversation within the budget: the system prompt,
+                # then from a user message on, every tool result after its call.
+                assert isinstance(seen[0], SystemMessage) and isinstance(seen[1], HumanMessage)
+                assert_paired(seen)
+                calls = {c["id"] for m in seen if isinstance(m, AIMessage) for c in m.tool_calls}
+                assert calls == {m.tool_call_id for m in seen if isinstance(m, ToolMessage)}
+                assert local_count(to_openai(seen), tools) <= BUDGET
+            # The newest messages reached the model.
+            assert model.seen[-1][-1].tool_call_id == "call_4"
+            assert client.fail_open_count == 6
+            assert compactd.fail_open_counts()["UNAVAILABLE"] == before + 6
+            logged = [r for r in caplog.records if r.name == "compactd"]
+            assert len(logged) == 6 and all("lc-down" in r.getMessage() for r in logged)
+
+            # The server back on the same store and address: compacted again.
+            proc, _ = start_server(tmp_path / "data", listen=addr)
+            grpc.channel_ready_future(client._channel).result(timeout=30)
+            turn(5)
+            back = client.rendered[alive + 6:]
+            assert len(back) == 2 and all(r.fell_back is None and r.response is not None for r in back)
+            assert all(r.tokens <= BUDGET < r.tokens_before for r in back)
+            assert client.fail_open_count == 6
+    finally:
+        proc.kill()
+        proc.wait(timeout=15)

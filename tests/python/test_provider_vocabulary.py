@@ -127,9 +127,11 @@ def _render(pb2, stub, body, fmt, *, shape, budget=1_000_000, model=None, delimi
         format=formats[fmt],
         omit_pending_calls=True,
     )
-    # The tool-output delimiter is the one addition compactd makes to a
-    # kept body; it is switched off here to compare bodies with their input.
+    # The tool-output and user-text delimiters are the additions compactd
+    # makes to a kept body; they are switched off here to compare bodies
+    # with their input.
     req.policy.delimit_tool_output = delimit
+    req.policy.delimit_user_content = delimit
     out = stub.Render(req, timeout=CALL_TIMEOUT_S)
     return out, json.loads(out.provider_payload_json)
 

@@ -523,6 +523,27 @@ pub const PLANTED: &[(&str, &str)] = &[
     ("1f2e3d4c5b6a79880f1e2d3c4b5a69788f7e6d5c", r#"{"type": "service_account", "private_key_id": "1f2e3d4c5b6a79880f1e2d3c4b5a69788f7e6d5c", "client_email": "x@p.iam.gserviceaccount.com"}"#),
 ];
 
+/// Personal data of every class, as it turns up: (the value, the text
+/// around it). Redacted by default like the secrets.
+pub const PERSONAL: &[(&str, &str)] = &[
+    (
+        "jeanne.martin@example.fr",
+        "mail jeanne.martin@example.fr the receipt",
+    ),
+    ("+33 6 12 34 56 78", "her mobile is +33 6 12 34 56 78"),
+    ("(415) 555-0132", "call (415) 555-0132 after five"),
+    ("203.0.113.77", "login from 203.0.113.77 flagged"),
+    (
+        "2001:db8:85a3::8a2e:370:7334",
+        "ipv6 2001:db8:85a3::8a2e:370:7334 seen",
+    ),
+    (
+        "GB82 WEST 1234 5698 7654 32",
+        "refund to IBAN GB82 WEST 1234 5698 7654 32",
+    ),
+    ("078-05-1120", "SSN on the form: 078-05-1120"),
+];
+
 /// Values that only their JSON key marks as secret.
 pub const KEYED: &[&str] = &["tiny9", "zq-77-secretish", "h0rse-staple"];
 
@@ -534,15 +555,18 @@ pub fn planted_thread(id: &str) -> pb::Thread {
     let (half, rest) = PLANTED.split_at(PLANTED.len() / 2);
     let texts = |p: &[(&str, &str)]| p.iter().map(|(_, t)| *t).collect::<Vec<_>>().join("\n");
     let mut t = big_thread(id, 1500);
+    let (mine, theirs) = PERSONAL.split_at(PERSONAL.len() / 2);
     t.messages[0].text = format!(
-        "Please read the log. Never delete production data. My notes:\n{}",
-        texts(half)
+        "Please read the log. Never delete production data. My notes:\n{}\n{}",
+        texts(half),
+        texts(mine)
     );
     t.messages[1].tool_calls[0].arguments_json = serde_json::json!({
         "path": "/srv/app/log.txt",
         "db_password": KEYED[0],
         "auth": {"client_secret": KEYED[1]},
         "note": rest[0].1,
+        "contact": {"last_login_ip": theirs[0].0, "notes": [theirs[1].1]},
     })
     .to_string();
     let nested = serde_json::json!({"service": {"name": "billing", "credentials": {"token": KEYED[2], "user": "svc"}}});
@@ -551,11 +575,18 @@ pub fn planted_thread(id: &str) -> pb::Thread {
         1,
         "c1",
         "read_file",
-        format!("{}\n{nested}\n{}", texts(rest), big_output(1500)),
+        format!(
+            "{}\n{nested}\n{}\n{}",
+            texts(rest),
+            texts(theirs),
+            big_output(1500)
+        ),
     );
     if let Some(env) = t.messages[2].tool_result.as_mut() {
         env.key_fields
             .insert("api_key".into(), format!("\"{}\"", KEYED[0]));
+        env.key_fields
+            .insert("customer".into(), format!("\"{}\"", theirs[2].0));
     }
     t
 }
@@ -603,4 +634,10 @@ pub fn report_on(out: &pb::RenderResponse, ratio: f64) -> pb::ProviderUsage {
 pub fn counting(out: &pb::RenderResponse) -> (pb::counting::Basis, f64) {
     let c = out.counting.as_ref().expect("counting");
     (c.basis(), c.scale)
+}
+
+/// The words of a user message as rendered (default options delimit
+/// them); other text as it is.
+pub fn said(text: &str) -> &str {
+    compactd::render::undelimit_user_text(text).unwrap_or(text)
 }

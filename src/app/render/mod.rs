@@ -539,9 +539,7 @@ impl App {
         audit.turns_since_compaction = plan.turns_since_compaction(thread.current_turn());
         audit.warnings = warnings;
         audit.warnings.extend(done.warnings.iter().cloned());
-        audit
-            .warnings
-            .extend(self.inner.redactor.off_warning().map(str::to_string));
+        audit.warnings.extend(self.inner.redactor.off_warnings());
         audit.requester = requester;
         audit
     }

@@ -14,7 +14,8 @@ Integrations (each imports its framework only when used):
 
 from compactd._client import TLS, AsyncClient, Client, Passage, Rendered
 from compactd._errors import CompactdError
+from compactd._fallback import fail_open_counts
 from compactd._shapes import detect_format
 
-__all__ = ["Client", "AsyncClient", "Rendered", "Passage", "TLS", "CompactdError", "detect_format"]
+__all__ = ["Client", "AsyncClient", "Rendered", "Passage", "TLS", "CompactdError", "detect_format", "fail_open_counts"]
 __version__ = "0.1.0"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -18,9 +19,18 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import grpc
 
 from compactd._errors import CompactdError, from_rpc_error
+from compactd._fallback import (
+    FALL_OPEN_CODES,
+    check_on_unavailable,
+    count_fail_open,
+    fail_open_counts,
+    render_locally,
+)
 from compactd._shapes import FORMATS, Conversation, body_of, detect_format, plain
 from compactd.v1 import compactd_pb2 as pb
 from compactd.v1 import compactd_pb2_grpc as pb_grpc
+
+_log = logging.getLogger("compactd")
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -58,6 +68,12 @@ class Rendered:
     (format "openai"), `client.responses.create(**body)` ("responses") or
     `client.messages.create(**body)` ("anthropic"). For "neutral" it is
     `{"messages": [...], "system": ...}` in compactd's own form.
+
+    `fell_back` is None, or the status code's name (`"UNAVAILABLE"`) when
+    compactd could not answer and the body was built by the client
+    (`on_unavailable="original"`): the original conversation, or its newest
+    part that fits the budget by the client's local count (`counting ==
+    "local"`); `response` and `plan` are None then.
     """
 
     body: Dict[str, Any]
@@ -77,14 +93,16 @@ class Rendered:
     # Names this body in the provider's report on it (`usage=` next call).
     body_digest: str = ""
     # What `tokens` is based on: "exact" (the model's tokenizer), "estimate"
-    # (compactd's conservative one) or "calibrated" (the estimate under the
-    # bound learned from the provider's usage reports); `count_scale` is
-    # that bound, counted tokens per estimated token.
+    # (compactd's conservative one), "calibrated" (the estimate under the
+    # bound learned from the provider's usage reports) or "local" (the
+    # client's own count, on a call that fell open); `count_scale` is that
+    # bound, counted tokens per estimated token.
     counting: str = ""
     count_scale: float = 1.0
     # Bytes of the request that went on the wire: after the first call of a
     # thread, what was appended, not the whole conversation.
     request_bytes: int = 0
+    fell_back: Optional[str] = None
 
     @property
     def messages(self) -> List[Any]:
@@ -135,6 +153,8 @@ class _Pending:
     shape: str
     rest_json: str
     report: Optional[Tuple[int, int, int]] = None
+    # What a call that falls open renders from without the server.
+    local: Optional[Dict[str, Any]] = None
 
 
 # Counting.Basis values, by name.
@@ -233,9 +253,12 @@ def _context_files(name: str, files: Optional[Mapping[str, str]]) -> List[Any]:
 class _Calls:
     """What both clients share: requests, per-thread state, responses."""
 
-    def __init__(self, api_key: Optional[str], token: Optional[str]) -> None:
+    def __init__(self, api_key: Optional[str], token: Optional[str], on_unavailable: str = "raise") -> None:
         if api_key and token:
             raise ValueError("give api_key or token, not both")
+        self._on_unavailable = check_on_unavailable(on_unavailable)
+        # Calls of this client that fell open (fail_open_counts() is the process's, by code).
+        self.fail_open_count = 0
         self._metadata: Tuple[Tuple[str, str], ...] = ()
         if api_key:
             self._metadata = (("x-api-key", api_key),)
@@ -367,7 +390,65 @@ class _Calls:
             req.policy.CopyFrom(pb.PolicyOverrides(**policy))
         if state.plan is not None:
             req.known_plan_version = state.plan.version
-        return _Pending(req, fmt, thread_id, conversation_json, sent, shape, rest_json, report)
+        local = dict(
+            body=body,
+            shape=shape,
+            format=fmt,
+            model=model,
+            budget=budget,
+            max_output_tokens=max_output_tokens,
+            prompt_cache_key=prompt_cache_key,
+            safety_identifier=safety_identifier,
+        )
+        return _Pending(req, fmt, thread_id, conversation_json, sent, shape, rest_json, report, local)
+
+    def _mode(self, on_unavailable: Optional[str]) -> str:
+        return self._on_unavailable if on_unavailable is None else check_on_unavailable(on_unavailable)
+
+    def _fallen_open(self, p: _Pending, error: CompactdError, mode: str) -> Optional[Rendered]:
+        """The body built without the server, when `error` falls open under
+        `mode`; None when it must be raised. The thread's state keeps what
+        the last call that succeeded sent, except the digest the provider's
+        next usage report would be named by (that report is on this body)."""
+        if mode != "original" or error.code not in FALL_OPEN_CODES or p.local is None:
+            return None
+        local = render_locally(**p.local)
+        if local is None:
+            return None
+        code = error.code.name
+        state = self._thread(p.thread_id)
+        state.body_digest = ""
+        with self._lock:
+            self.fail_open_count += 1
+        count_fail_open(code)
+        s = local.selection
+        if s.start == s.head:
+            what = f"the original conversation ({local.total} message{'' if local.total == 1 else 's'})"
+        else:
+            what = f"its newest {local.sent} of {local.total} messages"
+        note = f"compactd {code}: sent {what}, {s.tokens} tokens by the local count"
+        if p.local["budget"] > 0:
+            note += f" (budget {p.local['budget']})"
+        if not s.fits and s.start > s.head:
+            note += "; over the budget: the newest user turn alone does not fit"
+        elif not s.fits:
+            note += "; over the budget: no user message to start a smaller part at"
+        _log.warning("thread %r: %s", p.thread_id, note)
+        return Rendered(
+            body=local.body,
+            format=p.format,
+            thread_id=p.thread_id,
+            tokens=s.tokens,
+            tokens_before=s.tokens_whole,
+            plan_version=0,
+            compacted=False,
+            unchanged_prefix_tokens=None,
+            warnings=[note],
+            plan=None,
+            response=None,
+            counting="local",
+            fell_back=code,
+        )
 
     def _full_again(self, p: _Pending) -> _Pending:
         """The call with the whole conversation, for a session the server no
@@ -540,6 +621,10 @@ class Client(_Calls):
     >>> client = Client("127.0.0.1:50051")            # `compactd serve --dev`
     >>> r = client.render(messages, thread_id="t1", model="gpt-4o", budget=32_000)
     >>> openai.OpenAI().chat.completions.create(**r.body)
+
+    `on_unavailable="raise"` (the default) raises CompactdError when
+    compactd cannot answer; "original" sends the conversation as it is (or
+    its newest part within the budget) instead ([`Client.render`]).
     """
 
     def __init__(
@@ -551,8 +636,9 @@ class Client(_Calls):
         tls: Optional[TLS] = None,
         timeout: Optional[float] = 60.0,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        on_unavailable: str = "raise",
     ) -> None:
-        super().__init__(api_key, token)
+        super().__init__(api_key, token, on_unavailable)
         options = _options(max_message_bytes)
         self._channel = (
             grpc.secure_channel(target, _credentials(tls), options=options)
@@ -606,6 +692,7 @@ class Client(_Calls):
         prompt_cache_key: Optional[str] = None,
         safety_identifier: Optional[str] = None,
         usage: Any = None,
+        on_unavailable: Optional[str] = None,
     ) -> Rendered:
         """Compacts the conversation if it needs it and renders it within
         `budget` tokens (0: the server's default) for `model`, in `format`
@@ -643,8 +730,21 @@ class Client(_Calls):
         read from its cache. `usage` is the provider response's `usage` for
         the body the previous call returned (the SDK's object or its dict):
         the server sets it beside what it expected.
+
+        When compactd cannot answer (UNAVAILABLE, DEADLINE_EXCEEDED,
+        RESOURCE_EXHAUSTED) the call raises CompactdError, unless
+        `on_unavailable` (this call's, else the client's) is "original":
+        then it returns a body built here, `Rendered.fell_back` naming the
+        code: the original conversation in its own shape if it fits
+        `budget` by a local count, else its newest part that does (from a
+        user message, the system prompt and every call with its result
+        kept); logged as a warning and counted (`fail_open_count`,
+        `compactd.fail_open_counts()`). Every other error raises, and so do
+        these when the conversation's shape cannot be sent as `format`
+        without the server (docs/python.md, "When compactd is unavailable").
         """
         # One call per thread at a time: each builds on what the last sent.
+        mode = self._mode(on_unavailable)
         with self._thread_lock(thread_id):
             p = self._render_request(
                 conversation,
@@ -670,12 +770,18 @@ class Client(_Calls):
                 usage=usage,
             )
             try:
-                resp = self._call(self._stub.Render, p.request)
+                try:
+                    resp = self._call(self._stub.Render, p.request)
+                except CompactdError as e:
+                    if e.reason != _STALE:
+                        raise
+                    p = self._full_again(p)
+                    resp = self._call(self._stub.Render, p.request)
             except CompactdError as e:
-                if e.reason != _STALE:
+                fallen = self._fallen_open(p, e, mode)
+                if fallen is None:
                     raise
-                p = self._full_again(p)
-                resp = self._call(self._stub.Render, p.request)
+                return fallen
             out = self._rendered(resp, p)
             out.request_bytes = p.request.ByteSize()
             return out
@@ -724,8 +830,9 @@ class AsyncClient(_Calls):
         tls: Optional[TLS] = None,
         timeout: Optional[float] = 60.0,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        on_unavailable: str = "raise",
     ) -> None:
-        super().__init__(api_key, token)
+        super().__init__(api_key, token, on_unavailable)
         options = _options(max_message_bytes)
         self._channel = (
             grpc.aio.secure_channel(target, _credentials(tls), options=options)
@@ -779,8 +886,10 @@ class AsyncClient(_Calls):
         prompt_cache_key: Optional[str] = None,
         safety_identifier: Optional[str] = None,
         usage: Any = None,
+        on_unavailable: Optional[str] = None,
     ) -> Rendered:
         """See [`Client.render`]."""
+        mode = self._mode(on_unavailable)
         async with self._thread_lock(thread_id):
             p = self._render_request(
                 conversation,
@@ -806,12 +915,18 @@ class AsyncClient(_Calls):
                 usage=usage,
             )
             try:
-                resp = await self._call(self._stub.Render, p.request)
+                try:
+                    resp = await self._call(self._stub.Render, p.request)
+                except CompactdError as e:
+                    if e.reason != _STALE:
+                        raise
+                    p = self._full_again(p)
+                    resp = await self._call(self._stub.Render, p.request)
             except CompactdError as e:
-                if e.reason != _STALE:
+                fallen = self._fallen_open(p, e, mode)
+                if fallen is None:
                     raise
-                p = self._full_again(p)
-                resp = await self._call(self._stub.Render, p.request)
+                return fallen
             out = self._rendered(resp, p)
             out.request_bytes = p.request.ByteSize()
             return out
@@ -845,4 +960,4 @@ class AsyncClient(_Calls):
         return None
 
 
-__all__ = ["Client", "AsyncClient", "Rendered", "Passage", "TLS", "CompactdError"]
+__all__ = ["Client", "AsyncClient", "Rendered", "Passage", "TLS", "CompactdError", "fail_open_counts"]

@@ -28,6 +28,7 @@ from agents.lifecycle import RunHooks
 from agents.run import CallModelData, ModelInputData
 
 from compactd._client import AsyncClient, Client
+from compactd._fallback import check_on_unavailable
 from compactd._shapes import plain
 
 ThreadId = Union[str, Callable[[CallModelData], str]]
@@ -108,6 +109,7 @@ class InputFilter:
             shape="responses",
             system=data.model_data.instructions,
             usage=self._usage.pop(tid, None),
+            on_unavailable=self._options["on_unavailable"],
             **self._options["render"],
         )
 
@@ -135,13 +137,23 @@ def input_filter(
     thread_id: ThreadId,
     budget: int,
     model: str = "gpt-4o",
+    on_unavailable: str = "original",
     **render_options: Any,
 ) -> InputFilter:
     """A `RunConfig(call_model_input_filter=...)`; `thread_id` is a string or
     a function of the call (for instance of its context). Its `hooks` (for
     `Runner.run(..., hooks=...)`) send the provider's usage with the next
-    call. Concurrent runs of one filter each need their own context object."""
-    return InputFilter(client, thread_id, {"model": model, "budget": budget, "render": render_options})
+    call. Concurrent runs of one filter each need their own context object.
+    `on_unavailable="original"` (the default): when compactd cannot answer,
+    the model gets the run's items, or their newest part within the budget
+    (`Client.render`); "raise" raises CompactdError instead."""
+    options = {
+        "model": model,
+        "budget": budget,
+        "on_unavailable": check_on_unavailable(on_unavailable),
+        "render": render_options,
+    }
+    return InputFilter(client, thread_id, options)
 
 
 __all__ = ["InputFilter", "input_filter"]

@@ -20,6 +20,7 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelRequest
 
 from compactd._client import AsyncClient, Client
+from compactd._fallback import check_on_unavailable
 from compactd.integrations._lc import last_usage, split_system, system_text, to_openai, tool_dicts
 
 ThreadId = Union[str, Callable[[ModelRequest], str], None]
@@ -50,7 +51,10 @@ class CompactdMiddleware(AgentMiddleware):
     `client` is a [`compactd.Client`] (or an `AsyncClient` for `ainvoke`);
     `budget` the model's input limit in tokens; `model` the tokenizer's model
     name; `thread_id` a string, a function of the request, or None for the
-    run's `configurable.thread_id`.
+    run's `configurable.thread_id`. `on_unavailable="original"` (the
+    default): when compactd cannot answer, the model gets the original
+    messages, or their newest part within the budget (`Client.render`);
+    "raise" raises CompactdError instead.
     """
 
     def __init__(
@@ -60,9 +64,11 @@ class CompactdMiddleware(AgentMiddleware):
         budget: int,
         model: str = "gpt-4o",
         thread_id: ThreadId = None,
+        on_unavailable: str = "original",
         **render_options: Any,
     ) -> None:
         super().__init__()
+        self.on_unavailable = check_on_unavailable(on_unavailable)
         self.client = client
         self.budget = budget
         self.model = model
@@ -79,6 +85,7 @@ class CompactdMiddleware(AgentMiddleware):
             system=system_text(request.system_message),
             tools=tool_dicts(request.tools) or None,
             usage=last_usage(request.messages),
+            on_unavailable=self.on_unavailable,
             **self.render_options,
         )
 

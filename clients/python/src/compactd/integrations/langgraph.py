@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, Optional, Union
 from langchain_core.runnables import RunnableConfig
 
 from compactd._client import AsyncClient, Client
+from compactd._fallback import check_on_unavailable
 from compactd.integrations._lc import last_usage, to_openai
 
 
@@ -27,11 +28,16 @@ def pre_model_hook(
     budget: int,
     model: str = "gpt-4o",
     thread_id: Optional[str] = None,
+    on_unavailable: str = "original",
     **render_options: Any,
 ) -> Callable[[Dict[str, Any], RunnableConfig], Dict[str, Any]]:
     """A hook for `create_react_agent(pre_model_hook=...)`; the thread id is
     `thread_id`, else the run's `configurable.thread_id`. With an
-    `AsyncClient` the hook is a coroutine function (for `ainvoke`)."""
+    `AsyncClient` the hook is a coroutine function (for `ainvoke`).
+    `on_unavailable="original"` (the default): when compactd cannot answer,
+    the model gets the original messages, or their newest part within the
+    budget (`Client.render`); "raise" raises CompactdError instead."""
+    check_on_unavailable(on_unavailable)
     from langchain_core.messages import convert_to_messages
 
     def tid_of(config: RunnableConfig) -> str:
@@ -51,6 +57,7 @@ def pre_model_hook(
             format="openai",
             shape="openai",
             usage=last_usage(messages),
+            on_unavailable=on_unavailable,
             **render_options,
         )
 
