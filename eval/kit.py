@@ -80,8 +80,21 @@ def text_to_messages(text: str) -> list[dict]:
         chunk = text[s: starts[i + 1] if i + 1 < len(starts) else len(text)].rstrip("\n")
         m = LINE.match(chunk)
         role, body = (m.group(1), chunk[m.end():]) if m else ("user", chunk)
-        msgs.append({"role": "user" if role == "tool" else role, "content": body})
+        msgs.append({"role": "user" if role == "tool" else role, "content": said(body)})
     return msgs
+
+
+# A user message as compactd delimits it by default (docs/configuration.md,
+# `delimit_user_content`): the block is the rendering, the words are the
+# message. Read back as the words, so round k+1 does not wrap round k's
+# wrapper again; the rendered text, wrappers included, is what the budget
+# is measured on.
+USER_BLOCK = re.compile(r'<user_context id=([0-9a-f]{16})(?: source="[^"]*")?>\n(.*)\n</user_context id=\1>', re.S)
+
+
+def said(body: str) -> str:
+    m = USER_BLOCK.fullmatch(body)
+    return m.group(2) if m else body
 
 
 def content_text(c) -> str:
